@@ -1,0 +1,279 @@
+"""Encoder: tokenizer + HF `AutoModel` + pooling, run in length-sorted batches under a token budget.
+
+Does not know about documents or storage; it turns token sequences (or texts) into vectors,
+returned in the order they were given.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from indexer.config import ModelConfig, resolve_model_path
+from indexer.errors import ModelError
+from indexer.pooling import l2_normalize, pool
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 1024  # sequences per forward pass, whatever the token budget allows
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What produced a vector. Stored with vectors and with every index, checked on use."""
+
+    model_name: str
+    weights_hash: str
+    pooling: str
+    normalize: bool
+    max_length: int
+    dim: int
+    dtype: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def mismatches(self, other: "Provenance", keys: Iterable[str]) -> list[str]:
+        """Keys whose values differ, as `key: self != other` strings."""
+        return [
+            f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"
+            for k in keys
+            if getattr(self, k) != getattr(other, k)
+        ]
+
+
+def cpu_has_bf16() -> bool:
+    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def choose_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("model.device is 'cuda' but torch sees no CUDA device; use auto or cpu")
+    return torch.device(device)
+
+
+def choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`auto`: bf16 on CUDA with bf16 (else fp16) and on CPUs with native bf16; fp32 otherwise."""
+    if dtype != "auto":
+        if device.type == "cpu" and dtype == "fp16":
+            raise ModelError("fp16 is not supported on CPU; use fp32 or bf16")
+        return _DTYPES[dtype]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_bf16() else torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in _DTYPES.items()}[dtype]
+
+
+@functools.lru_cache(maxsize=8)
+def weights_hash(model_dir: Path) -> str:
+    """sha256 of the weight files (safetensors or bin), first 16 hex digits."""
+    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+    if not files:
+        raise ModelError(f"{model_dir}: no *.safetensors or *.bin weight file found")
+    digest = hashlib.sha256()
+    for path in files:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def model_display_name(model_dir: Path, configured: str) -> str:
+    """A readable model name: the configured one, or the HF `_name_or_path` when it is a path."""
+    if not Path(configured).is_dir():
+        return configured
+    try:
+        name = json.loads((model_dir / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError):
+        name = None
+    return name or model_dir.name
+
+
+def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+    """Group sequence positions into batches, longest first, under a padded-token budget.
+
+    A batch holds positions of similar length; its padded size (count × longest) stays within
+    `batch_tokens`, except that a single over-budget sequence still forms a batch of one.
+
+    Args:
+        lengths: token count of each sequence (special tokens included).
+        batch_tokens: padded tokens allowed per batch.
+    Returns:
+        Lists of positions into `lengths`; every position appears exactly once.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]
+        if current and ((len(current) + 1) * longest > batch_tokens or len(current) >= MAX_BATCH):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Encoder:
+    """A BERT-style encoder that pools and (optionally) normalises.
+
+    Args:
+        config: the `model` section of the configuration.
+    """
+
+    def __init__(self, config: ModelConfig):
+        from transformers import AutoModel, AutoTokenizer
+
+        self.config = config
+        self.model_dir = resolve_model_path(config.name)
+        self.device = choose_device(config.device)
+        self.dtype = choose_dtype(config.dtype, self.device)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, use_fast=True)
+            self.model = AutoModel.from_pretrained(
+                self.model_dir, attn_implementation="sdpa", dtype=self.dtype
+            )
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load model from {self.model_dir}: {exc}") from None
+        if not self.tokenizer.is_fast:
+            raise ModelError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is required")
+        self.model.eval().to(self.device)
+        limit = getattr(self.model.config, "max_position_embeddings", 512)
+        if config.max_length > limit:
+            raise ModelError(
+                f"model.max_length {config.max_length} exceeds the model's {limit} positions"
+            )
+        self.cls_id = self.tokenizer.cls_token_id
+        self.sep_id = self.tokenizer.sep_token_id
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        hidden = self.model.config.hidden_size
+        self.dim = hidden * 4 if config.pooling == "last4" else hidden
+        self.provenance = Provenance(
+            model_name=model_display_name(self.model_dir, config.name),
+            weights_hash=weights_hash(self.model_dir),
+            pooling=config.pooling,
+            normalize=config.normalize,
+            max_length=config.max_length,
+            dim=self.dim,
+            dtype=dtype_name(self.dtype),
+        )
+        log.info(
+            "encoder %s on %s in %s (dim %d)",
+            self.provenance.model_name, self.device, self.provenance.dtype, self.dim,
+        )
+
+    # -- tokenisation -------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str], offsets: bool = False):
+        """Token ids without special tokens (and character offsets when asked), no truncation."""
+        if not texts:
+            return ([], []) if offsets else []
+        enc = self.tokenizer(
+            list(texts),
+            add_special_tokens=False,
+            truncation=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            return_offsets_mapping=offsets,
+            verbose=False,
+        )
+        if offsets:
+            return enc["input_ids"], enc["offset_mapping"]
+        return enc["input_ids"]
+
+    def wrap(self, ids: Sequence[int]) -> list[int]:
+        """[CLS] ids [SEP]."""
+        return [self.cls_id, *ids, self.sep_id]
+
+    # -- forward ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def encode_ids(self, sequences: Sequence[Sequence[int]], progress: bool = False) -> np.ndarray:
+        """Encode token id sequences that already carry their special tokens.
+
+        Args:
+            sequences: each at most `max_length` ids, e.g. `wrap(window)`.
+            progress: show a progress bar on stderr.
+        Returns:
+            (len(sequences), dim) float32, in input order.
+        """
+        out = np.zeros((len(sequences), self.dim), dtype=np.float32)
+        if not sequences:
+            return out
+        lengths = [len(s) for s in sequences]
+        too_long = [i for i, n in enumerate(lengths) if n > self.config.max_length]
+        if too_long:
+            raise ValueError(
+                f"{len(too_long)} sequences exceed max_length {self.config.max_length} "
+                f"(first at position {too_long[0]}, {lengths[too_long[0]]} tokens)"
+            )
+        batches = plan_batches(lengths, self.config.batch_tokens)
+        bar = _progress(len(sequences), progress)
+        for positions in batches:
+            width = lengths[positions[0]]
+            ids = torch.full((len(positions), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(positions), width), dtype=torch.long)
+            for row, i in enumerate(positions):
+                seq = sequences[i]
+                ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+                mask[row, : len(seq)] = 1
+            vectors = self._forward(ids.to(self.device), mask.to(self.device))
+            out[positions] = vectors.cpu().numpy()
+            bar.update(len(positions))
+        bar.close()
+        return out
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        need_layers = self.config.pooling == "last4"
+        outputs = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            token_type_ids=torch.zeros_like(ids),
+            output_hidden_states=need_layers,
+        )
+        vectors = pool(outputs, mask, self.config.pooling)  # (batch, dim) float32
+        return l2_normalize(vectors) if self.config.normalize else vectors
+
+    def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Encode short texts, one vector each, truncated to `max_length` tokens.
+
+        For documents that may run past `max_length`, use `indexer.chunking` instead, which
+        windows them rather than cutting them.
+        """
+        room = self.config.max_length - 2
+        seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
+        return self.encode_ids(seqs, progress=progress)
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, unit="seq", desc="encoding", file=sys.stderr,
+        disable=not enabled or total == 0, leave=False,
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def load_encoder(config: ModelConfig) -> Encoder:
+    """An Encoder for this configuration, loaded once per process."""
+    return Encoder(config)

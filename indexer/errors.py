@@ -1,0 +1,29 @@
+"""Typed exceptions for bertindex. Only the CLI turns them into exit codes."""
+
+
+class BertindexError(Exception):
+    """Base class: a runtime problem the user can fix (exit code 1)."""
+
+
+class ConfigError(BertindexError):
+    """The configuration file or an override is invalid."""
+
+
+class InputError(BertindexError):
+    """An input file, field mapping or record cannot be used."""
+
+
+class ModelError(BertindexError):
+    """The encoder model cannot be found or loaded."""
+
+
+class ProvenanceMismatch(BertindexError):
+    """Stored vectors or an index were made by a different encoder set-up than the configured one."""
+
+
+class StoreError(BertindexError):
+    """The store is missing, damaged, locked or written by a newer schema."""
+
+
+class IndexError_(BertindexError):
+    """A FAISS index file is missing, damaged or inconsistent with the store."""

@@ -1,0 +1,106 @@
+"""Evaluation on public benchmarks: BEIR retrieval metrics and STS Spearman correlation.
+
+Metrics follow BEIR/MTEB: nDCG@10 with graded gains from the qrels (linear gain, log2
+discount), recall@100 over relevant documents, MRR@10 over the first relevant hit.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from indexer.errors import InputError
+
+
+def load_beir_queries(folder: Path, split: str = "test") -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """Queries that have judgements in `qrels/<split>.tsv`, and those judgements."""
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    if not qrels_path.is_file():
+        raise InputError(f"{qrels_path} not found; a BEIR folder holds corpus.jsonl, "
+                         "queries.jsonl and qrels/<split>.tsv")
+    qrels: dict[str, dict[str, int]] = {}
+    with qrels_path.open() as fh:
+        for row in csv.reader(fh, delimiter="\t"):
+            if not row or row[0] == "query-id":
+                continue
+            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    queries_path = next((p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.is_file()), None)
+    if queries_path is None:
+        raise InputError(f"{folder}: queries.jsonl not found")
+    opener = gzip.open if queries_path.name.endswith(".gz") else open
+    queries = {}
+    with opener(queries_path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            obj = json.loads(line)
+            if str(obj["_id"]) in qrels:
+                queries[str(obj["_id"])] = obj["text"]
+    return queries, qrels
+
+
+def retrieval_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict:
+    """nDCG@10, recall@100 and MRR@10 averaged over the judged queries.
+
+    Args:
+        run: query id -> ranked document ids (best first).
+        qrels: query id -> {document id: relevance grade}.
+    """
+    ndcgs, recalls, mrrs = [], [], []
+    for qid, judged in qrels.items():
+        ranked = list(run.get(qid, []))
+        gains = [judged.get(d, 0) for d in ranked[:10]]
+        dcg = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
+        ideal = sorted(judged.values(), reverse=True)[:10]
+        idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+        ndcgs.append(dcg / idcg if idcg > 0 else 0.0)
+        relevant = {d for d, g in judged.items() if g > 0}
+        found = len(relevant & set(ranked[:100]))
+        recalls.append(found / len(relevant) if relevant else 0.0)
+        first = next((i for i, d in enumerate(ranked[:10]) if judged.get(d, 0) > 0), None)
+        mrrs.append(1.0 / (first + 1) if first is not None else 0.0)
+    return {
+        "ndcg@10": round(float(np.mean(ndcgs)), 5),
+        "recall@100": round(float(np.mean(recalls)), 5),
+        "mrr@10": round(float(np.mean(mrrs)), 5),
+        "queries": len(qrels),
+    }
+
+
+def load_sts(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+    """STS-B file: tab-separated, no quoting; score in column 5, sentences in 6 and 7."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such STS file")
+    left, right, gold = [], [], []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 7:
+                raise InputError(f"{path}:{number}: expected at least 7 tab-separated columns")
+            gold.append(float(parts[4]))
+            left.append(parts[5])
+            right.append(parts[6])
+    return left, right, np.asarray(gold)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (ties share their average rank)."""
+    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    sorted_x = x[order]
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1
+        i = j + 1
+    return ranks

@@ -1,0 +1,186 @@
+"""Indexing steps: a batch of records -> new/changed/unchanged -> windows -> vectors -> store,
+then the FAISS index brought in step with the store.
+
+Each step is a plain function so that a Prefect flow (or a notebook) can chain them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from indexer.chunking import make_windows
+from indexer.config import Config
+from indexer.encoder import Encoder
+from indexer.errors import IndexError_
+from indexer.readers import Batch, document_text
+from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
+from indexer.vector_index import VectorIndex, resolve_spec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchResult:
+    read: int = 0
+    encoded: int = 0
+    skipped_unchanged: int = 0
+    rejected: int = 0
+    chunks: int = 0
+    added: list[int] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+
+    def merge(self, other: "BatchResult") -> None:
+        self.read += other.read
+        self.encoded += other.encoded
+        self.skipped_unchanged += other.skipped_unchanged
+        self.rejected += other.rejected
+        self.chunks += other.chunks
+        self.added.extend(other.added)
+        self.removed.extend(other.removed)
+
+    def summary(self) -> dict:
+        return {
+            "read": self.read,
+            "encoded": self.encoded,
+            "skipped_unchanged": self.skipped_unchanged,
+            "rejected": self.rejected,
+            "chunks": self.chunks,
+        }
+
+
+def encode_documents(
+    encoder: Encoder, texts: list[str], config: Config, progress: bool = False
+) -> tuple[list[int], ChunkRows]:
+    """Window and encode texts.
+
+    Returns:
+        (document position of each chunk, ChunkRows whose doc_ids are positions into `texts`).
+    """
+    ids, offsets = encoder.tokenize(texts, offsets=True)
+    owners, ordinals, starts, ends, n_tokens, seqs = [], [], [], [], [], []
+    for pos, (tok, off, text) in enumerate(zip(ids, offsets, texts)):
+        windows = make_windows(
+            tok, off, len(text), encoder.cls_id, encoder.sep_id,
+            config.model.max_length, config.long_documents.stride, config.long_documents.mode,
+        )
+        for ordinal, w in enumerate(windows):
+            owners.append(pos)
+            ordinals.append(ordinal)
+            starts.append(w.start_char)
+            ends.append(w.end_char)
+            n_tokens.append(len(w.ids))
+            seqs.append(w.ids)
+    vectors = encoder.encode_ids(seqs, progress=progress)
+    return owners, ChunkRows(owners, ordinals, starts, ends, n_tokens, vectors)
+
+
+def index_batch(
+    batch: Batch, store: Store, encoder: Encoder, config: Config, collection: str,
+    run_id: str, progress: bool = False,
+) -> BatchResult:
+    """Store one batch: unchanged documents are skipped, new and changed ones encoded.
+
+    Returns:
+        Counts plus the chunk ids added to and removed from the store.
+    """
+    result = BatchResult(read=len(batch.records) + len(batch.rejected), rejected=len(batch.rejected))
+    store.set_provenance(encoder.provenance)
+    known = store.existing(collection, [r.external_id for r in batch.records])
+    new_docs, changed_docs, meta_updates = [], [], []
+    for record in batch.records:
+        digest = content_hash(record)
+        if record.external_id not in known:
+            new_docs.append((record, digest))
+            continue
+        doc_id, old_digest, old_meta = known[record.external_id]
+        if old_digest != digest:
+            changed_docs.append((doc_id, record, digest))
+        else:
+            result.skipped_unchanged += 1
+            if json.loads(old_meta or "{}") != record.metadata:
+                meta_updates.append((doc_id, record))
+    new_ids = store.next_ids("doc_ids", len(new_docs))
+    new_rows = [(d, r, h) for d, (r, h) in zip(new_ids, new_docs)]
+    to_encode = new_rows + changed_docs
+    texts = [document_text(r) for _, r, _ in to_encode]
+    _, chunks = encode_documents(encoder, texts, config, progress=progress)
+    chunks.doc_ids = [to_encode[pos][0] for pos in chunks.doc_ids]
+    added, removed = store.write_batch(
+        collection, new_rows, changed_docs, meta_updates, chunks, batch.rejected, run_id
+    )
+    result.encoded = len(to_encode)
+    result.chunks = len(added)
+    result.added, result.removed = added, removed
+    return result
+
+
+def sync_vector_index(store: Store, config: Config, added: list[int], removed: list[int]) -> dict:
+    """Bring the FAISS index in step with the store and save it as a new version.
+
+    Adds and removes in place when the current index allows and matches the store; otherwise
+    (first run, a spec that changed with size, damage, or a count that disagrees) it rebuilds
+    from the stored vectors. Nothing is re-encoded either way.
+
+    Returns:
+        {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
+    """
+    provenance = store.provenance()
+    if provenance is None:
+        return {"version": None, "spec": None, "ntotal": 0, "rebuilt": False}
+    total = store.count_chunks()
+    spec = resolve_spec(config.index.spec, total)
+    try:
+        current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
+    except IndexError_ as exc:
+        log.warning("%s; rebuilding from the stored vectors", exc)
+        current = None
+    if current is not None and not added and not removed and current.ntotal == total:
+        return {"version": None, "spec": current.spec, "ntotal": total, "rebuilt": False}
+    incremental = (
+        current is not None
+        and current.spec == spec
+        and current.ntotal + len(added) - len(removed) == total
+        and current.remove(removed)
+    )
+    if incremental:
+        added_set = np.asarray(sorted(added), dtype=np.int64)
+        vectors = _vectors_for(store, added_set)
+        current.add(vectors, added_set)
+        index = current
+    else:
+        ids, vectors = _all_vectors(store)
+        index = VectorIndex.build(spec, provenance, config.index, vectors, ids)
+    if index.ntotal != total:
+        raise IndexError_(
+            f"index holds {index.ntotal} vectors but the store has {total} chunks; "
+            "re-run to rebuild"
+        )
+    version = index.save(store.path)
+    return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
+
+
+def _all_vectors(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    parts_ids, parts_vecs = [], []
+    for ids, vecs in store.iter_vectors():
+        parts_ids.append(ids)
+        parts_vecs.append(vecs)
+    if not parts_ids:
+        dim = store.provenance().dim
+        return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
+    return np.concatenate(parts_ids), np.concatenate(parts_vecs)
+
+
+def _vectors_for(store: Store, ids: np.ndarray) -> np.ndarray:
+    if not len(ids):
+        return np.zeros((0, store.provenance().dim), np.float32)
+    table = store.con.execute(
+        "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[])) "
+        "ORDER BY chunk_id",
+        [ids.tolist()],
+    ).fetch_arrow_table()
+    emb = table.column("embedding").combine_chunks()
+    return emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(ids), -1)

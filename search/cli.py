@@ -1,0 +1,205 @@
+"""`bertindex` command line: index, search and evaluate. Thin layer over `indexer` and `flows`.
+
+Exit codes: 0 success (no hits included), 1 runtime error, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import textwrap
+from pathlib import Path
+
+import click
+
+from indexer.errors import InputError
+from search.cli_common import (
+    build_config, config_options, encode_options, handle_errors, json_option, print_json,
+    show_progress,
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bertindex")
+def main() -> None:
+    """bertindex: batch BERT embeddings, FAISS + DuckDB, semantic search."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--collection", default="default", show_default=True,
+              help="Collection name; document ids are unique within it.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "parquet", "csv", "beir"]),
+              default="auto", show_default=True, help="Input format (auto: by file name).")
+@click.option("--id-field", help="Column holding the document id (default: id or _id).")
+@click.option("--text-field", default="text", show_default=True, help="Column holding the text.")
+@click.option("--title-field", default="title", show_default=True,
+              help="Column holding the title (encoded before the text).")
+@click.option("--batch-size", default=2048, show_default=True, type=click.IntRange(1),
+              help="Documents read and committed per batch.")
+@config_options
+@encode_options
+@json_option
+@handle_errors
+def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
+          config_path, store_path, max_length, long_documents, as_json):
+    """Read, encode and index corpus files (JSONL, Parquet, CSV, BEIR) into the store.
+
+    Unchanged documents are skipped; changed ones are re-encoded and replaced.
+    """
+    from flows.runtime import wait_for_api, warm_up_api
+
+    cfg = build_config(config_path, store_path, max_length, long_documents)
+    warm_up_api()  # Prefect's local API starts while the model loads
+    from indexer.encoder import load_encoder
+    from indexer.readers import FieldMap
+
+    load_encoder(cfg.model)
+    wait_for_api()
+    from flows.index_corpus import index_corpus
+
+    fields = FieldMap(id_field=id_field, text_field=text_field, title_field=title_field or None)
+    summary = index_corpus([str(p) for p in paths], cfg, collection, fmt, fields, batch_size,
+                           show_progress())
+    if as_json:
+        print_json(summary)
+    else:
+        click.echo(
+            f"read {summary['read']}, encoded {summary['encoded']}, "
+            f"unchanged {summary['skipped_unchanged']}, rejected {summary['rejected']}; "
+            f"index {summary['index']['ntotal']} vectors in {cfg.store.path}"
+        )
+        for r in summary["rejections"][:10]:
+            click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
+
+
+@main.command()
+@click.argument("query")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 10000),
+              help="Number of documents to return.")
+@click.option("--collection", help="Search one collection only.")
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
+              help="Metadata filter (repeatable; all must match), applied inside the search.")
+@config_options
+@encode_options
+@json_option
+@handle_errors
+def search(query, k, collection, where, config_path, store_path, max_length, long_documents,
+           as_json):
+    """Semantic search: the k documents closest to QUERY."""
+    from indexer.store import Store
+    from search.query import Searcher, parse_where
+
+    cfg = build_config(config_path, store_path, max_length, long_documents)
+    filters = parse_where(where)
+    with Store(cfg.store.path, read_only=True) as store:
+        hits = Searcher(cfg, store).search(query, k, collection, filters)
+    if as_json:
+        for h in hits:
+            print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
+                        "text": h.text, "metadata": h.metadata, "collection": h.collection})
+        return
+    if not hits:
+        click.echo("no hits", err=True)
+        return
+    _print_table(hits)
+
+
+def _print_table(hits) -> None:
+    id_width = min(max(len(h.id) for h in hits), 40)
+    click.echo(f"{'rank':>4}  {'score':>6}  {'id':<{id_width}}  title / snippet")
+    for h in hits:
+        snippet = " ".join(h.text[h.chunk_start:h.chunk_end].split())
+        title = (h.title or "").strip()
+        line = f"{title} | {snippet}" if title else snippet
+        click.echo(f"{h.rank:>4}  {h.score:6.3f}  {h.id[:id_width]:<{id_width}}  "
+                   f"{textwrap.shorten(line, 90, placeholder=' …')}")
+
+
+@main.group("eval")
+def eval_group() -> None:
+    """Evaluate on public benchmarks (BEIR retrieval, STS similarity, trained heads)."""
+
+
+@eval_group.command("beir")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--split", default="test", show_default=True, help="qrels split to score.")
+@config_options
+@encode_options
+@json_option
+@handle_errors
+def eval_beir(folder, split, config_path, store_path, max_length, long_documents, as_json):
+    """Index a BEIR data set into a temporary store and report nDCG@10, recall@100, MRR@10."""
+    from flows.index_corpus import run_index
+    from indexer.encoder import load_encoder
+    from indexer.evaluation import load_beir_queries, retrieval_scores
+    from indexer.store import Store
+    from search.query import Searcher
+
+    cfg = build_config(config_path, None, max_length, long_documents)
+    folder = Path(folder)
+    queries, qrels = load_beir_queries(folder, split)
+    with tempfile.TemporaryDirectory(prefix="bertindex-beir-") as tmp:
+        cfg = cfg.with_overrides(**{"store.path": store_path or tmp})
+        summary = run_index([str(folder)], cfg, collection=folder.name, fmt="beir",
+                            progress=show_progress())
+        encoder = load_encoder(cfg.model)
+        with Store(cfg.store.path, read_only=True) as store:
+            searcher = Searcher(cfg, store, encoder)
+            ids = list(queries)
+            vectors = encoder.encode_texts([queries[q] for q in ids])
+            results = searcher.search_vectors(vectors, k=100)
+        run = {q: [h.id for h in hits] for q, hits in zip(ids, results)}
+    scores = retrieval_scores(run, {q: qrels[q] for q in ids})
+    scores |= {"documents": summary["read"], "chunks": summary["chunks"],
+               "max_length": cfg.model.max_length, "long_documents": cfg.long_documents.mode,
+               "dtype": encoder.provenance.dtype}
+    if as_json:
+        print_json(scores)
+    else:
+        for key, value in scores.items():
+            click.echo(f"{key:>15}  {value}")
+
+
+@eval_group.command("sts")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@config_options
+@encode_options
+@json_option
+@handle_errors
+def eval_sts(file, config_path, store_path, max_length, long_documents, as_json):
+    """Spearman correlation of cosine similarity with gold scores on an STS-B file."""
+    from indexer.encoder import load_encoder
+    from indexer.evaluation import load_sts, spearman
+
+    cfg = build_config(config_path, store_path, max_length, long_documents)
+    left, right, gold = load_sts(Path(file))
+    encoder = load_encoder(cfg.model)
+    a = encoder.encode_texts(left)
+    b = encoder.encode_texts(right)
+    if not cfg.model.normalize:
+        a = a / np.linalg.norm(a, axis=1, keepdims=True)
+        b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    result = {"spearman": round(spearman((a * b).sum(axis=1), gold), 5), "pairs": len(gold),
+              "dtype": encoder.provenance.dtype}
+    if as_json:
+        print_json(result)
+    else:
+        click.echo(f"spearman {result['spearman']:.4f} over {result['pairs']} pairs")
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in their own modules."""
+    try:
+        from search.cli_heads import eval_head, train
+    except ImportError:
+        return
+    main.add_command(train)
+    eval_group.add_command(eval_head, name="head")
+
+
+import numpy as np  # noqa: E402  (light; used by eval sts)
+
+_register_optional_commands()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Options, config loading, output and error handling shared by every `bertindex` command.
+
+Exit codes: 0 success (no hits included), 1 runtime error, 2 usage error.
+Data goes to stdout; logs and progress to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from indexer.config import Config, load_config
+from indexer.errors import BertindexError
+
+log = logging.getLogger("bertindex")
+
+
+def config_options(func: Callable) -> Callable:
+    """--config PATH and --store DIR."""
+    func = click.option(
+        "--store", "store_path", type=click.Path(file_okay=False),
+        help="Store directory (overrides store.path).",
+    )(func)
+    func = click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False),
+        envvar="BERTINDEX_CONFIG",
+        help="YAML config file (default: ./config.yaml when present, else built-in defaults).",
+    )(func)
+    return func
+
+
+def encode_options(func: Callable) -> Callable:
+    """--max-length N and --long-documents chunk|truncate, for commands that encode."""
+    func = click.option(
+        "--long-documents", type=click.Choice(["chunk", "truncate"]),
+        help="Texts longer than max length: overlapping windows (chunk) or cut (truncate).",
+    )(func)
+    func = click.option(
+        "--max-length", type=click.IntRange(8, 512), help="Tokens per window (at most 512)."
+    )(func)
+    return func
+
+
+def json_option(func: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(func)
+
+
+def build_config(
+    config_path: str | None,
+    store_path: str | None = None,
+    max_length: int | None = None,
+    long_documents: str | None = None,
+) -> Config:
+    """Load the config file and apply command-line overrides."""
+    if config_path is None and Path("config.yaml").is_file():
+        config_path = "config.yaml"
+    cfg = load_config(config_path)
+    return cfg.with_overrides(
+        **{
+            "store.path": store_path,
+            "model.max_length": max_length,
+            "long_documents.mode": long_documents,
+        }
+    )
+
+
+def handle_errors(func: Callable) -> Callable:
+    """Turn bertindex errors into a one-line message on stderr and exit code 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        setup_logging()
+        try:
+            return func(*args, **kwargs)
+        except BertindexError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def setup_logging() -> None:
+    level = os.environ.get("BERTINDEX_LOG", "WARNING").upper()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+def print_json(obj: object) -> None:
+    click.echo(json.dumps(obj, ensure_ascii=False, default=str))
+
+
+def show_progress() -> bool:
+    """Progress bars only when stderr is a terminal (or BERTINDEX_PROGRESS=1)."""
+    forced = os.environ.get("BERTINDEX_PROGRESS")
+    if forced is not None:
+        return forced == "1"
+    return sys.stderr.isatty()
