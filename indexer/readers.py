@@ -65,7 +65,7 @@ def detect_format(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".gz"):
         name = name[:-3]
-    if name == "corpus.jsonl":
+    if name == "corpus.jsonl" and (path.parent / "qrels").is_dir():
         return "beir"
     for suffix, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl"),
                         (".parquet", "parquet"), (".csv", "csv"), (".tsv", "csv")):
@@ -190,24 +190,17 @@ def _parquet_frames(path: Path, batch_size: int):
 
 def _csv_frames(path: Path, batch_size: int):
     sep = "\t" if path.name.lower().endswith(".tsv") else ","
-    try:
-        reader = pl.read_csv_batched(
-            path, separator=sep, batch_size=batch_size, infer_schema=False, encoding="utf8-lossy"
-        )
-    except Exception as exc:
-        raise InputError(f"{path}: not a readable CSV file ({exc})") from None
+    lazy = pl.scan_csv(path, separator=sep, infer_schema=False, encoding="utf8-lossy")
     row = 0
-    while True:
-        try:
-            chunk = reader.next_batches(1)
-        except pl.exceptions.PolarsError as exc:
-            raise InputError(f"{path}: CSV parse error after row {row}: {exc}") from None
-        if not chunk:
-            return
-        frame = chunk[0]
-        start = row + 1
-        row += frame.height
-        yield start, frame.with_columns(pl.int_range(start, start + frame.height).alias("__row")).to_dicts(), []
+    try:
+        for frame in lazy.collect_batches(chunk_size=batch_size):
+            start = row + 1
+            row += frame.height
+            numbered = frame.with_columns(pl.int_range(start, start + frame.height).alias("__row"))
+            yield start, numbered.to_dicts(), []
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"{path}: CSV parse error after row {row}: {exc}; fix the file or "
+                         "convert it to JSONL") from None
 
 
 class _Validator:

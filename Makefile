@@ -1,0 +1,38 @@
+# bertindex: `make demo` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed-stamp
+DEMO   := .demo
+
+.PHONY: install demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# the CPU build first: a bare `torch` requirement would pull a multi-GB CUDA build
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m indexer.stdlib_corpus $(DEMO)/stdlib.jsonl
+	BERTINDEX_PROGRESS=1 $(VENV)/bin/bertindex index $(DEMO)/stdlib.jsonl --collection stdlib --store $(DEMO)/store
+	$(VENV)/bin/bertindex search "parse command line arguments" --store $(DEMO)/store -k 5
+	$(VENV)/bin/bertindex search "compress a file with gzip" --store $(DEMO)/store -k 3 --where kind=function
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/encode_throughput.py
+	$(PY) benchmarks/index_end_to_end.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check indexer flows search tests benchmarks
+
+clean:
+	rm -rf $(DEMO) .bertindex

@@ -1,0 +1,164 @@
+"""`bertindex train classifier|ner` and `bertindex eval head`: fine-tune a head on the
+encoder (Prefect flow `train_head`, in process) and score a saved head.
+
+Thin layer: options in, `indexer.heads` / `flows.train` do the work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from search.cli_common import (
+    build_config,
+    config_options,
+    handle_errors,
+    json_option,
+    print_json,
+    show_progress,
+)
+
+FORMAT_CHOICES = ["auto", "json", "jsonl", "parquet", "conll", "tweeteval"]
+
+
+def data_options(func: Callable) -> Callable:
+    """--data PATH [--validation PATH] [--test PATH] [--format ...]."""
+    for decorator in reversed([
+        click.option("--data", required=True, type=click.Path(exists=True),
+                     help="A file holding the splits (JSON), the train split file, or a TweetEval folder."),
+        click.option("--validation", type=click.Path(exists=True, dir_okay=False),
+                     help="Validation split file (picks the best epoch)."),
+        click.option("--test", type=click.Path(exists=True, dir_okay=False),
+                     help="Test split file (scored at the end, never used to pick the epoch)."),
+        click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="auto",
+                     show_default=True, help="Input format; auto guesses from each path."),
+    ]):
+        func = decorator(func)
+    return func
+
+
+def train_options(func: Callable) -> Callable:
+    """Options shared by `train classifier` and `train ner`."""
+    for decorator in reversed([
+        click.option("--out", required=True, type=click.Path(file_okay=False),
+                     help="Directory for the trained head (a standard transformers model dir)."),
+        click.option("--base", help="Base encoder directory (default: the configured model.name)."),
+        click.option("--head-only", is_flag=True,
+                     help="Freeze the backbone and train only the head (features computed once)."),
+        click.option("--epochs", type=click.IntRange(1, 100), default=2, show_default=True,
+                     help="Training epochs; the best one on validation is kept."),
+        click.option("--lr", type=click.FloatRange(0, 1, min_open=True),
+                     help="Learning rate (default 2e-5; 1e-3 with --head-only)."),
+        click.option("--max-length", type=click.IntRange(8, 512), default=128, show_default=True,
+                     help="Longest example in tokens; longer ones are refused, never truncated."),
+        click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True,
+                     help="Examples per training step."),
+        click.option("--seed", type=int, default=42, show_default=True, help="Random seed."),
+    ]):
+        func = decorator(func)
+    return func
+
+
+@click.group(name="train")
+def train() -> None:
+    """Fine-tune a head on the encoder: a sentence classifier or a BIO NER tagger."""
+
+
+def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, lr,
+           max_length, batch_size, seed, as_json, config_path, store_path) -> None:
+    from flows.runtime import wait_for_api, warm_up_api
+
+    warm_up_api()  # the Prefect API starts while torch and the model load
+    from indexer.config import resolve_model_path
+    from indexer.heads.receipt import summary
+    from indexer.heads.train import TrainSettings
+
+    cfg = build_config(config_path, store_path)
+    settings = TrainSettings(
+        task=task, base=resolve_model_path(base or cfg.model.name), out=Path(out),
+        head_only=head_only, epochs=epochs, lr=lr, max_length=max_length,
+        batch_size=batch_size, seed=seed,
+    )
+    from flows.train import train_head
+
+    wait_for_api()
+    receipt = train_head(settings, str(data), validation, test, fmt, progress=show_progress())
+    short = summary(receipt)
+    if as_json:
+        print_json(short)
+        return
+    metric = receipt["metric"]
+    click.echo(f"saved {task} head to {out}")
+    click.echo(f"best epoch {short['best_epoch']}: validation {metric} {short['validation'][metric]:.4f}")
+    if short["test"]:
+        click.echo(f"test {metric} {short['test'][metric]:.4f}")
+    if short.get("baseline") and short["baseline"]["test"]:
+        click.echo(f"baseline ({short['baseline']['name']}) test {metric} {short['baseline']['test'][metric]:.4f}")
+    click.echo(f"training {short['training_seconds']:.1f} s, {short['examples_per_second']:.1f} examples/s")
+
+
+@train.command("classifier")
+@data_options
+@train_options
+@json_option
+@config_options
+@handle_errors
+def classifier(**options) -> None:
+    """Fine-tune a sentence classifier (items {text, label}; TweetEval folders)."""
+    _train("classifier", **options)
+
+
+@train.command("ner")
+@data_options
+@train_options
+@json_option
+@config_options
+@handle_errors
+def ner(**options) -> None:
+    """Fine-tune a BIO token tagger (items {tokens, tags}; CoNLL column files)."""
+    _train("ner", **options)
+
+
+@click.command("head")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@data_options
+@click.option("--split", type=click.Choice(["train", "validation", "test"]), default="test",
+              show_default=True, help="Which split of the data to score.")
+@click.option("--batch-size", type=click.IntRange(1, 4096), default=64, show_default=True,
+              help="Examples per forward pass.")
+@json_option
+@config_options
+@handle_errors
+def eval_head(model_dir, data, validation, test, fmt, split, batch_size, as_json, config_path, store_path) -> None:
+    """Score a saved head on a labelled split: macro_f1 or entity_f1, with per-class detail."""
+    from indexer.heads.data import read_head_data
+    from indexer.heads.evaluate import evaluate_head
+    from indexer.errors import ModelError
+    from indexer.heads.predict import head_task
+    from transformers import AutoConfig
+
+    build_config(config_path, store_path)  # a broken config is reported like everywhere else
+    try:
+        task = head_task(AutoConfig.from_pretrained(model_dir))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{model_dir}: not a saved head: {exc}") from None
+    splits = read_head_data(task, data, validation, test, fmt)
+    scores = evaluate_head(model_dir, splits, split, batch_size)
+    if as_json:
+        print_json(scores)
+        return
+    metric = scores["metric"]
+    click.echo(f"{split}: {scores['examples']} examples, {metric} {scores[metric]:.4f}")
+    detail = scores.get("per_class") or scores.get("per_type") or {}
+    click.echo(f"{'':<16}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>9}")
+    for name, row in detail.items():
+        click.echo(f"{name:<16}{row['precision']:>10.4f}{row['recall']:>10.4f}{row['f1']:>10.4f}{row['support']:>9}")
+
+
+if __name__ == "__main__":  # python -m search.cli_heads train ... | head ...
+    cli = click.Group(name="bertindex-heads", help="Fine-tuned heads (train, eval head).")
+    cli.add_command(train)
+    cli.add_command(eval_head, name="head")
+    cli()

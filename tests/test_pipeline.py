@@ -1,0 +1,104 @@
+"""Store + FAISS index through the library (no Prefect): ids round-trip, re-indexing is
+incremental, filters work inside the search, provenance is enforced."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from flows.index_corpus import run_index
+from indexer.encoder import load_encoder
+from indexer.errors import ProvenanceMismatch, StoreError
+from indexer.store import Store
+from indexer.vector_index import VectorIndex
+from search.query import Searcher
+
+
+def search(cfg, query, **kw):
+    with Store(cfg.store.path, read_only=True) as store:
+        return Searcher(cfg, store).search(query, **kw)
+
+
+def test_index_then_each_document_finds_itself_first(tiny_config, small_corpus):
+    summary = run_index([str(small_corpus)], tiny_config)
+    assert (summary["read"], summary["encoded"], summary["rejected"]) == (5, 5, 0), summary["rejections"]
+    assert summary["chunks"] > 5  # the long document became several windows
+    for line in small_corpus.read_text().splitlines():
+        row = json.loads(line)
+        hits = search(tiny_config, row["text"], k=3)
+        assert hits[0].id == row["id"]
+        assert hits[0].score == pytest.approx(1.0, abs=1e-4) or row["kind"] == "long"
+        assert len({h.id for h in hits}) == len(hits)  # a document appears once
+
+
+def test_faiss_ids_are_store_chunk_ids(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config)
+    with Store(tiny_config.store.path, read_only=True) as store:
+        index = VectorIndex.load(store.path, tiny_config.index)
+        stored_ids = store.chunk_ids()
+        assert index.ntotal == len(stored_ids)
+        for ids, vectors in store.iter_vectors():
+            scores, found = index.search(vectors, 1)
+            np.testing.assert_array_equal(found[:, 0], ids)
+
+
+def test_reindex_skips_unchanged_and_replaces_changed(tiny_config, small_corpus, tmp_path):
+    run_index([str(small_corpus)], tiny_config)
+    again = run_index([str(small_corpus)], tiny_config)
+    assert (again["encoded"], again["skipped_unchanged"], again["index"]["version"]) == (0, 5, None)
+    rows = [json.loads(line) for line in small_corpus.read_text().splitlines()]
+    rows[0]["text"] = "a green train to the sea"
+    rows.append({"id": "d9", "text": "a slow car", "kind": "new", "lang": "en"})
+    small_corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    third = run_index([str(small_corpus)], tiny_config)
+    assert (third["encoded"], third["skipped_unchanged"]) == (2, 4)
+    assert search(tiny_config, "a green train to the sea", k=1)[0].id == "a1"
+    with Store(tiny_config.store.path, read_only=True) as store:
+        assert store.count_documents() == 6
+        index = VectorIndex.load(store.path, tiny_config.index)
+        assert index.ntotal == store.count_chunks()
+
+
+def test_where_and_collection_filters_apply_inside_the_search(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config, collection="one")
+    hits = search(tiny_config, "the cat sat on the mat", k=10, where=[("kind", "code")])
+    assert {h.id for h in hits} == {"b1", "b2"}
+    assert search(tiny_config, "cat", k=5, where=[("kind", "nothing")]) == []
+    assert search(tiny_config, "cat", k=5, collection="other") == []
+    hostile = "x'; DROP TABLE documents; --"
+    assert search(tiny_config, "cat", k=5, where=[(hostile, hostile)]) == []
+    assert len(search(tiny_config, "cat", k=10, collection="one")) == 5
+
+
+def test_missing_index_is_rebuilt_from_stored_vectors(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config)
+    before = [h.id for h in search(tiny_config, "parse python arguments", k=5)]
+    shutil.rmtree(f"{tiny_config.store.path}/index")
+    summary = run_index([str(small_corpus)], tiny_config)
+    assert summary["encoded"] == 0 and summary["index"]["rebuilt"]
+    assert [h.id for h in search(tiny_config, "parse python arguments", k=5)] == before
+
+
+def test_store_refuses_another_encoder_setup(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config)
+    other = tiny_config.with_overrides(**{"model.pooling": "cls"})
+    load_encoder.cache_clear()
+    with pytest.raises(ProvenanceMismatch, match="pooling"):
+        run_index([str(small_corpus)], other)
+    with pytest.raises(ProvenanceMismatch, match="pooling"):
+        search(other, "cat")
+
+
+def test_newer_schema_is_refused(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config)
+    with Store(tiny_config.store.path) as store:
+        store.con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="newer bertindex"):
+        Store(tiny_config.store.path)
+
+
+def test_explicit_factory_string(tiny_config, small_corpus):
+    cfg = tiny_config.with_overrides(**{"index.spec": "HNSW8"})
+    run_index([str(small_corpus)], cfg)
+    assert search(cfg, "the dog slept on the sofa", k=1)[0].id == "a2"
