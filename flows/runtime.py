@@ -18,13 +18,14 @@ def warm_up_api() -> None:
     global _warmup
     if _warmup is not None or os.environ.get("PREFECT_API_URL"):
         return
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    # read in this thread: a test harness sets these in a context the worker would not see
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return
 
     def start() -> None:
         try:
-            from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-            if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-                return
             from prefect.server.api.server import SubprocessASGIServer
 
             SubprocessASGIServer().start()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import flows  # noqa: F401  (applies the project's Prefect settings)
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+import flows  # noqa: F401  (applies the project's Prefect settings)
 from indexer.heads import data as head_data
 from indexer.heads import train as head_train
 from indexer.heads.data import HeadData

@@ -244,9 +244,10 @@ class Encoder:
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         need_layers = self.config.pooling == "last4"
+        # A batch without padding needs no mask, which lets SDPA take its fused kernel.
         outputs = self.model(
             input_ids=ids,
-            attention_mask=mask,
+            attention_mask=None if bool(mask.all()) else mask,
             token_type_ids=torch.zeros_like(ids),
             output_hidden_states=need_layers,
         )

@@ -72,12 +72,21 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
             click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
 
 
+def _parse_where(ctx, param, values):
+    from search.query import parse_where
+
+    try:
+        return parse_where(values)
+    except InputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @main.command()
 @click.argument("query")
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 10000),
               help="Number of documents to return.")
 @click.option("--collection", help="Search one collection only.")
-@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE",
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=_parse_where,
               help="Metadata filter (repeatable; all must match), applied inside the search.")
 @config_options
 @encode_options
@@ -87,12 +96,11 @@ def search(query, k, collection, where, config_path, store_path, max_length, lon
            as_json):
     """Semantic search: the k documents closest to QUERY."""
     from indexer.store import Store
-    from search.query import Searcher, parse_where
+    from search.query import Searcher
 
     cfg = build_config(config_path, store_path, max_length, long_documents)
-    filters = parse_where(where)
     with Store(cfg.store.path, read_only=True) as store:
-        hits = Searcher(cfg, store).search(query, k, collection, filters)
+        hits = Searcher(cfg, store).search(query, k, collection, where)
     if as_json:
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,

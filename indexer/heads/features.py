@@ -1,0 +1,140 @@
+"""Examples to model inputs: tokenisation without truncation, the over-long refusal, and
+length-sorted batches.
+
+Does not run the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from indexer.config import MAX_POSITIONS
+from indexer.errors import InputError
+from indexer.heads.data import Example, SentenceExample, TokenExample
+from indexer.heads.labels import align_labels, first_subword_positions
+
+SHOW_TOO_LONG = 5  # over-long examples named in the refusal
+SORT_POOL = 50  # training batches drawn from length-sorted pools of SORT_POOL batches
+
+
+@dataclass
+class Encoded:
+    """One split, tokenised. `labels[i]` is an int (classifier) or one id per token (NER)."""
+
+    ids: list[str]
+    input_ids: list[list[int]]
+    labels: list
+    word_positions: list[dict[int, int]] | None = None  # NER: word -> first subword position
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self))
+
+
+def encode_examples(tokenizer, examples: Sequence[Example]) -> Encoded:
+    """Tokenise examples with special tokens and without truncation.
+
+    Args:
+        tokenizer: a fast (Rust) tokenizer; NER needs its `word_ids()`.
+        examples: all SentenceExample or all TokenExample.
+    Returns:
+        Encoded, in the order given.
+    """
+    ids = [e.id for e in examples]
+    if not examples:
+        return Encoded(ids, [], [])
+    if isinstance(examples[0], SentenceExample):
+        enc = tokenizer([e.text for e in examples], add_special_tokens=True, truncation=False)
+        return Encoded(ids, enc["input_ids"], [e.label for e in examples])
+    if not getattr(tokenizer, "is_fast", False):
+        raise InputError("NER needs a fast tokenizer (tokenizer.json) for word_ids() alignment")
+    enc = tokenizer(
+        [list(e.tokens) for e in examples], is_split_into_words=True,
+        add_special_tokens=True, truncation=False,
+    )
+    labels, positions = [], []
+    for i, example in enumerate(examples):
+        assert isinstance(example, TokenExample)
+        word_ids = enc.word_ids(i)
+        labels.append(align_labels(word_ids, example.tags))
+        positions.append(first_subword_positions(word_ids))
+    return Encoded(ids, enc["input_ids"], labels, positions)
+
+
+def check_lengths(encoded: Encoded, max_length: int, split: str) -> None:
+    """Refuse examples longer than `max_length` tokens, before any training.
+
+    Raises:
+        InputError: how many are too long, the first few ids and lengths, and the ways out.
+    """
+    lengths = encoded.lengths
+    too_long = np.flatnonzero(lengths > max_length)
+    if too_long.size == 0:
+        return
+    shown = ", ".join(f"{encoded.ids[i]} ({lengths[i]} tokens)" for i in too_long[:SHOW_TOO_LONG])
+    more = f" and {too_long.size - SHOW_TOO_LONG} more" if too_long.size > SHOW_TOO_LONG else ""
+    longest = int(lengths.max())
+    if longest <= MAX_POSITIONS:
+        raise_to = f"raise --max-length to at least {longest} (at most {MAX_POSITIONS})"
+    else:
+        raise_to = f"raise --max-length (at most {MAX_POSITIONS}, which is still too short for {longest})"
+    raise InputError(
+        f"{too_long.size} {split} example(s) are longer than --max-length {max_length} after "
+        f"tokenisation: {shown}{more}. Nothing is truncated; either {raise_to}, or split these "
+        f"inputs into shorter ones"
+    )
+
+
+def sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Batches of indexes sorted by length, longest first (for scoring)."""
+    order = np.argsort(-lengths, kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def training_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled batches of similar lengths: shuffle, sort within pools, shuffle the batches.
+
+    Every index appears exactly once per epoch.
+    """
+    order = rng.permutation(len(lengths))
+    pool = batch_size * SORT_POOL
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = order[start : start + pool]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def collate(encoded: Encoded, index: Sequence[int], pad_id: int, with_labels: bool = True) -> dict:
+    """Right-padded tensors for the examples at `index`.
+
+    Returns:
+        {"input_ids", "attention_mask"} of shape (batch, longest), plus "labels":
+        (batch,) for a classifier, (batch, longest) with -100 on padding for NER.
+    """
+    rows = [encoded.input_ids[i] for i in index]
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for j, row in enumerate(rows):
+        input_ids[j, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[j, : len(row)] = 1
+    batch = {"input_ids": input_ids, "attention_mask": mask}
+    if with_labels:
+        first = encoded.labels[index[0]]
+        if isinstance(first, list):
+            labels = torch.full((len(rows), width), -100, dtype=torch.long)  # -100: padding
+            for j, i in enumerate(index):
+                labels[j, : len(encoded.labels[i])] = torch.tensor(encoded.labels[i], dtype=torch.long)
+        else:
+            labels = torch.tensor([encoded.labels[i] for i in index], dtype=torch.long)
+        batch["labels"] = labels
+    return batch

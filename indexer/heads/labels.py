@@ -1,0 +1,91 @@
+"""Label alignment between words and subword tokens, and BIO tags to entity spans.
+
+Does not tokenize: it works on the `word_ids()` a fast tokenizer already produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+IGNORE_INDEX = -100  # ignored by cross-entropy: later subwords, special tokens, padding
+
+
+def align_labels(word_ids: Sequence[int | None], word_labels: Sequence[int]) -> list[int]:
+    """Give each token the label it trains on.
+
+    The first subword of a word keeps the word's label; later subwords of the same word,
+    special tokens (`word_id` None) and padding get IGNORE_INDEX.
+
+    Args:
+        word_ids: one entry per token, the index of its word or None (from `word_ids()`).
+        word_labels: one label id per word.
+    Returns:
+        One label id per token.
+    """
+    aligned: list[int] = []
+    previous: int | None = None
+    for word in word_ids:
+        if word is None or word == previous:
+            aligned.append(IGNORE_INDEX)
+        else:
+            aligned.append(word_labels[word])
+        previous = word
+    return aligned
+
+
+def first_subword_positions(word_ids: Sequence[int | None]) -> dict[int, int]:
+    """Map each word index to the position of its first subword token.
+
+    Words that produced no token at all (e.g. a lone control character) are absent.
+    """
+    positions: dict[int, int] = {}
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in positions:
+            positions[word] = position
+    return positions
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """`B-PER` -> (`B`, `PER`); `O` -> (`O`, ``)."""
+    if tag == "O":
+        return "O", ""
+    prefix, _, kind = tag.partition("-")
+    return prefix, kind
+
+
+def is_bio_tag(tag: str) -> bool:
+    """True for `O` and for `B-TYPE` / `I-TYPE` with a non-empty type."""
+    prefix, kind = split_tag(tag)
+    return prefix == "O" or (prefix in ("B", "I") and bool(kind) and tag[1] == "-")
+
+
+def bio_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Entity spans of a BIO tag sequence, read the conlleval way (as seqeval's default).
+
+    A span starts at `B-X`, or at `I-X` that does not continue a span of type X (after `O`,
+    or after a span of another type); it ends before `O`, `B-*`, or a tag of another type.
+
+    Args:
+        tags: tags such as `O`, `B-PER`, `I-PER`.
+    Returns:
+        (type, start, end) with `end` exclusive, in order.
+    """
+    spans: list[tuple[str, int, int]] = []
+    kind_open: str | None = None
+    start = 0
+    for i, tag in enumerate(tags):
+        prefix, kind = split_tag(tag)
+        if kind_open is not None and (prefix in ("O", "B") or kind != kind_open):
+            spans.append((kind_open, start, i))
+            kind_open = None
+        if prefix == "B" or (prefix == "I" and kind_open is None):
+            kind_open, start = kind, i
+    if kind_open is not None:
+        spans.append((kind_open, start, len(tags)))
+    return spans
+
+
+def order_bio_labels(tags: Iterable[str]) -> list[str]:
+    """A stable label list for a set of BIO tags: `O` first, then `B-X`, `I-X` by type."""
+    kinds = sorted({split_tag(t)[1] for t in tags if t != "O"})
+    return ["O"] + [f"{p}-{k}" for k in kinds for p in ("B", "I")]

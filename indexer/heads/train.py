@@ -1,0 +1,371 @@
+"""Fine-tune a classifier or NER head on the encoder and save it as a transformers model dir.
+
+Recipe: AdamW (weight decay 0.01), linear warm-up over the first 10% of steps then linear
+decay, gradient-norm clip 1.0, fixed seed. The validation split picks the best epoch; the
+test split is only scored at the end. Runs on CPU; with dtype bf16 the training forward and
+backward (or the head-only feature pass) run under bf16 autocast, while weights, optimizer
+state and every score stay fp32. Does not read files (see `data`).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from indexer.errors import InputError, ModelError
+from indexer.heads.baseline import tfidf_baseline
+from indexer.heads.data import HeadData, require_splits
+from indexer.heads.features import (
+    Encoded,
+    check_lengths,
+    collate,
+    encode_examples,
+    training_batches,
+)
+from indexer.heads.inference import model_logits, pad_id_of, run_batches, score_logits
+from indexer.heads.metrics import METRIC_NAMES
+from indexer.heads.receipt import check_out_dir, package_versions, save_head_dir, weights_sha256
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LR = 2e-5
+DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
+WARMUP_RATIO = 0.1
+WEIGHT_DECAY = 0.01
+GRAD_CLIP = 1.0
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """One training run. `lr` None: DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with `head_only`."""
+
+    task: Literal["classifier", "ner"]
+    base: Path
+    out: Path
+    head_only: bool = False
+    epochs: int = 2
+    lr: float | None = None
+    max_length: int = 128
+    batch_size: int = 32
+    seed: int = 42
+    threads: int | None = None
+    dtype: Literal["fp32", "bf16"] = "fp32"
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_HEAD_ONLY_LR if self.head_only else DEFAULT_LR
+
+
+@dataclass
+class FitResult:
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    best_score: float = float("-inf")
+    seconds: float = 0.0
+    feature_seconds: float = 0.0
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Size torch's intra-op pool: `threads`, else OMP_NUM_THREADS, else every CPU this
+    process may run on (on a shared machine, OMP_NUM_THREADS=1 avoids spin-wait stalls)."""
+    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    if threads is None:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except AttributeError:
+            threads = os.cpu_count() or 1
+    torch.set_num_threads(max(1, threads))
+    return torch.get_num_threads()
+
+
+def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
+    """`model.dtype` of the config for CPU training: auto -> bf16 on CPUs with native bf16."""
+    from indexer.encoder import cpu_has_bf16
+
+    if dtype == "auto":
+        return "bf16" if cpu_has_bf16() else "fp32"
+    if dtype not in ("fp32", "bf16"):
+        raise ModelError(f"training on CPU supports model.dtype fp32, bf16 or auto, not '{dtype}'")
+    return dtype  # type: ignore[return-value]
+
+
+def _autocast(dtype: str):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_base(settings: TrainSettings, label_names: list[str]):
+    """Load the base encoder with a fresh head for `label_names`, and its tokenizer.
+
+    Returns:
+        (model, tokenizer)
+    """
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+
+    seed_everything(settings.seed)  # the new head's initial weights
+    auto = AutoModelForTokenClassification if settings.task == "ner" else AutoModelForSequenceClassification
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(settings.base)
+        model = auto.from_pretrained(
+            settings.base,
+            num_labels=len(label_names),
+            id2label=dict(enumerate(label_names)),
+            label2id={name: i for i, name in enumerate(label_names)},
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load base model from {settings.base}: {exc}") from None
+    if settings.task == "ner" and not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"{settings.base}: NER needs a fast tokenizer (tokenizer.json)")
+    return model, tokenizer
+
+
+def encode_splits(tokenizer, data: HeadData, max_length: int) -> dict[str, Encoded]:
+    """Tokenise every split and refuse over-long examples before any training starts."""
+    encoded = {split: encode_examples(tokenizer, examples) for split, examples in data.splits.items()}
+    for split, enc in encoded.items():
+        check_lengths(enc, max_length, split)
+    return encoded
+
+
+def _head_parts(model, task: str):
+    """For --head-only: (trainable modules, features(batch) -> (batch, ...), head(features))."""
+    base = model.base_model
+    dropout, classifier = getattr(model, "dropout", None), getattr(model, "classifier", None)
+    if dropout is None or classifier is None or not hasattr(base, "embeddings"):
+        raise ModelError(
+            f"--head-only supports BERT-style models (dropout + classifier head); "
+            f"{type(model).__name__} is not one; train without --head-only"
+        )
+    if task == "ner":
+        return [dropout, classifier], (lambda b: base(**b).last_hidden_state), (lambda f: classifier(dropout(f)))
+    pooler = getattr(base, "pooler", None)
+    if pooler is None:
+        raise ModelError(f"{type(model).__name__} has no pooler; train without --head-only")
+    # (batch, hidden) [CLS] states; the pooler (dense + tanh) trains with the classifier
+    return (
+        [pooler, dropout, classifier],
+        lambda b: base(**b).last_hidden_state[:, 0],
+        lambda f: classifier(dropout(pooler(f[:, None, :]))),
+    )
+
+
+def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings: TrainSettings,
+        progress: bool = False) -> FitResult:
+    """Train for `settings.epochs`, score validation after each, load the best epoch's state.
+
+    With `head_only` the backbone is frozen and run once: its features are cached and only
+    the head trains on them (an order of magnitude less work).
+    """
+    require_splits(data, "train", "validation")
+    started = time.perf_counter()
+    seed_everything(settings.seed)
+    train, val = encoded["train"], encoded["validation"]
+    pad_id = pad_id_of(tokenizer)
+    metric = METRIC_NAMES[settings.task]
+    result = FitResult()
+
+    if settings.head_only:
+        modules, featurize, head = _head_parts(model, settings.task)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for module in modules:
+            for p in module.parameters():
+                p.requires_grad_(True)
+        model.eval()
+        t0 = time.perf_counter()
+        # clone: inference-mode tensors cannot be saved for backward
+        with _autocast(settings.dtype):
+            feats = {name: [f.clone() for f in run_batches(featurize, enc, pad_id, settings.batch_size * 2)]
+                     for name, enc in (("train", train), ("validation", val))}
+        result.feature_seconds = time.perf_counter() - t0
+        train_labels = [torch.tensor([l for l in lab if l != -100]) if isinstance(lab, list)
+                        else torch.tensor(lab) for lab in train.labels]
+
+        def step_loss(index) -> torch.Tensor:
+            x = torch.cat([feats["train"][i].reshape(-1, feats["train"][i].shape[-1]) for i in index])
+            y = torch.cat([train_labels[i].reshape(-1) for i in index])
+            return torch.nn.functional.cross_entropy(head(x), y)
+
+        def val_logits():
+            fv = feats["validation"]
+            with torch.inference_mode():
+                if fv[0].dim() == 1:  # classifier: (hidden,) per example
+                    return list(head(torch.stack(fv)).unbind(0))
+                return list(head(torch.cat(fv)).split([f.shape[0] for f in fv]))  # NER: (words, hidden)
+    else:
+        def step_loss(index) -> torch.Tensor:
+            with _autocast(settings.dtype):
+                return model(**collate(train, index, pad_id)).loss.float()
+
+        def val_logits():
+            return model_logits(model, val, pad_id, settings.batch_size * 2)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=WEIGHT_DECAY)
+    rng = np.random.default_rng(settings.seed)
+    steps_per_epoch = -(-len(train) // settings.batch_size)
+    total = steps_per_epoch * settings.epochs
+    warmup = int(WARMUP_RATIO * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)),
+    )
+    best_state = None
+    lengths = train.lengths if not settings.head_only else np.ones(len(train), dtype=np.int64)
+    for epoch in range(1, settings.epochs + 1):
+        t0 = time.perf_counter()
+        if not settings.head_only:
+            model.train()
+        else:
+            for module in modules:
+                module.train()
+        batches = training_batches(lengths, settings.batch_size, rng)
+        loss_sum, seen = 0.0, 0
+        bar = tqdm(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
+                   disable=not progress, leave=True, dynamic_ncols=True)
+        for index in bar:
+            loss = step_loss(index)
+            if not torch.isfinite(loss):
+                raise ModelError(f"epoch {epoch}: the loss became {loss.item()}; lower --lr")
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum += loss.item() * len(index)
+            seen += len(index)
+            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", refresh=False)
+        train_seconds = time.perf_counter() - t0
+        model.eval()
+        scores = score_logits(val_logits(), data.splits["validation"], val, data.label_names)
+        result.history.append({
+            "epoch": epoch,
+            "train_loss": round(loss_sum / seen, 6),
+            "validation": {metric: scores[metric]},
+            "train_seconds": round(train_seconds, 2),
+            "seconds": round(time.perf_counter() - t0, 2),
+        })
+        log.info("epoch %d: loss %.4f, validation %s %.4f", epoch, loss_sum / seen, metric, scores[metric])
+        if scores[metric] > result.best_score:
+            result.best_score, result.best_epoch = scores[metric], epoch
+            best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+    if best_state is not None and result.best_epoch != settings.epochs:
+        model.load_state_dict(best_state)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
+                batch_size: int = 64) -> dict:
+    """Score the current model on one split (full metrics)."""
+    logits = model_logits(model, encoded[split], pad_id_of(tokenizer), batch_size)
+    return score_logits(logits, data.splits[split], encoded[split], data.label_names)
+
+
+def _entity_counts(scores: dict | None) -> dict | None:
+    if scores is None:
+        return None
+    return {
+        "gold": scores["gold_entities"],
+        "predicted": scores["predicted_entities"],
+        "by_type": {k: {"gold": v["support"], "predicted": v["predicted"]} for k, v in scores["per_type"].items()},
+    }
+
+
+def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, validation: dict,
+                  test: dict | None, baseline: dict | None, threads: int) -> dict:
+    """Everything needed to trust or redo the run, as a JSON-ready dict."""
+    n_train = len(data.splits["train"])
+    metric = METRIC_NAMES[settings.task]
+    receipt = {
+        "task": settings.task,
+        "metric": metric,
+        "out": str(settings.out),
+        "label_names": data.label_names,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "base_model": {"path": str(settings.base), "weights_sha256": weights_sha256(settings.base)},
+        "recipe": {
+            "optimizer": "AdamW", "lr": settings.learning_rate, "weight_decay": WEIGHT_DECAY,
+            "schedule": f"linear warm-up {WARMUP_RATIO:.0%} of steps, then linear decay to 0",
+            "epochs": settings.epochs, "batch_size": settings.batch_size, "grad_clip": GRAD_CLIP,
+            "seed": settings.seed, "max_length": settings.max_length,
+            "head_only": settings.head_only, "threads": threads,
+            "autocast": settings.dtype, "scores_dtype": "fp32",
+            "batches": "length-sorted pools of 50 batches, shuffled",
+        },
+        "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
+        "epochs": fitted.history,
+        "best_epoch": fitted.best_epoch,
+        "best_validation": fitted.best_score,
+        "validation": validation,
+        "test": test,
+        "baseline": baseline,
+        "training_seconds": round(fitted.seconds, 2),
+        "feature_seconds": round(fitted.feature_seconds, 2) if settings.head_only else None,
+        "examples_per_second": round(n_train * settings.epochs / fitted.seconds, 2),
+        "versions": package_versions(),
+    }
+    if settings.task == "ner":
+        receipt["entity_counts"] = {"validation": _entity_counts(validation), "test": _entity_counts(test)}
+    return receipt
+
+
+def train_head(data: HeadData, settings: TrainSettings, progress: bool = False) -> dict:
+    """Read → encode → refuse over-long → fit → score → baseline → save. Returns the receipt."""
+    if data.task != settings.task:
+        raise InputError(f"the data were read for '{data.task}', the settings say '{settings.task}'")
+    require_splits(data, "train", "validation")
+    check_out_dir(Path(settings.out))
+    threads = set_threads(settings.threads)
+    model, tokenizer = load_base(settings, data.label_names)
+    encoded = encode_splits(tokenizer, data, settings.max_length)
+    fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
+    validation = score_split(model, tokenizer, data, encoded, "validation")
+    test = score_split(model, tokenizer, data, encoded, "test") if "test" in data.splits else None
+    baseline = run_baseline(data, settings.seed)
+    receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads)
+    save_head_dir(model, tokenizer, receipt, Path(settings.out))
+    return receipt
+
+
+def check_out_dir_for(settings: TrainSettings) -> None:
+    """Fail before any work when `--out` cannot take the head."""
+    check_out_dir(Path(settings.out))
+
+
+def run_baseline(data: HeadData, seed: int) -> dict | None:
+    """The TF-IDF baseline for classifiers on the same splits; None for NER."""
+    if data.task != "classifier":
+        return None
+    return tfidf_baseline(data.splits["train"], data.splits["validation"], data.label_names,
+                          data.splits.get("test"), seed=seed)
+
+
+def settings_dict(settings: TrainSettings) -> dict:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()}

@@ -1,0 +1,100 @@
+"""The `bertindex` CLI: help everywhere, JSON output, filters and exit codes.
+
+One Prefect flow run (the `index` command) per session, under Prefect's test harness.
+"""
+
+import json
+
+import click
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from search.cli import main
+
+
+def all_commands(group: click.Group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield (*prefix, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from all_commands(cmd, (*prefix, name))
+
+
+def test_every_command_has_help_text():
+    runner = CliRunner()
+    for path, cmd in all_commands(main):
+        assert cmd.help, f"{' '.join(path)} has no help text"
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, path
+        assert "Usage:" in result.output
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, tiny_model_dir):
+    """A store built by `bertindex index` (the Prefect flow) on a small JSONL corpus."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    root = tmp_path_factory.mktemp("cli")
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"name": str(tiny_model_dir), "dtype": "fp32", "device": "cpu", "max_length": 32},
+        "long_documents": {"stride": 8},
+        "store": {"path": str(root / "store")},
+    }))
+    corpus = root / "docs.jsonl"
+    rows = [
+        {"id": "p1", "text": "the cat sat on the mat", "topic": "pets"},
+        {"id": "p2", "text": "the dog slept on the sofa", "topic": "pets"},
+        {"id": "c1", "text": "parse command line arguments in python", "topic": "code"},
+        {"id": "c2", "text": "", "topic": "code"},
+    ]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with prefect_test_harness(server_startup_timeout=120):
+        result = CliRunner().invoke(main, ["index", str(corpus), "--config", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    return config, json.loads(result.stdout)
+
+
+def test_index_summary(indexed):
+    _, summary = indexed
+    assert {k: summary[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
+        "read": 4, "encoded": 3, "skipped_unchanged": 0, "rejected": 1}
+    assert summary["rejections"][0]["row"] == 4
+
+
+def test_search_json_and_where(indexed):
+    config, _ = indexed
+    runner = CliRunner()
+    result = runner.invoke(main, ["search", "the cat sat on the mat", "--config", str(config),
+                                  "--json", "-k", "2"])
+    assert result.exit_code == 0, result.output
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    assert hits[0]["id"] == "p1" and hits[0]["rank"] == 1
+    assert set(hits[0]) >= {"rank", "score", "id", "title", "text", "metadata"}
+    result = runner.invoke(main, ["search", "the cat sat on the mat", "--config", str(config),
+                                  "--json", "--where", "topic=code"])
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["c1"]
+    table = runner.invoke(main, ["search", "cat", "--config", str(config)])
+    assert table.exit_code == 0 and "rank" in table.stdout
+
+
+def test_no_hits_is_success(indexed):
+    config, _ = indexed
+    result = CliRunner().invoke(main, ["search", "cat", "--config", str(config), "--json",
+                                       "--where", "topic=x'; DROP TABLE documents; --"])
+    assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_exit_codes(indexed, tmp_path):
+    config, _ = indexed
+    runner = CliRunner()
+    assert runner.invoke(main, ["search"]).exit_code == 2
+    assert runner.invoke(main, ["search", "cat", "--where", "novalue", "--config", str(config)]).exit_code == 2
+    assert runner.invoke(main, ["search", "cat", "--bogus"]).exit_code == 2
+    missing = runner.invoke(main, ["search", "cat", "--config", str(config), "--store",
+                                   str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "no store" in missing.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  nmae: x\n")
+    result = runner.invoke(main, ["search", "cat", "--config", str(bad)])
+    assert result.exit_code == 1 and "unknown key 'model.nmae'" in result.stderr

