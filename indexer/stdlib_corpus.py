@@ -31,7 +31,11 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def iter_passages(root: Path | None = None) -> Iterator[dict]:
-    """One passage per public module, class, function and method with a docstring."""
+    """One passage per public module, class and function with a docstring.
+
+    Methods are left out: their docstrings describe details of a class that has its own
+    passage, and thousands of them would crowd the general answers out of the demo.
+    """
     root = root or stdlib_root()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
@@ -59,12 +63,13 @@ def _walk(node: ast.AST, module: str, qualname: str, kind: str, rel: str) -> Ite
                 "file": rel,
                 "line": getattr(node, "lineno", 1),
             }
-    for child in getattr(node, "body", []):
+    if kind != "module":
+        return
+    for child in node.body:
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if child.name.startswith("_"):
                 continue
-            child_kind = "class" if isinstance(child, ast.ClassDef) else (
-                "method" if kind == "class" else "function")
+            child_kind = "class" if isinstance(child, ast.ClassDef) else "function"
             yield from _walk(child, module, f"{qualname}.{child.name}", child_kind, rel)
 
 
