@@ -1,44 +1,93 @@
-"""Start Prefect's temporary local API early, in the background, so that its start-up
-(seconds) overlaps with loading the model instead of adding to it.
+"""Start Prefect's temporary local API early, so that its start-up (seconds) overlaps with
+loading torch and the model instead of adding to them.
+
+Prefect starts the same server itself on first use (`SubprocessASGIServer`), but only after
+importing its server package in this process (about 3 s of CPU) and only when the flow starts.
+Here the server process is launched before anything imports Prefect, with the command line
+Prefect uses, and PREFECT_API_URL points this process at it. A configured PREFECT_API_URL
+(a real Prefect server) is used as it is.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import os
-import threading
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 
 import flows  # noqa: F401  (applies the project's Prefect settings)
 
-_warmup: threading.Thread | None = None
-_error: list[BaseException] = []
+_server: subprocess.Popen | None = None
+_url: str | None = None
+
+
+def _configured_api_url() -> str | None:
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    if "prefect" in sys.modules:  # e.g. a test harness that set the URL in a settings context
+        from prefect.settings import PREFECT_API_URL
+
+        return PREFECT_API_URL.value() or None
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def warm_up_api() -> None:
-    """Begin starting the ephemeral API server unless a PREFECT_API_URL is configured."""
-    global _warmup
-    if _warmup is not None or os.environ.get("PREFECT_API_URL"):
+    """Launch the temporary API server unless an API URL is configured; returns at once."""
+    global _server, _url
+    if _server is not None or _configured_api_url():
         return
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-    # read in this thread: a test harness sets these in a context the worker would not see
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+    if importlib.util.find_spec("uvicorn") is None:  # let Prefect decide
         return
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT__SERVER_FINAL": "1"}
+    _server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+        env=env, stdin=subprocess.DEVNULL,
+    )
+    _url = f"http://127.0.0.1:{port}/api"
+    os.environ["PREFECT_API_URL"] = _url
+    atexit.register(stop_api)
 
-    def start() -> None:
+
+def wait_for_api(timeout: float = 90.0) -> None:
+    """Block until the server launched by `warm_up_api` answers its health check."""
+    if _server is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _server.poll() is not None:
+            raise RuntimeError(f"Prefect's temporary API server exited with code {_server.returncode}")
         try:
-            from prefect.server.api.server import SubprocessASGIServer
+            with urllib.request.urlopen(f"{_url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"Prefect's temporary API server did not answer within {timeout:.0f} s")
 
-            SubprocessASGIServer().start()
-        except BaseException as exc:  # reported when the flow starts
-            _error.append(exc)
 
-    _warmup = threading.Thread(target=start, name="prefect-api-warmup", daemon=True)
-    _warmup.start()
-
-
-def wait_for_api() -> None:
-    """Block until the background start-up (if any) has finished; re-raise its error."""
-    if _warmup is not None:
-        _warmup.join()
-    if _error:
-        raise _error[0]
+def stop_api() -> None:
+    global _server
+    if _server is None:
+        return
+    _server.terminate()
+    try:
+        _server.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        _server.kill()
+        _server.wait()
+    _server = None
