@@ -6,12 +6,13 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-import flows  # noqa: F401  (Prefect settings first)
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
+import flows  # noqa: F401  (Prefect settings first)
 from indexer.config import Config
 from indexer.encoder import load_encoder
+from indexer.keyword_index import sync_keyword_index
 from indexer.pipeline import BatchResult, index_batch, sync_vector_index
 from indexer.readers import FieldMap, expand_paths, read_batches
 from indexer.store import Store
@@ -29,7 +30,8 @@ def encode_and_store(batch, store, encoder, config, collection, run_id, progress
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
 def write_index(store, config, added, removed) -> dict:
-    return sync_vector_index(store, config, added, removed)
+    return sync_vector_index(store, config, added, removed) | {
+        "keyword": sync_keyword_index(store)}
 
 
 @flow(name="index_corpus", log_prints=False)

@@ -6,8 +6,8 @@ is the one-window special case, chosen explicitly with `long_documents.mode: tru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass

@@ -61,7 +61,7 @@ class Config(_Strict):
     store: StoreConfig = StoreConfig()
 
     @model_validator(mode="after")
-    def _stride_fits(self) -> "Config":
+    def _stride_fits(self) -> Config:
         if self.long_documents.stride >= self.model.max_length - 2:
             raise ValueError(
                 f"long_documents.stride ({self.long_documents.stride}) must be smaller than "
@@ -69,7 +69,7 @@ class Config(_Strict):
             )
         return self
 
-    def with_overrides(self, **overrides: object) -> "Config":
+    def with_overrides(self, **overrides: object) -> Config:
         """Return a copy with dotted keys replaced, e.g. `{"model.max_length": 128}`.
 
         None values are ignored, so CLI options that were not given change nothing.

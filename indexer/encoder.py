@@ -11,9 +11,9 @@ import hashlib
 import json
 import logging
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ class Provenance:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def mismatches(self, other: "Provenance", keys: Iterable[str]) -> list[str]:
+    def mismatches(self, other: Provenance, keys: Iterable[str]) -> list[str]:
         """Keys whose values differ, as `key: self != other` strings."""
         return [
             f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"

@@ -33,7 +33,7 @@ class BatchResult:
     added: list[int] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
 
-    def merge(self, other: "BatchResult") -> None:
+    def merge(self, other: BatchResult) -> None:
         self.read += other.read
         self.encoded += other.encoded
         self.skipped_unchanged += other.skipped_unchanged

@@ -10,9 +10,10 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import polars as pl
 
@@ -63,8 +64,7 @@ class Batch:
 
 def detect_format(path: Path) -> str:
     name = path.name.lower()
-    if name.endswith(".gz"):
-        name = name[:-3]
+    name = name.removesuffix(".gz")
     if name == "corpus.jsonl" and (path.parent / "qrels").is_dir():
         return "beir"
     for suffix, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl"),

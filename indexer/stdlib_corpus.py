@@ -11,8 +11,8 @@ import inspect
 import json
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 SKIP_PARTS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages",
               "__pycache__", "turtledemo", "ensurepip", "pydoc_data", "encodings"}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import duckdb
 import numpy as np
@@ -159,7 +159,7 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -389,6 +389,53 @@ class Store:
             [[int(i) for i in chunk_ids]],
         ).fetchall()
         return dict(rows)
+
+    # -- document-level reads (keyword index, hybrid search) ------------------------------
+    def document_hashes(self) -> dict[int, str]:
+        """doc_id -> content hash of every stored document."""
+        table = self.con.execute("SELECT doc_id, content_hash FROM documents").fetch_arrow_table()
+        return dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist()))
+
+    def documents_text(self, doc_ids: Sequence[int]) -> list[tuple[int, str | None, str]]:
+        """(doc_id, title, text) of the given documents (missing ids are skipped)."""
+        if not len(doc_ids):
+            return []
+        return self.con.execute(
+            "SELECT doc_id, title, text FROM documents "
+            "WHERE doc_id IN (SELECT unnest(?::BIGINT[])) ORDER BY doc_id",
+            [[int(d) for d in doc_ids]],
+        ).fetchall()
+
+    def filter_doc_ids(
+        self, collection: str | None = None, where: Sequence[tuple[str, str]] = ()
+    ) -> np.ndarray | None:
+        """Doc ids that pass every filter (as `filter_chunk_ids`); None when there is no filter."""
+        if collection is None and not where:
+            return None
+        clauses, params = [], []
+        if collection is not None:
+            clauses.append("collection = ?")
+            params.append(collection)
+        for field_name, value in where:
+            clauses.append("json_extract_string(metadata, ?) = ?")
+            params.extend([_json_path(field_name), value])
+        sql = "SELECT doc_id FROM documents WHERE " + " AND ".join(clauses)
+        return self.con.execute(sql, params).fetchnumpy()["doc_id"].astype(np.int64)
+
+    def fetch_documents(self, doc_ids: Sequence[int]) -> dict[int, Hit]:
+        """Documents by doc id, as Hits spanning the whole text (chunk_id -1)."""
+        if not len(doc_ids):
+            return {}
+        rows = self.con.execute(
+            "SELECT doc_id, collection, external_id, title, text, metadata FROM documents "
+            "WHERE doc_id IN (SELECT unnest(?::BIGINT[]))",
+            [[int(d) for d in doc_ids]],
+        ).fetchall()
+        return {
+            r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else {}, 0,
+                      len(r[4]))
+            for r in rows
+        }
 
 
 def _json(value: object) -> str:

@@ -12,8 +12,8 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import faiss
 import numpy as np
@@ -70,7 +70,7 @@ class VectorIndex:
 
     @classmethod
     def build(cls, spec: str, provenance: Provenance, config: IndexConfig,
-              vectors: np.ndarray, ids: np.ndarray) -> "VectorIndex":
+              vectors: np.ndarray, ids: np.ndarray) -> VectorIndex:
         """Create an index from `vectors` (n, dim) float32 with chunk `ids` (n,) int64."""
         dim = provenance.dim
         factory = f"IDMap2,{spec}" if _needs_id_map(spec) else spec
@@ -162,7 +162,7 @@ class VectorIndex:
 
     @classmethod
     def load(cls, store_dir: Path, config: IndexConfig, expected: Provenance | None = None,
-             keys: Sequence[str] = ()) -> "VectorIndex | None":
+             keys: Sequence[str] = ()) -> VectorIndex | None:
         """Load the current version; None when the store has no index yet.
 
         Raises ProvenanceMismatch when `expected` disagrees with the index on `keys`.

@@ -13,7 +13,12 @@ import click
 
 from indexer.errors import InputError
 from search.cli_common import (
-    build_config, config_options, encode_options, handle_errors, json_option, print_json,
+    build_config,
+    config_options,
+    encode_options,
+    handle_errors,
+    json_option,
+    print_json,
     show_progress,
 )
 
@@ -176,6 +181,8 @@ def eval_beir(folder, split, config_path, store_path, max_length, long_documents
 @handle_errors
 def eval_sts(file, config_path, store_path, max_length, long_documents, as_json):
     """Spearman correlation of cosine similarity with gold scores on an STS-B file."""
+    import numpy as np
+
     from indexer.encoder import load_encoder
     from indexer.evaluation import load_sts, spearman
 
@@ -204,8 +211,6 @@ def _register_optional_commands() -> None:
     main.add_command(train)
     eval_group.add_command(eval_head, name="head")
 
-
-import numpy as np  # noqa: E402  (light; used by eval sts)
 
 _register_optional_commands()
 

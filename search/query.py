@@ -4,8 +4,8 @@ inside the search as an id selector), fold chunks into documents, attach metadat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 

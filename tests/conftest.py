@@ -11,11 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
-TINY_WORDS = (
-    "the cat dog sat on mat rug sofa slept parse command line arguments python file read write "
-    "compress gzip data search index vector query text document red blue green apple banana "
-    "pear river mountain sea city house car train fast slow big small"
-).split()
+TINY_WORDS = ["the", "cat", "dog", "sat", "on", "mat", "rug", "sofa", "slept", "parse", "command", "line", "arguments", "python", "file", "read", "write", "compress", "gzip", "data", "search", "index", "vector", "query", "text", "document", "red", "blue", "green", "apple", "banana", "pear", "river", "mountain", "sea", "city", "house", "car", "train", "fast", "slow", "big", "small"]
 
 
 def build_tiny_bert(path: Path, layers: int = 4) -> Path:

@@ -4,11 +4,10 @@ against the published SciFact and STS-B scores (see ../shared/data/README.md).""
 import gzip
 import json
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import require_shared
+
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.encoder import Encoder
 from search.cli import main

@@ -1,0 +1,221 @@
+"""Keyword index: BM25 over document titles and texts with tantivy, kept in step with the store.
+
+Layout under the store directory: `keyword/` (a tantivy index) and `keyword/manifest.parquet`
+(doc id -> content hash of what the index holds). Syncing diffs the store's documents against
+the manifest, so it follows adds, changes and deletes whichever way they reached the store.
+Does not encode and does not apply metadata filters itself (the caller passes allowed doc ids).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tantivy
+
+from indexer.errors import IndexError_
+from indexer.store import Store
+
+log = logging.getLogger(__name__)
+
+KEYWORD_DIR = "keyword"
+MANIFEST_FILE = "manifest.parquet"
+SCHEMA_VERSION = "1"  # bump when the tantivy schema or analyzer changes: forces a rebuild
+_TOKENIZER = "en_stem"  # lower-case, split on non-alphanumerics, English Snowball stemmer
+_WRITE_BATCH = 10_000  # documents fetched from the store per round trip
+_QUERY_CLEAN = re.compile(r"[^\w]+", re.UNICODE)
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("doc_id", stored=False, indexed=True, fast=True)
+    builder.add_text_field("title", stored=False, tokenizer_name=_TOKENIZER)
+    builder.add_text_field("body", stored=False, tokenizer_name=_TOKENIZER)
+    return builder.build()
+
+
+def query_terms(text: str) -> str:
+    """A query string the tantivy parser reads as plain terms (no operators, no syntax).
+
+    Punctuation becomes spaces and everything is lower-cased, so `AND`, `+x`, `"a b"` or
+    `field:value` in user text are searched as words.
+    """
+    return " ".join(_QUERY_CLEAN.sub(" ", text).lower().split())
+
+
+class KeywordIndex:
+    """A tantivy BM25 index of one store's documents (title and text as separate fields).
+
+    A document's score is the sum of its title and body BM25 scores (k1=1.2, b=0.75), which
+    on SciFact gives the BEIR paper's multi-field BM25 figure (README).
+
+    Args:
+        folder: the `keyword/` directory of a store.
+        create: create an empty index when none exists.
+    """
+
+    def __init__(self, folder: Path, create: bool = False):
+        self.folder = Path(folder)
+        self._version_file = self.folder / "SCHEMA_VERSION"
+        if not create and not self.exists(self.folder):
+            raise IndexError_(
+                f"no keyword index in {self.folder}; run `bertindex index` on this store once "
+                "to build it from the stored documents (or search with --mode dense)"
+            )
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.schema = _schema()
+        try:
+            self.index = tantivy.Index(self.schema, path=str(self.folder), reuse=True)
+        except (OSError, ValueError) as exc:
+            raise IndexError_(f"cannot open keyword index {self.folder} ({exc}); delete the "
+                              "folder and re-run `bertindex index` to rebuild it") from None
+        if not self._version_file.is_file():
+            self._version_file.write_text(SCHEMA_VERSION)
+        self._searcher = None
+
+    @staticmethod
+    def exists(folder: Path) -> bool:
+        folder = Path(folder)
+        return (folder / "meta.json").is_file() and (folder / "SCHEMA_VERSION").is_file()
+
+    @classmethod
+    def for_store(cls, store_dir: Path, create: bool = False) -> "KeywordIndex":
+        return cls(Path(store_dir) / KEYWORD_DIR, create=create)
+
+    # -- reads -------------------------------------------------------------------------
+    @property
+    def searcher(self) -> tantivy.Searcher:
+        if self._searcher is None:
+            self.index.reload()
+            self._searcher = self.index.searcher()
+        return self._searcher
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.searcher.num_docs)
+
+    def search(self, text: str, k: int, allowed_doc_ids: np.ndarray | None = None
+               ) -> list[tuple[int, float]]:
+        """Top-k (doc id, BM25 score) for a free-text query, best first.
+
+        Args:
+            text: the query as the user typed it (syntax characters are ignored).
+            k: number of documents.
+            allowed_doc_ids: restrict to these doc ids inside the search; None: all.
+        Returns:
+            Up to k pairs; empty when no term of the query occurs in the index.
+        """
+        terms = query_terms(text)
+        if not terms or k < 1:
+            return []
+        query = self.index.parse_query(terms, ["title", "body"])
+        if allowed_doc_ids is not None:
+            if len(allowed_doc_ids) == 0:
+                return []
+            allowed = tantivy.Query.term_set_query(
+                self.schema, "doc_id", [int(d) for d in allowed_doc_ids]
+            )
+            query = tantivy.Query.boolean_query([
+                (tantivy.Occur.Must, query),
+                (tantivy.Occur.Must, tantivy.Query.const_score_query(allowed, 0.0)),
+            ])
+        searcher = self.searcher
+        hits = searcher.search(query, k, count=False).hits
+        if not hits:
+            return []
+        doc_ids = searcher.fast_field_values("doc_id", [address for _, address in hits])
+        return [(int(d), float(score)) for (score, _), d in zip(hits, doc_ids)]
+
+    # -- writes ------------------------------------------------------------------------
+    def manifest(self) -> dict[int, str]:
+        """doc id -> content hash of the documents the index holds (empty when none)."""
+        path = self.folder / MANIFEST_FILE
+        if not path.is_file():
+            return {}
+        table = pq.read_table(path)
+        return dict(zip(table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist()))
+
+    def _write_manifest(self, manifest: dict[int, str]) -> None:
+        tmp = self.folder / f".{MANIFEST_FILE}.tmp"
+        table = pa.table({
+            "doc_id": pa.array(list(manifest.keys()), pa.int64()),
+            "content_hash": pa.array(list(manifest.values()), pa.string()),
+        })
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.folder / MANIFEST_FILE)
+
+    def apply(self, store: Store, upsert: Sequence[int], delete: Sequence[int],
+              manifest: dict[int, str], hashes: dict[int, str]) -> None:
+        """Delete `delete` doc ids, (re)write `upsert` from the store, commit, save manifest.
+
+        Re-applying the same change is harmless (delete-then-add by doc id), so a crash
+        between the tantivy commit and the manifest write heals on the next sync.
+        """
+        writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+        try:
+            for doc_id in list(delete) + list(upsert):
+                writer.delete_documents_by_term("doc_id", int(doc_id))
+            for start in range(0, len(upsert), _WRITE_BATCH):
+                part = [int(d) for d in upsert[start:start + _WRITE_BATCH]]
+                for doc_id, title, text in store.documents_text(part):
+                    writer.add_document(tantivy.Document(doc_id=doc_id, title=title or "",
+                                                         body=text))
+            writer.commit()
+            writer.wait_merging_threads()
+        except BaseException:
+            writer.rollback()
+            raise
+        for doc_id in delete:
+            manifest.pop(int(doc_id), None)
+        for doc_id in upsert:
+            manifest[int(doc_id)] = hashes[int(doc_id)]
+        self._write_manifest(manifest)
+        self._searcher = None
+
+
+def sync_keyword_index(store: Store) -> dict:
+    """Bring the store's keyword index in step with its documents.
+
+    Compares every stored document's content hash with the index manifest: new and changed
+    documents are (re)indexed, documents gone from the store are removed. A missing, damaged or
+    outdated index is rebuilt from the stored texts. Nothing is encoded.
+
+    Args:
+        store: an open, writable Store.
+    Returns:
+        {"documents", "added", "updated", "removed", "rebuilt"}.
+    """
+    folder = Path(store.path) / KEYWORD_DIR
+    rebuilt = False
+    version_file = folder / "SCHEMA_VERSION"
+    if folder.exists() and (not KeywordIndex.exists(folder)
+                            or version_file.read_text().strip() != SCHEMA_VERSION):
+        log.warning("keyword index %s is incomplete or outdated; rebuilding it", folder)
+        shutil.rmtree(folder)
+        rebuilt = True
+    try:
+        index = KeywordIndex(folder, create=True)
+        manifest = index.manifest()
+        if index.num_docs != len(manifest):
+            raise IndexError_(f"keyword index holds {index.num_docs} documents, its manifest "
+                              f"{len(manifest)}")
+    except IndexError_ as exc:
+        log.warning("%s; rebuilding the keyword index from the store", exc)
+        shutil.rmtree(folder, ignore_errors=True)
+        index = KeywordIndex(folder, create=True)
+        manifest, rebuilt = {}, True
+    hashes = store.document_hashes()
+    upsert = [d for d, h in hashes.items() if manifest.get(d) != h]
+    delete = [d for d in manifest if d not in hashes]
+    added = sum(1 for d in upsert if d not in manifest)
+    if upsert or delete:
+        index.apply(store, upsert, delete, manifest, hashes)
+    return {"documents": len(hashes), "added": added, "updated": len(upsert) - added,
+            "removed": len(delete), "rebuilt": rebuilt}
