@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	# the CPU build first: a bare `torch` requirement would pull a multi-GB CUDA build
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e '.[cpu,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,8 +1,9 @@
 """Vector index: FAISS over chunk ids, written atomically in versions beside its provenance.
 
-Layout under the store directory: `index/<version>/index.faiss` + `provenance.json`, and
-`index/CURRENT` naming the live version (replaced with an atomic rename). Does not encode;
-the vectors come from the store, which is the truth this index is rebuilt from.
+Layout under the store directory: `index/<version>/index.faiss` + `provenance.json` (+ the
+store snapshot that searches read), and `index/CURRENT` naming the live version (replaced with an
+atomic rename). Does not encode; the vectors come from the store, which is the truth this index
+is rebuilt from.
 """
 
 from __future__ import annotations
@@ -14,13 +15,23 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Callable
 
-import faiss
 import numpy as np
+
+try:
+    import faiss
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "FAISS is missing: install bertindex with one of its builds, "
+        "`pip install 'bertindex[cpu]'` or `pip install 'bertindex[gpu]'`"
+    ) from exc
 
 from indexer.config import IndexConfig
 from indexer.encoder import Provenance
 from indexer.errors import IndexError_, ProvenanceMismatch
+from indexer.faults import crash_point
+from indexer.versions import current_version, fsync_dir, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +73,14 @@ class VectorIndex:
         config: search parameters (nprobe, efSearch).
     """
 
-    def __init__(self, index: faiss.Index, spec: str, provenance: Provenance, config: IndexConfig):
+    def __init__(self, index: faiss.Index, spec: str, provenance: Provenance, config: IndexConfig,
+                 data_version: int | None = None, version: str | None = None):
         self.index = index
         self.spec = spec
         self.provenance = provenance
         self.config = config
+        self.data_version = data_version  # the store's data_version this index reflects
+        self.version = version  # the published version it was loaded from
 
     @classmethod
     def build(cls, spec: str, provenance: Provenance, config: IndexConfig,
@@ -139,39 +153,59 @@ class VectorIndex:
         return params
 
     # -- files --------------------------------------------------------------------------
-    def save(self, store_dir: Path) -> str:
-        """Write a new version atomically and point CURRENT at it; returns the version."""
+    def save(self, store_dir: Path, data_version: int | None = None,
+             extra: Callable[[Path], None] | None = None, switch: bool = True) -> str:
+        """Write a new version atomically and point CURRENT at it; returns the version.
+
+        Args:
+            data_version: the store's data_version these vectors reflect (recorded).
+            extra: writes more files into the version folder before it is published (the
+                store snapshot that searches read).
+            switch: False publishes the folder without pointing CURRENT at it (the caller
+                switches later with `versions.write_pointer`).
+        """
         root = Path(store_dir) / "index"
         root.mkdir(parents=True, exist_ok=True)
-        versions = _versions(root)
+        for stale in root.glob(".v*.tmp"):  # left by a killed writer
+            shutil.rmtree(stale, ignore_errors=True)
+        versions = list_versions(store_dir)
         version = f"v{(versions[-1] + 1) if versions else 1}"
         tmp = root / f".{version}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
         faiss.write_index(index, str(tmp / INDEX_FILE))
-        info = {"spec": self.spec, "ntotal": self.ntotal, "provenance": self.provenance.to_dict()}
+        info = {"spec": self.spec, "ntotal": self.ntotal, "provenance": self.provenance.to_dict(),
+                "data_version": data_version}
         (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
+        if extra is not None:
+            extra(tmp)
+        for name in (INDEX_FILE, PROVENANCE_FILE):
+            _fsync_file(tmp / name)
+        fsync_dir(tmp)
+        crash_point("index.before_rename")
         os.replace(tmp, root / version)
-        pointer = root / ".CURRENT.tmp"
-        pointer.write_text(version)
-        os.replace(pointer, root / "CURRENT")
-        for old in versions[: max(0, len(versions) - (KEEP_VERSIONS - 1))]:
-            shutil.rmtree(root / f"v{old}", ignore_errors=True)
+        fsync_dir(root)
+        self.data_version, self.version = data_version, version
+        if not switch:
+            return version
+        crash_point("index.before_pointer")
+        write_pointer(store_dir, version)
+        crash_point("index.before_cleanup")
+        remove_old_versions(store_dir)
         return version
 
     @classmethod
     def load(cls, store_dir: Path, config: IndexConfig, expected: Provenance | None = None,
-             keys: Sequence[str] = ()) -> VectorIndex | None:
-        """Load the current version; None when the store has no index yet.
+             keys: Sequence[str] = (), version: str | None = None) -> VectorIndex | None:
+        """Load the current version (or `version`); None when the store has no index yet.
 
         Raises ProvenanceMismatch when `expected` disagrees with the index on `keys`.
         """
         root = Path(store_dir) / "index"
-        pointer = root / "CURRENT"
-        if not pointer.is_file():
+        version = version or current_version(store_dir)
+        if version is None:
             return None
-        folder = root / pointer.read_text().strip()
+        folder = root / version
         index_file, info_file = folder / INDEX_FILE, folder / PROVENANCE_FILE
         if not index_file.is_file() or not info_file.is_file():
             raise IndexError_(
@@ -193,15 +227,25 @@ class VectorIndex:
         except RuntimeError as exc:
             raise IndexError_(f"cannot read {index_file} ({exc}); it is damaged: re-run "
                               "`bertindex index` on the same store to rebuild it") from None
-        return cls(index, info["spec"], provenance, config)
+        return cls(index, info["spec"], provenance, config, info.get("data_version"), version)
 
 
-def _versions(root: Path) -> list[int]:
-    out = []
-    for p in root.iterdir():
-        if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit():
-            out.append(int(p.name[1:]))
-    return sorted(out)
+def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
+    """Remove versions older than the newest `keep` (the current one is never removed).
+
+    A reader that opened an old version's files keeps reading them: removal unlinks names,
+    open files stay readable until closed.
+    """
+    live = current_version(store_dir)
+    versions = list_versions(store_dir)
+    for old in versions[: max(0, len(versions) - keep)]:
+        if f"v{old}" != live:
+            shutil.rmtree(Path(store_dir) / "index" / f"v{old}", ignore_errors=True)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
 
 
 def _is_gpu(index: faiss.Index) -> bool:
