@@ -128,10 +128,13 @@ def ner(**options) -> None:
               show_default=True, help="Which split of the data to score.")
 @click.option("--batch-size", type=click.IntRange(1, 4096), default=64, show_default=True,
               help="Examples per forward pass.")
+@click.option("--decode", type=click.Choice(["bio", "argmax"]), default="bio", show_default=True,
+              help="NER: most probable valid BIO sequence, or each word's most probable tag.")
 @json_option
 @config_options
 @handle_errors
-def eval_head(model_dir, data, validation, test, fmt, split, batch_size, as_json, config_path, store_path) -> None:
+def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode, as_json, config_path,
+              store_path) -> None:
     """Score a saved head on a labelled split: macro_f1 or entity_f1, with per-class detail.
 
     --data is a file holding the splits (JSON, TweetEval folder), or the file of --split.
@@ -149,7 +152,7 @@ def eval_head(model_dir, data, validation, test, fmt, split, batch_size, as_json
     except (OSError, ValueError) as exc:
         raise ModelError(f"{model_dir}: not a saved head: {exc}") from None
     splits = read_head_data(task, data, validation, test, fmt, single_split=split)
-    scores = evaluate_head(model_dir, splits, split, batch_size)
+    scores = evaluate_head(model_dir, splits, split, batch_size, decode)
     if as_json:
         print_json(scores)
         return

@@ -17,8 +17,11 @@ from indexer.heads.metrics import METRIC_NAMES
 from indexer.heads.predict import load_model_dir
 
 
-def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", batch_size: int = 64) -> dict:
+def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", batch_size: int = 64,
+                  decode: str = "bio") -> dict:
     """Score the head in `model_dir` on `data.splits[split]`.
+
+    `decode` (NER): "bio" for the most probable valid BIO sequence, "argmax" per word.
 
     Returns:
         {"split", "examples", "metric", <metric>, ...full metrics}.
@@ -31,11 +34,12 @@ def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", ba
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     examples = [_relabel(e, data.label_names, names) for e in data.splits[split]]
     encoded = encode_examples(tokenizer, examples)
-    check_lengths(encoded, min(MAX_POSITIONS, model.config.max_position_embeddings), split)
+    check_lengths({split: encoded}, min(MAX_POSITIONS, model.config.max_position_embeddings))
     logits = model_logits(model, encoded, pad_id_of(tokenizer), batch_size)
-    scores = score_logits(logits, examples, encoded, names)
+    scores = score_logits(logits, examples, encoded, names, decode)
     metric = METRIC_NAMES[task]
-    return {"split": split, "examples": len(examples), "metric": metric, **scores}
+    extra = {"decode": decode} if task == "ner" else {}
+    return {"split": split, "examples": len(examples), "metric": metric, **extra, **scores}
 
 
 def _relabel(example, data_names: list[str], model_names: list[str]):

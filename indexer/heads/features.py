@@ -68,27 +68,34 @@ def encode_examples(tokenizer, examples: Sequence[Example]) -> Encoded:
     return Encoded(ids, enc["input_ids"], labels, positions)
 
 
-def check_lengths(encoded: Encoded, max_length: int, split: str) -> None:
-    """Refuse examples longer than `max_length` tokens, before any training.
+def check_lengths(splits: dict[str, Encoded], max_length: int) -> None:
+    """Refuse examples longer than `max_length` tokens in any split, before any training.
 
     Raises:
-        InputError: how many are too long, the first few ids and lengths, and the ways out.
+        InputError: how many are too long per split, the first few ids and lengths, the
+            longest, and the two ways out.
     """
-    lengths = encoded.lengths
-    too_long = np.flatnonzero(lengths > max_length)
-    if too_long.size == 0:
+    counts, shown, longest = [], [], 0
+    for split, encoded in splits.items():
+        lengths = encoded.lengths
+        too_long = np.flatnonzero(lengths > max_length)
+        if too_long.size == 0:
+            continue
+        counts.append(f"{too_long.size} {split}")
+        longest = max(longest, int(lengths.max()))
+        shown += [f"{encoded.ids[i]} ({lengths[i]} tokens)" for i in too_long[: SHOW_TOO_LONG - len(shown)]]
+    if not counts:
         return
-    shown = ", ".join(f"{encoded.ids[i]} ({lengths[i]} tokens)" for i in too_long[:SHOW_TOO_LONG])
-    more = f" and {too_long.size - SHOW_TOO_LONG} more" if too_long.size > SHOW_TOO_LONG else ""
-    longest = int(lengths.max())
+    total = sum(int(c.split()[0]) for c in counts)
+    more = f" and {total - len(shown)} more" if total > len(shown) else ""
     if longest <= MAX_POSITIONS:
         raise_to = f"raise --max-length to at least {longest} (at most {MAX_POSITIONS})"
     else:
         raise_to = f"raise --max-length (at most {MAX_POSITIONS}, which is still too short for {longest})"
     raise InputError(
-        f"{too_long.size} {split} example(s) are longer than --max-length {max_length} after "
-        f"tokenisation: {shown}{more}. Nothing is truncated; either {raise_to}, or split these "
-        f"inputs into shorter ones"
+        f"{' + '.join(counts)} example(s) are longer than --max-length {max_length} after "
+        f"tokenisation: {', '.join(shown)}{more}. Nothing is truncated; either {raise_to}, "
+        f"or split these inputs into shorter ones"
     )
 
 

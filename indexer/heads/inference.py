@@ -13,6 +13,7 @@ import torch
 
 from indexer.heads.data import Example, TokenExample
 from indexer.heads.features import Encoded, collate, sorted_batches
+from indexer.heads.labels import decode_bio
 from indexer.heads.metrics import entity_f1, macro_f1
 
 
@@ -52,12 +53,20 @@ def model_logits(model, encoded: Encoded, pad_id: int, batch_size: int) -> list[
     return run_batches(lambda b: model(**b).logits, encoded, pad_id, batch_size)
 
 
-def word_predictions(logits: torch.Tensor, example: TokenExample, encoded: Encoded, i: int) -> list[int | None]:
-    """Label id per word of example `i` (None for a word with no subword token)."""
+def word_predictions(logits: torch.Tensor, example: TokenExample, encoded: Encoded, i: int,
+                     label_names: Sequence[str], decode: str = "bio") -> list[int | None]:
+    """Label id per word of example `i` (None for a word with no subword token).
+
+    decode "bio": the most probable valid BIO sequence; "argmax": each word on its own.
+    """
     positions = encoded.word_positions[i]  # type: ignore[index]
+    if decode == "bio":
+        rows = decode_bio(torch.log_softmax(logits.float(), dim=-1).numpy(), label_names)
+    else:
+        rows = [int(x) for x in logits.argmax(-1)] if len(positions) else []
     preds: list[int | None] = [None] * len(example.tokens)
     for row, w in enumerate(sorted(positions)):
-        preds[w] = int(logits[row].argmax())
+        preds[w] = rows[row]
     return preds
 
 
@@ -66,10 +75,12 @@ def score_logits(
     examples: Sequence[Example],
     encoded: Encoded,
     label_names: Sequence[str],
+    decode: str = "bio",
 ) -> dict:
     """macro_f1 (classifier) or entity_f1 (NER) of these logits against the examples' labels.
 
-    A word with no subword token is predicted `O`.
+    NER words are decoded as `decode` says (see `word_predictions`); a word with no subword
+    token is predicted `O`.
     """
     if not examples:
         raise ValueError("nothing to score")
@@ -81,7 +92,8 @@ def score_logits(
         assert isinstance(example, TokenExample)
         gold_tags.append([label_names[t] for t in example.tags])
         pred_tags.append(
-            ["O" if p is None else label_names[p] for p in word_predictions(x, example, encoded, i)]
+            ["O" if p is None else label_names[p]
+             for p in word_predictions(x, example, encoded, i, label_names, decode)]
         )
     return entity_f1(gold_tags, pred_tags)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 IGNORE_INDEX = -100  # ignored by cross-entropy: later subwords, special tokens, padding
 
 
@@ -89,3 +91,45 @@ def order_bio_labels(tags: Iterable[str]) -> list[str]:
     """A stable label list for a set of BIO tags: `O` first, then `B-X`, `I-X` by type."""
     kinds = sorted({split_tag(t)[1] for t in tags if t != "O"})
     return ["O"] + [f"{p}-{k}" for k in kinds for p in ("B", "I")]
+
+
+def allowed_transitions(label_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """BIO constraints: `I-X` may only follow `B-X` or `I-X`, and may not start a sentence.
+
+    Returns:
+        (start, transition): (labels,) and (labels, labels) boolean masks, transition[i, j]
+        True when label j may follow label i.
+    """
+    parts = [split_tag(name) for name in label_names]
+    start = np.array([prefix != "I" for prefix, _ in parts])
+    transition = np.ones((len(parts), len(parts)), dtype=bool)
+    for j, (prefix, kind) in enumerate(parts):
+        if prefix == "I":
+            transition[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
+    return start, transition
+
+
+def decode_bio(log_probs: np.ndarray, label_names: Sequence[str]) -> list[int]:
+    """The most probable tag sequence that is valid BIO (Viterbi over per-word log-probs).
+
+    Args:
+        log_probs: (words, labels) log-probabilities, one row per word.
+        label_names: the tags, indexed by label id.
+    Returns:
+        One label id per word.
+    """
+    n = log_probs.shape[0]
+    if n == 0:
+        return []
+    start, transition = allowed_transitions(label_names)
+    penalty = np.where(transition, 0.0, -np.inf)  # (from, to)
+    score = np.where(start, log_probs[0], -np.inf)  # (labels,)
+    back = np.zeros((n, log_probs.shape[1]), dtype=np.int64)
+    for t in range(1, n):
+        candidates = score[:, None] + penalty  # (from, to)
+        back[t] = candidates.argmax(0)
+        score = candidates.max(0) + log_probs[t]
+    path = [int(score.argmax())]
+    for t in range(n - 1, 0, -1):
+        path.append(int(back[t, path[-1]]))
+    return path[::-1]

@@ -14,7 +14,7 @@ import torch
 
 from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError, ModelError
-from indexer.heads.labels import bio_spans
+from indexer.heads.labels import bio_spans, decode_bio
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,9 @@ class EntityTagger(_Head):
     """A BIO tagger: `predict(texts)` -> a list of Entity spans per text."""
 
     @torch.inference_mode()
-    def predict(self, texts: Sequence[str], batch_size: int = 32) -> list[list[Entity]]:
+    def predict(self, texts: Sequence[str], batch_size: int = 32, decode: str = "bio") -> list[list[Entity]]:
+        """Entity spans per text. decode "bio": the most probable valid BIO tag sequence over
+        the words; "argmax": each word's most probable tag (as `pipeline(...)` does)."""
         out: list[list[Entity]] = []
         for start in range(0, len(texts), batch_size):
             chunk = list(texts[start : start + batch_size])
@@ -114,22 +116,28 @@ class EntityTagger(_Head):
             offsets = enc.pop("offset_mapping")
             probs = torch.softmax(self.model(**enc).logits.float(), dim=-1)  # (batch, seq, labels)
             for j, text in enumerate(chunk):
-                out.append(self._entities(text, enc.word_ids(j), offsets[j], probs[j]))
+                out.append(self._entities(text, enc.word_ids(j), offsets[j], probs[j], decode))
         return out
 
-    def _entities(self, text: str, word_ids, offsets, probs) -> list[Entity]:
-        words: list[list] = []  # [start, end, tag, prob] per word, in order
+    def _entities(self, text: str, word_ids, offsets, probs, decode: str) -> list[Entity]:
+        words: list[list] = []  # [start, end, first-subword position] per word, in order
         last = None
         for pos, w in enumerate(word_ids):
             if w is None:
                 continue
             s, e = int(offsets[pos][0]), int(offsets[pos][1])
             if w != last:
-                label = int(probs[pos].argmax())
-                words.append([s, e, self.labels[label], float(probs[pos][label])])
+                words.append([s, e, pos])
             else:
                 words[-1][1] = e  # a later subword extends the word
             last = w
+        word_probs = probs[[w[2] for w in words]]  # (words, labels)
+        if decode == "bio":
+            labels = decode_bio(torch.log(word_probs.clamp_min(1e-12)).numpy(), self.labels)
+        else:
+            labels = [int(x) for x in word_probs.argmax(-1)] if words else []
+        for word, label, p in zip(words, labels, word_probs):
+            word[2:] = [self.labels[label], float(p[label])]  # [start, end, tag, prob]
         entities = []
         for kind, a, b in bio_spans([w[2] for w in words]):
             s, e = words[a][0], words[b - 1][1]

@@ -34,6 +34,7 @@ from indexer.heads.features import (
     training_batches,
 )
 from indexer.heads.inference import model_logits, pad_id_of, run_batches, score_logits
+from indexer.heads.labels import IGNORE_INDEX
 from indexer.heads.metrics import METRIC_NAMES
 from indexer.heads.receipt import check_out_dir, package_versions, save_head_dir, weights_sha256
 
@@ -145,8 +146,7 @@ def load_base(settings: TrainSettings, label_names: list[str]):
 def encode_splits(tokenizer, data: HeadData, max_length: int) -> dict[str, Encoded]:
     """Tokenise every split and refuse over-long examples before any training starts."""
     encoded = {split: encode_examples(tokenizer, examples) for split, examples in data.splits.items()}
-    for split, enc in encoded.items():
-        check_lengths(enc, max_length, split)
+    check_lengths(encoded, max_length)
     return encoded
 
 
@@ -172,6 +172,52 @@ def _head_parts(model, task: str):
     )
 
 
+def _linear_warmup_decay(step: int, warmup: int, total: int) -> float:
+    """lr multiplier: linear from 1/warmup to 1 over `warmup` steps, then linear to 0."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def _head_only_steps(model, train: Encoded, val: Encoded, pad_id: int, settings: TrainSettings):
+    """Freeze the backbone, run it once over train and validation, and train on the cache.
+
+    Returns:
+        (modules to put in train mode, step_loss(index), val_logits(), feature seconds)
+    """
+    modules, featurize, head = _head_parts(model, settings.task)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for module in modules:
+        for p in module.parameters():
+            p.requires_grad_(True)
+    model.eval()
+    t0 = time.perf_counter()
+    with _autocast(settings.dtype):
+        # clone: inference-mode tensors cannot be saved for backward
+        feats = {name: [f.clone() for f in run_batches(featurize, enc, pad_id, settings.batch_size * 2)]
+                 for name, enc in (("train", train), ("validation", val))}
+    seconds = time.perf_counter() - t0
+    # one label per feature row: per example (classifier) or per first subword (NER)
+    labels = [torch.tensor([x for x in lab if x != IGNORE_INDEX]) if isinstance(lab, list)
+              else torch.tensor(lab) for lab in train.labels]
+    width = feats["train"][0].shape[-1]
+
+    def step_loss(index) -> torch.Tensor:
+        x = torch.cat([feats["train"][i].reshape(-1, width) for i in index])  # (rows, hidden)
+        y = torch.cat([labels[i].reshape(-1) for i in index])
+        return torch.nn.functional.cross_entropy(head(x), y)
+
+    def val_logits() -> list[torch.Tensor]:
+        fv = feats["validation"]
+        with torch.inference_mode():
+            if fv[0].dim() == 1:  # classifier: (hidden,) per example
+                return list(head(torch.stack(fv)).unbind(0))
+            return list(head(torch.cat(fv)).split([f.shape[0] for f in fv]))  # NER: (words, hidden)
+
+    return modules, step_loss, val_logits, seconds
+
+
 def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings: TrainSettings,
         progress: bool = False) -> FitResult:
     """Train for `settings.epochs`, score validation after each, load the best epoch's state.
@@ -188,39 +234,15 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     result = FitResult()
 
     if settings.head_only:
-        modules, featurize, head = _head_parts(model, settings.task)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        for module in modules:
-            for p in module.parameters():
-                p.requires_grad_(True)
-        model.eval()
-        t0 = time.perf_counter()
-        # clone: inference-mode tensors cannot be saved for backward
-        with _autocast(settings.dtype):
-            feats = {name: [f.clone() for f in run_batches(featurize, enc, pad_id, settings.batch_size * 2)]
-                     for name, enc in (("train", train), ("validation", val))}
-        result.feature_seconds = time.perf_counter() - t0
-        train_labels = [torch.tensor([l for l in lab if l != -100]) if isinstance(lab, list)
-                        else torch.tensor(lab) for lab in train.labels]
-
-        def step_loss(index) -> torch.Tensor:
-            x = torch.cat([feats["train"][i].reshape(-1, feats["train"][i].shape[-1]) for i in index])
-            y = torch.cat([train_labels[i].reshape(-1) for i in index])
-            return torch.nn.functional.cross_entropy(head(x), y)
-
-        def val_logits():
-            fv = feats["validation"]
-            with torch.inference_mode():
-                if fv[0].dim() == 1:  # classifier: (hidden,) per example
-                    return list(head(torch.stack(fv)).unbind(0))
-                return list(head(torch.cat(fv)).split([f.shape[0] for f in fv]))  # NER: (words, hidden)
+        modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, pad_id, settings)
     else:
+        modules = [model]
+
         def step_loss(index) -> torch.Tensor:
             with _autocast(settings.dtype):
                 return model(**collate(train, index, pad_id)).loss.float()
 
-        def val_logits():
+        def val_logits() -> list[torch.Tensor]:
             return model_logits(model, val, pad_id, settings.batch_size * 2)
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -229,19 +251,13 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     steps_per_epoch = -(-len(train) // settings.batch_size)
     total = steps_per_epoch * settings.epochs
     warmup = int(WARMUP_RATIO * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)),
-    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _linear_warmup_decay(s, warmup, total))
     best_state = None
     lengths = train.lengths if not settings.head_only else np.ones(len(train), dtype=np.int64)
     for epoch in range(1, settings.epochs + 1):
         t0 = time.perf_counter()
-        if not settings.head_only:
-            model.train()
-        else:
-            for module in modules:
-                module.train()
+        for module in modules:
+            module.train()
         batches = training_batches(lengths, settings.batch_size, rng)
         loss_sum, seen = 0.0, 0
         bar = tqdm(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
@@ -318,6 +334,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
             "head_only": settings.head_only, "threads": threads,
             "autocast": settings.dtype, "scores_dtype": "fp32",
             "batches": "length-sorted pools of 50 batches, shuffled",
+            "ner_decode": "bio (most probable valid BIO sequence)" if settings.task == "ner" else None,
         },
         "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
         "epochs": fitted.history,
