@@ -1,21 +1,46 @@
-"""Prefect flow `index_corpus`: read -> encode -> store -> index, batch by batch."""
+"""Prefect flow `index_corpus`: read -> plan (new / changed / unchanged) -> encode -> commit ->
+index, batch by batch, with one writer.
+
+Encoding is a pure task: with `runner: dask` it runs on Dask workers (a few batches ahead of the
+writer) while this process alone writes to the store. Commits and index writes touch I/O and
+retry; a batch that still fails is reported in the summary and the others go on.
+"""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
-from indexer.config import Config
+from indexer.config import Config, SourceConfig
 from indexer.encoder import load_encoder
+from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
+from indexer.faults import crash_point
 from indexer.keyword_index import sync_keyword_index
-from indexer.pipeline import BatchResult, index_batch, sync_vector_index
+from indexer.pipeline import (
+    BatchPlan,
+    BatchResult,
+    commit_batch,
+    encode_texts_for_index,
+    plan_batch,
+    sync_vector_index,
+)
 from indexer.readers import FieldMap, expand_paths, read_batches
-from indexer.store import Store
+from indexer.store import ChunkRows, Store
+
+log = logging.getLogger(__name__)
+
+# Errors that concern the whole run, not one batch: they stop it.
+_FATAL = (ProvenanceMismatch, ModelError, ConfigError)
 
 
 @task(cache_policy=NONE)
@@ -24,14 +49,44 @@ def load_model(config: Config):
 
 
 @task(cache_policy=NONE)
-def encode_and_store(batch, store, encoder, config, collection, run_id, progress) -> BatchResult:
-    return index_batch(batch, store, encoder, config, collection, run_id, progress=progress)
+def encode_batch(texts: list[str], config: Config, encoder=None, progress: bool = False) -> ChunkRows:
+    """Window and encode one batch's texts (no I/O; on a Dask worker with `runner: dask`,
+    which loads the configured encoder once per worker process)."""
+    return encode_texts_for_index(texts, config, encoder, progress=progress)
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def write_index(store, config, added, removed) -> dict:
-    return sync_vector_index(store, config, added, removed) | {
+def commit(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> BatchResult:
+    return commit_batch(plan, chunks, store, run_id)
+
+
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
+def delete_missing(store: Store, collection: str, seen: set[str]) -> tuple[list[str], list[int]]:
+    """`on_missing: delete`: remove the collection's documents that no file holds any more."""
+    return store.delete_documents(collection, keep=sorted(seen))
+
+
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
+def write_index(store, config, added, removed, base_version=None) -> dict:
+    return sync_vector_index(store, config, added, removed, base_version) | {
         "keyword": sync_keyword_index(store)}
+
+
+@dataclass
+class Steps:
+    """The flow's steps: Prefect tasks inside the flow, their plain functions outside it.
+
+    `submit` true: `encode` is a task submitted to the flow's task runner (Dask); its futures
+    are resolved in order by the writer.
+    """
+
+    load: Callable = load_model.fn
+    encode: Callable = encode_batch.fn
+    commit: Callable = commit.fn
+    delete_missing: Callable = delete_missing.fn
+    write: Callable = write_index.fn
+    submit: bool = False
+    in_flight: int = 0
 
 
 @flow(name="index_corpus", log_prints=False)
@@ -43,44 +98,131 @@ def index_corpus(
     fields: FieldMap = FieldMap(),
     batch_size: int = 2048,
     progress: bool = False,
+    on_missing: str = "keep",
 ) -> dict:
     """Index corpus files into the configured store and return the run summary.
 
     Args:
         paths: files or directories (JSONL, Parquet, CSV, BEIR corpus).
-        config: validated configuration.
+        config: validated configuration (`runner: dask` encodes on the Dask cluster).
         collection: collection name; external ids are unique within it.
         fmt: file format or `auto`.
         fields: id/text/title/metadata column mapping.
+        on_missing: `delete` removes the collection's documents that no file holds any more.
     """
+    distributed = config.runner == "dask"
+    steps = Steps(load=load_model, encode=encode_batch.submit if distributed else encode_batch,
+                  commit=commit, delete_missing=delete_missing, write=write_index,
+                  submit=distributed, in_flight=config.dask.in_flight if distributed else 0)
     return run_index(paths, config, collection, fmt, fields, batch_size, progress,
-                     encode=encode_and_store, load=load_model, write=write_index)
+                     on_missing=on_missing, steps=steps)
+
+
+def flow_for(config: Config):
+    """`index_corpus` with the task runner `config.runner` asks for."""
+    if config.runner == "local":
+        return index_corpus
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise ConfigError("runner: dask needs the distributed extra: "
+                          "pip install 'bertindex[distributed]'") from None
+    if config.dask.address:
+        runner = DaskTaskRunner(address=config.dask.address)
+    else:
+        runner = DaskTaskRunner(cluster_kwargs={"processes": True})
+    return index_corpus.with_options(task_runner=runner)
+
+
+def index_source(config: Config, source: SourceConfig, progress: bool = False) -> dict:
+    """Index one configured source (`sources:` in config.yaml) with the configured runner."""
+    fields = FieldMap(id_field=source.fields.id, text_field=source.fields.text,
+                      title_field=source.fields.title,
+                      metadata_fields=tuple(source.fields.metadata)
+                      if source.fields.metadata is not None else None)
+    return flow_for(config)(source.paths, config, source.collection, source.format, fields,
+                            source.batch_size, progress, source.on_missing)
 
 
 def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap(),
-              batch_size=2048, progress=False, encode=None, load=None, write=None) -> dict:
-    """The flow's story, also callable without Prefect (tasks default to plain functions)."""
-    encode = encode or encode_and_store.fn
-    load = load or load_model.fn
-    write = write or write_index.fn
+              batch_size=2048, progress=False, *, on_missing="keep",
+              steps: Steps | None = None) -> dict:
+    """The flow's story, also callable without Prefect (steps default to plain functions).
+
+    Returns:
+        The run summary: counts, `deleted`, `failed_batches`, the index info, the run id.
+    """
+    steps = steps or Steps()
     files = expand_paths(paths)
     started = datetime.now(timezone.utc).replace(tzinfo=None)
     run_id = uuid.uuid4().hex[:12]
-    encoder = load(config)
+    encoder = steps.load(config)
     total = BatchResult()
-    rejected_rows = []
+    rejected_rows, failed, deleted = [], [], []
+    seen: set[str] | None = set() if on_missing == "delete" else None
     with Store(Path(config.store.path)) as store:
+        store.start_run(run_id, "index", started)
+        base_version = store.data_version()
         try:
+            store.set_provenance(encoder.provenance)
+            pending: deque[tuple[BatchPlan, Any]] = deque()
+            pending_ids: set[str] = set()
+
+            def settle_oldest() -> None:
+                plan, future = pending.popleft()
+                pending_ids.difference_update(r.external_id for r in plan.batch.records)
+                try:
+                    chunks = future.result() if steps.submit else future
+                    total.merge(steps.commit(plan, chunks, store, run_id))
+                    rejected_rows.extend(plan.batch.rejected)
+                except _FATAL:
+                    raise
+                except Exception as exc:  # noqa: BLE001  (retried by the task: report, go on)
+                    log.error("batch %s failed: %s", plan.describe(), exc)
+                    failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
+
             for path in files:
                 for batch in read_batches(path, fmt, fields, batch_size):
-                    result = encode(batch, store, encoder, config, collection, run_id, progress)
-                    total.merge(result)
-                    rejected_rows.extend(batch.rejected)
-            index_info = write(store, config, total.added, total.removed)
+                    ids = [r.external_id for r in batch.records]
+                    if seen is not None:
+                        seen.update(ids)
+                        seen.update(r.external_id for r in batch.rejected if r.external_id)
+                    if pending_ids.intersection(ids):  # same id in a batch not yet written
+                        while pending:
+                            settle_oldest()
+                    plan = plan_batch(batch, store, collection)
+                    try:
+                        if steps.submit:
+                            future = steps.encode(plan.texts, config, None, False)
+                        else:
+                            future = steps.encode(plan.texts, config, encoder, progress)
+                    except _FATAL:
+                        raise
+                    except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
+                        log.error("batch %s failed: %s", plan.describe(), exc)
+                        failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
+                        continue
+                    pending.append((plan, future))
+                    pending_ids.update(ids)
+                    while len(pending) > steps.in_flight:
+                        settle_oldest()
+            while pending:
+                settle_oldest()
+            removed = list(total.removed)
+            if seen:
+                deleted, gone = steps.delete_missing(store, collection, seen)
+                removed += gone
+            elif seen is not None:
+                log.warning("on_missing: delete skipped: the files held no documents, and "
+                            "that would empty collection %s", collection)
+            index_info = steps.write(store, config, total.added, removed, base_version)
         except BaseException as exc:
-            store.record_run(run_id, "index", started, f"failed: {exc!r}"[:500], total.summary())
+            store.record_run(run_id, "index", started, f"failed: {exc!r}"[:500],
+                             total.summary() | {"failed_batches": failed})
             raise
         summary = total.summary() | {
+            "deleted": len(deleted),
+            "failed_batches": failed,
             "collection": collection,
             "files": [str(p) for p in files],
             "index": index_info,
@@ -90,5 +232,29 @@ def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap()
                 for r in rejected_rows[:100]
             ],
         }
-        store.record_run(run_id, "index", started, "completed", summary)
+        crash_point("run.before_record")
+        store.record_run(run_id, "index", started,
+                         "completed" if not failed else "completed_with_failures", summary)
     return summary
+
+
+def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict:
+    """Delete documents from the store, then publish indexes without them (no Prefect).
+
+    Returns:
+        {"collection", "deleted", "not_found", "chunks_removed", "index"}.
+    """
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    run_id = uuid.uuid4().hex[:12]
+    with Store(Path(config.store.path)) as store:
+        store.start_run(run_id, "delete", started)
+        base = store.data_version()
+        deleted, removed = store.delete_documents(collection, external_ids=external_ids)
+        index_info = write_index.fn(store, config, [], removed, base)
+        gone = set(deleted)
+        summary = {"collection": collection, "deleted": deleted,
+                   "not_found": sorted({i for i in external_ids if i not in gone}),
+                   "chunks_removed": len(removed), "index": index_info, "run_id": run_id}
+        store.record_run(run_id, "delete", started, "completed", summary)
+    return summary
+

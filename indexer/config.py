@@ -48,10 +48,96 @@ class IndexConfig(_Strict):
     spec: str = "auto"
     nprobe: int = Field(16, ge=1, description="IVF lists visited per query")
     ef_search: int = Field(64, ge=1, description="HNSW candidates per query")
+    memory_budget_mb: float | None = Field(
+        None, gt=0, description="`auto`: RAM the index may use; None = no limit")
+    flat_limit: int = Field(100_000, ge=0, description="`auto`: exact search up to this many vectors")
+    target_recall: float = Field(0.95, gt=0, le=1,
+                                 description="`auto`: recall@10 against exact search to tune for")
+    tune_sample: int = Field(1000, ge=10, description="`auto`: held queries used for tuning")
 
 
 class StoreConfig(_Strict):
     path: str = ".bertindex"
+
+
+class SearchConfig(_Strict):
+    """How `search` ranks: dense vectors, BM25 keywords, or both fused (hybrid)."""
+
+    mode: Literal["dense", "keyword", "hybrid"] = "hybrid"
+    fusion: Literal["rrf", "weighted"] = "weighted"
+    dense_weight: float = Field(0.5, ge=0.0, le=1.0,
+                                description="weighted fusion: dense share, keyword gets the rest")
+    rrf_k: int = Field(60, ge=1, description="RRF constant")
+    candidates: int = Field(100, ge=1, description="documents each side hands to the fusion")
+
+
+class FieldsConfig(_Strict):
+    """Which columns of a source hold the id, text and title; every other column is metadata."""
+
+    id: str | None = Field(None, description="id column (default: `id` or `_id`)")
+    text: str = "text"
+    title: str | None = "title"
+    metadata: list[str] | None = Field(None, description="metadata columns (default: all others)")
+
+
+class SourceConfig(_Strict):
+    """A corpus indexed by the scheduled `index_corpus` flow (`bertindex flows serve`)."""
+
+    paths: list[str] = Field(min_length=1, description="files or directories")
+    collection: str = "default"
+    format: Literal["auto", "jsonl", "parquet", "csv", "beir"] = "auto"
+    fields: FieldsConfig = FieldsConfig()
+    on_missing: Literal["keep", "delete"] = Field(
+        "keep", description="documents of the collection absent from the source's files: "
+        "keep them, or delete them from the store and the index")
+    batch_size: int = Field(2048, ge=1, description="documents read and committed per batch")
+
+
+SCHEDULED_FLOWS = ("index_corpus", "annotate", "reindex")
+
+
+class ScheduleConfig(_Strict):
+    """When a flow runs: exactly one of `cron` (5 fields) or `interval` (seconds)."""
+
+    cron: str | None = None
+    interval: int | None = Field(None, ge=1, description="seconds between runs")
+    timezone: str = "UTC"
+    active: bool = True
+    sources: list[str] | None = Field(
+        None, description="index_corpus only: the sources to index (default: all)")
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> ScheduleConfig:
+        if (self.cron is None) == (self.interval is None):
+            raise ValueError("give exactly one of 'cron' (e.g. '0 * * * *') and 'interval' "
+                             "(seconds)")
+        if self.cron is not None:
+            _check_cron(self.cron)
+        return self
+
+
+def _check_cron(expr: str) -> None:
+    if len(expr.split()) != 5:
+        raise ValueError(f"cron '{expr}' must have 5 fields: minute hour day month weekday")
+    try:
+        from cronsim import CronSim, CronSimError
+    except ImportError:  # validated again by Prefect when the schedule is served
+        return
+    from datetime import datetime
+
+    try:
+        CronSim(expr, datetime(2020, 1, 1))
+    except CronSimError as exc:
+        raise ValueError(f"cron '{expr}' is not valid: {exc}") from None
+
+
+class DaskConfig(_Strict):
+    """The Dask cluster that runs encoding batches when `runner: dask`."""
+
+    address: str | None = Field(
+        None, description="scheduler address, e.g. tcp://10.0.0.5:8786 (None: a LocalCluster "
+        "on this machine)")
+    in_flight: int = Field(4, ge=1, description="batches encoding at once, ahead of the writer")
 
 
 class Config(_Strict):
@@ -59,6 +145,27 @@ class Config(_Strict):
     long_documents: LongDocumentsConfig = LongDocumentsConfig()
     index: IndexConfig = IndexConfig()
     store: StoreConfig = StoreConfig()
+    search: SearchConfig = SearchConfig()
+    runner: Literal["local", "dask"] = "local"
+    dask: DaskConfig = DaskConfig()
+    sources: dict[str, SourceConfig] = {}
+    schedules: dict[Literal["index_corpus", "annotate", "reindex"], ScheduleConfig] = {}
+
+    @model_validator(mode="after")
+    def _schedules_name_sources(self) -> Config:
+        for flow_name, schedule in self.schedules.items():
+            if schedule.sources is not None and flow_name != "index_corpus":
+                raise ValueError(f"schedules.{flow_name}.sources: only index_corpus takes sources")
+        index_schedule = self.schedules.get("index_corpus")
+        if index_schedule is not None:
+            if not self.sources:
+                raise ValueError("schedules.index_corpus needs at least one entry under "
+                                 "'sources:' (paths, collection) to index")
+            unknown = [s for s in index_schedule.sources or [] if s not in self.sources]
+            if unknown:
+                raise ValueError(f"schedules.index_corpus.sources: unknown source(s) "
+                                 f"{', '.join(unknown)}; configured: {', '.join(self.sources)}")
+        return self
 
     @model_validator(mode="after")
     def _stride_fits(self) -> Config:
@@ -78,8 +185,11 @@ class Config(_Strict):
         for dotted, value in overrides.items():
             if value is None:
                 continue
-            section, key = dotted.split(".")
-            data[section][key] = value
+            section, _, key = dotted.partition(".")
+            if key:
+                data[section][key] = value
+            else:
+                data[section] = value
         return _validate(data, source="command-line options")
 
 

@@ -27,3 +27,7 @@ class StoreError(BertindexError):
 
 class IndexError_(BertindexError):
     """A FAISS index file is missing, damaged or inconsistent with the store."""
+
+
+class RemoteError(BertindexError):
+    """A `bertindex serve` server cannot be reached or answered with an error."""

@@ -21,6 +21,8 @@ POINTS = (
     "index.before_pointer",  # version folder in place, CURRENT still names the old one
     "index.before_cleanup",  # CURRENT switched, old versions not yet removed
     "run.before_record",     # everything done except the run's final record
+    "reindex.before_swap",   # new generation encoded and published, store file not replaced
+    "reindex.before_pointer",  # store file replaced, CURRENT still names the old version
 )
 
 

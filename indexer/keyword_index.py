@@ -12,8 +12,8 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -86,7 +86,7 @@ class KeywordIndex:
         return (folder / "meta.json").is_file() and (folder / "SCHEMA_VERSION").is_file()
 
     @classmethod
-    def for_store(cls, store_dir: Path, create: bool = False) -> "KeywordIndex":
+    def for_store(cls, store_dir: Path, create: bool = False) -> KeywordIndex:
         return cls(Path(store_dir) / KEYWORD_DIR, create=create)
 
     # -- reads -------------------------------------------------------------------------
@@ -155,8 +155,9 @@ class KeywordIndex:
               manifest: dict[int, str], hashes: dict[int, str]) -> None:
         """Delete `delete` doc ids, (re)write `upsert` from the store, commit, save manifest.
 
-        Re-applying the same change is harmless (delete-then-add by doc id), so a crash
-        between the tantivy commit and the manifest write heals on the next sync.
+        Re-applying the same change is harmless (delete-then-add by doc id). A crash between
+        the tantivy commit and the manifest write heals on the next sync: changed texts are
+        re-applied, and added or removed documents make the counts disagree, which rebuilds.
         """
         writer = self.index.writer(heap_size=64_000_000, num_threads=1)
         try:

@@ -15,8 +15,8 @@ import numpy as np
 from indexer.chunking import make_windows
 from indexer.config import Config
 from indexer.encoder import Encoder
-from indexer.errors import IndexError_
-from indexer.readers import Batch, document_text
+from indexer.errors import IndexError_, ProvenanceMismatch
+from indexer.readers import Batch, Record, document_text
 from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
 from indexer.vector_index import VectorIndex, resolve_spec
 
@@ -78,19 +78,39 @@ def encode_documents(
     return owners, ChunkRows(owners, ordinals, starts, ends, n_tokens, vectors)
 
 
-def index_batch(
-    batch: Batch, store: Store, encoder: Encoder, config: Config, collection: str,
-    run_id: str, progress: bool = False,
-) -> BatchResult:
-    """Store one batch: unchanged documents are skipped, new and changed ones encoded.
+@dataclass
+class BatchPlan:
+    """What one batch needs: which documents to encode, which to skip, what to write.
 
-    Returns:
-        Counts plus the chunk ids added to and removed from the store.
+    `texts` is all an encoding worker needs; the rest stays with the single writer.
     """
-    result = BatchResult(read=len(batch.records) + len(batch.rejected), rejected=len(batch.rejected))
-    store.set_provenance(encoder.provenance)
+
+    batch: Batch
+    collection: str
+    new_rows: list[tuple[int, Record, str]]  # (doc id, record, content hash)
+    changed_docs: list[tuple[int, Record, str]]
+    meta_updates: list[tuple[int, Record]]
+    skipped_unchanged: int
+    texts: list[str]
+
+    @property
+    def to_encode(self) -> list[tuple[int, Record, str]]:
+        return self.new_rows + self.changed_docs
+
+    def describe(self) -> str:
+        rows = [r.row for r in self.batch.records] + [r.row for r in self.batch.rejected]
+        sources = sorted({r.source for r in self.batch.records} | {r.source for r in self.batch.rejected})
+        return f"{', '.join(sources)} rows {min(rows, default=0)}-{max(rows, default=0)}"
+
+
+def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
+    """Sort a batch's records into new, changed (re-encode) and unchanged (skip) by content hash.
+
+    New documents get their doc ids here, in reading order, so ids do not depend on which
+    worker encodes them.
+    """
     known = store.existing(collection, [r.external_id for r in batch.records])
-    new_docs, changed_docs, meta_updates = [], [], []
+    new_docs, changed_docs, meta_updates, skipped = [], [], [], 0
     for record in batch.records:
         digest = content_hash(record)
         if record.external_id not in known:
@@ -100,30 +120,74 @@ def index_batch(
         if old_digest != digest:
             changed_docs.append((doc_id, record, digest))
         else:
-            result.skipped_unchanged += 1
+            skipped += 1
             if json.loads(old_meta or "{}") != record.metadata:
                 meta_updates.append((doc_id, record))
     new_ids = store.next_ids("doc_ids", len(new_docs))
     new_rows = [(d, r, h) for d, (r, h) in zip(new_ids, new_docs)]
-    to_encode = new_rows + changed_docs
-    texts = [document_text(r) for _, r, _ in to_encode]
-    _, chunks = encode_documents(encoder, texts, config, progress=progress)
-    chunks.doc_ids = [to_encode[pos][0] for pos in chunks.doc_ids]
+    texts = [document_text(r) for _, r, _ in new_rows + changed_docs]
+    return BatchPlan(batch, collection, new_rows, changed_docs, meta_updates, skipped, texts)
+
+
+def encode_texts_for_index(texts: list[str], config: Config, encoder: Encoder | None = None,
+                           progress: bool = False) -> ChunkRows:
+    """Window and encode texts; a pure function of its inputs, so any worker can run it.
+
+    Args:
+        encoder: a loaded encoder; None loads (and caches per process) the configured one.
+    Returns:
+        ChunkRows whose doc_ids are positions into `texts`.
+    """
+    if encoder is None:
+        from indexer.encoder import load_encoder
+
+        encoder = load_encoder(config.model)
+    return encode_documents(encoder, texts, config, progress=progress)[1]
+
+
+def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> BatchResult:
+    """Write one planned batch and its vectors in one transaction."""
+    batch = plan.batch
+    to_encode = plan.to_encode
+    chunks = ChunkRows([to_encode[pos][0] for pos in chunks.doc_ids], chunks.ordinals,
+                       chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
     added, removed = store.write_batch(
-        collection, new_rows, changed_docs, meta_updates, chunks, batch.rejected, run_id
+        plan.collection, plan.new_rows, plan.changed_docs, plan.meta_updates, chunks,
+        batch.rejected, run_id,
     )
-    result.encoded = len(to_encode)
-    result.chunks = len(added)
-    result.added, result.removed = added, removed
-    return result
+    return BatchResult(
+        read=len(batch.records) + len(batch.rejected), encoded=len(to_encode),
+        skipped_unchanged=plan.skipped_unchanged, rejected=len(batch.rejected),
+        chunks=len(added), added=added, removed=removed,
+    )
 
 
-def sync_vector_index(store: Store, config: Config, added: list[int], removed: list[int]) -> dict:
-    """Bring the FAISS index in step with the store and save it as a new version.
+def index_batch(
+    batch: Batch, store: Store, encoder: Encoder, config: Config, collection: str,
+    run_id: str, progress: bool = False,
+) -> BatchResult:
+    """Store one batch: unchanged documents are skipped, new and changed ones encoded.
 
-    Adds and removes in place when the current index allows and matches the store; otherwise
-    (first run, a spec that changed with size, damage, or a count that disagrees) it rebuilds
-    from the stored vectors. Nothing is re-encoded either way.
+    Returns:
+        Counts plus the chunk ids added to and removed from the store.
+    """
+    store.set_provenance(encoder.provenance)
+    plan = plan_batch(batch, store, collection)
+    chunks = encode_texts_for_index(plan.texts, config, encoder, progress=progress)
+    return commit_batch(plan, chunks, store, run_id)
+
+
+def sync_vector_index(store: Store, config: Config, added: list[int], removed: list[int],
+                      base_version: int | None = None) -> dict:
+    """Bring the FAISS index in step with the store and publish it as a new version, with a
+    read-only snapshot of the store that searches open.
+
+    The index records the store's `data_version` it reflects. Up to date: nothing is written.
+    Updated in place (remove + add) only when the current index reflects `base_version`, the
+    store's data_version when this run started, so that `added`/`removed` are exactly the
+    difference; otherwise (first run, a run killed after committing batches, a spec that
+    changed with size, another encoder, damage) it is rebuilt from the stored vectors.
+    Nothing is re-encoded either way.
 
     Returns:
         {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
@@ -132,16 +196,20 @@ def sync_vector_index(store: Store, config: Config, added: list[int], removed: l
     if provenance is None:
         return {"version": None, "spec": None, "ntotal": 0, "rebuilt": False}
     total = store.count_chunks()
-    spec = resolve_spec(config.index.spec, total)
+    data_version = store.data_version()
+    spec = resolve_spec(config.index.spec, total, config.index, provenance.dim)
     try:
         current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
-    except IndexError_ as exc:
+    except (IndexError_, ProvenanceMismatch) as exc:
         log.warning("%s; rebuilding from the stored vectors", exc)
         current = None
-    if current is not None and not added and not removed and current.ntotal == total:
+    if (current is not None and current.data_version == data_version
+            and current.ntotal == total):
         return {"version": None, "spec": current.spec, "ntotal": total, "rebuilt": False}
     incremental = (
         current is not None
+        and base_version is not None
+        and current.data_version == base_version
         and current.spec == spec
         and current.ntotal + len(added) - len(removed) == total
         and current.remove(removed)
@@ -159,7 +227,7 @@ def sync_vector_index(store: Store, config: Config, added: list[int], removed: l
             f"index holds {index.ntotal} vectors but the store has {total} chunks; "
             "re-run to rebuild"
         )
-    version = index.save(store.path)
+    version = index.save(store.path, data_version, extra=store.write_snapshot)
     return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
 
 

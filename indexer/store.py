@@ -2,6 +2,10 @@
 
 The vectors here are the truth; a FAISS index is a cache rebuilt from them. Does not encode
 and does not touch FAISS. All SQL takes values as bound parameters.
+
+One process writes (DuckDB allows one read-write process per file). Readers open the read-only
+snapshot published beside the current index version (`index/vN/store.duckdb`), so a search never
+waits for, nor sees half of, a running write.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,11 +26,13 @@ import pyarrow as pa
 
 from indexer.encoder import Provenance
 from indexer.errors import ProvenanceMismatch, StoreError
+from indexer.faults import crash_point
 from indexer.readers import Record, Rejected
+from indexer.versions import SNAPSHOT_FILE, current_version, fsync_dir, version_dir
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "store.duckdb"
 # Keys that must agree between stored vectors and a new encoder before adding vectors.
 WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim")
@@ -60,6 +68,24 @@ _MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE runs (
             run_id VARCHAR PRIMARY KEY, kind VARCHAR, started_at TIMESTAMP,
             finished_at TIMESTAMP, status VARCHAR, summary JSON)""",
+    ],
+    # 2: bulk annotation (indexer/annotation_store.py). `annotated` marks (document, head) pairs
+    # done at a head version and content hash, so a tagger that found no entity is done too.
+    2: [
+        """CREATE TABLE annotations (
+            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
+            label VARCHAR NOT NULL, probability DOUBLE NOT NULL)""",
+        """CREATE TABLE entities (
+            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
+            start_char INTEGER NOT NULL, end_char INTEGER NOT NULL, type VARCHAR NOT NULL,
+            text VARCHAR NOT NULL, score DOUBLE NOT NULL)""",
+        """CREATE TABLE annotated (
+            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
+            content_hash VARCHAR NOT NULL, annotated_at TIMESTAMP NOT NULL)""",
+        """CREATE TABLE inbox_ledger (
+            content_hash VARCHAR PRIMARY KEY, path VARCHAR NOT NULL, rows BIGINT,
+            status VARCHAR NOT NULL, run_id VARCHAR, started_at TIMESTAMP,
+            finished_at TIMESTAMP, summary JSON)""",
     ],
 }
 
@@ -98,18 +124,58 @@ class Hit:
     end_char: int
 
 
+class WriterLock:
+    """The store's single-writer lock (`<store>/writer.lock`, flock): held by every writing
+    Store, and by `reindex` across the swap of the store file, when no Store is open.
+
+    Released by the kernel when the process dies, SIGKILL included.
+    """
+
+    def __init__(self, store_dir: Path):
+        import fcntl
+
+        self.path = Path(store_dir) / "writer.lock"
+        self._fh = open(self.path, "a+")  # noqa: SIM115  (held open: the lock lives with it)
+        try:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._fh.close()
+            raise StoreError(
+                f"store {store_dir} is being written by another bertindex process (index, "
+                "delete or reindex); wait for it to finish. Searches keep working meanwhile."
+            ) from None
+
+    def release(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()  # closing the file releases the flock
+
+
 class Store:
     """A store directory: `store.duckdb` plus `index/` versions beside it.
 
     Args:
         path: the store directory (created when writable).
         read_only: open for queries only; the store must exist.
+        snapshot: with read_only, open the snapshot published with the current index version
+            (never locked by a writer, always consistent with that index); a store without
+            snapshots (written before they existed) falls back to `store.duckdb`.
+
+    Attributes:
+        version: the index version whose snapshot is open (None: the live file is open).
     """
 
-    def __init__(self, path: str | Path, read_only: bool = False):
+    def __init__(self, path: str | Path, read_only: bool = False, snapshot: bool = True,
+                 lock: bool = True):
         self.path = Path(path)
         self.db_path = self.path / DB_NAME
         self.read_only = read_only
+        self.version: str | None = None
+        self._lock: WriterLock | None = None
+        if read_only and snapshot:
+            self.con = self._open_snapshot()
+            if self.con is not None:
+                self._migrate()
+                return
         if read_only and not self.db_path.is_file():
             raise StoreError(
                 f"no store at {self.path} ({DB_NAME} missing); index something first with "
@@ -117,14 +183,42 @@ class Store:
             )
         if not read_only:
             self.path.mkdir(parents=True, exist_ok=True)
+            if lock:
+                self._lock = WriterLock(self.path)
         try:
             self.con = duckdb.connect(str(self.db_path), read_only=read_only)
-        except duckdb.IOException as exc:
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            if self._lock is not None:
+                self._lock.release()
+            if read_only and snapshot:
+                raise StoreError(
+                    f"cannot open {self.db_path}: nothing is published yet and the first index "
+                    "run is still writing; search when it has finished"
+                ) from None
             raise StoreError(
                 f"cannot open {self.db_path}: {exc}. Another bertindex process may be writing "
                 "to this store; wait for it to finish."
             ) from None
         self._migrate()
+
+    def _open_snapshot(self, attempts: int = 5) -> duckdb.DuckDBPyConnection | None:
+        """Connect to the current version's snapshot; None when the store has none."""
+        for _ in range(attempts):
+            version = current_version(self.path)
+            if version is None:
+                return None
+            snap = version_dir(self.path, version) / SNAPSHOT_FILE
+            if not snap.is_file():
+                if current_version(self.path) == version:
+                    return None  # an index published before snapshots existed
+                continue  # the writer switched versions meanwhile: read the pointer again
+            try:
+                con = duckdb.connect(str(snap), read_only=True)
+            except (duckdb.IOException, duckdb.ConnectionException):
+                continue  # removed after we read the pointer (an old version being cleaned)
+            self.version = version
+            return con
+        raise StoreError(f"{self.path}: the index version kept changing while opening; retry")
 
     # -- schema -----------------------------------------------------------------------
     def _version(self) -> int:
@@ -145,6 +239,8 @@ class Store:
             )
         if version == SCHEMA_VERSION:
             return
+        if self.read_only and self.version is not None and version > 0:
+            return  # a snapshot published before an upgrade: read as it is until the next one
         if self.read_only:
             raise StoreError(f"{self.db_path} needs a schema upgrade; run `bertindex index` once")
         for step in range(version + 1, SCHEMA_VERSION + 1):
@@ -154,10 +250,48 @@ class Store:
             self.con.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(step)]
             )
+            if step > 1:
+                self._bump_data_version()  # the published snapshot has the old schema
             self.con.execute("COMMIT")
 
     def close(self) -> None:
         self.con.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # -- versions and snapshots ---------------------------------------------------------
+    def data_version(self) -> int:
+        """A counter raised by every transaction that changes what a search can see."""
+        row = self.con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump_data_version(self) -> None:
+        # inside the caller's transaction: the counter moves exactly when the data does
+        self.con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('data_version', ?)", [str(self.data_version() + 1)]
+        )
+
+    def write_snapshot(self, folder: Path) -> None:
+        """Copy the store, checkpointed, to `folder/store.duckdb` for read-only searches.
+
+        Only the writer calls this; nothing writes between the checkpoint and the copy.
+        """
+        self.con.execute("CHECKPOINT")  # everything in the main file, nothing left in the WAL
+        target = Path(folder) / SNAPSHOT_FILE
+        with open(self.db_path, "rb") as src, open(target, "wb") as dst:
+            half = self.db_path.stat().st_size // 2
+            while half > 0:  # the first half, then the crash point the tests use
+                block = src.read(min(half, 8 << 20))
+                if not block:
+                    break
+                dst.write(block)
+                half -= len(block)
+            crash_point("snapshot.partial")
+            shutil.copyfileobj(src, dst, length=8 << 20)
+            dst.flush()
+            os.fsync(dst.fileno())
+        fsync_dir(Path(folder))
 
     def __enter__(self) -> Store:
         return self
@@ -193,6 +327,108 @@ class Store:
                 f"CREATE TABLE IF NOT EXISTS vectors "
                 f"(chunk_id BIGINT PRIMARY KEY, embedding FLOAT[{int(current.dim)}])"
             )
+
+    def iter_documents(self, batch_rows: int = 2048, exclude: Iterable[int] = ()
+                       ) -> Iterable[tuple[str, list[tuple[int, Record, str]]]]:
+        """(collection, [(doc id, record, content hash)]) in doc id order, at most
+        `batch_rows` per item, one collection per item; `exclude` skips doc ids."""
+        skip = pa.table({"doc_id": pa.array(sorted(exclude), pa.int64())})
+        self.con.register("skip_view", skip)
+        reader = self.con.execute(
+            "SELECT doc_id, collection, external_id, title, text, metadata, content_hash "
+            "FROM documents WHERE doc_id NOT IN (SELECT doc_id FROM skip_view) "
+            "ORDER BY collection, doc_id"
+        ).fetch_record_batch(batch_rows)
+        pending: list = []
+        current = None
+        for rb in reader:
+            for row in rb.to_pylist():
+                if current is not None and (row["collection"] != current
+                                            or len(pending) >= batch_rows):
+                    yield current, pending
+                    pending = []
+                current = row["collection"]
+                record = Record(row["external_id"], row["text"], row["title"],
+                                json.loads(row["metadata"]) if row["metadata"] else {},
+                                source=f"store:{row['collection']}", row=row["doc_id"])
+                pending.append((row["doc_id"], record, row["content_hash"]))
+        self.con.unregister("skip_view")
+        if pending:
+            yield current, pending
+
+    def delete_doc_ids(self, doc_ids: Sequence[int]) -> list[int]:
+        """Delete documents by doc id with their chunks and vectors; returns chunk ids removed."""
+        if not doc_ids:
+            return []
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            ids = [int(d) for d in doc_ids]
+            removed = [r[0] for r in con.execute(
+                "SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))", [ids]
+            ).fetchall()]
+            if removed and self.provenance() is not None:
+                con.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
+                            [removed])
+            con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))", [ids])
+            self._delete_side_rows(ids)
+            con.execute("DELETE FROM documents WHERE doc_id IN (SELECT unnest(?::BIGINT[]))", [ids])
+            self._bump_data_version()
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        return removed
+
+    def _side_tables(self, keyed_by_doc: bool) -> list[str]:
+        """Tables beside documents/chunks/vectors/meta (annotations, runs, ...); with
+        `keyed_by_doc`, only those with a doc_id column."""
+        rows = self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_type = 'BASE TABLE' ORDER BY table_name").fetchall()
+        names = [r[0] for r in rows if r[0] not in ("documents", "chunks", "vectors", "meta")]
+        if not keyed_by_doc:
+            return names
+        keyed = {r[0] for r in self.con.execute(
+            "SELECT table_name FROM information_schema.columns WHERE column_name = 'doc_id'"
+        ).fetchall()}
+        return [n for n in names if n in keyed]
+
+    def _delete_side_rows(self, doc_ids: list[int]) -> None:
+        # names come from information_schema, never from input; values are bound
+        for name in self._side_tables(keyed_by_doc=True):
+            self.con.execute(f'DELETE FROM "{name}" WHERE doc_id IN (SELECT unnest(?::BIGINT[]))',
+                             [doc_ids])
+
+    def copy_side_tables(self, source: Store) -> list[str]:
+        """Replace the rows of every side table (annotations, entities, runs, rejected, ...)
+        with the source store's, in one transaction; both stores have the same schema.
+
+        Returns:
+            The tables copied.
+        """
+        names = [n for n in source._side_tables(keyed_by_doc=False)
+                 if n in set(self._side_tables(keyed_by_doc=False))]
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            for name in names:
+                con.execute(f'DELETE FROM "{name}"')
+                reader = source.con.execute(f'SELECT * FROM "{name}"').fetch_record_batch(65536)
+                for rb in reader:
+                    con.register("side_rows_view", rb)
+                    con.execute(f'INSERT INTO "{name}" SELECT * FROM side_rows_view')
+                    con.unregister("side_rows_view")
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        return names
+
+    def restart_doc_ids_after(self, max_doc_id: int) -> None:
+        """Make new doc ids start above `max_doc_id` (a store whose documents were copied)."""
+        self.con.execute("DROP SEQUENCE doc_ids")
+        self.con.execute(f"CREATE SEQUENCE doc_ids START {int(max_doc_id) + 1}")
 
     # -- writes -----------------------------------------------------------------------
     def existing(self, collection: str, external_ids: Sequence[str]) -> dict[str, tuple[int, str, str]]:
@@ -294,11 +530,67 @@ class Store:
                 con.unregister("new_chunks_view")
                 con.unregister("new_vectors_view")
             self._insert_rejected(rejected, run_id, now)
+            if new_docs or changed_docs or metadata_updates or chunk_ids:
+                self._bump_data_version()
+            crash_point("batch.before_commit")
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
             raise
+        crash_point("batch.after_commit")
         return chunk_ids, removed
+
+    def delete_documents(
+        self, collection: str, external_ids: Sequence[str] | None = None,
+        keep: Sequence[str] | None = None,
+    ) -> tuple[list[str], list[int]]:
+        """Delete documents with their chunks and vectors, in one transaction.
+
+        Args:
+            collection: the collection they belong to.
+            external_ids: delete these ids (unknown ones are ignored).
+            keep: or, instead, delete every document of the collection whose id is not here
+                (a source's `on_missing: delete`).
+        Returns:
+            (external ids deleted, chunk ids removed) for the vector index.
+        """
+        if (external_ids is None) == (keep is None):
+            raise ValueError("pass exactly one of external_ids and keep")
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            ids = pa.table({"external_id": pa.array(
+                list(external_ids if external_ids is not None else keep), pa.string())})
+            con.register("id_list_view", ids)
+            member = "IN" if external_ids is not None else "NOT IN"
+            rows = con.execute(
+                "SELECT doc_id, external_id FROM documents WHERE collection = ? AND external_id "
+                + member + " (SELECT external_id FROM id_list_view)",
+                [collection],
+            ).fetchall()
+            con.unregister("id_list_view")
+            doc_ids = [r[0] for r in rows]
+            removed: list[int] = []
+            if doc_ids:
+                removed = [r[0] for r in con.execute(
+                    "SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))",
+                    [doc_ids],
+                ).fetchall()]
+                if removed and self.provenance() is not None:
+                    con.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[]))",
+                                [removed])
+                con.execute("DELETE FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))",
+                            [doc_ids])
+                self._delete_side_rows(doc_ids)  # annotations of deleted documents
+                con.execute("DELETE FROM documents WHERE doc_id IN (SELECT unnest(?::BIGINT[]))",
+                            [doc_ids])
+                self._bump_data_version()
+            crash_point("delete.before_commit")
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        return sorted(r[1] for r in rows), removed
 
     def _insert_rejected(self, rejected: list[Rejected], run_id: str, now: datetime) -> None:
         if rejected:
@@ -306,6 +598,15 @@ class Store:
                 "INSERT INTO rejected VALUES (?, ?, ?, ?, ?, ?)",
                 [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
             )
+
+    def start_run(self, run_id: str, kind: str, started: datetime) -> None:
+        """Record a run as `running`. Runs still `running` from earlier were killed: this
+        process holds the only write connection, so no other run can be alive."""
+        self.con.execute("UPDATE runs SET status = 'interrupted' WHERE status = 'running'")
+        self.con.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, NULL, 'running', NULL)",
+            [run_id, kind, started],
+        )
 
     def record_run(self, run_id: str, kind: str, started: datetime, status: str, summary: dict) -> None:
         finished = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -315,6 +616,46 @@ class Store:
         )
 
     # -- reads ------------------------------------------------------------------------
+    def collection_counts(self) -> list[dict]:
+        """Documents, chunks and stored vectors per collection."""
+        has_vectors = self.provenance() is not None
+        vectors = ("(SELECT count(*) FROM vectors v JOIN chunks c2 ON v.chunk_id = c2.chunk_id "
+                   "JOIN documents d2 ON c2.doc_id = d2.doc_id WHERE d2.collection = d.collection)"
+                   if has_vectors else "0")
+        rows = self.con.execute(
+            "SELECT d.collection, count(DISTINCT d.doc_id), count(c.chunk_id), " + vectors
+            + " FROM documents d LEFT JOIN chunks c ON c.doc_id = d.doc_id "
+            "GROUP BY d.collection ORDER BY d.collection"
+        ).fetchall()
+        return [{"collection": r[0], "documents": r[1], "chunks": r[2], "vectors": r[3]}
+                for r in rows]
+
+    def annotation_counts(self) -> dict[str, int]:
+        """Annotations per head; empty until an `annotations` table (head, ...) exists."""
+        has = self.con.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_name = 'annotations' AND column_name = 'head'"
+        ).fetchone()[0]
+        if not has:
+            return {}
+        rows = self.con.execute(
+            "SELECT head, count(*) FROM annotations GROUP BY head ORDER BY head").fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def last_runs(self, limit: int = 5) -> list[dict]:
+        rows = self.con.execute(
+            "SELECT run_id, kind, started_at, finished_at, status, summary FROM runs "
+            "ORDER BY started_at DESC LIMIT ?", [limit],
+        ).fetchall()
+        out = []
+        for run_id, kind, started, finished, status, summary in rows:
+            info = json.loads(summary) if summary else {}
+            out.append({"run_id": run_id, "kind": kind, "started_at": started,
+                        "finished_at": finished, "status": status,
+                        **{k: info[k] for k in ("read", "encoded", "deleted", "failed_batches")
+                           if k in info}})
+        return out
+
     def count_chunks(self) -> int:
         return self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
@@ -344,7 +685,8 @@ class Store:
         return rows["chunk_id"].astype(np.int64)
 
     def filter_chunk_ids(
-        self, collection: str | None = None, where: Sequence[tuple[str, str]] = ()
+        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
     ) -> np.ndarray | None:
         """Chunk ids of documents that pass every filter; None when there is no filter.
 
@@ -352,8 +694,10 @@ class Store:
             collection: keep one collection.
             where: (metadata field, value) pairs, compared as text; values are bound
                 parameters, never SQL.
+            labels: (head, label) pairs from `bertindex annotate`.
+            entities: (type, text or None) pairs; text compared case-insensitively.
         """
-        if collection is None and not where:
+        if collection is None and not where and not labels and not entities:
             return None
         clauses, params = [], []
         if collection is not None:
@@ -362,6 +706,7 @@ class Store:
         for field_name, value in where:
             clauses.append("json_extract_string(d.metadata, ?) = ?")
             params.extend([_json_path(field_name), value])
+        _annotation_clauses("d.doc_id", labels, entities, clauses, params)
         sql = ("SELECT c.chunk_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id WHERE "
                + " AND ".join(clauses))
         return self.con.execute(sql, params).fetchnumpy()["chunk_id"].astype(np.int64)
@@ -407,10 +752,11 @@ class Store:
         ).fetchall()
 
     def filter_doc_ids(
-        self, collection: str | None = None, where: Sequence[tuple[str, str]] = ()
+        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
     ) -> np.ndarray | None:
         """Doc ids that pass every filter (as `filter_chunk_ids`); None when there is no filter."""
-        if collection is None and not where:
+        if collection is None and not where and not labels and not entities:
             return None
         clauses, params = [], []
         if collection is not None:
@@ -419,6 +765,7 @@ class Store:
         for field_name, value in where:
             clauses.append("json_extract_string(metadata, ?) = ?")
             params.extend([_json_path(field_name), value])
+        _annotation_clauses("doc_id", labels, entities, clauses, params)
         sql = "SELECT doc_id FROM documents WHERE " + " AND ".join(clauses)
         return self.con.execute(sql, params).fetchnumpy()["doc_id"].astype(np.int64)
 
@@ -445,3 +792,20 @@ def _json(value: object) -> str:
 def _json_path(field_name: str) -> str:
     """A JSON path selecting one top-level key, whatever characters the key holds."""
     return '$."' + field_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _annotation_clauses(doc_col: str, labels: Sequence[tuple[str, str]],
+                        entities: Sequence[tuple[str, str | None]], clauses: list, params: list
+                        ) -> None:
+    """`--label HEAD=LABEL` and `--entity TYPE[=TEXT]` as clauses on `doc_col` (bound values)."""
+    for head, label in labels:
+        clauses.append(f"{doc_col} IN (SELECT doc_id FROM annotations WHERE head = ? AND label = ?)")
+        params.extend([head, label])
+    for kind, text in entities:
+        if text is None:
+            clauses.append(f"{doc_col} IN (SELECT doc_id FROM entities WHERE type = ?)")
+            params.append(kind)
+        else:
+            clauses.append(f"{doc_col} IN (SELECT doc_id FROM entities "
+                           "WHERE type = ? AND lower(text) = lower(?))")
+            params.extend([kind, text])

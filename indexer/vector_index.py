@@ -13,9 +13,8 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -27,6 +26,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "`pip install 'bertindex[cpu]'` or `pip install 'bertindex[gpu]'`"
     ) from exc
 
+from indexer.auto_index import (
+    build_on_gpu,
+    choose_spec,
+    search_params,
+    training_sample,
+    tunable,
+    tune,
+)
 from indexer.config import IndexConfig
 from indexer.encoder import Provenance
 from indexer.errors import IndexError_, ProvenanceMismatch
@@ -45,7 +52,8 @@ def has_gpu() -> bool:
     return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
 
 
-def resolve_spec(spec: str, n_vectors: int) -> str:
+def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
+                 dim: int | None = None) -> str:
     """The FAISS factory string for `index.spec`; `auto` picks by collection size.
 
     `auto`: exact inner-product search (`Flat`) up to FLAT_LIMIT vectors, else an IVF index
@@ -53,6 +61,8 @@ def resolve_spec(spec: str, n_vectors: int) -> str:
     """
     if spec != "auto":
         return spec
+    if config is not None and dim is not None:  # size and memory budget: indexer.auto_index
+        return choose_spec(n_vectors, dim, config)
     if n_vectors <= FLAT_LIMIT:
         return "Flat"
     lists = 1 << int(round(math.log2(4 * math.sqrt(n_vectors))))
@@ -81,6 +91,7 @@ class VectorIndex:
         self.config = config
         self.data_version = data_version  # the store's data_version this index reflects
         self.version = version  # the published version it was loaded from
+        self.tuning: dict | None = None  # `auto`: measured search parameter (auto_index.tune)
 
     @classmethod
     def build(cls, spec: str, provenance: Provenance, config: IndexConfig,
@@ -93,12 +104,19 @@ class VectorIndex:
         except RuntimeError as exc:
             raise IndexError_(f"index.spec '{spec}' is not a FAISS factory string: {exc}") from None
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if not index.is_trained:
-            if len(vectors) == 0:
-                raise IndexError_(f"index.spec '{spec}' must be trained, and there are no vectors")
-            index.train(vectors)
-        out = cls(index, spec, provenance, config)
-        out.add(vectors, ids)
+        ids = np.asarray(ids, dtype=np.int64)
+        if not index.is_trained and len(vectors) == 0:
+            raise IndexError_(f"index.spec '{spec}' must be trained, and there are no vectors")
+        if has_gpu() and spec.startswith("IVF"):
+            out = cls(build_on_gpu(index, spec, vectors, ids), spec, provenance, config)
+        else:
+            if not index.is_trained:
+                index.train(training_sample(vectors, spec) if config.spec == "auto" else vectors)
+            out = cls(index, spec, provenance, config)
+            out.add(vectors, ids)
+        if config.spec == "auto" and tunable(spec) is not None and len(vectors):
+            out.tuning = tune(out.index, spec, vectors, ids, config.target_recall,
+                              config.tune_sample)
         return out
 
     @property
@@ -140,7 +158,9 @@ class VectorIndex:
             self._selector_ids = np.ascontiguousarray(allowed, dtype=np.int64)  # kept alive
             selector = faiss.IDSelectorBatch(self._selector_ids)
         inner = faiss.extract_index_ivf(self.index) if "IVF" in self.spec else None
-        if inner is not None:
+        if self.tuning is not None:
+            params = search_params(self.tuning["param"], self.tuning["value"])
+        elif inner is not None:
             params = faiss.SearchParametersIVF(nprobe=self.config.nprobe)
         elif "HNSW" in self.spec:
             params = faiss.SearchParametersHNSW(efSearch=self.config.ef_search)
@@ -175,7 +195,8 @@ class VectorIndex:
         index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
         faiss.write_index(index, str(tmp / INDEX_FILE))
         info = {"spec": self.spec, "ntotal": self.ntotal, "provenance": self.provenance.to_dict(),
-                "data_version": data_version}
+                "data_version": data_version, "tuning": self.tuning,
+                "memory_bytes": (tmp / INDEX_FILE).stat().st_size}
         (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
         if extra is not None:
             extra(tmp)
@@ -227,7 +248,9 @@ class VectorIndex:
         except RuntimeError as exc:
             raise IndexError_(f"cannot read {index_file} ({exc}); it is damaged: re-run "
                               "`bertindex index` on the same store to rebuild it") from None
-        return cls(index, info["spec"], provenance, config, info.get("data_version"), version)
+        out = cls(index, info["spec"], provenance, config, info.get("data_version"), version)
+        out.tuning = info.get("tuning")
+        return out
 
 
 def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:

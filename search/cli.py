@@ -5,6 +5,7 @@ Exit codes: 0 success (no hits included), 1 runtime error, 2 usage error.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import click
 
 from indexer.errors import InputError
+from search.cli_annotate import entity_callback, hit_annotations, label_callback
 from search.cli_common import (
     build_config,
     config_options,
@@ -41,15 +43,19 @@ def main() -> None:
               help="Column holding the title (encoded before the text).")
 @click.option("--batch-size", default=2048, show_default=True, type=click.IntRange(1),
               help="Documents read and committed per batch.")
+@click.option("--on-missing", type=click.Choice(["keep", "delete"]), default="keep",
+              show_default=True,
+              help="Documents of the collection that the files no longer hold: keep or delete.")
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
+def index(paths, collection, fmt, id_field, text_field, title_field, batch_size, on_missing,
           config_path, store_path, max_length, long_documents, as_json):
     """Read, encode and index corpus files (JSONL, Parquet, CSV, BEIR) into the store.
 
-    Unchanged documents are skipped; changed ones are re-encoded and replaced.
+    Unchanged documents are skipped; changed ones are re-encoded and replaced. A killed run
+    loses nothing committed: run it again. Exit code 1 when a batch failed after retries.
     """
     from flows.runtime import wait_for_api, warm_up_api
 
@@ -60,11 +66,11 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
 
     load_encoder(cfg.model)
     wait_for_api()
-    from flows.index_corpus import index_corpus
+    from flows.index_corpus import flow_for
 
     fields = FieldMap(id_field=id_field, text_field=text_field, title_field=title_field or None)
-    summary = index_corpus([str(p) for p in paths], cfg, collection, fmt, fields, batch_size,
-                           show_progress())
+    summary = flow_for(cfg)([str(p) for p in paths], cfg, collection, fmt, fields, batch_size,
+                            show_progress(), on_missing)
     if as_json:
         print_json(summary)
     else:
@@ -75,6 +81,12 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
         )
         for r in summary["rejections"][:10]:
             click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
+    if summary["failed_batches"]:
+        for f in summary["failed_batches"][:10]:
+            click.echo(f"error: batch {f['batch']} failed: {f['error']}", err=True)
+        click.echo(f"error: {len(summary['failed_batches'])} batch(es) failed after retries; "
+                   "the others are stored. Run the same command again to retry them.", err=True)
+        sys.exit(1)
 
 
 def _parse_where(ctx, param, values):
@@ -93,23 +105,45 @@ def _parse_where(ctx, param, values):
 @click.option("--collection", help="Search one collection only.")
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=_parse_where,
               help="Metadata filter (repeatable; all must match), applied inside the search.")
+@click.option("--mode", type=click.Choice(["dense", "keyword", "hybrid"]),
+              help="Dense vectors, BM25 keywords, or both fused (default: search.mode, hybrid).")
+@click.option("--label", "labels", multiple=True, metavar="HEAD=LABEL", callback=label_callback,
+              help="Only documents `bertindex annotate` labelled so (repeatable; all must match).")
+@click.option("--entity", "entities", multiple=True, metavar="TYPE[=TEXT]",
+              callback=entity_callback,
+              help="Only documents with an entity of TYPE (and TEXT, any case) (repeatable).")
+@click.option("--server", metavar="URL",
+              help="Ask a running `bertindex serve` (e.g. http://127.0.0.1:8765) instead of "
+                   "loading the model and index here.")
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def search(query, k, collection, where, config_path, store_path, max_length, long_documents,
-           as_json):
-    """Semantic search: the k documents closest to QUERY."""
-    from indexer.store import Store
-    from search.query import Searcher
+def search(query, k, collection, where, mode, labels, entities, server, config_path, store_path,
+           max_length, long_documents, as_json):
+    """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
+    if server and (labels or entities):
+        raise click.UsageError("--label and --entity are not supported with --server yet")
+    annotations = {}
+    if server:
+        from search.server import remote_search
 
-    cfg = build_config(config_path, store_path, max_length, long_documents)
-    with Store(cfg.store.path, read_only=True) as store:
-        hits = Searcher(cfg, store).search(query, k, collection, where)
+        hits = remote_search(server, query, k, collection, where, mode)
+    else:
+        from indexer.store import Store
+        from search.query import Searcher
+
+        cfg = build_config(config_path, store_path, max_length, long_documents)
+        with Store(cfg.store.path, read_only=True) as store:
+            hits = Searcher(cfg, store).search(query, k, collection, where, mode,
+                                               labels=labels, entities=entities)
+            if as_json:
+                annotations = hit_annotations(store, hits)
     if as_json:
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
-                        "text": h.text, "metadata": h.metadata, "collection": h.collection})
+                        "text": h.text, "metadata": h.metadata, "collection": h.collection,
+                        **annotations.get((h.collection, h.id), {})})
         return
     if not hits:
         click.echo("no hits", err=True)
@@ -136,12 +170,19 @@ def eval_group() -> None:
 @eval_group.command("beir")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--split", default="test", show_default=True, help="qrels split to score.")
+@click.option("--mode", "modes", multiple=True,
+              type=click.Choice(["dense", "keyword", "hybrid"]),
+              help="Search mode to score (repeatable; default: all three).")
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def eval_beir(folder, split, config_path, store_path, max_length, long_documents, as_json):
-    """Index a BEIR data set into a temporary store and report nDCG@10, recall@100, MRR@10."""
+def eval_beir(folder, split, modes, config_path, store_path, max_length, long_documents,
+              as_json):
+    """Index a BEIR data set into a temporary store and report nDCG@10, recall@100, MRR@10.
+
+    Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}.
+    """
     from flows.index_corpus import run_index
     from indexer.encoder import load_encoder
     from indexer.evaluation import load_beir_queries, retrieval_scores
@@ -159,18 +200,25 @@ def eval_beir(folder, split, config_path, store_path, max_length, long_documents
         with Store(cfg.store.path, read_only=True) as store:
             searcher = Searcher(cfg, store, encoder)
             ids = list(queries)
-            vectors = encoder.encode_texts([queries[q] for q in ids])
-            results = searcher.search_vectors(vectors, k=100)
-        run = {q: [h.id for h in hits] for q, hits in zip(ids, results)}
-    scores = retrieval_scores(run, {q: qrels[q] for q in ids})
-    scores |= {"documents": summary["read"], "chunks": summary["chunks"],
-               "max_length": cfg.model.max_length, "long_documents": cfg.long_documents.mode,
-               "dtype": encoder.provenance.dtype}
+            texts = [queries[q] for q in ids]
+            vectors = encoder.encode_texts(texts)
+            per_mode = {}
+            for mode in modes or ("dense", "keyword", "hybrid"):
+                results = searcher.search_many(texts, 100, mode=mode, vectors=vectors)
+                run = {q: [h.id for h in hits] for q, hits in zip(ids, results)}
+                per_mode[mode] = retrieval_scores(run, {q: qrels[q] for q in ids})
+    scores = {"modes": per_mode, "queries": len(ids), "documents": summary["read"],
+              "chunks": summary["chunks"], "max_length": cfg.model.max_length,
+              "long_documents": cfg.long_documents.mode, "dtype": encoder.provenance.dtype,
+              "fusion": cfg.search.model_dump()}
     if as_json:
         print_json(scores)
     else:
+        for mode, result in per_mode.items():
+            click.echo(f"{mode:>8}  " + "  ".join(f"{key} {value}" for key, value in result.items()))
         for key, value in scores.items():
-            click.echo(f"{key:>15}  {value}")
+            if key != "modes":
+                click.echo(f"{key:>15}  {value}")
 
 
 @eval_group.command("sts")
@@ -204,6 +252,15 @@ def eval_sts(file, config_path, store_path, max_length, long_documents, as_json)
 
 def _register_optional_commands() -> None:
     """Commands that live in their own modules."""
+    from search.cli_serve import serve
+
+    main.add_command(serve)
+    from search.cli_flows import register as register_flow_commands
+
+    register_flow_commands(main)  # delete, status, reindex, flows serve|list
+    from search.cli_annotate import annotate
+
+    main.add_command(annotate)
     try:
         from search.cli_heads import eval_head, train
     except ImportError:

@@ -1,5 +1,6 @@
-"""Search API: encode a query with the store's encoder set-up, search FAISS (filters applied
-inside the search as an id selector), fold chunks into documents, attach metadata.
+"""Search API: dense (FAISS over chunk vectors, a document scores as its best chunk), keyword
+(BM25 over documents) or hybrid (both, fused); filters are applied inside each search as an id
+set; the documents' metadata comes from the store.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from indexer import fusion
 from indexer.config import Config
-from indexer.errors import InputError
-from indexer.store import QUERY_KEYS, Store
+from indexer.errors import IndexError_, InputError
+from indexer.keyword_index import KeywordIndex
+from indexer.store import QUERY_KEYS, Hit, Store
 from indexer.vector_index import VectorIndex
 
 
@@ -42,11 +45,15 @@ def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+MODES = ("dense", "keyword", "hybrid")
+
+
 class Searcher:
     """Read-only search over one store.
 
     Args:
-        config: the configuration (model section must match the store's provenance).
+        config: the configuration (model section must match the store's provenance; the
+            search section sets the default mode and the fusion).
         store: an open Store (read-only is enough).
         encoder: optional pre-loaded Encoder; loaded lazily otherwise.
     """
@@ -55,7 +62,11 @@ class Searcher:
         self.config = config
         self.store = store
         self._encoder = encoder
-        self.index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS)
+        self._keyword: KeywordIndex | None = None
+        self._chunk_map: tuple[np.ndarray, np.ndarray] | None = None
+        # the index version published with the snapshot this store opened (not a newer one)
+        self.index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS,
+                                      version=store.version)
 
     @property
     def encoder(self):
@@ -66,48 +77,154 @@ class Searcher:
             self.store.check_provenance(self._encoder.provenance, QUERY_KEYS)
         return self._encoder
 
+    @property
+    def keyword(self) -> KeywordIndex:
+        if self._keyword is None:
+            self._keyword = KeywordIndex.for_store(self.store.path)
+        return self._keyword
+
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self.encoder.encode_texts(list(queries))
 
     def search(self, query: str, k: int = 10, collection: str | None = None,
-               where: Sequence[tuple[str, str]] = ()) -> list[SearchHit]:
-        """Top-k documents for one query (a document scores as its best chunk)."""
-        vector = self.encode_queries([query])
-        return self.search_vectors(vector, k, collection, where)[0]
+               where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,
+               labels: Sequence[tuple[str, str]] = (),
+               entities: Sequence[tuple[str, str | None]] = ()) -> list[SearchHit]:
+        """Top-k documents for one query.
 
-    def search_vectors(self, vectors: np.ndarray, k: int = 10, collection: str | None = None,
-                       where: Sequence[tuple[str, str]] = ()) -> list[list[SearchHit]]:
+        Args:
+            mode: `dense`, `keyword` or `hybrid`; None: `search.mode` of the config.
+            labels: (head, label) filters from `bertindex annotate`, applied inside the search.
+            entities: (type, text or None) filters, likewise.
+        """
+        return self.search_many([query], k, collection, where, mode, labels=labels,
+                                entities=entities)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
+                    where: Sequence[tuple[str, str]] = (), mode: str | None = None,
+                    vectors: np.ndarray | None = None, *, labels: Sequence = (),
+                    entities: Sequence = ()) -> list[list[SearchHit]]:
+        """Top-k documents for each query; `vectors` may hold the queries' embeddings already.
+
+        Returns:
+            One list of hits per query, best first (scores are cosine for dense, BM25 for
+            keyword, the fused score for hybrid).
+        """
+        ranked = self.rank_documents(queries, k, collection, where, mode, vectors,
+                                     labels=labels, entities=entities)
+        return self._hits(ranked)
+
+    def rank_documents(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
+                       where: Sequence[tuple[str, str]] = (), mode: str | None = None,
+                       vectors: np.ndarray | None = None, *, labels: Sequence = (),
+                       entities: Sequence = (),
+                       ) -> list[list[tuple[int, float, int | None]]]:
+        """(doc id, score, best chunk id or None) per query, best first, before any fetch."""
+        mode = mode or self.config.search.mode
+        if mode not in MODES:
+            raise InputError(f"search mode '{mode}' is unknown; choose one of {', '.join(MODES)}")
+        depth = max(k, self.config.search.candidates) if mode == "hybrid" else k
+        dense = keyword = None
+        if mode != "keyword":
+            if vectors is None:
+                vectors = self.encode_queries(queries)
+            dense = self.dense_ranked(vectors, depth, collection, where, labels=labels,
+                                      entities=entities)
+        if mode != "dense":
+            keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
+                                          entities=entities)
+        if mode == "dense":
+            return [[(d, s, c) for d, c, s in r][:k] for r in dense]
+        if mode == "keyword":
+            return [[(d, s, None) for d, s in r][:k] for r in keyword]
+        out = []
+        for dense_r, keyword_r in zip(dense, keyword):
+            chunk_of = {d: c for d, c, _ in dense_r}
+            fused = self.fuse([(d, s) for d, _, s in dense_r], keyword_r)
+            out.append([(d, s, chunk_of.get(d)) for d, s in fused[:k]])
+        return out
+
+    def fuse(self, dense: fusion.Ranked, keyword: fusion.Ranked) -> list[tuple[int, float]]:
+        """The configured fusion of a dense and a keyword ranking of documents."""
+        cfg = self.config.search
+        if cfg.fusion == "rrf":
+            return fusion.rrf([dense, keyword], k=cfg.rrf_k)
+        return fusion.weighted([dense, keyword], [cfg.dense_weight, 1.0 - cfg.dense_weight])
+
+    def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
+                     where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
+                     entities: Sequence = ()) -> list[list[tuple[int, int, float]]]:
+        """(doc id, best chunk id, cosine) per query vector, k documents, best first."""
         if self.index is None or self.index.ntotal == 0:
             return [[] for _ in range(len(vectors))]
-        allowed = self.store.filter_chunk_ids(collection, where)
+        allowed = self.store.filter_chunk_ids(collection, where, labels, entities)
         if allowed is not None and len(allowed) == 0:
             return [[] for _ in range(len(vectors))]
         limit = self.index.ntotal if allowed is None else len(allowed)
-        ranked = [self._best_chunks(v[None, :], k, allowed, limit) for v in vectors]
-        hits_by_chunk = self.store.fetch_hits([c for r in ranked for c, _ in r])
+        return [self._best_chunks(v[None, :], k, allowed, limit) for v in vectors]
+
+    def keyword_ranked(self, queries: Sequence[str], k: int, collection: str | None = None,
+                       where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
+                       entities: Sequence = ()) -> list[list[tuple[int, float]]]:
+        """(doc id, BM25 score) per query, k documents, best first."""
+        allowed = self.store.filter_doc_ids(collection, where, labels, entities)
+        return [self.keyword.search(q, k, allowed) for q in queries]
+
+    def search_vectors(self, vectors: np.ndarray, k: int = 10, collection: str | None = None,
+                       where: Sequence[tuple[str, str]] = ()) -> list[list[SearchHit]]:
+        """Dense search for query embeddings (no query text, so no keyword side)."""
+        ranked = self.dense_ranked(vectors, k, collection, where)
+        return self._hits([[(d, s, c) for d, c, s in r] for r in ranked])
+
+    def _hits(self, ranked: list[list[tuple[int, float, int | None]]]) -> list[list[SearchHit]]:
+        chunk_ids = [c for r in ranked for _, _, c in r if c is not None]
+        doc_ids = [d for r in ranked for d, _, c in r if c is None]
+        by_chunk = self.store.fetch_hits(chunk_ids)
+        by_doc = self.store.fetch_documents(doc_ids)
         out = []
         for r in ranked:
             hits = []
-            for rank, (chunk_id, score) in enumerate(r, start=1):
-                h = hits_by_chunk[chunk_id]
-                hits.append(SearchHit(rank, float(score), h.external_id, h.collection, h.title,
-                                      h.text, h.metadata, h.start_char, h.end_char))
+            for doc_id, score, chunk_id in r:
+                h: Hit | None = (by_chunk.get(chunk_id) if chunk_id is not None
+                                 else by_doc.get(doc_id))
+                if h is None:  # keyword index already past (or behind) the published snapshot
+                    continue
+                hits.append(SearchHit(len(hits) + 1, float(score), h.external_id, h.collection,
+                                      h.title, h.text, h.metadata, h.start_char, h.end_char))
             out.append(hits)
         return out
 
-    def _best_chunks(self, vector: np.ndarray, k: int, allowed, limit: int) -> list[tuple[int, float]]:
+    def _doc_of(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Doc id of each chunk id, from a chunk -> doc map read once (16 bytes a chunk).
+
+        One DuckDB round trip per query cost more than the FAISS search itself (README).
+        """
+        if self._chunk_map is None:
+            rows = self.store.con.execute(
+                "SELECT chunk_id, doc_id FROM chunks ORDER BY chunk_id").fetchnumpy()
+            self._chunk_map = (rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64))
+        keys, docs = self._chunk_map
+        pos = np.searchsorted(keys, chunk_ids)
+        pos = np.minimum(pos, len(keys) - 1)
+        if len(chunk_ids) and not np.array_equal(keys[pos], chunk_ids):
+            missing = chunk_ids[keys[pos] != chunk_ids][:5].tolist()
+            raise IndexError_(f"chunk ids {missing} are in the vector index but not in the store "
+                              f"{self.store.path}; re-run `bertindex index` on it to rebuild")
+        return docs[pos]
+
+    def _best_chunks(self, vector: np.ndarray, k: int, allowed, limit: int
+                     ) -> list[tuple[int, int, float]]:
         """Best chunk per document, k documents; widens the chunk search until k are found."""
         fetch = min(limit, max(k * 4, 16))
         while True:
             scores, ids = self.index.search(vector, fetch, allowed)
             valid = ids[0] >= 0
             chunk_ids, chunk_scores = ids[0][valid], scores[0][valid]
-            doc_of = self.store.chunk_doc_ids(chunk_ids)
-            best: dict[int, tuple[int, float]] = {}
-            for c, s in zip(chunk_ids.tolist(), chunk_scores.tolist()):
-                d = doc_of[c]
+            doc_ids = self._doc_of(chunk_ids)
+            best: dict[int, tuple[int, int, float]] = {}
+            for c, d, s in zip(chunk_ids.tolist(), doc_ids.tolist(), chunk_scores.tolist()):
                 if d not in best:  # results come best first
-                    best[d] = (c, s)
+                    best[d] = (d, c, s)
             if len(best) >= k or fetch >= limit:
                 return list(best.values())[:k]
             fetch = min(limit, fetch * 4)

@@ -1,0 +1,45 @@
+"""Prefect flow `reindex`: bring the store to the configured encoder. Another encoder: every
+document re-encoded into a new store generation, then an atomic switch; the same encoder: the
+FAISS index rebuilt from the stored vectors. See `indexer.reindex`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NONE
+
+import flows  # noqa: F401  (Prefect settings first)
+from indexer.config import Config
+from indexer.encoder import load_encoder
+from indexer.keyword_index import sync_keyword_index
+from indexer.reindex import reindex_store
+from indexer.store import Store
+
+
+@task(cache_policy=NONE, retries=1, retry_delay_seconds=5)
+def reindex_task(config: Config, batch_size: int, progress: bool) -> dict:
+    return run_reindex(config, batch_size, progress)
+
+
+@flow(name="reindex", log_prints=False)
+def reindex(config: Config, batch_size: int = 2048) -> dict:
+    """Re-encode into a new generation and switch, or rebuild the index (same encoder)."""
+    return reindex_task(config, batch_size, False)
+
+
+def run_reindex(config: Config, batch_size: int = 2048, progress: bool = False) -> dict:
+    """The flow's work without Prefect (what `bertindex reindex` runs).
+
+    Returns:
+        {"mode", "documents", "encoded", "index", "keyword"}.
+    """
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    summary = reindex_store(config, load_encoder(config.model), batch_size, progress)
+    with Store(Path(config.store.path)) as store:  # doc ids kept: the keyword index holds
+        summary["keyword"] = sync_keyword_index(store)
+        store.record_run(f"reindex-{started:%Y%m%d%H%M%S}", "reindex", started, "completed",
+                         summary)
+    return summary

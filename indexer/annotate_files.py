@@ -1,0 +1,109 @@
+"""Annotate corpus files into a JSONL or Parquet file, record by record in input order, without
+touching the store. Bad records are skipped and reported (file, row, reason) like the indexer's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from indexer.annotate import Annotation, Annotator
+from indexer.errors import InputError
+from indexer.readers import FieldMap, Record, expand_paths, read_batches
+
+OUT_SUFFIXES = (".jsonl", ".parquet")
+
+_LABEL = pa.struct([("head", pa.string()), ("head_version", pa.string()),
+                    ("label", pa.string()), ("probability", pa.float64())])
+_ENTITY = pa.struct([("head", pa.string()), ("type", pa.string()), ("start", pa.int32()),
+                     ("end", pa.int32()), ("text", pa.string()), ("score", pa.float64())])
+PARQUET_SCHEMA = pa.schema([
+    ("id", pa.string()), ("title", pa.string()), ("text", pa.string()),
+    ("metadata", pa.string()),  # JSON: the input's other columns
+    ("labels", pa.list_(_LABEL)), ("entities", pa.list_(_ENTITY)),
+])
+
+
+def annotation_fields(a: Annotation, versions: dict[str, str]) -> dict:
+    """`labels` and `entities` of one text as JSON-ready lists."""
+    return {
+        "labels": [{"head": x.head, "head_version": versions[x.head], "label": x.label,
+                    "probability": round(x.probability, 6)} for x in a.labels],
+        "entities": [{"head": x.head, "type": x.type, "start": x.start, "end": x.end,
+                      "text": x.text, "score": round(x.score, 6)} for x in a.entities],
+    }
+
+
+def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
+                   fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048
+                   ) -> dict:
+    """Write every good record of `paths` with its labels and entities to `out`, in order.
+
+    Args:
+        out: `.jsonl` (the record's own fields, then `labels` and `entities`) or `.parquet`
+            (id, title, text, metadata as JSON, labels, entities). Written to a temporary
+            name, then renamed: an interrupted run leaves no half file.
+    Returns:
+        {"read", "annotated", "rejected", "rejections" (first 100), "out", "heads"}.
+    """
+    out = Path(out)
+    if not out.name.endswith(OUT_SUFFIXES):
+        raise InputError(f"--out {out}: give a file ending in {' or '.join(OUT_SUFFIXES)}")
+    files = expand_paths(list(paths))
+    versions = annotator.versions()
+    rejected: list = []
+    buffered: deque[list[Record]] = deque()
+
+    def texts():
+        for path in files:
+            for batch in read_batches(path, fmt, fields or FieldMap(), batch_size):
+                rejected.extend(batch.rejected)
+                buffered.append(batch.records)
+                yield [r.text for r in batch.records]
+
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    parquet = out.name.endswith(".parquet")
+    try:
+        writer = pq.ParquetWriter(tmp, PARQUET_SCHEMA) if parquet else open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+        try:
+            for annotations in annotator.annotate_chunks(texts()):
+                records = buffered.popleft()
+                rows = [_row(r, annotation_fields(a, versions), parquet)
+                        for r, a in zip(records, annotations)]
+                if parquet:
+                    writer.write_table(pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA))
+                else:
+                    writer.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+                count += len(rows)
+        finally:
+            writer.close()
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return {"read": count + len(rejected), "annotated": count, "rejected": len(rejected),
+            "rejections": [{"source": r.source, "row": r.row, "id": r.external_id,
+                            "reason": r.reason} for r in rejected[:100]],
+            "out": str(out), "heads": versions, "dtype": annotator.dtype_name}
+
+
+def _row(record: Record, annotation: dict, parquet: bool) -> dict:
+    if parquet:
+        return {"id": record.external_id, "title": record.title, "text": record.text,
+                "metadata": json.dumps(record.metadata, ensure_ascii=False, default=str),
+                **annotation}
+    row = {"id": record.external_id}
+    if record.title is not None:
+        row["title"] = record.title
+    row["text"] = record.text
+    row.update(record.metadata)
+    row.update(annotation)  # `labels` and `entities` win over same-named input columns
+    return row

@@ -1,0 +1,107 @@
+"""Consistency check of a store and its published index: no duplicate ids, FAISS holds exactly
+the stored chunk ids, the snapshot searches read agrees with the live store. Also returns the
+content (documents, chunk layout, vectors keyed by external id) so two stores can be compared,
+e.g. a store that survived killed runs against one built in a single clean run.
+
+Reads only; the store must not have a writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.config import Config
+from indexer.store import Store
+from indexer.vector_index import VectorIndex
+
+
+@dataclass
+class StoreContents:
+    documents: dict[tuple[str, str], tuple[str, str]]  # (collection, id) -> (hash, metadata)
+    chunks: dict[tuple[str, str, int], tuple[int, int]]  # (collection, id, ordinal) -> span
+    vectors: dict[tuple[str, str, int], np.ndarray]
+    problems: list[str] = field(default_factory=list)
+
+    def differences(self, other: StoreContents, atol: float = 1e-5) -> list[str]:
+        """What differs from `other` (empty: same documents, chunks and vectors)."""
+        out = []
+        for name in ("documents", "chunks"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                only_a = len(set(mine) - set(theirs))
+                only_b = len(set(theirs) - set(mine))
+                changed = sum(1 for k in set(mine) & set(theirs) if mine[k] != theirs[k])
+                out.append(f"{name}: {only_a} only here, {only_b} only there, {changed} differ")
+        common = set(self.vectors) & set(other.vectors)
+        far = [k for k in common if not np.allclose(self.vectors[k], other.vectors[k], atol=atol)]
+        if far:
+            out.append(f"vectors: {len(far)} differ beyond {atol}, e.g. {far[0]}")
+        return out
+
+
+def _faiss_ids(index: VectorIndex) -> np.ndarray:
+    inner = index.index
+    if hasattr(inner, "id_map"):
+        return faiss.vector_to_array(inner.id_map).astype(np.int64)
+    ivf = faiss.extract_index_ivf(inner)
+    invlists = ivf.invlists
+    parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
+             for i in range(ivf.nlist) if invlists.list_size(i)]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def check_store(config: Config) -> StoreContents:
+    """Read the configured store and its published index; `problems` lists broken invariants."""
+    path = Path(config.store.path)
+    problems: list[str] = []
+    with Store(path, read_only=True, snapshot=False) as store:
+        con = store.con
+        dup = con.execute(
+            "SELECT count(*) - count(DISTINCT (collection, external_id)) FROM documents"
+        ).fetchone()[0]
+        if dup:
+            problems.append(f"{dup} duplicate (collection, id) pairs")
+        orphans = con.execute(
+            "SELECT count(*) FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
+            "WHERE d.doc_id IS NULL").fetchone()[0]
+        if orphans:
+            problems.append(f"{orphans} chunks without a document")
+        docs = {(r[0], r[1]): (r[2], r[3]) for r in con.execute(
+            "SELECT collection, external_id, content_hash, metadata FROM documents").fetchall()}
+        rows = con.execute(
+            "SELECT d.collection, d.external_id, c.ordinal, c.start_char, c.end_char, c.chunk_id "
+            "FROM chunks c JOIN documents d ON c.doc_id = d.doc_id").fetchall()
+        chunks = {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows}
+        key_of = {r[5]: (r[0], r[1], r[2]) for r in rows}
+        vectors: dict = {}
+        for ids, vecs in store.iter_vectors():
+            for i, v in zip(ids.tolist(), vecs):
+                if i not in key_of:
+                    problems.append(f"vector {i} without a chunk")
+                    continue
+                vectors[key_of[i]] = v
+        if len(vectors) != len(chunks):
+            problems.append(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        data_version = store.data_version()
+        chunk_ids = np.sort(np.fromiter(key_of, np.int64, len(key_of)))
+        provenance = store.provenance()
+    if provenance is not None:
+        index = VectorIndex.load(path, config.index, provenance, ("weights_hash", "dim"))
+        if index is None:
+            problems.append("no published index")
+        else:
+            ids = np.sort(_faiss_ids(index))
+            if index.ntotal != len(chunk_ids) or not np.array_equal(ids, chunk_ids):
+                problems.append(f"FAISS holds {index.ntotal} ids, the store {len(chunk_ids)} "
+                                "chunks, or other ids")
+            if index.data_version != data_version:
+                problems.append(f"index reflects data_version {index.data_version}, the store "
+                                f"is at {data_version}")
+            with Store(path, read_only=True) as snap:
+                if snap.version is not None and snap.data_version() != data_version:
+                    problems.append("the published snapshot is behind the store")
+    return StoreContents(docs, chunks, vectors, problems)

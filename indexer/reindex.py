@@ -1,0 +1,128 @@
+"""Re-encode a whole store with another encoder into a new generation beside the live one, then
+switch atomically; or, with the same encoder, rebuild the FAISS index from the stored vectors.
+
+Layout while it runs: `<store>/generations/next/` is a complete store (same documents and doc
+ids, new vectors). The switch publishes its index and snapshot as a new `index/vN`, replaces
+`store.duckdb` with the new file and points `index/CURRENT` at vN, under the store's writer
+lock. Searches read the old version until CURRENT moves. A killed reindex resumes: documents
+already encoded in the new generation (same doc id and content hash) are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from indexer.config import Config
+from indexer.encoder import Encoder
+from indexer.faults import crash_point
+from indexer.pipeline import _all_vectors, encode_texts_for_index, sync_vector_index
+from indexer.readers import document_text
+from indexer.store import DB_NAME, WRITE_KEYS, ChunkRows, Store, WriterLock
+from indexer.vector_index import VectorIndex, remove_old_versions, resolve_spec
+from indexer.versions import fsync_dir, write_pointer
+
+log = logging.getLogger(__name__)
+
+GENERATION_DIR = Path("generations") / "next"
+
+
+def reindex_store(config: Config, encoder: Encoder, batch_size: int = 2048,
+                  progress: bool = False) -> dict:
+    """Bring the store to `encoder`: a new generation when the encoder differs, else an index
+    rebuilt from the stored vectors.
+
+    Returns:
+        {"mode": "new_generation" | "rebuild", "documents", "encoded", "index": sync info}.
+    """
+    path = Path(config.store.path)
+    lock = WriterLock(path)  # held until the switch is complete
+    try:
+        with Store(path, lock=False) as live:
+            stored = live.provenance()
+            same = stored is None or not stored.mismatches(encoder.provenance, WRITE_KEYS)
+            if same:
+                shutil.rmtree(path / GENERATION_DIR, ignore_errors=True)  # an earlier switch
+                info = _rebuild(live, config)
+                return {"mode": "rebuild", "documents": live.count_documents(), "encoded": 0,
+                        "index": info}
+            version, documents, encoded, index_info = _build_generation(
+                live, config, encoder, batch_size, progress)
+        _switch(path, version)
+        return {"mode": "new_generation", "documents": documents, "encoded": encoded,
+                "index": index_info | {"version": version}}
+    finally:
+        lock.release()
+
+
+def _rebuild(store: Store, config: Config) -> dict:
+    ids, vectors = _all_vectors(store)
+    if store.provenance() is None:
+        return sync_vector_index(store, config, [], [])
+    spec = resolve_spec(config.index.spec, len(ids), config.index, store.provenance().dim)
+    index = VectorIndex.build(spec, store.provenance(), config.index, vectors, ids)
+    version = index.save(store.path, store.data_version(), extra=store.write_snapshot)
+    return {"version": version, "spec": spec, "ntotal": index.ntotal, "rebuilt": True}
+
+
+def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size: int,
+                      progress: bool) -> tuple[str, int, int, dict]:
+    """Encode every live document into the next generation; publish (not switch) its index."""
+    gen_path = live.path / GENERATION_DIR
+    run_id = uuid.uuid4().hex[:12]
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    live_hashes = live.document_hashes()
+    encoded = 0
+    with Store(gen_path, lock=False) as gen:
+        gen.start_run(run_id, "reindex", started)
+        gen.set_provenance(encoder.provenance)
+        have = gen.document_hashes()
+        stale = [d for d, h in have.items() if live_hashes.get(d) != h]
+        gen.delete_doc_ids(stale)  # changed or deleted in the live store since a killed run
+        done = set(have) - set(stale)
+        for collection, rows in live.iter_documents(batch_size, exclude=done):
+            chunks = encode_texts_for_index([document_text(r) for _, r, _ in rows], config,
+                                            encoder, progress=progress)
+            chunks = ChunkRows([rows[p][0] for p in chunks.doc_ids], chunks.ordinals,
+                               chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
+            gen.write_batch(collection, rows, [], [], chunks, [], run_id)
+            encoded += len(rows)
+        gen.restart_doc_ids_after(max(live_hashes, default=0))
+        gen.copy_side_tables(live)  # annotations, runs, rejects: same doc ids, kept as they are
+        # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
+        ids, vectors = _all_vectors(gen)
+        spec = resolve_spec(config.index.spec, len(ids), config.index, encoder.provenance.dim)
+        index = VectorIndex.build(spec, encoder.provenance, config.index, vectors, ids)
+        gen.record_run(run_id, "reindex", started, "completed",
+                       {"encoded": encoded, "documents": len(live_hashes)})
+        version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot,
+                             switch=False)
+        info = {"spec": spec, "ntotal": index.ntotal, "rebuilt": True}
+    return version, len(live_hashes), encoded, info
+
+
+def _switch(path: Path, version: str) -> None:
+    """Replace the live store file by the new generation's, then point CURRENT at `version`.
+
+    Runs under the writer lock with no connection open. Killed between the two steps, the
+    store file is new and CURRENT still names the old version: searches stay consistent on
+    the old one, and the next index run or reindex rebuilds the index for the new vectors.
+    """
+    gen_db = path / GENERATION_DIR / DB_NAME
+    crash_point("reindex.before_swap")
+    for wal in (path / f"{DB_NAME}.wal",):
+        if wal.exists():  # closed cleanly there is none; a stale one must not be replayed
+            wal.unlink()
+    os.replace(gen_db, path / DB_NAME)
+    fsync_dir(path)
+    crash_point("reindex.before_pointer")
+    write_pointer(path, version)
+    remove_old_versions(path)
+    shutil.rmtree(path / GENERATION_DIR.parent, ignore_errors=True)
+
+
+

@@ -1,0 +1,65 @@
+"""What a store holds: documents, chunks and vectors per collection, the published index version
+and its provenance, annotation counts per head, and the last runs with their outcome.
+
+Reads only; while a writer holds the store it reports the last published snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from indexer.config import Config
+from indexer.errors import StoreError
+from indexer.store import Store
+from indexer.versions import current_version, version_dir
+
+
+def store_status(config: Config, runs: int = 5) -> dict:
+    """Status of the configured store.
+
+    Returns:
+        {"store", "writer_active", "data_version", "collections": [{collection, documents,
+        chunks, vectors}], "index": {version, spec, ntotal, data_version, provenance} | None,
+        "annotations": {head: n}, "runs": [{run_id, kind, started_at, finished_at, status,
+        ...counts}]}.
+    """
+    path = Path(config.store.path)
+    writer_active = False
+    try:
+        store = Store(path, read_only=True, snapshot=False)  # the live file: latest runs
+    except StoreError as exc:
+        if not (path / "store.duckdb").is_file() or "cannot open" not in str(exc):
+            raise
+        writer_active = True  # locked by the writer: read the published snapshot
+        store = Store(path, read_only=True)
+    with store:
+        info = {
+            "store": str(path),
+            "writer_active": writer_active,
+            "data_version": store.data_version(),
+            "collections": store.collection_counts(),
+            "index": _index_info(path),
+            "annotations": store.annotation_counts(),
+            "runs": store.last_runs(runs),
+        }
+    for run in info["runs"]:
+        if run["status"] == "running" and not writer_active:
+            run["status"] = "interrupted"  # nobody holds the store: that run was killed
+        if isinstance(run.get("failed_batches"), list):
+            run["failed_batches"] = len(run["failed_batches"])
+    return info
+
+
+def _index_info(store_dir: Path) -> dict | None:
+    version = current_version(store_dir)
+    if version is None:
+        return None
+    info_file = version_dir(store_dir, version) / "provenance.json"
+    try:
+        info = json.loads(info_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {"version": version, "spec": None, "ntotal": None, "data_version": None,
+                "provenance": {}}
+    return {"version": version, "spec": info.get("spec"), "ntotal": info.get("ntotal"),
+            "data_version": info.get("data_version"), "provenance": info.get("provenance", {})}

@@ -1,0 +1,117 @@
+"""`bertindex annotate`: run trained heads over the store, over files (`--out`), or over an
+inbox folder; plus the `--label` / `--entity` parsing that `search` uses. Thin layer over
+`flows.annotate`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from indexer.errors import InputError
+from search.cli_common import (
+    build_config,
+    config_options,
+    handle_errors,
+    json_option,
+    print_json,
+    show_progress,
+)
+
+
+def parse_labels(items) -> list[tuple[str, str]]:
+    """`HEAD=LABEL` strings -> pairs."""
+    out = []
+    for item in items:
+        head, sep, label = item.partition("=")
+        if not sep or not head or not label:
+            raise InputError(f"--label '{item}' must look like HEAD=LABEL (e.g. offensive=offensive)")
+        out.append((head, label))
+    return out
+
+
+def parse_entities(items) -> list[tuple[str, str | None]]:
+    """`TYPE` or `TYPE=TEXT` strings -> (type, text or None)."""
+    out = []
+    for item in items:
+        kind, sep, text = item.partition("=")
+        if not kind or (sep and not text):
+            raise InputError(f"--entity '{item}' must look like TYPE or TYPE=TEXT (e.g. LOC=Paris)")
+        out.append((kind, text if sep else None))
+    return out
+
+
+def label_callback(ctx, param, values):
+    try:
+        return parse_labels(values)
+    except InputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def entity_callback(ctx, param, values):
+    try:
+        return parse_entities(values)
+    except InputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--heads", "head_args", multiple=True, required=True, metavar="[NAME=]DIR",
+              help="A head directory written by `bertindex train` (repeatable); named after "
+                   "its folder unless NAME= is given.")
+@click.option("--collection", help="Store and inbox modes: the collection (store: default all; "
+                                   "inbox: default 'default').")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="With PATHS: write each record with its labels and entities to this "
+                   ".jsonl or .parquet file, in input order; the store is not touched.")
+@click.option("--inbox", type=click.Path(file_okay=False),
+              help="Index and annotate each new JSONL/CSV/Parquet file in this folder once.")
+@config_options
+@json_option
+@handle_errors
+def annotate(paths, head_args, collection, out, inbox, config_path, store_path, as_json):
+    """Label documents with trained heads (classifiers, NER) in bulk.
+
+    Without PATHS: every stored document that misses a head at its current version (a second
+    run does nothing; a retrained head re-annotates). Labels feed `search --label/--entity`.
+    """
+    if paths and inbox:
+        raise click.UsageError("give PATHS or --inbox, not both")
+    if paths and not out:
+        raise click.UsageError("PATHS need --out FILE.jsonl|parquet (no PATHS: the store)")
+    if out and not paths:
+        raise click.UsageError("--out needs input PATHS")
+    from flows.runtime import wait_for_api, warm_up_api
+
+    cfg = build_config(config_path, store_path)
+    warm_up_api()
+    wait_for_api()
+    from flows.annotate import annotate_flow
+
+    summary = annotate_flow(list(head_args), cfg, collection, list(paths) or None, out, inbox,
+                            show_progress())
+    if as_json:
+        print_json(summary)
+    else:
+        heads = ", ".join(f"{k}@{v}" for k, v in summary["heads"].items())
+        click.echo(f"annotated {summary.get('annotated', 0)} documents with {heads} "
+                   f"({summary.get('docs_per_second')} docs/s, {summary['dtype']})")
+        if "files" in summary:
+            for f in summary["files"]:
+                click.echo(f"{f['status']:>8}  {f['path']}")
+    for r in summary.get("rejections", [])[:10]:
+        click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
+    sys.stdout.flush()
+
+
+def hit_annotations(store, hits) -> dict:
+    """{(collection, id): {"labels", "entities"}} of search hits (empty for an old store)."""
+    from indexer.annotation_store import annotations_by_document
+
+    has = store.con.execute("SELECT count(*) FROM information_schema.tables "
+                            "WHERE table_name = 'annotations'").fetchone()[0]
+    if not has:
+        return {}
+    return annotations_by_document(store, [(h.collection, h.id) for h in hits])
