@@ -697,16 +697,10 @@ class Store:
             labels: (head, label) pairs from `bertindex annotate`.
             entities: (type, text or None) pairs; text compared case-insensitively.
         """
-        if collection is None and not where and not labels and not entities:
+        filters = _filter_clauses("d.", collection, where, labels, entities)
+        if filters is None:
             return None
-        clauses, params = [], []
-        if collection is not None:
-            clauses.append("d.collection = ?")
-            params.append(collection)
-        for field_name, value in where:
-            clauses.append("json_extract_string(d.metadata, ?) = ?")
-            params.extend([_json_path(field_name), value])
-        _annotation_clauses("d.doc_id", labels, entities, clauses, params)
+        clauses, params = filters
         sql = ("SELECT c.chunk_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id WHERE "
                + " AND ".join(clauses))
         return self.con.execute(sql, params).fetchnumpy()["chunk_id"].astype(np.int64)
@@ -756,16 +750,10 @@ class Store:
         labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
     ) -> np.ndarray | None:
         """Doc ids that pass every filter (as `filter_chunk_ids`); None when there is no filter."""
-        if collection is None and not where and not labels and not entities:
+        filters = _filter_clauses("", collection, where, labels, entities)
+        if filters is None:
             return None
-        clauses, params = [], []
-        if collection is not None:
-            clauses.append("collection = ?")
-            params.append(collection)
-        for field_name, value in where:
-            clauses.append("json_extract_string(metadata, ?) = ?")
-            params.extend([_json_path(field_name), value])
-        _annotation_clauses("doc_id", labels, entities, clauses, params)
+        clauses, params = filters
         sql = "SELECT doc_id FROM documents WHERE " + " AND ".join(clauses)
         return self.con.execute(sql, params).fetchnumpy()["doc_id"].astype(np.int64)
 
@@ -787,6 +775,22 @@ class Store:
 
 def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _filter_clauses(prefix, collection, where, labels, entities):
+    """SQL conditions (with their bound parameters) over `documents` columns named with
+    `prefix` ("d." inside a join, "" alone); None when there is no filter at all."""
+    if collection is None and not where and not labels and not entities:
+        return None
+    clauses, params = [], []
+    if collection is not None:
+        clauses.append(f"{prefix}collection = ?")
+        params.append(collection)
+    for field_name, value in where:
+        clauses.append(f"json_extract_string({prefix}metadata, ?) = ?")
+        params.extend([_json_path(field_name), value])
+    _annotation_clauses(f"{prefix}doc_id", labels, entities, clauses, params)
+    return clauses, params
 
 
 def _json_path(field_name: str) -> str:
