@@ -156,6 +156,8 @@ def _print_table(hits) -> None:
     click.echo(f"{'rank':>4}  {'score':>6}  {'id':<{id_width}}  title / snippet")
     for h in hits:
         snippet = " ".join(h.text[h.chunk_start:h.chunk_end].split())
+        if h.chunk_start > 0:  # a later window: mark the cut
+            snippet = "… " + snippet
         title = (h.title or "").strip()
         line = f"{title} | {snippet}" if title else snippet
         click.echo(f"{h.rank:>4}  {h.score:6.3f}  {h.id[:id_width]:<{id_width}}  "
