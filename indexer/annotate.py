@@ -22,7 +22,7 @@ import torch
 from indexer.chunking import window_spans
 from indexer.encoder import choose_device, choose_dtype, dtype_name, plan_batches, weights_hash
 from indexer.errors import ModelError
-from indexer.heads.labels import bio_spans
+from indexer.heads.labels import merge_subwords, word_spans
 from indexer.heads.predict import load_model_dir
 
 log = logging.getLogger(__name__)
@@ -356,20 +356,7 @@ def _entities(h: Head, text: str, word_ids, offsets, logits: np.ndarray) -> list
     probs = np.exp(lg)
     probs /= probs.sum(axis=1, keepdims=True)
     best = probs.argmax(axis=1)
-    words: list[list] = []  # [start, end, tag, prob] per word, in order
-    last = None
-    for pos, w in enumerate(word_ids):
-        if w is None:
-            continue
-        s, e = int(offsets[pos][0]), int(offsets[pos][1])
-        if w != last:
-            words.append([s, e, h.labels[best[pos]], float(probs[pos, best[pos]])])
-        else:
-            words[-1][1] = e
-        last = w
-    spans = []
-    for kind, a, b in bio_spans([w[2] for w in words]):
-        s, e = words[a][0], words[b - 1][1]
-        score = sum(w[3] for w in words[a:b]) / (b - a)
-        spans.append(Span(h.name, kind, s, e, text[s:e], score))
-    return spans
+    words = merge_subwords(word_ids, offsets)  # [start, end, first-subword position]
+    tags = [h.labels[best[w[2]]] for w in words]
+    scores = [float(probs[w[2], best[w[2]]]) for w in words]
+    return [Span(h.name, *span) for span in word_spans(words, tags, scores, text)]

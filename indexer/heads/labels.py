@@ -47,6 +47,35 @@ def first_subword_positions(word_ids: Sequence[int | None]) -> dict[int, int]:
     return positions
 
 
+def merge_subwords(word_ids: Sequence[int | None], offsets) -> list[list[int]]:
+    """Words of one encoded text as [start_char, end_char, first-subword position], in order.
+
+    Special tokens (word id None) are skipped; a later subword extends its word's end.
+    """
+    words: list[list[int]] = []
+    last = None
+    for pos, w in enumerate(word_ids):
+        if w is None:
+            continue
+        s, e = int(offsets[pos][0]), int(offsets[pos][1])
+        if w != last:
+            words.append([s, e, pos])
+        else:
+            words[-1][1] = e
+        last = w
+    return words
+
+
+def word_spans(words: Sequence[Sequence], tags: Sequence[str], probs: Sequence[float],
+               text: str) -> list[tuple[str, int, int, str, float]]:
+    """BIO spans over tagged words as (type, start_char, end_char, text, mean word prob)."""
+    out = []
+    for kind, a, b in bio_spans(list(tags)):
+        s, e = int(words[a][0]), int(words[b - 1][1])
+        out.append((kind, s, e, text[s:e], float(sum(probs[a:b]) / (b - a))))
+    return out
+
+
 def split_tag(tag: str) -> tuple[str, str]:
     """`B-PER` -> (`B`, `PER`); `O` -> (`O`, ``)."""
     if tag == "O":

@@ -14,7 +14,7 @@ import torch
 
 from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError, ModelError
-from indexer.heads.labels import bio_spans, decode_bio
+from indexer.heads.labels import decode_bio, merge_subwords, word_spans
 
 
 @dataclass(frozen=True)
@@ -120,30 +120,15 @@ class EntityTagger(_Head):
         return out
 
     def _entities(self, text: str, word_ids, offsets, probs, decode: str) -> list[Entity]:
-        words: list[list] = []  # [start, end, first-subword position] per word, in order
-        last = None
-        for pos, w in enumerate(word_ids):
-            if w is None:
-                continue
-            s, e = int(offsets[pos][0]), int(offsets[pos][1])
-            if w != last:
-                words.append([s, e, pos])
-            else:
-                words[-1][1] = e  # a later subword extends the word
-            last = w
+        words = merge_subwords(word_ids, offsets)  # [start, end, first-subword position]
         word_probs = probs[[w[2] for w in words]]  # (words, labels)
         if decode == "bio":
             labels = decode_bio(torch.log(word_probs.clamp_min(1e-12)).numpy(), self.labels)
         else:
             labels = [int(x) for x in word_probs.argmax(-1)] if words else []
-        for word, label, p in zip(words, labels, word_probs):
-            word[2:] = [self.labels[label], float(p[label])]  # [start, end, tag, prob]
-        entities = []
-        for kind, a, b in bio_spans([w[2] for w in words]):
-            s, e = words[a][0], words[b - 1][1]
-            score = sum(w[3] for w in words[a:b]) / (b - a)
-            entities.append(Entity(kind, s, e, text[s:e], score))
-        return entities
+        tags = [self.labels[label] for label in labels]
+        scores = [float(p[label]) for label, p in zip(labels, word_probs)]
+        return [Entity(*span) for span in word_spans(words, tags, scores, text)]
 
 
 def load_head(path: str | Path) -> Classifier | EntityTagger:

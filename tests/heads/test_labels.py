@@ -1,4 +1,5 @@
 """word_ids() alignment and BIO spans, checked by hand on the tiny tokenizer."""
+import pytest
 
 from __future__ import annotations
 
@@ -78,3 +79,16 @@ def test_decode_bio_by_hand():
     assert decode_bio(np.zeros((0, 5)), names) == []
     valid = np.log(np.eye(5)[[1, 2, 0, 3, 4]] + 1e-6)  # already valid: kept as is
     assert decode_bio(valid, names) == [1, 2, 0, 3, 4]
+
+
+def test_merge_subwords_and_word_spans_by_hand():
+    from indexer.heads.labels import merge_subwords, word_spans
+
+    text = "John Smithson lives"
+    # [CLS] john smith ##son lives [SEP]
+    word_ids = [None, 0, 1, 1, 2, None]
+    offsets = [(0, 0), (0, 4), (5, 10), (10, 13), (14, 19), (0, 0)]
+    words = merge_subwords(word_ids, offsets)
+    assert words == [[0, 4, 1], [5, 13, 2], [14, 19, 4]]
+    spans = word_spans(words, ["B-PER", "I-PER", "O"], [0.9, 0.7, 0.99], text)
+    assert spans == [("PER", 0, 13, "John Smithson", pytest.approx(0.8))]
