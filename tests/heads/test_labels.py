@@ -1,8 +1,8 @@
 """word_ids() alignment and BIO spans, checked by hand on the tiny tokenizer."""
-import pytest
 
 from __future__ import annotations
 
+import pytest
 from transformers import AutoTokenizer
 
 from indexer.heads.labels import (
