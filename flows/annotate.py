@@ -5,7 +5,9 @@ Store mode annotates every document that misses a head at its current version (a
 does nothing). File mode writes `--out` and leaves the store alone. Inbox mode takes each new
 file in a folder through index → annotate, recorded in the `inbox_ledger` table: 'started' is
 committed before the work and 'done' after it, so a file is processed once, and a run killed
-part way redoes its 'started' files (indexing and annotating are idempotent).
+part way redoes its 'started' files (indexing and annotating are idempotent). When the heads'
+backbone is the index's encoder, one pass per batch gives both the vectors and the labels
+(`SharedPass`).
 """
 
 from __future__ import annotations
@@ -22,14 +24,23 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
+from flows.index_corpus import Steps as IndexSteps
 from flows.index_corpus import run_index
 from indexer.annotate import Annotator, load_heads
 from indexer.annotate_files import annotate_files
-from indexer.annotation_store import annotate_store, ledger_done, ledger_start, ledger_status
+from indexer.annotation_store import (
+    annotate_store,
+    ledger_done,
+    ledger_start,
+    ledger_status,
+    write_annotations,
+)
 from indexer.config import Config
 from indexer.errors import InputError
 from indexer.faults import crash_point
-from indexer.pipeline import sync_vector_index
+from indexer.paths import escape_reason, real, within
+from indexer.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
+from indexer.readers import document_text
 from indexer.store import Store
 
 log = logging.getLogger(__name__)
@@ -66,9 +77,43 @@ def annotate_to_file(annotator: Annotator, paths: list[str], out: str) -> dict:
     return annotate_files(paths, annotator, Path(out))
 
 
+class SharedPass:
+    """The inbox's index steps when the heads share the index's encoder
+    (`Annotator.share_embedding`): each batch's one backbone pass gives its vectors and its
+    labels, and the labels are written right after the batch's documents.
+
+    Only documents whose indexed text is their text take their labels here: the index encodes
+    `title + " " + text`, the heads read `text`. Titled documents (and any that a crash left
+    between the two writes) are labelled by the store pass that follows each file.
+    """
+
+    def __init__(self, annotator: Annotator):
+        self.annotator = annotator
+        self.annotated = 0
+
+    def encode(self, texts: list[str], config: Config, encoder, progress: bool):
+        return self.annotator.annotate_and_embed(texts)
+
+    def commit(self, plan: BatchPlan, encoded, store: Store, run_id: str) -> BatchResult:
+        annotations, chunks = encoded
+        result = commit_batch(plan, chunks, store, run_id)
+        same = [(doc, a) for doc, a in zip(plan.to_encode, annotations)
+                if document_text(doc[1]) == doc[1].text]
+        if same:
+            write_annotations(store, [(d, r.text, h) for (d, r, h), _ in same],
+                              [a for _, a in same], self.annotator.versions())
+        self.annotated += len(same)
+        return result
+
+    def index_steps(self) -> IndexSteps:
+        return IndexSteps(encode=self.encode, commit=self.commit)
+
+
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def index_file(path: str, config: Config, collection: str, progress: bool) -> dict:
-    return run_index([path], config, collection, progress=progress)
+def index_file(path: str, config: Config, collection: str, progress: bool,
+               shared: SharedPass | None = None) -> dict:
+    steps = shared.index_steps() if shared is not None else None
+    return run_index([path], config, collection, progress=progress, steps=steps)
 
 
 @dataclass
@@ -81,9 +126,8 @@ class Steps:
     index_file: Callable = index_file.fn
 
 
-# The module attribute is `annotate_flow`, not `annotate`: `flows serve` looks for
-# `flows.annotate.annotate(config_path, store_path)` for a scheduled run, which needs the heads
-# and the inbox in config.yaml (not there yet), so that schedule stays "skipped" meanwhile.
+# `bertindex annotate` runs `annotate_flow`; a `schedules.annotate` entry of config.yaml runs
+# `annotate_scheduled` (`bertindex flows serve`), which re-reads the config file each run.
 @flow(name="annotate", log_prints=False)
 def annotate_flow(head_args: list[str], config: Config, collection: str | None = None,
              paths: list[str] | None = None, out: str | None = None, inbox: str | None = None,
@@ -91,6 +135,18 @@ def annotate_flow(head_args: list[str], config: Config, collection: str | None =
     """Run heads over the store, files (`paths` + `out`) or an inbox folder; see the module."""
     steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
     return run_annotate(head_args, config, collection, paths, out, inbox, progress, steps=steps)
+
+
+@flow(name="annotate_scheduled", log_prints=False)
+def annotate_scheduled(config_path: str | None, store_path: str, heads: list[str],
+                       inbox: str | None = None, collection: str | None = None) -> dict:
+    """Scheduled `annotate` (`schedules.annotate` in config.yaml): the inbox's new files
+    through index → annotate, or without an inbox the stored documents that miss a head."""
+    from indexer.config import load_config
+
+    config = load_config(config_path).with_overrides(**{"store.path": store_path})
+    steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
+    return run_annotate(heads, config, collection, inbox=inbox, steps=steps)
 
 
 def run_annotate(head_args: list[str], config: Config, collection: str | None = None,
@@ -136,12 +192,35 @@ def file_hash(path: Path) -> str:
 
 def inbox_files(folder: Path) -> list[Path]:
     """Corpus files in `folder`, oldest first; names starting with '.' (uploads still being
-    written, then renamed) are left for a later run."""
+    written, then renamed) are left for a later run; links that lead outside the folder are
+    left out (`inbox_entries` says which)."""
+    return inbox_entries(folder)[0]
+
+
+def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(corpus files of `folder` to process, oldest first; (entry, reason) refused).
+
+    The inbox folder is the root of its files: an entry that resolves outside it (a symbolic
+    link to another place, or through a linked folder) is refused, never read; a link to a
+    file inside the folder is returned as the file it points to.
+    """
     if not folder.is_dir():
         raise InputError(f"--inbox {folder}: not a directory")
-    found = [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
-             and p.name.lower().endswith(INBOX_SUFFIXES)]
-    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+    found, refused, seen = [], [], set()
+    for entry in folder.iterdir():
+        if entry.name.startswith(".") or not entry.name.lower().endswith(INBOX_SUFFIXES):
+            continue
+        if not within(entry, folder):
+            refused.append((entry, "refused: " + escape_reason(
+                entry, folder, "the inbox folder",
+                fix="copy the file into the inbox instead of linking to it")))
+            continue
+        target = real(entry) if entry.is_symlink() else entry
+        if target.is_file() and real(target) not in seen:
+            seen.add(real(target))
+            found.append(target)
+    found.sort(key=lambda p: (p.stat().st_mtime, p.name))
+    return found, refused
 
 
 def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: str,
@@ -149,8 +228,19 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
     """Index and annotate each file of the inbox not yet 'done' in the ledger."""
     run_id = uuid.uuid4().hex[:12]
     files, rejections = [], []
-    totals = {"read": 0, "rejected": 0, "annotated": 0, "skipped_files": 0}
-    for path in inbox_files(folder):
+    totals = {"read": 0, "rejected": 0, "annotated": 0, "skipped_files": 0,
+              "refused_files": 0}
+    shared: SharedPass | None = None
+    separate: str | None = None  # why the index runs its own pass
+    if config.roots.data is not None and not within(folder, config.roots.data):
+        raise InputError("--inbox " + escape_reason(folder, config.roots.data, "roots.data"))
+    accepted, refused = inbox_entries(folder)
+    for entry, reason in refused:
+        log.warning("inbox %s", reason)
+        totals["refused_files"] += 1
+        files.append({"path": str(entry), "status": "refused", "reason": reason})
+        rejections.append({"source": str(entry), "row": 0, "id": None, "reason": reason})
+    for path in accepted:
         digest = file_hash(path)
         with Store(Path(config.store.path)) as store:
             status = ledger_status(store, digest)
@@ -160,20 +250,33 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
                 continue
             ledger_start(store, digest, str(path), run_id)  # committed before the work
         crash_point("inbox.after_start")
-        indexed = steps.index_file(str(path), config, collection, progress)
+        if shared is None and separate is None:  # decided once, at the first file to index
+            from indexer.encoder import load_encoder  # the index's own (cached) encoder
+
+            separate = annotator.share_embedding(load_encoder(config.model), config)
+            if separate is None:
+                shared = SharedPass(annotator)
+                log.info("inbox: one encoder pass per batch gives the vectors and the labels")
+            else:
+                log.info("inbox: the index and the heads run separate passes: %s", separate)
+        before = shared.annotated if shared is not None else 0
+        indexed = steps.index_file(str(path), config, collection, progress, shared)
+        in_pass = (shared.annotated if shared is not None else 0) - before
         annotated = steps.annotate_store(annotator, config, collection, progress)
+        count = in_pass + annotated["annotated"]
         rows = indexed["read"]
         with Store(Path(config.store.path)) as store:
             ledger_done(store, digest, rows, {"index": {k: indexed[k] for k in (
                 "read", "encoded", "skipped_unchanged", "rejected", "chunks")},
-                "annotated": annotated["annotated"]})
+                "annotated": count})
         totals["read"] += rows
         totals["rejected"] += indexed["rejected"]
-        totals["annotated"] += annotated["annotated"]
+        totals["annotated"] += count
         rejections.extend(indexed["rejections"])
         files.append({"path": str(path), "content_hash": digest, "rows": rows,
-                      "rejected": indexed["rejected"], "annotated": annotated["annotated"],
+                      "rejected": indexed["rejected"], "annotated": count,
                       "status": "redone" if status == "started" else "done"})
     return totals | {"files": files, "rejections": rejections[:100],
                      "heads": annotator.versions(), "dtype": annotator.dtype_name,
-                     "collection": collection}
+                     "collection": collection, "shared_pass": shared is not None,
+                     "separate_pass_reason": separate}

@@ -26,6 +26,7 @@ from indexer.encoder import load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.faults import crash_point
 from indexer.keyword_index import sync_keyword_index
+from indexer.paths import expand_within
 from indexer.pipeline import (
     BatchPlan,
     BatchResult,
@@ -34,7 +35,7 @@ from indexer.pipeline import (
     plan_batch,
     sync_vector_index,
 )
-from indexer.readers import FieldMap, expand_paths, read_batches
+from indexer.readers import Batch, FieldMap, IdRegistry, read_batches
 from indexer.store import ChunkRows, Store
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ def index_corpus(
     batch_size: int = 2048,
     progress: bool = False,
     on_missing: str = "keep",
+    strict: bool = False,
 ) -> dict:
     """Index corpus files into the configured store and return the run summary.
 
@@ -109,13 +111,15 @@ def index_corpus(
         fmt: file format or `auto`.
         fields: id/text/title/metadata column mapping.
         on_missing: `delete` removes the collection's documents that no file holds any more.
+        strict: a batch with any rejected record commits only its rejections (listed under
+            `refused_batches`); the CLI then exits 1.
     """
     distributed = config.runner == "dask"
     steps = Steps(load=load_model, encode=encode_batch.submit if distributed else encode_batch,
                   commit=commit, delete_missing=delete_missing, write=write_index,
                   submit=distributed, in_flight=config.dask.in_flight if distributed else 0)
     return run_index(paths, config, collection, fmt, fields, batch_size, progress,
-                     on_missing=on_missing, steps=steps)
+                     on_missing=on_missing, strict=strict, steps=steps)
 
 
 def flow_for(config: Config):
@@ -141,24 +145,32 @@ def index_source(config: Config, source: SourceConfig, progress: bool = False) -
                       metadata_fields=tuple(source.fields.metadata)
                       if source.fields.metadata is not None else None)
     return flow_for(config)(source.paths, config, source.collection, source.format, fields,
-                            source.batch_size, progress, source.on_missing)
+                            source.batch_size, progress, source.on_missing, source.strict)
 
 
 def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap(),
-              batch_size=2048, progress=False, *, on_missing="keep",
+              batch_size=2048, progress=False, *, on_missing="keep", strict=False,
               steps: Steps | None = None) -> dict:
     """The flow's story, also callable without Prefect (steps default to plain functions).
 
+    Ids are unique within the run: the first record read with an id wins, later ones (same
+    file or another) are rejected. With `config.roots.data`, files must resolve inside it.
+    `strict`: a batch with any rejection commits only its rejections (no documents).
+
     Returns:
-        The run summary: counts, `deleted`, `failed_batches`, the index info, the run id.
+        The run summary: counts, `deleted`, `failed_batches`, `refused_batches`, the index
+        info, the run id.
     """
     steps = steps or Steps()
-    files = expand_paths(paths)
+    files, refused_files = expand_within(paths, config.roots.data)
+    id_registry = IdRegistry()
     started = datetime.now(timezone.utc).replace(tzinfo=None)
     run_id = uuid.uuid4().hex[:12]
     encoder = steps.load(config)
     total = BatchResult()
-    rejected_rows, failed, deleted = [], [], []
+    rejected_rows, failed, deleted, refused = [], [], [], []
+    refused_records = 0
+    delete_skipped: str | None = None
     seen: set[str] | None = set() if on_missing == "delete" else None
     with Store(Path(config.store.path)) as store:
         store.start_run(run_id, "index", started)
@@ -174,42 +186,63 @@ def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap()
                 try:
                     chunks = future.result() if steps.submit else future
                     total.merge(steps.commit(plan, chunks, store, run_id))
-                    rejected_rows.extend(plan.batch.rejected)
+                    rejected_rows.extend(plan.batch.rejected[:max(0, 100 - len(rejected_rows))])
                 except _FATAL:
                     raise
                 except Exception as exc:  # noqa: BLE001  (retried by the task: report, go on)
                     log.error("batch %s failed: %s", plan.describe(), exc)
                     failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
 
-            for path in files:
-                for batch in read_batches(path, fmt, fields, batch_size):
-                    ids = [r.external_id for r in batch.records]
-                    if seen is not None:
-                        seen.update(ids)
-                        seen.update(r.external_id for r in batch.rejected if r.external_id)
-                    if pending_ids.intersection(ids):  # same id in a batch not yet written
-                        while pending:
-                            settle_oldest()
-                    plan = plan_batch(batch, store, collection)
-                    try:
-                        if steps.submit:
-                            future = steps.encode(plan.texts, config, None, False)
-                        else:
-                            future = steps.encode(plan.texts, config, encoder, progress)
-                    except _FATAL:
-                        raise
-                    except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
-                        log.error("batch %s failed: %s", plan.describe(), exc)
-                        failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
-                        continue
-                    pending.append((plan, future))
-                    pending_ids.update(ids)
-                    while len(pending) > steps.in_flight:
+            def batches():
+                if refused_files:  # files outside roots.data: recorded, never read
+                    yield Batch(rejected=list(refused_files))
+                for path in files:
+                    yield from read_batches(path, fmt, fields, batch_size, ids=id_registry,
+                                            max_chars=config.long_documents.max_chars)
+
+            for batch in batches():
+                if seen is not None:
+                    seen.update(r.external_id for r in batch.records)
+                    seen.update(r.external_id for r in batch.rejected if r.external_id)
+                    no_id = next((r for r in batch.rejected if r.external_id is None), None)
+                    if delete_skipped is None and no_id is not None:
+                        delete_skipped = f"{no_id.source} row {no_id.row} has no readable id"
+                if strict and batch.rejected:  # commit the rejections, not the documents
+                    refused.append({"batch": BatchPlan(batch, collection, [], [], [], 0,
+                                                       []).describe(),
+                                    "records": len(batch.records),
+                                    "rejected": len(batch.rejected),
+                                    "first_reason": batch.rejected[0].reason})
+                    refused_records += len(batch.records)
+                    batch = Batch(rejected=batch.rejected)
+                ids = [r.external_id for r in batch.records]
+                if pending_ids.intersection(ids):  # same id in a batch not yet written
+                    while pending:
                         settle_oldest()
+                plan = plan_batch(batch, store, collection)
+                try:
+                    if steps.submit:
+                        future = steps.encode(plan.texts, config, None, False)
+                    else:
+                        future = steps.encode(plan.texts, config, encoder, progress)
+                except _FATAL:
+                    raise
+                except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
+                    log.error("batch %s failed: %s", plan.describe(), exc)
+                    failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
+                    continue
+                pending.append((plan, future))
+                pending_ids.update(ids)
+                while len(pending) > steps.in_flight:
+                    settle_oldest()
             while pending:
                 settle_oldest()
             removed = list(total.removed)
-            if seen:
+            if seen and delete_skipped:
+                log.warning("on_missing: delete skipped: %s, so the documents it held cannot "
+                            "be told apart from deleted ones; fix the input and run again",
+                            delete_skipped)
+            elif seen:
                 deleted, gone = steps.delete_missing(store, collection, seen)
                 removed += gone
             elif seen is not None:
@@ -221,12 +254,15 @@ def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap()
                              total.summary() | {"failed_batches": failed})
             raise
         summary = total.summary() | {
+            "read": total.read + refused_records,
             "deleted": len(deleted),
             "failed_batches": failed,
+            "refused_batches": refused,
             "collection": collection,
             "files": [str(p) for p in files],
             "index": index_info,
             "run_id": run_id,
+            **({"delete_skipped": delete_skipped} if seen and delete_skipped else {}),
             "rejections": [
                 {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
                 for r in rejected_rows[:100]
@@ -234,7 +270,8 @@ def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap()
         }
         crash_point("run.before_record")
         store.record_run(run_id, "index", started,
-                         "completed" if not failed else "completed_with_failures", summary)
+                         "completed" if not failed and not refused else "completed_with_failures",
+                         summary)
     return summary
 
 

@@ -40,6 +40,9 @@ class LongDocumentsConfig(_Strict):
 
     mode: Literal["chunk", "truncate"] = "chunk"
     stride: int = Field(64, ge=0, description="tokens shared by consecutive windows")
+    max_chars: int = Field(
+        1_000_000, ge=0, description="documents with more characters (title + text) are "
+        "rejected with a reason naming this key; 0 = no limit")
 
 
 class IndexConfig(_Strict):
@@ -54,10 +57,28 @@ class IndexConfig(_Strict):
     target_recall: float = Field(0.95, gt=0, le=1,
                                  description="`auto`: recall@10 against exact search to tune for")
     tune_sample: int = Field(1000, ge=10, description="`auto`: held queries used for tuning")
+    hnsw_m: int = Field(32, ge=4, description="`auto`: HNSW graph links per vector")
+    ef_construction: int = Field(40, ge=8, description="`auto`: HNSW candidates while building")
 
 
 class StoreConfig(_Strict):
     path: str = ".bertindex"
+
+
+class RootsConfig(_Strict):
+    """Folders that paths must stay inside once `..` and links are resolved (unset: no limit)."""
+
+    data: str | None = Field(None, description="absolute folder holding every corpus file that "
+                             "is indexed: sources, `index` PATHS, inbox files")
+    store: str | None = Field(None, description="absolute folder that store.path must be in")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> RootsConfig:
+        for key in ("data", "store"):
+            value = getattr(self, key)
+            if value is not None and not Path(value).expanduser().is_absolute():
+                raise ValueError(f"roots.{key} ({value}) must be an absolute path")
+        return self
 
 
 class SearchConfig(_Strict):
@@ -91,6 +112,8 @@ class SourceConfig(_Strict):
         "keep", description="documents of the collection absent from the source's files: "
         "keep them, or delete them from the store and the index")
     batch_size: int = Field(2048, ge=1, description="documents read and committed per batch")
+    strict: bool = Field(False, description="a batch with any rejected record is not committed "
+                         "and the run fails (as `bertindex index --strict`)")
 
 
 SCHEDULED_FLOWS = ("index_corpus", "annotate", "reindex")
@@ -105,6 +128,14 @@ class ScheduleConfig(_Strict):
     active: bool = True
     sources: list[str] | None = Field(
         None, description="index_corpus only: the sources to index (default: all)")
+    heads: list[str] | None = Field(
+        None, description="annotate only: head directories, `DIR` or `NAME=DIR` (as --heads)")
+    inbox: str | None = Field(
+        None, description="annotate only: the folder whose new files are indexed and annotated "
+        "(as --inbox); unset: annotate the stored documents that miss a head")
+    collection: str | None = Field(
+        None, description="annotate only: the collection (inbox: default 'default'; store: "
+        "default all)")
 
     @model_validator(mode="after")
     def _one_trigger(self) -> ScheduleConfig:
@@ -145,6 +176,7 @@ class Config(_Strict):
     long_documents: LongDocumentsConfig = LongDocumentsConfig()
     index: IndexConfig = IndexConfig()
     store: StoreConfig = StoreConfig()
+    roots: RootsConfig = RootsConfig()
     search: SearchConfig = SearchConfig()
     runner: Literal["local", "dask"] = "local"
     dask: DaskConfig = DaskConfig()
@@ -156,6 +188,13 @@ class Config(_Strict):
         for flow_name, schedule in self.schedules.items():
             if schedule.sources is not None and flow_name != "index_corpus":
                 raise ValueError(f"schedules.{flow_name}.sources: only index_corpus takes sources")
+            for key in ("heads", "inbox", "collection"):
+                if getattr(schedule, key) is not None and flow_name != "annotate":
+                    raise ValueError(f"schedules.{flow_name}.{key}: only annotate takes {key}")
+        annotate_schedule = self.schedules.get("annotate")
+        if annotate_schedule is not None and not annotate_schedule.heads:
+            raise ValueError("schedules.annotate needs 'heads:' (head directories, as "
+                             "--heads) and usually 'inbox:' (the folder to take files from)")
         index_schedule = self.schedules.get("index_corpus")
         if index_schedule is not None:
             if not self.sources:
@@ -165,6 +204,28 @@ class Config(_Strict):
             if unknown:
                 raise ValueError(f"schedules.index_corpus.sources: unknown source(s) "
                                  f"{', '.join(unknown)}; configured: {', '.join(self.sources)}")
+        return self
+
+    @model_validator(mode="after")
+    def _paths_inside_roots(self) -> Config:
+        if self.roots.store is None and self.roots.data is None:
+            return self
+        from indexer.paths import escape_reason, within
+
+        if self.roots.store is not None and not within(self.store.path, self.roots.store):
+            raise ValueError("store.path: " + escape_reason(self.store.path, self.roots.store,
+                                                            "roots.store"))
+        if self.roots.data is not None:
+            for name, source in self.sources.items():
+                for i, path in enumerate(source.paths):
+                    if not within(path, self.roots.data):
+                        raise ValueError(f"sources.{name}.paths[{i}]: "
+                                         + escape_reason(path, self.roots.data, "roots.data"))
+            for name, schedule in self.schedules.items():
+                inbox = getattr(schedule, "inbox", None)
+                if inbox is not None and not within(inbox, self.roots.data):
+                    raise ValueError(f"schedules.{name}.inbox: "
+                                     + escape_reason(inbox, self.roots.data, "roots.data"))
         return self
 
     @model_validator(mode="after")

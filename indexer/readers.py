@@ -1,15 +1,22 @@
 """Readers: stream records out of JSONL, Parquet, CSV and BEIR corpus files, in batches.
 
-Polars parses each batch; a batch that polars refuses is re-read line by line so that one
-bad record is rejected (with its file and row) while the rest go on. Validation of the
-records themselves (empty text, duplicate ids) happens here too; nothing is encoded here.
+JSONL is parsed line by line and CSV record by record, so that one bad record is rejected
+(with its file and row) while the rest go on; Parquet goes through pyarrow in batches. A file
+that cannot be read at all (or past some row) becomes one rejection (row 0: the whole file), not
+an exception. Validation of the records themselves (types, empty text, NUL bytes, invalid
+Unicode, over-long documents, duplicate ids) happens here too; nothing is encoded here.
 """
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+import decimal
 import gzip
+import io
 import json
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +69,42 @@ class Batch:
     rejected: list[Rejected] = field(default_factory=list)
 
 
+class IdRegistry:
+    """The ids accepted so far, with the file and row where each was first read.
+
+    One registry per file by default; `run_index` shares one across all the files of a run
+    (one collection), so that the first record read with an id wins and every later one, in
+    the same file or another, is rejected: a run never stores two versions of one id, and a
+    re-run of the same files keeps the same one.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, int] = {}  # id -> source index << 40 | row (compact)
+        self._sources: list[str] = []
+        self._source_index: dict[str, int] = {}
+
+    def claim(self, external_id: str, source: str, row: int) -> tuple[str, int] | None:
+        """Record `external_id` as read at (source, row); the earlier (source, row) when the
+        id was already taken (and nothing is recorded)."""
+        packed = self._first.get(external_id)
+        if packed is not None:
+            return self._sources[packed >> 40], packed & ((1 << 40) - 1)
+        index = self._source_index.get(source)
+        if index is None:
+            index = self._source_index[source] = len(self._sources)
+            self._sources.append(source)
+        self._first[external_id] = (index << 40) | row
+        return None
+
+
+class _Unreadable(Exception):
+    """A file, or the rest of a file from `row` on, cannot be read."""
+
+    def __init__(self, message: str, row: int):
+        super().__init__(message)
+        self.row = row
+
+
 def detect_format(path: Path) -> str:
     name = path.name.lower()
     name = name.removesuffix(".gz")
@@ -104,15 +147,19 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
 
 
 def read_batches(
-    path: Path, fmt: str = "auto", fields: FieldMap = FieldMap(), batch_size: int = 2048
+    path: Path, fmt: str = "auto", fields: FieldMap = FieldMap(), batch_size: int = 2048, *,
+    max_chars: int | None = None, ids: IdRegistry | None = None,
 ) -> Iterator[Batch]:
     """Yield validated records of one file, `batch_size` rows at a time.
 
     Args:
-        path: the corpus file (gzip allowed for JSONL).
+        path: the corpus file (gzip allowed for JSONL and CSV).
         fmt: one of FORMATS; `auto` decides by file name.
         fields: the column mapping.
         batch_size: rows per batch.
+        max_chars: documents whose title + text hold more characters are rejected (the
+            reason names `long_documents.max_chars`); None or 0: no limit.
+        ids: the run's id registry (first occurrence wins across files); None: one per file.
     """
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "beir":
@@ -122,16 +169,33 @@ def read_batches(
               "csv": _csv_frames}
     if fmt not in frames:
         raise InputError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}")
-    validator = _Validator(path, fields)
-    for first_row, frame, bad in frames[fmt](path, batch_size):
+    validator = _Validator(path, fields, max_chars=max_chars, ids=ids)
+    producer = frames[fmt](path, batch_size)
+    next_row = 1
+    while True:
+        try:
+            first_row, frame, bad = next(producer)
+        except StopIteration:
+            return
+        except _Unreadable as exc:
+            yield Batch(rejected=[Rejected(str(path), exc.row, None, str(exc))])
+            return
+        except (OSError, EOFError, zlib.error) as exc:  # e.g. a truncated or bad .gz
+            row = 0 if next_row == 1 else next_row
+            where = "the file" if row == 0 else f"the file from row {row} on"
+            yield Batch(rejected=[Rejected(str(path), row, None,
+                                           f"cannot read {where}: {exc}; the rows before it "
+                                           "were read. Re-create or re-compress the file")])
+            return
+        numbers = [r["__row"] for r in frame] + [r.row for r in bad]
+        next_row = max(numbers, default=next_row - 1) + 1
         yield validator.check(first_row, frame, bad)
 
 
 # -- frame producers: yield (row number of the frame's first row, frame, rejected rows) --
 
 def _open_text(path: Path):
-    raw = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
-    return raw
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
 
 
 def _jsonl_frames(path: Path, batch_size: int):
@@ -178,39 +242,115 @@ def _parquet_frames(path: Path, batch_size: int):
 
     try:
         pf = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types for damaged files
-        raise InputError(f"{path}: not a readable Parquet file ({exc})") from None
+    except Exception as exc:  # noqa: BLE001  (pyarrow raises several types for damaged files)
+        raise _Unreadable(f"not a readable Parquet file ({exc}); re-export it", 0) from None
     row = 0
-    for rb in pf.iter_batches(batch_size=batch_size):
-        frame = pl.from_arrow(rb)
+    batches = pf.iter_batches(batch_size=batch_size)
+    while True:
+        try:
+            rb = next(batches)
+            frame = pl.from_arrow(rb)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001  (a damaged row group: the rest is unreadable)
+            raise _Unreadable(f"Parquet data unreadable from row {row + 1} on ({exc}); the rows "
+                              "before it were read. Re-export the file", row + 1) from None
         start = row + 1
         row += frame.height
         yield start, frame.with_columns(pl.int_range(start, start + frame.height).alias("__row")).to_dicts(), []
 
 
+# a 5 MB document is one CSV field; the csv module's default limit is 128 KiB
+csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+
+
 def _csv_frames(path: Path, batch_size: int):
-    sep = "\t" if path.name.lower().endswith(".tsv") else ","
-    lazy = pl.scan_csv(path, separator=sep, infer_schema=False, encoding="utf8-lossy")
-    row = 0
-    try:
-        for frame in lazy.collect_batches(chunk_size=batch_size):
-            start = row + 1
-            row += frame.height
-            numbered = frame.with_columns(pl.int_range(start, start + frame.height).alias("__row"))
-            yield start, numbered.to_dicts(), []
-    except pl.exceptions.PolarsError as exc:
-        raise InputError(f"{path}: CSV parse error after row {row}: {exc}; fix the file or "
-                         "convert it to JSONL") from None
+    """CSV/TSV records (header row first; gzip allowed). Cells are text, an empty cell is null.
+
+    Record by record with the csv module, so that a record with the wrong number of fields,
+    invalid UTF-8 or broken quoting is rejected with its row while the rest go on.
+    """
+    name = path.name.lower().removesuffix(".gz")
+    sep = "\t" if name.endswith(".tsv") else ","
+    source = str(path)
+    with _open_text(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
+        reader = csv.reader(text, delimiter=sep, strict=True)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _Unreadable(f"CSV header unreadable ({exc}); fix the first line", 0) from None
+        if _bad_utf8(header) is not None:
+            raise _Unreadable("CSV header is not valid UTF-8; re-save the file as UTF-8", 0)
+        repeated = sorted({h for h in header if header.count(h) > 1})
+        if repeated:
+            raise _Unreadable(f"CSV header repeats column(s) {', '.join(repeated)}; rename them", 0)
+        row, start = 0, 1
+        rows: list[dict] = []
+        bad: list[Rejected] = []
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                row += 1
+                bad.append(Rejected(source, row, None, f"CSV parse error: {exc} (line "
+                                    f"{reader.line_num}); fix the quoting"))
+                continue
+            if not cells:
+                continue  # a blank line
+            row += 1
+            if len(cells) != len(header):
+                bad.append(Rejected(source, row, None,
+                                    f"row has {len(cells)} fields, the header has {len(header)} "
+                                    f"({', '.join(header)}); quote fields that hold '{sep}'"))
+            else:
+                column = _bad_utf8(cells)
+                if column is not None:
+                    bad.append(Rejected(source, row, None,
+                                        f"invalid UTF-8 in column '{header[column]}'"))
+                else:
+                    record = {h: (c if c != "" else None) for h, c in zip(header, cells)}
+                    record["__row"] = row
+                    rows.append(record)
+            if len(rows) + len(bad) >= batch_size:
+                yield start, rows, bad
+                rows, bad, start = [], [], row + 1
+        if rows or bad:
+            yield start, rows, bad
+
+
+def _bad_utf8(cells: list[str]) -> int | None:
+    """Index of the first cell holding bytes that were not UTF-8 (decoded as lone surrogates
+    by `surrogateescape`); None when all are valid."""
+    for i, cell in enumerate(cells):
+        if not cell.isascii():
+            try:
+                cell.encode("utf-8")
+            except UnicodeEncodeError:
+                return i
+    return None
 
 
 class _Validator:
-    """Turn raw rows into Records; reject rows with no usable id or text."""
+    """Turn raw rows into Records; reject rows with no usable id or text.
 
-    def __init__(self, path: Path, fields: FieldMap):
+    Rules (README, "Input files"): the id is a non-empty string or number; the text a string
+    (bytes must be UTF-8); the title a string, a number or null; no NUL byte (U+0000) or
+    unpaired surrogate in id, title or text, none of the latter in metadata either; title +
+    text not empty and at most `max_chars` characters; the first record read with an id wins.
+    """
+
+    def __init__(self, path: Path, fields: FieldMap, max_chars: int | None = None,
+                 ids: IdRegistry | None = None):
         self.path = path
         self.source = str(path)
         self.fields = fields
-        self.seen: dict[str, int] = {}
+        self.max_chars = max_chars or None
+        self.ids = ids if ids is not None else IdRegistry()
         self.id_field: str | None = fields.id_field
         self.id_resolved = fields.id_field is not None
 
@@ -221,73 +361,145 @@ class _Validator:
 
     def check(self, first_row: int, rows: list[dict], bad: list[Rejected]) -> Batch:
         batch = Batch(rejected=list(bad))
-        f = self.fields
         for row in rows:
             number = row.pop("__row")
-            self._resolve_id_field(row)
-            if self.id_field is None:
-                ext_id = f"{self.path.name}:{number}"
+            outcome = self._record(row, number)
+            if isinstance(outcome, Record):
+                batch.records.append(outcome)
             else:
-                if self.id_field not in row:
-                    batch.rejected.append(Rejected(self.source, number, None,
-                                                   f"missing id field '{self.id_field}'"))
-                    continue
-                value = row.get(self.id_field)
-                if value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == "":
-                    batch.rejected.append(Rejected(self.source, number, None,
-                                                   f"empty id field '{self.id_field}'"))
-                    continue
-                if isinstance(value, (dict, list, bool)):
-                    batch.rejected.append(Rejected(self.source, number, None,
-                                                   f"id field '{self.id_field}' must be a string or number"))
-                    continue
-                ext_id = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-            if f.text_field not in row:
-                batch.rejected.append(Rejected(
-                    self.source, number, ext_id,
-                    f"missing text field '{f.text_field}' (columns: {', '.join(sorted(row))}); "
-                    "map it with --text-field",
-                ))
-                continue
-            text = row.get(f.text_field)
-            if not isinstance(text, str):
-                reason = "text is null" if text is None else f"text must be a string, got {type(text).__name__}"
-                batch.rejected.append(Rejected(self.source, number, ext_id, reason))
-                continue
-            if "\x00" in text:
-                text = text.replace("\x00", "")
-            title = row.get(f.title_field) if f.title_field else None
-            if title is not None and not isinstance(title, str):
-                title = str(title)
-            title = title.strip() if title else None
-            if not text.strip() and not title:
-                batch.rejected.append(Rejected(self.source, number, ext_id, "empty text"))
-                continue
-            if ext_id in self.seen:
-                batch.rejected.append(Rejected(
-                    self.source, number, ext_id,
-                    f"duplicate id '{ext_id}' (first at row {self.seen[ext_id]})",
-                ))
-                continue
-            self.seen[ext_id] = number
-            skip = {self.id_field, f.text_field, f.title_field}
-            if f.metadata_fields is None:
-                metadata = {k: _clean(v) for k, v in row.items() if k not in skip}
-            else:
-                metadata = {k: _clean(row.get(k)) for k in f.metadata_fields}
-            batch.records.append(Record(ext_id, text, title, metadata, self.source, number))
+                batch.rejected.append(outcome)
+        batch.rejected.sort(key=lambda r: r.row)
         return batch
+
+    def _reject(self, number: int, ext_id: str | None, reason: str) -> Rejected:
+        return Rejected(self.source, number, ext_id, reason)
+
+    def _record(self, row: dict, number: int) -> Record | Rejected:
+        f = self.fields
+        self._resolve_id_field(row)
+        if self.id_field is None:
+            ext_id = f"{self.path.name}:{number}"
+        else:
+            if self.id_field not in row:
+                return self._reject(number, None, f"missing id field '{self.id_field}'")
+            value = row.get(self.id_field)
+            if isinstance(value, (dict, list, bool, bytes)):
+                return self._reject(number, None, f"id field '{self.id_field}' must be a string "
+                                    f"or number, got {type(value).__name__}")
+            if value is None or (isinstance(value, float) and math.isnan(value)) \
+                    or str(value).strip() == "":
+                return self._reject(number, None, f"empty id field '{self.id_field}'")
+            ext_id = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+            problem = _string_problem(ext_id)
+            if problem:
+                return self._reject(number, None, f"id {problem}")
+        if f.text_field not in row:
+            return self._reject(number, ext_id,
+                                f"missing text field '{f.text_field}' (columns: "
+                                f"{', '.join(sorted(row))}); map it with --text-field")
+        text = row.get(f.text_field)
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return self._reject(number, ext_id,
+                                    f"invalid UTF-8 in the text at byte {exc.start}")
+        if not isinstance(text, str):
+            reason = "text is null" if text is None else f"text must be a string, got {type(text).__name__}"
+            return self._reject(number, ext_id, reason)
+        problem = _string_problem(text)
+        if problem:
+            return self._reject(number, ext_id, f"text {problem}")
+        title = row.get(f.title_field) if f.title_field else None
+        if isinstance(title, float) and not math.isfinite(title):
+            title = None
+        if isinstance(title, (dict, list, bytes)):
+            return self._reject(number, ext_id, f"title must be a string, a number or null, got "
+                                f"{type(title).__name__}")
+        if title is not None and not isinstance(title, str):
+            title = str(title)
+        title = title.strip() if title else None
+        if title:
+            problem = _string_problem(title)
+            if problem:
+                return self._reject(number, ext_id, f"title {problem}")
+        if not text.strip() and not title:
+            return self._reject(number, ext_id, "empty text")
+        size = len(text) + len(title or "")
+        if self.max_chars is not None and size > self.max_chars:
+            return self._reject(number, ext_id,
+                                f"document is {size:,} characters, over long_documents.max_chars "
+                                f"({self.max_chars:,}); raise that limit in config.yaml (0: no "
+                                "limit) or split the document")
+        skip = {self.id_field, f.text_field, f.title_field}
+        if f.metadata_fields is None:
+            metadata = {k: _clean(v) for k, v in row.items() if k not in skip}
+        else:
+            metadata = {k: _clean(row.get(k)) for k in f.metadata_fields}
+        if _has_surrogate(metadata):
+            return self._reject(number, ext_id, "metadata holds an unpaired surrogate (invalid "
+                                "Unicode, e.g. a lone \\ud800 escape); fix the record")
+        first = self.ids.claim(ext_id, self.source, number)
+        if first is not None:
+            source, row_number = first
+            where = f"row {row_number}" if source == self.source else f"{source} row {row_number}"
+            return self._reject(number, ext_id, f"duplicate id '{ext_id}' (first at {where}); "
+                                "the first record read with an id is kept")
+        return Record(ext_id, text, title, metadata, self.source, number)
+
+
+def _string_problem(value: str) -> str | None:
+    """Why an id, title or text cannot be stored as it is; None when it can."""
+    if "\x00" in value:
+        return (f"holds a NUL byte (U+0000) at character {value.index(chr(0))}: binary or "
+                "damaged data; remove it")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (f"holds an unpaired surrogate (U+{ord(value[exc.start]):04X}) at character "
+                    f"{exc.start}: not valid Unicode; fix the record")
+    return None
+
+
+def _has_surrogate(value) -> bool:
+    if isinstance(value, str):
+        if value.isascii():
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return False
 
 
 def _clean(value):
-    """JSON-safe metadata: NaN and infinities become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """JSON-native metadata, so that it reads back equal to what was written (a re-run sees
+    unchanged metadata as unchanged): NaN and infinities become null; dates and times ISO
+    strings; decimals and other scalars their text; bytes their UTF-8 text (else hex)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
-    return value
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value.hex()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return str(value)
 
 
 def document_text(record: Record) -> str:

@@ -659,6 +659,12 @@ class Store:
     def count_chunks(self) -> int:
         return self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
+    def count_vectors(self) -> int:
+        """Stored vectors (what `iter_vectors` yields); 0 before the first."""
+        if self.provenance() is None:
+            return 0
+        return self.con.execute("SELECT count(*) FROM vectors").fetchone()[0]
+
     def count_documents(self, collection: str | None = None) -> int:
         if collection is None:
             return self.con.execute("SELECT count(*) FROM documents").fetchone()[0]
@@ -794,8 +800,11 @@ def _filter_clauses(prefix, collection, where, labels, entities):
 
 
 def _json_path(field_name: str) -> str:
-    """A JSON path selecting one top-level key, whatever characters the key holds."""
-    return '$."' + field_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A JSON pointer (RFC 6901) selecting one top-level key, whatever characters the key
+    holds: `~` and `/` are its only special characters and are escaped, so no key can become
+    a wildcard (`*`), a nested path (`a.b`, `$..x`) or an array index. (A quoted `$."*"` path
+    is still a wildcard in DuckDB, and `$.""` an error.)"""
+    return "/" + field_name.replace("~", "~0").replace("/", "~1")
 
 
 def _annotation_clauses(doc_col: str, labels: Sequence[tuple[str, str]],

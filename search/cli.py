@@ -46,16 +46,20 @@ def main() -> None:
 @click.option("--on-missing", type=click.Choice(["keep", "delete"]), default="keep",
               show_default=True,
               help="Documents of the collection that the files no longer hold: keep or delete.")
+@click.option("--strict", is_flag=True,
+              help="A batch with any rejected record stores none of its documents (only the "
+                   "rejections); exit code 1. Clean batches are stored.")
 @config_options
 @encode_options
 @json_option
 @handle_errors
 def index(paths, collection, fmt, id_field, text_field, title_field, batch_size, on_missing,
-          config_path, store_path, max_length, long_documents, as_json):
+          strict, config_path, store_path, max_length, long_documents, as_json):
     """Read, encode and index corpus files (JSONL, Parquet, CSV, BEIR) into the store.
 
     Unchanged documents are skipped; changed ones are re-encoded and replaced. A killed run
-    loses nothing committed: run it again. Exit code 1 when a batch failed after retries.
+    loses nothing committed: run it again. Exit code 1 when a batch failed after retries, or
+    with --strict when a batch held a rejected record.
     """
     from flows.runtime import wait_for_api, warm_up_api
 
@@ -70,7 +74,7 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
 
     fields = FieldMap(id_field=id_field, text_field=text_field, title_field=title_field or None)
     summary = flow_for(cfg)([str(p) for p in paths], cfg, collection, fmt, fields, batch_size,
-                            show_progress(), on_missing)
+                            show_progress(), on_missing, strict=strict)
     if as_json:
         print_json(summary)
     else:
@@ -81,12 +85,33 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
         )
         for r in summary["rejections"][:10]:
             click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
-    if summary["failed_batches"]:
-        for f in summary["failed_batches"][:10]:
-            click.echo(f"error: batch {f['batch']} failed: {f['error']}", err=True)
-        click.echo(f"error: {len(summary['failed_batches'])} batch(es) failed after retries; "
-                   "the others are stored. Run the same command again to retry them.", err=True)
+    errors = index_errors(summary)
+    for line in errors:
+        click.echo(line, err=True)
+    if errors:
         sys.exit(1)
+
+
+def index_errors(summary: dict) -> list[str]:
+    """The error lines an index run summary calls for (exit code 1 when there are any):
+    batches that failed after retries, and batches `--strict` refused."""
+    lines = []
+    failed = summary.get("failed_batches") or []
+    for f in failed[:10]:
+        lines.append(f"error: batch {f['batch']} failed: {f['error']}")
+    if failed:
+        lines.append(f"error: {len(failed)} batch(es) failed after retries; the others are "
+                     "stored. Run the same command again to retry them.")
+    refused = summary.get("refused_batches") or []
+    for r in refused[:10]:
+        lines.append(f"error: --strict: batch {r['batch']} not stored: {r['rejected']} "
+                     f"rejected record(s), e.g. {r['first_reason']}")
+    if refused:
+        lines.append(f"error: --strict: {len(refused)} batch(es) held rejected records and "
+                     f"stored none of their {sum(r['records'] for r in refused)} good "
+                     "record(s) (the rejections are in the `rejected` table); clean batches "
+                     "are stored. Fix the rows and run the same command again.")
+    return lines
 
 
 def _parse_where(ctx, param, values):
