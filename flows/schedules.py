@@ -1,6 +1,8 @@
 """Schedules from config.yaml as Prefect deployments, served in process by `bertindex flows
-serve`: `index_corpus` over the configured sources, `annotate` over the inbox (when that flow
-exists), `reindex`. Scheduled runs re-read the config file, so edits apply from the next run.
+serve`: `index_corpus` over the configured sources, `annotate` over the inbox (or the store),
+`reindex`. Scheduled runs re-read the config file, so edits apply from the next run (the
+sources, heads, inbox and collection named in a schedule are its deployment's parameters:
+those apply once `flows serve` restarts).
 
 `plan_deployments` describes them (next run times included) without importing Prefect's
 server; `build_deployments` makes the Prefect deployments; `serve_deployments` runs them.
@@ -28,7 +30,7 @@ ANCHOR = datetime(2024, 1, 1, tzinfo=timezone.utc)
 # schedule key -> (module, flow attribute) of the flow a deployment runs
 FLOWS = {
     "index_corpus": ("flows.schedules", "index_sources"),
-    "annotate": ("flows.annotate", "annotate"),
+    "annotate": ("flows.annotate", "annotate_scheduled"),
     "reindex": ("flows.schedules", "reindex_store"),
 }
 
@@ -110,6 +112,16 @@ def _flow_available(key: str) -> str | None:
     return None
 
 
+def _absolute_head(arg: str) -> str:
+    """A `--heads` argument with its directory made absolute (`NAME=DIR` keeps its name), as
+    `indexer.annotate.parse_head_arg` reads it, so that a served run finds the head from any
+    working directory."""
+    name, sep, path = arg.partition("=")
+    if sep and name and not Path(arg).exists():
+        return f"{name}={Path(path).expanduser().resolve()}"
+    return str(Path(arg).expanduser().resolve())
+
+
 def plan_deployments(config: Config, config_path: str | None, next_runs: int = 3,
                      now: datetime | None = None) -> list[DeploymentPlan]:
     """The deployments `flows serve` registers for `config.schedules`, in a stable order."""
@@ -123,6 +135,11 @@ def plan_deployments(config: Config, config_path: str | None, next_runs: int = 3
         parameters: dict = {"config_path": config_path, "store_path": store_path}
         if key == "index_corpus":
             parameters["sources"] = schedule.sources
+        if key == "annotate":
+            parameters |= {"heads": [_absolute_head(h) for h in schedule.heads or []],
+                           "inbox": str(Path(schedule.inbox).expanduser().resolve())
+                           if schedule.inbox else None,
+                           "collection": schedule.collection}
         attr = FLOWS[key][1]
         trigger = (f"cron {schedule.cron}" if schedule.cron else f"every {schedule.interval}s")
         if schedule.timezone != "UTC":

@@ -1,7 +1,8 @@
 """Bulk annotation: run trained heads (classifiers, NER taggers) over many texts at once.
 
 Heads whose backbones hold the same weights (head-only heads on the packaged encoder) share one
-encoder pass per batch; each head then applies only its own top layers. Texts are tokenised
+encoder pass per batch; each head then applies only its own top layers, pooling as its
+config.json says ([CLS] or the normalised token mean, `heads.sentence`). Texts are tokenised
 once, cut into windows (never truncated), length-sorted into batches under a token budget, and
 the next chunk of texts is tokenised on a background thread while the current one computes.
 Does not read files or write the store (see `indexer.annotation_store` and `flows.annotate`).
@@ -9,8 +10,12 @@ Does not read files or write the store (see `indexer.annotation_store` and `flow
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import json
 import logging
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +29,9 @@ from indexer.encoder import choose_device, choose_dtype, dtype_name, plan_batche
 from indexer.errors import ModelError
 from indexer.heads.labels import merge_subwords, word_spans
 from indexer.heads.predict import load_model_dir
+from indexer.heads.sentence import head_pooling, sentence_features, sequence_logits, top_logits
+from indexer.pooling import l2_normalize, pool
+from indexer.store import ChunkRows
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +68,8 @@ class Annotation:
 class Head:
     """One loaded head: its name, version (weights hash), task and label names.
 
-    `top` maps the backbone's last hidden state (batch, seq, hidden) to logits; None when the
-    head runs whole (`model`).
+    `top(hidden, mask)` maps the backbone's last hidden state (batch, seq, hidden) and the
+    attention mask (None: no padding) to logits; None when the head runs whole (`model`).
     """
 
     name: str
@@ -129,14 +137,14 @@ class _Group:
         self.tokenizer = heads[0].tokenizer
         self.split = type(first).__name__ in _SPLITTABLE
         self.max_positions = min(getattr(first.config, "max_position_embeddings", 512), 512)
+        self.embed: _EmbeddingTop | None = None  # the index's embedding, when shared
         if self.split:
             for h in heads:
                 # top layers stay fp32: the labels come from them, and they cost nothing
-                head_layer = h.model.classifier.to(device).float()
                 if h.task == "classifier":
-                    h.top = _ClassifierTop(h.model.base_model.pooler.to(device).float(), head_layer)
+                    h.top = _ClassifierTop(h.model, device)
                 else:
-                    h.top = head_layer
+                    h.top = _TaggerTop(h.model.classifier.to(device).float())
             self.backbone = first.base_model
             self.backbone.pooler = None  # each classifier pools with its own pooler
             self.backbone.to(device=device, dtype=dtype).eval()
@@ -146,25 +154,95 @@ class _Group:
             self.backbone = None
             first.to(device=device, dtype=dtype).eval()
 
-    def logits(self, ids: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
-        """One tensor of fp32 logits per head: (batch, labels) or (batch, seq, labels)."""
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, embed: bool = False
+                ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """One batch: fp32 logits per head, (batch, labels) or (batch, seq, labels), and with
+        `embed` the index's pooled embedding (batch, dim) from the same pass.
+
+        `mask` is the batch's attention mask; the model gets None when nothing is padded, so
+        that SDPA may take its unmasked fused kernel (as the index's encoder does).
+        """
+        vectors = None
+        mask, full_mask = (None if bool(mask.all()) else mask), mask
         if not self.split:
-            out = self.heads[0].model(input_ids=ids, attention_mask=mask,
-                                      token_type_ids=torch.zeros_like(ids))
-            return [out.logits.float()]
-        hidden = self.backbone(input_ids=ids, attention_mask=mask,
-                               token_type_ids=torch.zeros_like(ids)).last_hidden_state
-        hidden = hidden.float()  # (batch, seq, hidden)
-        return [h.top(hidden) for h in self.heads]
+            head = self.heads[0]
+            batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+            if head.task == "classifier":
+                return [sequence_logits(head.model, batch).float()], vectors
+            return [head.model(**batch).logits.float()], vectors
+        embed = embed and self.embed is not None
+        out = self.backbone(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+                            output_hidden_states=embed and self.embed.layers)
+        if embed:
+            vectors = self.embed(out, full_mask)
+        hidden = out.last_hidden_state.float()  # (batch, seq, hidden)
+        return [h.top(hidden, mask) for h in self.heads], vectors
 
 
 class _ClassifierTop(torch.nn.Module):
-    def __init__(self, pooler, classifier):
-        super().__init__()
-        self.pooler, self.classifier = pooler, classifier
+    """A sequence classifier's own top: its pooling ([CLS] or normalised mean over the mask),
+    pooler, classifier; fp32 (the labels come from it, and it costs nothing)."""
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.pooler(hidden))  # pooler reads [CLS]: hidden[:, 0]
+    def __init__(self, model, device: torch.device):
+        super().__init__()
+        self.pooling = head_pooling(model.config)
+        self.pooler = model.base_model.pooler.to(device).float()
+        self.classifier = model.classifier.to(device).float()
+        self.eval()
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return top_logits(self.pooler, self.classifier, sentence_features(hidden, mask, self.pooling))
+
+
+class _TaggerTop(torch.nn.Module):
+    def __init__(self, classifier):
+        super().__init__()
+        self.classifier = classifier
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return self.classifier(hidden)
+
+
+class _EmbeddingTop:
+    """The index's embedding taken from a head group's pass: the encoder's pooling (with the
+    encoder's own pooler for `pooler`), L2-normalised when configured, as `Encoder._forward`
+    computes it from the same backbone output."""
+
+    def __init__(self, encoder, pooling: str, normalize: bool):
+        self.pooling, self.normalize, self.dim = pooling, normalize, encoder.dim
+        self.pooler = getattr(encoder.model, "pooler", None) if pooling == "pooler" else None
+        self.layers = pooling == "last4"  # needs every layer's states
+
+    def __call__(self, out, mask: torch.Tensor) -> torch.Tensor:
+        states = types.SimpleNamespace(
+            last_hidden_state=out.last_hidden_state, hidden_states=out.hidden_states,
+            pooler_output=None if self.pooler is None else self.pooler(out.last_hidden_state))
+        vectors = pool(states, mask, self.pooling)
+        return l2_normalize(vectors) if self.normalize else vectors
+
+
+def _same_backbone(backbone, model) -> bool:
+    """True when a head group's backbone (pooler dropped) is `model` without its pooler: the
+    same architecture and exactly the same tensors, in the same dtype."""
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "hidden_act", "layer_norm_eps", "position_embedding_type", "vocab_size",
+            "max_position_embeddings", "type_vocab_size")
+    if type(backbone) is not type(model) or any(
+            getattr(backbone.config, k, None) != getattr(model.config, k, None) for k in keys):
+        return False
+    mine = backbone.state_dict()
+    theirs = {k: v for k, v in model.state_dict().items() if not k.startswith("pooler.")}
+    return mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def _tokenizer_key(tokenizer) -> tuple:
+    """What decides a fast tokenizer's ids (vocabulary, normaliser, pre-tokeniser, special ids);
+    padding and truncation settings are left out (annotate and index pass their own)."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    spec.pop("padding", None)
+    spec.pop("truncation", None)
+    return (json.dumps(spec, sort_keys=True), tokenizer.cls_token_id, tokenizer.sep_token_id,
+            tokenizer.pad_token_id)
 
 
 class Annotator:
@@ -179,6 +257,11 @@ class Annotator:
         batch_tokens: padded tokens per forward pass.
         chunk_texts: texts tokenised ahead on the background thread.
         max_batch: at most this many windows per forward pass (None: the token budget alone).
+        max_waste: a batch holds windows at most this share shorter than its longest (padding
+            per window); 0 gives equal-length batches; None: the token budget alone.
+        streams: batches run at once, each on its own thread with `torch threads // streams`
+            intra-op threads. None: one per torch thread on CPU, at most 8 (no OpenMP
+            barriers between the cores, which cost most on a busy machine), one on CUDA.
 
     Long texts: a classifier averages its logits over the text's windows (each window counts
     once, whatever its length), then softmaxes; a tagger takes each token's tag from the
@@ -187,7 +270,8 @@ class Annotator:
 
     def __init__(self, heads: list[Head], dtype: str = "auto", device: str = "auto",
                  max_length: int = 256, stride: int = 64, batch_tokens: int = 16384,
-                 chunk_texts: int = 4096, max_batch: int | None = None):
+                 chunk_texts: int = 4096, max_batch: int | None = None,
+                 max_waste: float | None = 0.05, streams: int | None = None):
         if not heads:
             raise ModelError("no heads to run; give at least one with --heads DIR")
         self.heads = heads
@@ -202,8 +286,15 @@ class Annotator:
         self.batch_tokens = batch_tokens
         self.chunk_texts = chunk_texts
         self.max_batch = max_batch
-        log.info("%d head(s) in %d backbone pass(es) per batch, %s on %s", len(heads),
-                 len(self.groups), dtype_name(self.dtype), self.device)
+        self.max_waste = max_waste
+        threads = torch.get_num_threads()
+        if streams is None:
+            streams = 1 if self.device.type == "cuda" else min(threads, 8)
+        self.streams = max(1, streams)
+        self.stream_threads = max(1, threads // self.streams)
+        self.embed_group: _Group | None = None  # set by share_embedding
+        log.info("%d head(s) in %d backbone pass(es) per batch, %s on %s, %d stream(s)",
+                 len(heads), len(self.groups), dtype_name(self.dtype), self.device, self.streams)
 
     @property
     def dtype_name(self) -> str:
@@ -242,6 +333,56 @@ class Annotator:
                     return
                 texts = nxt
 
+    def share_embedding(self, encoder, config) -> str | None:
+        """Let one head group's pass also give the index's vectors (`annotate_and_embed`).
+
+        Shared only when that pass computes what `encoder` computes for the index: the
+        group's backbone holds the encoder's weights (same architecture, same tensors in the
+        same dtype, same device), the tokenizers agree, and the index cuts the windows the
+        heads read (`long_documents.mode: chunk`, the same max_length and stride).
+
+        Args:
+            encoder: the index's loaded `Encoder`.
+            config: the configuration the index runs with.
+        Returns:
+            None when shared; otherwise why not (the index then runs its own pass).
+        """
+        docs = config.long_documents
+        if docs.mode != "chunk":
+            return ("long_documents.mode is truncate: the index keeps each text's first window "
+                    "while the heads read them all")
+        if (self.max_length, self.stride) != (encoder.config.max_length, docs.stride):
+            return (f"the heads read windows of {self.max_length} tokens with stride "
+                    f"{self.stride}, the index {encoder.config.max_length} with stride "
+                    f"{docs.stride}")
+        if (self.device, self.dtype) != (encoder.device, encoder.dtype):
+            return (f"the heads run in {self.dtype_name} on {self.device}, the index in "
+                    f"{dtype_name(encoder.dtype)} on {encoder.device}")
+        key = None
+        for g in self.groups:
+            if not g.split or not _same_backbone(g.backbone, encoder.model):
+                continue
+            key = key or _tokenizer_key(encoder.tokenizer)
+            if _tokenizer_key(g.tokenizer) == key:
+                g.embed = _EmbeddingTop(encoder, config.model.pooling, config.model.normalize)
+                self.embed_group = g
+                return None
+        return ("no head-only head on the index's encoder among the heads (a fully fine-tuned "
+                "head has other backbone weights)")
+
+    def annotate_and_embed(self, texts: Sequence[str]) -> tuple[list[Annotation], ChunkRows]:
+        """Annotations of `texts` plus the index's chunks of them, from one backbone pass per
+        batch (after `share_embedding` returned None).
+
+        Returns:
+            (one Annotation per text, ChunkRows whose doc_ids are positions into `texts`, as
+            `indexer.pipeline.encode_documents` gives them).
+        """
+        if self.embed_group is None:
+            raise ModelError("the index's embedding is not shared with these heads; call "
+                             "share_embedding first")
+        return self._run(texts, self._tokenize_all(texts), embed=True)
+
     # -- internals ---------------------------------------------------------------------
     def _tokenize_all(self, texts: Sequence[str]) -> list:
         """Per group: the fast tokenizer's encodings (no special tokens, offsets, no truncation)."""
@@ -253,53 +394,75 @@ class Annotator:
             out.append(enc)
         return out
 
-    @torch.inference_mode()
-    def _run(self, texts: Sequence[str], encodings: list) -> list[Annotation]:
+    def _run(self, texts: Sequence[str], encodings: list, embed: bool = False):
+        """Annotations of `texts`; with `embed`, also (annotations, ChunkRows) of the index."""
         results = [Annotation() for _ in texts]
+        chunks = None
         room = self.max_length - 2
-        for g, enc in zip(self.groups, encodings):
-            tok = g.tokenizer
-            cls_id, sep_id = tok.cls_token_id, tok.sep_token_id
-            pad_id = tok.pad_token_id or 0
-            # windows: (text index, token start, token end)
-            windows: list[tuple[int, int, int]] = []
-            for i, ids in enumerate(enc["input_ids"]):
-                for s, e in window_spans(len(ids), room, self.stride, "chunk"):
-                    windows.append((i, s, e))
-            lengths = [e - s + 2 for _, s, e in windows]
-            cls_logits = [np.zeros((len(windows), len(h.labels)), np.float32)
-                          if h.task == "classifier" else None for h in g.heads]
-            tok_logits: list[list] = [[None] * len(windows) if h.task == "ner" else None
-                                      for h in g.heads]
-            for positions in self._batches(lengths):
-                width = lengths[positions[0]]
-                ids_t = torch.full((len(positions), width), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(positions), width), dtype=torch.long)
-                for row, w in enumerate(positions):
-                    i, s, e = windows[w]
-                    seq = [cls_id, *enc["input_ids"][i][s:e], sep_id]
-                    ids_t[row, : len(seq)] = torch.as_tensor(seq)
-                    mask[row, : len(seq)] = 1
-                full = bool(mask.all())  # no padding: SDPA may take its unmasked fused kernel
-                outs = g.logits(ids_t.to(self.device), None if full else mask.to(self.device))
-                for h_i, (h, out) in enumerate(zip(g.heads, outs)):
-                    out = out.cpu()
+        with self._streams() as run_all:
+            for g, enc in zip(self.groups, encodings):
+                # windows: (text index, token start, token end)
+                windows = [(i, s, e) for i, ids in enumerate(enc["input_ids"])
+                           for s, e in window_spans(len(ids), room, self.stride, "chunk")]
+                lengths = [e - s + 2 for _, s, e in windows]
+                want = embed and g is self.embed_group
+                cls_logits = [np.zeros((len(windows), len(h.labels)), np.float32)
+                              if h.task == "classifier" else None for h in g.heads]
+                tok_logits: list[list] = [[None] * len(windows) if h.task == "ner" else None
+                                          for h in g.heads]
+                vectors = np.zeros((len(windows), g.embed.dim), np.float32) if want else None
+                batches = self._batches(lengths)
+                step = functools.partial(self._forward, g, enc["input_ids"], windows, lengths,
+                                         want)
+                for positions, (outs, vecs) in zip(batches, run_all(step, batches)):
+                    if vecs is not None:
+                        vectors[positions] = vecs.numpy()
+                    for h_i, (h, out) in enumerate(zip(g.heads, outs)):
+                        if h.task == "classifier":
+                            cls_logits[h_i][positions] = out.numpy()
+                        else:
+                            for row, w in enumerate(positions):
+                                _, s, e = windows[w]
+                                tok_logits[h_i][w] = out[row, 1 : 1 + e - s].numpy()
+                for h_i, h in enumerate(g.heads):
                     if h.task == "classifier":
-                        cls_logits[h_i][positions] = out.numpy()
+                        self._classify(h, windows, cls_logits[h_i], results)
                     else:
-                        for row, w in enumerate(positions):
-                            _, s, e = windows[w]
-                            tok_logits[h_i][w] = out[row, 1 : 1 + e - s].numpy()
-            for h_i, h in enumerate(g.heads):
-                if h.task == "classifier":
-                    self._classify(h, windows, cls_logits[h_i], results)
-                else:
-                    self._tag(h, texts, enc, windows, tok_logits[h_i], results)
-        return results
+                        self._tag(h, texts, enc, windows, tok_logits[h_i], results)
+                if want:
+                    chunks = _chunk_rows(texts, enc["offset_mapping"], windows, vectors)
+        return (results, chunks) if embed else results
+
+    def _forward(self, g: _Group, token_ids, windows, lengths, embed: bool,
+                 positions: list[int]) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """Pad one batch of windows ([CLS] window [SEP]) and run it; outputs on the CPU."""
+        tok = g.tokenizer
+        cls_id, sep_id, pad_id = tok.cls_token_id, tok.sep_token_id, tok.pad_token_id or 0
+        width = lengths[positions[0]]
+        ids = torch.full((len(positions), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(positions), width), dtype=torch.long)
+        for row, w in enumerate(positions):
+            i, s, e = windows[w]
+            ids[row, : e - s + 2] = torch.as_tensor([cls_id, *token_ids[i][s:e], sep_id])
+            mask[row, : e - s + 2] = 1
+        with torch.inference_mode():  # per thread: each stream enters it itself
+            outs, vectors = g.forward(ids.to(self.device), mask.to(self.device), embed)
+            return [o.cpu() for o in outs], None if vectors is None else vectors.cpu()
+
+    @contextlib.contextmanager
+    def _streams(self):
+        """A `map` that runs batches `streams` at a time, results in order."""
+        if self.streams == 1:
+            yield map
+            return
+        with ThreadPoolExecutor(self.streams, thread_name_prefix="annotate",
+                                initializer=torch.set_num_threads,
+                                initargs=(self.stream_threads,)) as pool:
+            yield pool.map
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Length-sorted batches under the token budget (and `max_batch`)."""
-        planned = plan_batches(lengths, self.batch_tokens)
+        """Length-sorted batches under the token budget, `max_waste` and `max_batch`."""
+        planned = plan_batches(lengths, self.batch_tokens, self.max_waste)
         if not self.max_batch:
             return planned
         return [b[i:i + self.max_batch] for b in planned for i in range(0, len(b), self.max_batch)]
@@ -332,6 +495,20 @@ class Annotator:
             tok = _stitch(parts, n_tok)  # (n_tok, labels): each token from its best window
             results[i].entities.extend(
                 _entities(h, text, enc.word_ids(i), enc["offset_mapping"][i], tok))
+
+
+def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> ChunkRows:
+    """The index's chunks of a shared pass: each window's ordinal and character span, as
+    `indexer.chunking.make_windows` gives them, with its vector."""
+    owners, ordinals, starts, ends, n_tokens = [], [], [], [], []
+    for i, s, e in windows:
+        ordinals.append(ordinals[-1] + 1 if owners and owners[-1] == i else 0)
+        owners.append(i)
+        first, last = (offsets[i][s][0], offsets[i][e - 1][1]) if e > s else (0, len(texts[i]))
+        starts.append(first)
+        ends.append(last)
+        n_tokens.append(e - s + 2)
+    return ChunkRows(owners, ordinals, starts, ends, n_tokens, vectors)
 
 
 def _stitch(parts: list[tuple[int, int, np.ndarray]], n_tok: int) -> np.ndarray:

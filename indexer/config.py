@@ -57,8 +57,8 @@ class IndexConfig(_Strict):
     target_recall: float = Field(0.95, gt=0, le=1,
                                  description="`auto`: recall@10 against exact search to tune for")
     tune_sample: int = Field(1000, ge=10, description="`auto`: held queries used for tuning")
-    hnsw_m: int = Field(32, ge=4, description="`auto`: HNSW graph links per vector")
-    ef_construction: int = Field(40, ge=8, description="`auto`: HNSW candidates while building")
+    refine_factor: int = Field(16, ge=1, description="indexes with a rescoring stage (`RFlat`, "
+                               "`Refine(…)`): candidates rescored per result wanted")
 
 
 class StoreConfig(_Strict):

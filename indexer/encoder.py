@@ -109,7 +109,8 @@ def model_display_name(model_dir: Path, configured: str) -> str:
     return name or model_dir.name
 
 
-def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], batch_tokens: int,
+                 max_waste: float | None = None) -> list[list[int]]:
     """Group sequence positions into batches, longest first, under a padded-token budget.
 
     A batch holds positions of similar length; its padded size (count × longest) stays within
@@ -118,6 +119,9 @@ def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
     Args:
         lengths: token count of each sequence (special tokens included).
         batch_tokens: padded tokens allowed per batch.
+        max_waste: also start a new batch when the next sequence is shorter than the batch's
+            longest by more than this share (0.05: at most 5 % padding per sequence; 0:
+            equal lengths only, batches that need no attention mask). None: the budget alone.
     Returns:
         Lists of positions into `lengths`; every position appears exactly once.
     """
@@ -126,7 +130,8 @@ def plan_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]:
     current: list[int] = []
     for i in order:
         longest = lengths[current[0]] if current else lengths[i]
-        if current and ((len(current) + 1) * longest > batch_tokens or len(current) >= MAX_BATCH):
+        if current and ((len(current) + 1) * longest > batch_tokens or len(current) >= MAX_BATCH
+                        or (max_waste is not None and lengths[i] < longest * (1 - max_waste))):
             batches.append(current)
             current = []
         current.append(i)
@@ -217,8 +222,40 @@ class Encoder:
             (len(sequences), dim) float32, in input order.
         """
         out = np.zeros((len(sequences), self.dim), dtype=np.float32)
+        for positions, ids, mask in self._batches(sequences, progress):
+            out[positions] = self._forward(ids, mask).cpu().numpy()
+        return out
+
+    @torch.inference_mode()
+    def token_states(self, sequences: Sequence[Sequence[int]], keep: Sequence[Sequence[int]] | None = None,
+                     progress: bool = False) -> list[np.ndarray]:
+        """The last layer's token states, batched like `encode_ids` (no pooling).
+
+        Args:
+            sequences: token ids with their special tokens, each at most `max_length`.
+            keep: per sequence, the token positions to return (None: every token).
+        Returns:
+            One (tokens kept, hidden) float32 array per sequence, in input order.
+        """
+        out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(sequences)
+        for positions, ids, mask in self._batches(sequences, progress):
+            hidden = self.model(
+                input_ids=ids, attention_mask=None if bool(mask.all()) else mask,
+                token_type_ids=torch.zeros_like(ids),
+            ).last_hidden_state.float().cpu()
+            for row, i in enumerate(positions):
+                rows = list(keep[i]) if keep is not None else list(range(len(sequences[i])))
+                out[i] = hidden[row, rows].numpy()
+        return out
+
+    def _batches(self, sequences: Sequence[Sequence[int]], progress: bool):
+        """Yield (positions, ids, mask): length-sorted, right-padded batches under the token budget.
+
+        Raises:
+            ValueError: a sequence is longer than `max_length`.
+        """
         if not sequences:
-            return out
+            return
         lengths = [len(s) for s in sequences]
         too_long = [i for i, n in enumerate(lengths) if n > self.config.max_length]
         if too_long:
@@ -226,9 +263,8 @@ class Encoder:
                 f"{len(too_long)} sequences exceed max_length {self.config.max_length} "
                 f"(first at position {too_long[0]}, {lengths[too_long[0]]} tokens)"
             )
-        batches = plan_batches(lengths, self.config.batch_tokens)
         bar = _progress(len(sequences), progress)
-        for positions in batches:
+        for positions in plan_batches(lengths, self.config.batch_tokens):
             width = lengths[positions[0]]
             ids = torch.full((len(positions), width), self.pad_id, dtype=torch.long)
             mask = torch.zeros((len(positions), width), dtype=torch.long)
@@ -236,11 +272,9 @@ class Encoder:
                 seq = sequences[i]
                 ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
                 mask[row, : len(seq)] = 1
-            vectors = self._forward(ids.to(self.device), mask.to(self.device))
-            out[positions] = vectors.cpu().numpy()
+            yield positions, ids.to(self.device), mask.to(self.device)
             bar.update(len(positions))
         bar.close()
-        return out
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         need_layers = self.config.pooling == "last4"

@@ -101,6 +101,9 @@ def annotate(paths, head_args, collection, out, inbox, config_path, store_path, 
         if "files" in summary:
             for f in summary["files"]:
                 click.echo(f"{f['status']:>8}  {f['path']}")
+            if summary.get("separate_pass_reason"):
+                click.echo(f"index and heads ran separate passes: {summary['separate_pass_reason']}",
+                           err=True)
     for r in summary.get("rejections", [])[:10]:
         click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
     sys.stdout.flush()

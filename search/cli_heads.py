@@ -56,6 +56,10 @@ def train_options(func: Callable) -> Callable:
         click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True,
                      help="Examples per training step."),
         click.option("--seed", type=int, default=42, show_default=True, help="Random seed."),
+        click.option("--pooling", type=click.Choice(["auto", "cls", "mean"]), default="auto", show_default=True,
+                     help="Classifier input: [CLS] -> pooler (what transformers' pipeline computes), or the "
+                          "L2-normalised token mean (kept in config.json; bertindex's loaders apply it). "
+                          "auto: mean with --head-only, else cls."),
     ]):
         func = decorator(func)
     return func
@@ -67,7 +71,7 @@ def train() -> None:
 
 
 def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, lr,
-           max_length, batch_size, seed, as_json, config_path, store_path) -> None:
+           max_length, batch_size, seed, pooling, as_json, config_path, store_path) -> None:
     from flows.runtime import wait_for_api, warm_up_api
 
     warm_up_api()  # the Prefect API starts while torch and the model load
@@ -79,7 +83,7 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     settings = TrainSettings(
         task=task, base=resolve_model_path(base or cfg.model.name), out=Path(out),
         head_only=head_only, epochs=epochs, lr=lr, max_length=max_length,
-        batch_size=batch_size, seed=seed, dtype=resolve_dtype(cfg.model.dtype),
+        batch_size=batch_size, seed=seed, dtype=resolve_dtype(cfg.model.dtype), pooling=pooling,
     )
     from flows.train import train_head
 

@@ -220,3 +220,28 @@ def test_annotate_cli_runs_the_flow(tiny_config, small_corpus, heads, tmp_path):
     assert summary["annotated"] == 5 and set(summary["heads"]) == {"clf", "ner"}
     usage = CliRunner().invoke(main, ["annotate", "--heads", "x", "--out", "o.jsonl"])
     assert usage.exit_code == 2
+
+
+def test_tight_batches_and_streams_keep_every_label(heads):
+    from indexer.encoder import plan_batches
+
+    lengths = [30, 29, 28, 27, 20, 19, 19, 5, 141, 40, 39, 38]
+    for waste in (0.0, 0.05, 0.2):
+        batches = plan_batches(lengths, 1000, waste)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        for b in batches:  # every window at most `waste` shorter than its batch's longest
+            assert all(lengths[i] >= lengths[b[0]] * (1 - waste) for i in b)
+    assert len(plan_batches(lengths, 1000, 0.0)) == len(set(lengths))
+    assert len(plan_batches(lengths, 1000)) < len(plan_batches(lengths, 1000, 0.05))
+
+    words = ["cat", "dog", "the mat", "python data file", "red apple", "blue river sea"]
+    texts = [" ".join(words[(i + j) % 6] for j in range(1 + i % 9)) for i in range(60)]
+    runs = [Annotator(load_heads(_head_args(heads)), dtype="fp32", device="cpu", max_length=16,
+                      stride=4, batch_tokens=64, streams=streams, max_waste=waste).annotate(texts)
+            for streams, waste in ((1, None), (3, 0.05), (2, 0.0))]
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert [x.label for x in a.labels] == [x.label for x in b.labels]
+            assert a.labels[0].probability == pytest.approx(b.labels[0].probability, abs=1e-5)
+            assert [(e.start, e.end, e.type) for e in a.entities] == [
+                (e.start, e.end, e.type) for e in b.entities]

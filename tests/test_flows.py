@@ -100,7 +100,8 @@ def scheduled_config(tmp_path, tiny_model_dir, small_corpus):
         sources={"docs": {"paths": [str(small_corpus)], "collection": "docs",
                           "on_missing": "delete"}},
         schedules={"index_corpus": {"cron": "*/15 * * * *"},
-                   "annotate": {"interval": 600},
+                   "annotate": {"interval": 600, "heads": [str(tmp_path / "heads" / "clf")],
+                                "inbox": str(tmp_path / "inbox")},
                    "reindex": {"interval": 86400, "active": False}},
     )
 
@@ -116,9 +117,8 @@ def test_flows_serve_registers_the_configured_schedules(scheduled_config, monkey
                         lambda deployments, limit: served.update(d=deployments, limit=limit))
     result = CliRunner().invoke(main, ["flows", "serve", "--config", str(scheduled_config)])
     assert result.exit_code == 0, result.output
-    assert "schedule annotate skipped" in result.stderr
     by_name = {d.name: d for d in served["d"]}
-    assert set(by_name) == {"index_corpus", "reindex"} and served["limit"] == 1
+    assert set(by_name) == {"index_corpus", "annotate", "reindex"} and served["limit"] == 1
     index = by_name["index_corpus"]
     assert index.entrypoint == "flows.schedules.index_sources"
     assert index.schedules[0].schedule.cron == "*/15 * * * *" and index.schedules[0].active
@@ -137,7 +137,8 @@ def test_flows_list_shows_next_runs(scheduled_config):
     runs = [datetime.fromisoformat(t) for t in plans["index_corpus"]["next_runs"]]
     assert len(runs) == 3 and all(t.minute % 15 == 0 for t in runs)
     assert runs[0] > datetime.now(timezone.utc) and runs[1] - runs[0] == runs[2] - runs[1]
-    assert plans["annotate"]["skipped"] and plans["reindex"]["next_runs"] == []
+    assert plans["annotate"]["skipped"] is None and len(plans["annotate"]["next_runs"]) == 3
+    assert plans["reindex"]["next_runs"] == []
 
 
 def test_scheduled_index_flow_indexes_sources(harness, scheduled_config, small_corpus):

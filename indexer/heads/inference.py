@@ -15,6 +15,7 @@ from indexer.heads.data import Example, TokenExample
 from indexer.heads.features import Encoded, collate, sorted_batches
 from indexer.heads.labels import decode_bio
 from indexer.heads.metrics import entity_f1, macro_f1
+from indexer.heads.sentence import sequence_logits
 
 
 def pad_id_of(tokenizer) -> int:
@@ -48,8 +49,11 @@ def run_batches(
 
 
 def model_logits(model, encoded: Encoded, pad_id: int, batch_size: int) -> list[torch.Tensor]:
-    """Per-example logits of a full AutoModelFor... head (eval mode)."""
+    """Per-example logits of a full AutoModelFor... head (eval mode); a sentence classifier
+    pools as its config says (`sentence.sequence_logits`)."""
     model.eval()
+    if encoded.word_positions is None:
+        return run_batches(lambda b: sequence_logits(model, b), encoded, pad_id, batch_size)
     return run_batches(lambda b: model(**b).logits, encoded, pad_id, batch_size)
 
 

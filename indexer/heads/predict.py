@@ -1,5 +1,6 @@
 """Load a saved head by path and predict: labels with probabilities, or entity spans with
 character offsets (subwords merged back into words; a word takes its first subword's tag).
+A classifier pools as its config.json says (`bertindex_pooling`, see `sentence`).
 
 Texts longer than the model's positions are refused, never truncated.
 """
@@ -15,6 +16,7 @@ import torch
 from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError, ModelError
 from indexer.heads.labels import decode_bio, merge_subwords, word_spans
+from indexer.heads.sentence import check_mean_head, head_pooling, sequence_logits
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ def load_model_dir(path: str | Path):
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load the head in {path}: {exc}") from None
+    if task == "classifier" and head_pooling(model.config) == "mean":
+        check_mean_head(model)
     return task, model, tokenizer
 
 
@@ -96,7 +100,7 @@ class Classifier(_Head):
         out: list[LabelPrediction] = []
         for start in range(0, len(texts), batch_size):
             enc = self._encode(texts[start : start + batch_size])
-            probs = torch.softmax(self.model(**enc).logits.float(), dim=-1)  # (batch, labels)
+            probs = torch.softmax(sequence_logits(self.model, enc).float(), dim=-1)  # (batch, labels)
             best = probs.argmax(-1)
             out.extend(LabelPrediction(self.labels[int(b)], float(p[b])) for b, p in zip(best, probs))
         return out

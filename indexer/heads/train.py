@@ -3,8 +3,11 @@
 Recipe: AdamW (weight decay 0.01), linear warm-up over the first 10% of steps then linear
 decay, gradient-norm clip 1.0, fixed seed. The validation split picks the best epoch; the
 test split is only scored at the end. Runs on CPU; with dtype bf16 the training forward and
-backward (or the head-only feature pass) run under bf16 autocast, while weights, optimizer
-state and every score stay fp32. Does not read files (see `data`).
+backward run under bf16 autocast, while weights, optimizer state and every score stay fp32.
+`--head-only` runs the frozen backbone once through the index encoder (`indexer.encoder`:
+length-sorted batches under a token budget, bf16 weights where the CPU has them) and trains
+the head on those cached features. A classifier pools [CLS] or the normalised token mean
+(`sentence`). Does not read files (see `data`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from indexer.heads.features import (
     encode_examples,
     training_batches,
 )
-from indexer.heads.inference import model_logits, pad_id_of, run_batches, score_logits
+from indexer.heads.inference import model_logits, pad_id_of, score_logits
 from indexer.heads.labels import IGNORE_INDEX
 from indexer.heads.metrics import METRIC_NAMES
 from indexer.heads.receipt import check_out_dir, package_versions, save_head_dir, weights_sha256
+from indexer.heads.sentence import POOLING_KEY, check_mean_head, head_logits, sequence_logits
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,7 @@ DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 
 WARMUP_RATIO = 0.1
 WEIGHT_DECAY = 0.01
 GRAD_CLIP = 1.0
+FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per forward (README: 25% less CPU than 16384)
 
 
 @dataclass(frozen=True)
@@ -62,12 +67,27 @@ class TrainSettings:
     seed: int = 42
     threads: int | None = None
     dtype: Literal["fp32", "bf16"] = "fp32"
+    pooling: Literal["auto", "cls", "mean"] = "auto"
+
+    def __post_init__(self) -> None:
+        _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
 
     @property
     def learning_rate(self) -> float:
         if self.lr is not None:
             return self.lr
         return DEFAULT_HEAD_ONLY_LR if self.head_only else DEFAULT_LR
+
+    @property
+    def sentence_pooling(self) -> str | None:
+        """Classifier pooling (`auto`: mean with head_only, else cls); None for NER."""
+        if self.task == "ner":
+            if self.pooling == "mean":
+                raise InputError("--pooling mean is for classifiers; an NER head tags every token")
+            return None
+        if self.pooling == "auto":
+            return "mean" if self.head_only else "cls"
+        return self.pooling
 
 
 @dataclass
@@ -76,6 +96,7 @@ class FitResult:
     best_epoch: int = 0
     best_score: float = float("-inf")
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
     feature_seconds: float = 0.0
 
 
@@ -140,6 +161,11 @@ def load_base(settings: TrainSettings, label_names: list[str]):
         raise ModelError(f"cannot load base model from {settings.base}: {exc}") from None
     if settings.task == "ner" and not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"{settings.base}: NER needs a fast tokenizer (tokenizer.json)")
+    pooling = settings.sentence_pooling
+    if pooling is not None:
+        if pooling == "mean":
+            check_mean_head(model)
+        setattr(model.config, POOLING_KEY, pooling)  # saved in config.json; read by every loader
     return model, tokenizer
 
 
@@ -150,8 +176,9 @@ def encode_splits(tokenizer, data: HeadData, max_length: int) -> dict[str, Encod
     return encoded
 
 
-def _head_parts(model, task: str):
-    """For --head-only: (trainable modules, features(batch) -> (batch, ...), head(features))."""
+def _head_modules(model, task: str) -> list[torch.nn.Module]:
+    """For --head-only: the modules that train (pooler + dropout + classifier, or dropout +
+    classifier for NER)."""
     base = model.base_model
     dropout, classifier = getattr(model, "dropout", None), getattr(model, "classifier", None)
     if dropout is None or classifier is None or not hasattr(base, "embeddings"):
@@ -160,32 +187,41 @@ def _head_parts(model, task: str):
             f"{type(model).__name__} is not one; train without --head-only"
         )
     if task == "ner":
-        return [dropout, classifier], (lambda b: base(**b).last_hidden_state), (lambda f: classifier(dropout(f)))
-    pooler = getattr(base, "pooler", None)
-    if pooler is None:
+        return [dropout, classifier]
+    if getattr(base, "pooler", None) is None:
         raise ModelError(f"{type(model).__name__} has no pooler; train without --head-only")
-    # (batch, hidden) [CLS] states; the pooler (dense + tanh) trains with the classifier
-    return (
-        [pooler, dropout, classifier],
-        lambda b: base(**b).last_hidden_state[:, 0],
-        lambda f: classifier(dropout(pooler(f[:, None, :]))),
-    )
+    return [base.pooler, dropout, classifier]
 
 
-def _linear_warmup_decay(step: int, warmup: int, total: int) -> float:
-    """lr multiplier: linear from 1/warmup to 1 over `warmup` steps, then linear to 0."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
+def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_TOKENS):
+    """The frozen backbone as the index's Encoder: same batching, bf16 weights when
+    `settings.dtype` is bf16. Loaded from `settings.base`, the weights the head sits on."""
+    from indexer.config import ModelConfig
+    from indexer.encoder import Encoder
+
+    pooling = settings.sentence_pooling or "cls"  # NER reads token states, not a pooled vector
+    config = ModelConfig(name=str(settings.base), pooling=pooling, normalize=pooling == "mean",
+                         max_length=max(8, settings.max_length), batch_tokens=batch_tokens,
+                         device="cpu", dtype=settings.dtype)
+    return Encoder(config)
 
 
-def _head_only_steps(model, train: Encoded, val: Encoded, pad_id: int, settings: TrainSettings):
+def backbone_features(encoder, encoded: Encoded, task: str) -> list[torch.Tensor]:
+    """Per example: (hidden,) pooled features (classifier), or (words, hidden) first-subword
+    token states (NER), all fp32."""
+    if task == "ner":
+        keep = [[p[w] for w in sorted(p)] for p in encoded.word_positions]  # type: ignore[union-attr]
+        return [torch.from_numpy(x) for x in encoder.token_states(encoded.input_ids, keep)]
+    return list(torch.from_numpy(encoder.encode_ids(encoded.input_ids)).unbind(0))
+
+
+def _head_only_steps(model, train: Encoded, val: Encoded, settings: TrainSettings):
     """Freeze the backbone, run it once over train and validation, and train on the cache.
 
     Returns:
         (modules to put in train mode, step_loss(index), val_logits(), feature seconds)
     """
-    modules, featurize, head = _head_parts(model, settings.task)
+    modules = _head_modules(model, settings.task)
     for p in model.parameters():
         p.requires_grad_(False)
     for module in modules:
@@ -193,11 +229,17 @@ def _head_only_steps(model, train: Encoded, val: Encoded, pad_id: int, settings:
             p.requires_grad_(True)
     model.eval()
     t0 = time.perf_counter()
-    with _autocast(settings.dtype):
-        # clone: inference-mode tensors cannot be saved for backward
-        feats = {name: [f.clone() for f in run_batches(featurize, enc, pad_id, settings.batch_size * 2)]
-                 for name, enc in (("train", train), ("validation", val))}
+    encoder = feature_encoder(settings)
+    feats = {name: backbone_features(encoder, enc, settings.task)
+             for name, enc in (("train", train), ("validation", val))}
+    del encoder
     seconds = time.perf_counter() - t0
+    if settings.task == "ner":
+        def head(f):
+            return model.classifier(model.dropout(f))
+    else:
+        def head(f):
+            return head_logits(model, f)
     # one label per feature row: per example (classifier) or per first subword (NER)
     labels = [torch.tensor([x for x in lab if x != IGNORE_INDEX]) if isinstance(lab, list)
               else torch.tensor(lab) for lab in train.labels]
@@ -218,6 +260,13 @@ def _head_only_steps(model, train: Encoded, val: Encoded, pad_id: int, settings:
     return modules, step_loss, val_logits, seconds
 
 
+def _linear_warmup_decay(step: int, warmup: int, total: int) -> float:
+    """lr multiplier: linear from 1/warmup to 1 over `warmup` steps, then linear to 0."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
 def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings: TrainSettings,
         progress: bool = False) -> FitResult:
     """Train for `settings.epochs`, score validation after each, load the best epoch's state.
@@ -226,7 +275,7 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     the head trains on them (an order of magnitude less work).
     """
     require_splits(data, "train", "validation")
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     seed_everything(settings.seed)
     train, val = encoded["train"], encoded["validation"]
     pad_id = pad_id_of(tokenizer)
@@ -234,13 +283,18 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     result = FitResult()
 
     if settings.head_only:
-        modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, pad_id, settings)
+        modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, settings)
     else:
         modules = [model]
+        mean_pooled = settings.sentence_pooling == "mean"
 
         def step_loss(index) -> torch.Tensor:
+            batch = collate(train, index, pad_id)
             with _autocast(settings.dtype):
-                return model(**collate(train, index, pad_id)).loss.float()
+                if mean_pooled:
+                    labels = batch.pop("labels")
+                    return torch.nn.functional.cross_entropy(sequence_logits(model, batch).float(), labels)
+                return model(**batch).loss.float()
 
         def val_logits() -> list[torch.Tensor]:
             return model_logits(model, val, pad_id, settings.batch_size * 2)
@@ -294,6 +348,7 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     for p in model.parameters():
         p.requires_grad_(True)
     result.seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
     return result
 
 
@@ -332,7 +387,11 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
             "epochs": settings.epochs, "batch_size": settings.batch_size, "grad_clip": GRAD_CLIP,
             "seed": settings.seed, "max_length": settings.max_length,
             "head_only": settings.head_only, "threads": threads,
-            "autocast": settings.dtype, "scores_dtype": "fp32",
+            "pooling": settings.sentence_pooling,
+            "autocast": None if settings.head_only else settings.dtype,
+            "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
+                             "tokens per batch") if settings.head_only else None,
+            "scores_dtype": "fp32",
             "batches": "length-sorted pools of 50 batches, shuffled",
             "ner_decode": "bio (most probable valid BIO sequence)" if settings.task == "ner" else None,
         },
@@ -344,6 +403,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "test": test,
         "baseline": baseline,
         "training_seconds": round(fitted.seconds, 2),
+        "training_cpu_seconds": round(fitted.cpu_seconds, 2),
         "feature_seconds": round(fitted.feature_seconds, 2) if settings.head_only else None,
         "examples_per_second": round(n_train * settings.epochs / fitted.seconds, 2),
         "versions": package_versions(),
