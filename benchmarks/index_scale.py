@@ -1,5 +1,5 @@
-"""Vector index at scale: the `auto` choice against exact FAISS search and hnswlib, on `--n`
-vectors that behave like real embeddings.
+"""Vector index at scale: the `auto` choice against exact FAISS search, hnswlib and any other
+FAISS spec (`--also`), on `--n` vectors that behave like real embeddings.
 
 Real embeddings: the packaged model encodes sentences of ../shared/data (STS-B, TweetEval,
 SciFact titles); cached in --cache. A Gaussian mixture (full covariances) fitted to them
@@ -8,8 +8,9 @@ the queries. For each method: build time, index memory, recall@10 against exact 
 p50/p99 latency of single queries on one thread, with the search parameter raised until
 recall@10 ≥ --target on the queries.
 
-    .venv/bin/python benchmarks/index_scale.py --n 100000
-    nohup .venv/bin/python benchmarks/index_scale.py --n 1000000 > /tmp/index_scale.log 2>&1 &
+    .venv/bin/python benchmarks/index_scale.py --n 200000 --flat-limit 0
+    nohup .venv/bin/python benchmarks/index_scale.py --n 1000000 --also HNSW32,Flat \
+        --out /tmp/index_scale.json > /tmp/index_scale.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -114,6 +115,78 @@ def recall_at_10(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)]))
 
 
+def markdown(report: dict) -> str:
+    """The README table rows of a report."""
+    rows = ["| method | parameter | recall@10 | p50 ms | p99 ms | build s | memory MB |",
+            "|---|---|---|---|---|---|---|"]
+    for name, m in report["methods"].items():
+        param = next((f"{p}={m[p]}" for p in ("efSearch", "nprobe", "ef") if p in m), "-")
+        rows.append(f"| {name} | {param} | {m['recall@10']:.3f} | {m['p50_ms']:.2f} | "
+                    f"{m['p99_ms']:.2f} | {m['build_s']} | {m['memory_mb']} |")
+        if "at_tuned" in m:
+            t = m["at_tuned"]
+            (p, v), = [(k, t[k]) for k in t if k in ("efSearch", "nprobe")]
+            rows.append(f"| {name}, as tuned on held vectors | {p}={v} | {t['recall@10']:.3f} | "
+                        f"{t['p50_ms']:.2f} | {t['p99_ms']:.2f} | (same index) | |")
+    return "\n".join(rows)
+
+
+def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries: np.ndarray,
+                  truth: np.ndarray, target: float, threads: int) -> dict:
+    """Build `spec` through `VectorIndex.build` (as `bertindex index` does: `auto` tunes on
+    held database vectors), then find the smallest search parameter at which the real
+    queries reach `target` and time single queries there (one thread)."""
+    import faiss
+
+    from indexer.auto_index import estimate_bytes, smallest_reaching, tunable
+    from indexer.encoder import Provenance
+    from indexer.vector_index import VectorIndex
+
+    prov = Provenance(model_name="synthetic", weights_hash="-", pooling="mean", normalize=True,
+                      max_length=256, dim=data.shape[1], dtype="fp32")
+    faiss.omp_set_num_threads(threads)
+    before = rss_mb()
+    t = time.perf_counter()
+    index = VectorIndex.build(spec, prov, config, data, ids)
+    build = time.perf_counter() - t
+    out = {"spec": spec, "build_s": round(build, 1), "memory_mb": round(rss_mb() - before),
+           "memory_estimate_mb": round(estimate_bytes(spec, len(ids), data.shape[1]) / 2**20)}
+    faiss.omp_set_num_threads(1)
+    if tunable(spec) is not None:
+        param, values = tunable(spec)
+        base = index.tuning or {"param": param, "value": values[0]}
+        if index.tuning:
+            out["tuning"] = index.tuning
+            out["tune_s"] = index.tuning["seconds"]
+        curve: dict[int, float] = {}
+
+        def on_queries(value: int) -> float:  # recall@10 of the real queries at `value`
+            if value not in curve:
+                index.tuning = dict(base, value=value)
+                curve[value] = recall_at_10(index.search(queries, 10)[1], truth)
+            return curve[value]
+
+        if index.tuning:  # what `bertindex search` would use
+            tuned = base["value"]
+            at_tuned = on_queries(tuned)
+            index.tuning = dict(base, value=tuned)
+            p50, p99 = latency(lambda q: index.search(q, 10), queries)
+            out["at_tuned"] = {param: tuned, "recall@10": round(at_tuned, 4),
+                               "p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
+        # the smallest value (doubling, then bisecting) at which the real queries reach the
+        # target, as for hnswlib: the figure comparable with the other methods
+        value, _ = smallest_reaching(on_queries, values, target)
+        index.tuning = dict(base, value=value)
+        out[param] = value
+        out["queries_curve"] = {str(v): round(r, 4) for v, r in sorted(curve.items())}
+    found = index.search(queries, 10)[1]
+    p50, p99 = latency(lambda q: index.search(q, 10), queries)
+    faiss.omp_set_num_threads(threads)
+    out |= {"recall@10": round(recall_at_10(found, truth), 4), "p50_ms": round(p50, 3),
+            "p99_ms": round(p99, 3)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -123,9 +196,15 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--memory-budget-mb", type=float, default=None)
     parser.add_argument("--flat-limit", type=int, default=100_000,
-                        help="index.flat_limit (0: see the IVF choice at any --n)")
-    parser.add_argument("--hnsw-m", type=int, default=16)
-    parser.add_argument("--hnsw-ef-construction", type=int, default=100)
+                        help="index.flat_limit (0: see the approximate choice at any --n)")
+    parser.add_argument("--flat-queries", type=int, default=200,
+                        help="queries timed for exact search (each scans all --n vectors)")
+    parser.add_argument("--also", action="append", default=[], metavar="SPEC",
+                        help="also measure this FAISS factory string (e.g. HNSW32,Flat), "
+                             "its parameter raised on the queries like the others")
+    parser.add_argument("--hnsw-m", type=int, default=32, help="hnswlib M")
+    parser.add_argument("--hnsw-ef-construction", type=int, default=100,
+                        help="hnswlib ef_construction")
     parser.add_argument("--skip-hnswlib", action="store_true")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/bertindex-real-embeddings.npy"))
     parser.add_argument("--out", type=Path, help="write the JSON report here too")
@@ -133,12 +212,13 @@ def main() -> None:
 
     import faiss
 
+    from indexer.auto_index import smallest_reaching
     from indexer.config import IndexConfig
-    from indexer.encoder import Provenance
-    from indexer.vector_index import VectorIndex, resolve_spec
+    from indexer.vector_index import resolve_spec
 
     threads = faiss.omp_get_max_threads()
-    report: dict = {"n": args.n, "target_recall@10": args.target, "build_threads": threads}
+    report: dict = {"n": args.n, "target_recall@10": args.target, "build_threads": threads,
+                    "load_average_start": [round(x, 2) for x in os.getloadavg()]}
     real = real_embeddings(args.real, args.cache)
     queries, fit = real[: args.queries], real[args.queries:]
     dim = real.shape[1]
@@ -162,77 +242,61 @@ def main() -> None:
     build = time.perf_counter() - t
     mem = rss_mb() - before
     faiss.omp_set_num_threads(1)
-    p50, p99 = latency(lambda q: flat.search(q, 10), queries)
+    p50, p99 = latency(lambda q: flat.search(q, 10), queries[: args.flat_queries])
     faiss.omp_set_num_threads(threads)
     methods["faiss Flat (exact)"] = {"build_s": round(build, 1), "memory_mb": round(mem),
                                      "recall@10": 1.0, "p50_ms": round(p50, 3),
                                      "p99_ms": round(p99, 3)}
     flat.reset()
+    flat = None
     print(json.dumps(methods), file=sys.stderr)
 
     # 2. auto: resolve + build + tune on held database vectors, as `bertindex index` does
     cfg = IndexConfig(memory_budget_mb=args.memory_budget_mb, target_recall=args.target,
                       flat_limit=args.flat_limit)
     spec = resolve_spec("auto", args.n, cfg, dim)
-    prov = Provenance(model_name="synthetic", weights_hash="-", pooling="mean", normalize=True,
-                      max_length=256, dim=dim, dtype="fp32")
-    before = rss_mb()
-    t = time.perf_counter()
-    index = VectorIndex.build(spec, prov, cfg, data, ids)
-    build = time.perf_counter() - t
-    mem = rss_mb() - before
-    auto = {"spec": spec, "build_s": round(build, 1), "memory_mb": round(mem),
-            "tuning": index.tuning}
-    if index.tuning:
-        auto["tune_s"] = index.tuning["seconds"]
-        param = index.tuning["param"]
-        value = index.tuning["value"]
-        found = index.search(queries, 10)[1]
-        auto["recall@10_at_tuned"] = round(recall_at_10(found, truth), 4)
-        # the same parameter raised until the real queries also reach the target
-        while recall_at_10(index.search(queries, 10)[1], truth) < args.target:
-            value *= 2 if param == "efSearch" else 1.5
-            value = int(value)
-            index.tuning = dict(index.tuning, value=value)
-        auto["value_for_queries"] = value
-    faiss.omp_set_num_threads(1)
-    found = index.search(queries, 10)[1]
-    p50, p99 = latency(lambda q: index.search(q, 10), queries)
-    faiss.omp_set_num_threads(threads)
-    auto |= {"recall@10": round(recall_at_10(found, truth), 4), "p50_ms": round(p50, 3),
-             "p99_ms": round(p99, 3)}
-    methods[f"auto ({spec})"] = auto
-    index = None
+    methods[f"auto ({spec})"] = measure_faiss(spec, cfg, data, ids, queries, truth,
+                                              args.target, threads)
     print(json.dumps(methods), file=sys.stderr)
+    for other in args.also:  # 3. other FAISS specs, as `index.spec: SPEC`
+        methods[f"faiss {other}"] = measure_faiss(other, cfg.model_copy(update={"spec": other}),
+                                                  data, ids, queries, truth, args.target,
+                                                  threads)
+        print(json.dumps(methods), file=sys.stderr)
 
-    # 3. hnswlib, same vectors, ef raised until the same recall
+    # 4. hnswlib, same vectors; ef raised until the same recall
     if not args.skip_hnswlib:
         import hnswlib
 
+        m, ef_construction = args.hnsw_m, args.hnsw_ef_construction
         before = rss_mb()
         t = time.perf_counter()
         h = hnswlib.Index(space="ip", dim=dim)
-        h.init_index(max_elements=args.n, M=args.hnsw_m,
-                     ef_construction=args.hnsw_ef_construction, random_seed=0)
+        h.init_index(max_elements=args.n, M=m, ef_construction=ef_construction, random_seed=0)
         h.add_items(data, ids, num_threads=threads)
         build = time.perf_counter() - t
         mem = rss_mb() - before
         h.set_num_threads(1)
-        ef = 16
-        while True:
-            h.set_ef(ef)
-            labels, _ = h.knn_query(queries, k=10)
-            rec = recall_at_10(labels, truth)
-            if rec >= args.target or ef >= 4096:
-                break
-            ef *= 2
+        curve = {}
+
+        def hnswlib_recall(ef: int) -> float:
+            if ef not in curve:
+                h.set_ef(ef)
+                curve[ef] = recall_at_10(h.knn_query(queries, k=10)[0], truth)
+            return curve[ef]
+
+        ef, _ = smallest_reaching(hnswlib_recall, [16 << i for i in range(9)], args.target)
+        h.set_ef(ef)
         p50, p99 = latency(lambda q: h.knn_query(q, k=10), queries)
-        methods[f"hnswlib M={args.hnsw_m} efC={args.hnsw_ef_construction}"] = {
+        methods[f"hnswlib M={m} efC={ef_construction}"] = {
             "build_s": round(build, 1), "memory_mb": round(mem), "ef": ef,
-            "recall@10": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
+            "recall@10": round(curve[ef], 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+            "queries_curve": {str(v): round(r, 4) for v, r in sorted(curve.items())}}
     report["methods"] = methods
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=1)
     print(text)
+    print(markdown(report), file=sys.stderr)
     if args.out:
         args.out.write_text(text)
 

@@ -237,6 +237,7 @@ def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap()
                     settle_oldest()
             while pending:
                 settle_oldest()
+            id_registry = None  # every file is read: free the run's ids before the index step
             removed = list(total.removed)
             if seen and delete_skipped:
                 log.warning("on_missing: delete skipped: %s, so the documents it held cannot "

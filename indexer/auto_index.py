@@ -1,5 +1,7 @@
 """`index.spec: auto`: choose a FAISS index from collection size and a memory budget, then tune
 its search parameter (nprobe / efSearch) on held queries until recall@10 reaches a target.
+Also the parsing both need: what a spec costs in memory, whether it needs an IDMap, its
+rescoring stage.
 
 Pure choices and measurements over arrays; does not read the store or write files (the
 tuning record is saved beside the index by `VectorIndex.save`).
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterable
 
 import faiss
 import numpy as np
@@ -23,47 +26,103 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     """The FAISS factory string `auto` stands for.
 
     Exact inner-product search (`Flat`) up to `index.flat_limit` vectors while they fit in
-    `index.memory_budget_mb`; above, an IVF index with about 4·√n lists (≥ 39 training points
-    per list) storing vectors in full (`Flat`), as 8-bit scalars (`SQ8`, ¼ the memory) or as
-    product-quantised codes (`PQm`): the most precise that fits the budget.
+    `index.memory_budget_mb`. Above, an IVF index with about 4·√n lists (≥ 39 training
+    points per list) whose first pass scans 4-bit product-quantised codes with FAISS's
+    SIMD fast-scan (`PQ{dim/2}x4fs`, dim/4 bytes a vector) and rescores `refine_factor`
+    candidates per result, the first of these that fits the budget:
+
+    - `…,RFlat`: rescored with the full float32 vectors (README "Index scale": 4–5× faster
+      single queries than HNSW at the same recall on a million vectors);
+    - `…,Refine(SQ8)`: rescored with int8 vectors (¼ the memory);
+    - no rescoring, `PQ{m}x4fs` codes, most precise first (recall may fall short of the
+      target: tuning warns).
+
+    Fewer than 39·16 vectors cannot train 4-bit codes: `IVF{lists},Flat`, then `SQ8`.
 
     Args:
         n_vectors: vectors the index will hold.
         dim: their dimension.
         config: the index section (flat limit, memory budget).
     Raises:
-        IndexError_: even the smallest PQ codes do not fit the memory budget.
+        IndexError_: even the smallest codes do not fit the memory budget.
     """
     budget = math.inf if config.memory_budget_mb is None else config.memory_budget_mb * 2**20
     if n_vectors <= config.flat_limit and estimate_bytes("Flat", n_vectors, dim) <= budget:
         return "Flat"
     lists = 1 << round(math.log2(4 * math.sqrt(max(n_vectors, 1))))
     lists = max(1, min(lists, n_vectors // 39))
-    candidate = "Flat"
-    for codes in ["Flat", "SQ8"] + [f"PQ{m}" for m in _pq_sizes(dim)]:
-        candidate = f"IVF{lists},{codes}"
+    sizes = _pq_sizes(dim)
+    if n_vectors < PQ_MIN_VECTORS or not sizes:
+        candidates = [f"IVF{lists},Flat", f"IVF{lists},SQ8"]
+    else:
+        fast = f"IVF{lists},PQ{sizes[0]}x4fs"
+        candidates = [f"{fast},RFlat", f"{fast},Refine(SQ8)"]
+        candidates += [f"IVF{lists},PQ{m}x4fs" for m in sizes]
+    for candidate in candidates:
         if estimate_bytes(candidate, n_vectors, dim) <= budget:
             return candidate
-    need = estimate_bytes(candidate, n_vectors, dim) / 2**20
+    need = estimate_bytes(candidates[-1], n_vectors, dim) / 2**20
     raise IndexError_(
         f"index.memory_budget_mb={config.memory_budget_mb} is too small for {n_vectors} vectors "
-        f"of dim {dim}: the smallest choice ({candidate}) needs ~{need:.0f} MB; raise the budget "
-        "or set index.spec to a FAISS factory string"
+        f"of dim {dim}: the smallest choice ({candidates[-1]}) needs ~{need:.0f} MB; raise the "
+        "budget or set index.spec to a FAISS factory string"
     )
 
 
+PQ_MIN_VECTORS = 39 * 16  # FAISS's minimum to train 16 centroids per 4-bit sub-quantiser
+ID_MAP_BYTES = 56  # IndexIDMap2: 8-byte id + reverse unordered_map entry
+
+
+def needs_id_map(spec: str) -> bool:
+    """Whether `spec` needs an `IDMap2` wrapper to hold chunk ids: all but IVF indexes
+    without a rescoring stage (IVF lists store ids; `IndexRefine` cannot take them)."""
+    if spec.startswith("IDMap"):
+        return False
+    return not spec.split(",")[0].startswith("IVF") or refine_stage(spec) is not None
+
+
+def refine_stage(spec: str) -> str | None:
+    """The rescoring codes of a `…,RFlat` (`Flat`) or `…,Refine(X)` (`X`) spec, else None."""
+    last = spec.rsplit(",", 1)[-1]
+    if last == "RFlat":
+        return "Flat"
+    if spec.endswith(")") and ",Refine(" in spec:
+        return spec[spec.rindex(",Refine(") + 8:-1]
+    return None
+
+
 def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
-    """Approximate RAM of a `Flat`, `IVFn,Flat|SQ8|PQm` index: codes, int64 ids, centroids."""
-    parts = spec.split(",")
-    codes = parts[-1]
+    """Approximate RAM of a `Flat`, `HNSWm,…`, `IVFn,…` index, with or without a rescoring
+    stage (`RFlat`, `Refine(SQ8)`).
+
+    Per vector: its codes (`Flat` 4·dim, `SQ8` dim, `PQm` m, `PQmxb[fs]` m·b/8 bytes), the
+    rescoring codes, and an int64 id in the IVF lists, or for `IDMap2`-wrapped indexes the
+    id array plus its reverse hash map (~56 bytes); HNSW adds its graph, 2·m int32 links
+    on level 0 plus ~1 on upper levels, a level and an offset (8·m + 16 bytes). IVF adds
+    its centroids.
+    """
+    refine = refine_stage(spec)
+    parts = spec[: spec.rindex(",")].split(",") if refine else spec.split(",")
+    per_vector = _code_bytes(parts[-1], dim) + (_code_bytes(refine, dim) if refine else 0)
+    head = parts[0]
+    lists = int(head[3:]) if head.startswith("IVF") and head[3:].isdigit() else 0
+    if needs_id_map(spec):
+        per_vector += ID_MAP_BYTES
+    if lists and not refine:
+        per_vector += 8
+    if head.startswith("HNSW"):
+        m = int(head[4:] or 32)
+        per_vector += 8 * m + 16
+    return n_vectors * per_vector + lists * dim * 4
+
+
+def _code_bytes(codes: str, dim: int) -> float:
     if codes == "SQ8":
-        per_vector = dim
-    elif codes.startswith("PQ"):
-        per_vector = int(codes[2:].split("x")[0])
-    else:
-        per_vector = 4 * dim
-    lists = int(parts[0][3:]) if parts[0].startswith("IVF") and parts[0][3:].isdigit() else 0
-    return n_vectors * (per_vector + 8) + lists * dim * 4
+        return dim
+    if codes.startswith("PQ"):
+        m, _, bits = codes[2:].removesuffix("fs").partition("x")
+        return math.ceil(int(m) * int(bits or 8) / 8)
+    return 4 * dim
 
 
 def _pq_sizes(dim: int) -> list[int]:
@@ -79,7 +138,7 @@ def tunable(spec: str) -> tuple[str, list[int]] | None:
         lists = int("".join(ch for ch in head[3:] if ch.isdigit()) or 1)
         return "nprobe", [v for v in (1 << i for i in range(24)) if v < lists] + [lists]
     if "HNSW" in spec:
-        return "efSearch", [16, 32, 64, 128, 256, 512, 1024, 2048]
+        return "efSearch", [16 << i for i in range(9)]  # 16 … 4096
     return None
 
 
@@ -90,66 +149,169 @@ def training_sample(vectors: np.ndarray, spec: str, per_list: int = 64, seed: in
     k-means cost grows with lists × training points; 64 points a list keeps 1M vectors with
     4096 lists to minutes on two cores while staying above FAISS's 39-a-list minimum.
     """
+    rows = training_rows(len(vectors), spec, per_list, seed)
+    return vectors if rows is None else np.ascontiguousarray(vectors[rows])
+
+
+TRAIN_LIMIT = 256 * 256  # other trained codes (PQ, SQ): FAISS trains PQ on at most this many
+
+
+def training_rows(count: int, spec: str, per_list: int = 64, seed: int = 0
+                  ) -> np.ndarray | None:
+    """Sorted positions (seeded draw) of the vectors to train `spec` on; None: all `count`.
+
+    IVF: at most `per_list` × lists (`training_sample`); any other spec: at most TRAIN_LIMIT.
+    """
     head = spec.split(",")[0]
-    if not head.startswith("IVF") or not head[3:].isdigit():
-        return vectors
-    limit = per_list * int(head[3:])
-    if len(vectors) <= limit:
-        return vectors
-    rows = np.sort(np.random.default_rng(seed).choice(len(vectors), limit, replace=False))
-    return np.ascontiguousarray(vectors[rows])
+    if head.startswith("IVF") and head[3:].isdigit():
+        limit = per_list * int(head[3:])
+    else:
+        limit = TRAIN_LIMIT
+    if count <= limit:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(count, limit, replace=False))
 
 
-def search_params(param: str, value: int, selector=None):
-    """FAISS search parameters setting `param` (nprobe or efSearch) to `value`."""
+Batches = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
+
+
+def gather_rows(batches: Batches, rows: np.ndarray | None, dim: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) at sorted positions `rows` (None: all) of the (ids, vectors) batches,
+    in one pass, holding only those rows."""
+    if rows is None:
+        parts = list(batches())
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
+        return (np.concatenate([np.asarray(i, np.int64) for i, _ in parts]),
+                np.ascontiguousarray(np.concatenate([v for _, v in parts]), dtype=np.float32))
+    ids = np.empty(len(rows), np.int64)
+    out = np.empty((len(rows), dim), np.float32)
+    start = 0
+    for batch_ids, vectors in batches():
+        lo, hi = np.searchsorted(rows, [start, start + len(batch_ids)])
+        ids[lo:hi] = np.asarray(batch_ids)[rows[lo:hi] - start]
+        out[lo:hi] = vectors[rows[lo:hi] - start]
+        start += len(batch_ids)
+    return ids, out
+
+
+def exact_neighbours(queries: np.ndarray, batches: Batches, k: int) -> np.ndarray:
+    """Ids (q, k) of each query's k nearest vectors by inner product (-1 past the end),
+    best first, over all (ids, vectors) batches, holding one batch at a time."""
+    best_d = np.zeros((len(queries), 0), np.float32)
+    best_i = np.zeros((len(queries), 0), np.int64)
+    for ids, vectors in batches():
+        top = min(k, len(ids))
+        if top == 0:
+            continue
+        d, pos = faiss.knn(queries, np.ascontiguousarray(vectors, dtype=np.float32), top,
+                           metric=faiss.METRIC_INNER_PRODUCT)
+        found = np.where(pos >= 0, np.asarray(ids, np.int64)[np.maximum(pos, 0)], -1)
+        d, found = np.concatenate([best_d, d], 1), np.concatenate([best_i, found], 1)
+        order = np.argsort(-d, axis=1, kind="stable")[:, :k]
+        best_d, best_i = np.take_along_axis(d, order, 1), np.take_along_axis(found, order, 1)
+    if best_i.shape[1] < k:
+        pad = np.full((len(queries), k - best_i.shape[1]), -1, np.int64)
+        best_i = np.concatenate([best_i, pad], 1)
+    return best_i
+
+
+def search_params(param: str, value: int, selector=None, k_factor: int | None = None):
+    """FAISS search parameters setting `param` (nprobe or efSearch) to `value`.
+
+    `k_factor`: the index has a rescoring stage (`IndexRefine`) that rescores k·k_factor
+    candidates; the selector then goes to the first pass, the only one reading it (and,
+    under an IDMap, must select the internal ids: `faiss.IDSelectorTranslated`).
+    """
     if param == "nprobe":
         params = faiss.SearchParametersIVF(nprobe=int(value))
     else:
         params = faiss.SearchParametersHNSW(efSearch=int(value))
     if selector is not None:
         params.sel = selector
-    return params
+    if k_factor is None:
+        return params
+    outer = faiss.IndexRefineSearchParameters(k_factor=float(k_factor), base_index_params=params)
+    outer.keep = (params, selector)  # the C++ side holds raw pointers to both
+    return outer
 
 
 def tune(index: faiss.Index, spec: str, vectors: np.ndarray, ids: np.ndarray,
-         target: float = 0.95, sample: int = 1000, seed: int = 0) -> dict:
+         target: float = 0.95, sample: int = 1000, seed: int = 0,
+         k_factor: int | None = None) -> dict:
+    """`tune_batches` over vectors held in memory (`vectors` (n, dim), `ids` (n,))."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    ids = np.asarray(ids, dtype=np.int64)
+    return tune_batches(index, spec, lambda: [(ids, vectors)], len(ids), target, sample, seed,
+                        k_factor)
+
+
+def tune_batches(index: faiss.Index, spec: str, batches: Batches, count: int,
+                 target: float = 0.95, sample: int = 1000, seed: int = 0,
+                 k_factor: int | None = None) -> dict:
     """The smallest nprobe/efSearch whose recall@10 against exact search reaches `target`.
 
     Queries are `sample` of the indexed vectors (seeded draw). Each query's own id is left out
     of both result lists, so recall counts its 10 nearest *other* vectors; the truth comes
-    from exact inner-product search over all `vectors`. Doubles the parameter until the
-    target is reached, then bisects down to the smallest value that still reaches it.
+    from exact inner-product search over all the vectors, a batch at a time. Doubles the
+    parameter until the target is reached, then bisects down to the smallest value that
+    still reaches it.
 
     Args:
-        index: a filled FAISS index (ids = `ids`).
+        index: a filled FAISS index holding the vectors of `batches`.
         spec: its factory string (decides the parameter).
-        vectors: (n, dim) float32, the vectors in the index.
-        ids: (n,) int64, their ids.
+        batches: called for each pass, yields the same (ids (n,) int64, vectors (n, dim)
+            float32) batches every time (e.g. `Store.iter_vectors`).
+        count: the vectors they hold in all.
+        k_factor: candidates rescored per result, for an index with a rescoring stage.
     Returns:
-        {"param", "value", "recall@10", "target", "reached", "sample", "seconds", "curve"}.
+        {"param", "value", "recall@10", "target", "reached", "sample", "seconds", "curve"},
+        and "k_factor" when given.
     """
     import time
 
     started = time.perf_counter()
     param, values = tunable(spec)
     rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(len(vectors), min(sample, len(vectors)), replace=False))
-    queries = np.ascontiguousarray(vectors[rows])
-    own = np.asarray(ids)[rows]
-    k = min(11, len(vectors))
-    _, exact_pos = faiss.knn(queries, vectors, k, metric=faiss.METRIC_INNER_PRODUCT)
-    truth = [set(_top10_others(np.asarray(ids)[r[r >= 0]], o)) for r, o in zip(exact_pos, own)]
+    rows = np.sort(rng.choice(count, min(sample, count), replace=False))
+    own, queries = gather_rows(batches, rows, index.d)
+    k = min(11, count)
+    exact = exact_neighbours(queries, batches, k)
+    truth = [set(_top10_others(r, o)) for r, o in zip(exact, own)]
     curve: dict[int, float] = {}
 
     def recall(value: int) -> float:
         if value not in curve:
-            _, found = index.search(queries, k, params=search_params(param, value))
+            _, found = index.search(queries, k, params=search_params(param, value,
+                                                                     k_factor=k_factor))
             curve[value] = float(np.mean([
                 len(t & set(_top10_others(f, o))) / max(len(t), 1)
                 for f, t, o in zip(found, truth, own)
             ]))
         return curve[value]
 
+    best, reached = smallest_reaching(recall, values, target)
+    if not reached:
+        log.warning("index %s reaches recall@10 %.3f at %s=%d, below the target %.2f: the "
+                    "memory budget forces coarse codes; raise index.memory_budget_mb or lower "
+                    "index.target_recall", spec, curve[best], param, best, target)
+    return {
+        "param": param, "value": int(best), "recall@10": round(curve[best], 4),
+        "target": target, "reached": curve[best] >= target, "sample": len(rows),
+        "seconds": round(time.perf_counter() - started, 3),
+        "curve": {str(v): round(r, 4) for v, r in sorted(curve.items())},
+    } | ({} if k_factor is None else {"k_factor": k_factor})
+
+
+def smallest_reaching(recall: Callable[[int], float], values: list[int], target: float
+                      ) -> tuple[int, bool]:
+    """The smallest parameter value whose `recall(value)` reaches `target`, and whether any did.
+
+    Walks `values` (ascending, e.g. doubling) until one reaches the target, then bisects
+    the integers between it and the value before; recall is assumed to grow with the value.
+    None reaching it: the last value, False.
+    """
     low, high = 0, None
     for value in values:
         if recall(value) >= target:
@@ -157,39 +319,32 @@ def tune(index: faiss.Index, spec: str, vectors: np.ndarray, ids: np.ndarray,
             break
         low = value
     if high is None:
-        best = values[-1]
-        log.warning("index %s reaches recall@10 %.3f at %s=%d, below the target %.2f: the "
-                    "memory budget forces coarse codes; raise index.memory_budget_mb or lower "
-                    "index.target_recall", spec, curve[best], param, best, target)
-    else:
-        while high - low > 1:
-            mid = (low + high) // 2
-            if recall(mid) >= target:
-                high = mid
-            else:
-                low = mid
-        best = high
-    return {
-        "param": param, "value": int(best), "recall@10": round(curve[best], 4),
-        "target": target, "reached": curve[best] >= target, "sample": len(rows),
-        "seconds": round(time.perf_counter() - started, 3),
-        "curve": {str(v): round(r, 4) for v, r in sorted(curve.items())},
-    }
+        return values[-1], False
+    while high - low > 1:
+        mid = (low + high) // 2
+        if recall(mid) >= target:
+            high = mid
+        else:
+            low = mid
+    return high, True
 
 
 def _top10_others(row: np.ndarray, own_id: int) -> list[int]:
     return [int(i) for i in row if i >= 0 and i != own_id][:10]
 
 
-def build_on_gpu(index: faiss.Index, spec: str, vectors: np.ndarray, ids: np.ndarray
+def build_on_gpu(index: faiss.Index, sample: np.ndarray | None, batches: Batches
                  ) -> faiss.Index:
-    """Train and fill an IVF index on every visible GPU, then bring it back to the CPU.
+    """Train (on `sample`) and fill (from the (ids, vectors) `batches`) an IVF index on every
+    visible GPU, then bring it back to the CPU.
 
     Searching stays on the CPU: filtered search needs FAISS's IDSelector, which GPU indexes
     do not take, and a single query gains nothing from the device.
     """
     gpu = faiss.index_cpu_to_all_gpus(index)
     if not gpu.is_trained:
-        gpu.train(training_sample(vectors, spec))
-    gpu.add_with_ids(vectors, ids)
+        gpu.train(sample)
+    for ids, vectors in batches():
+        gpu.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32),
+                         np.asarray(ids, dtype=np.int64))
     return faiss.index_gpu_to_cpu(gpu)

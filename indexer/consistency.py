@@ -43,10 +43,11 @@ class StoreContents:
         return out
 
 
-def _faiss_ids(index: VectorIndex) -> np.ndarray:
+def faiss_ids(index: VectorIndex) -> np.ndarray:
+    """The ids a FAISS index holds (an IDMap or IVF lists), less those deleted from HNSW."""
     inner = index.index
-    if hasattr(inner, "id_map"):
-        return faiss.vector_to_array(inner.id_map).astype(np.int64)
+    if hasattr(inner, "id_map"):  # less the ids deleted from an HNSW graph
+        return np.setdiff1d(faiss.vector_to_array(inner.id_map).astype(np.int64), index.deleted)
     ivf = faiss.extract_index_ivf(inner)
     invlists = ivf.invlists
     parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
@@ -94,7 +95,7 @@ def check_store(config: Config) -> StoreContents:
         if index is None:
             problems.append("no published index")
         else:
-            ids = np.sort(_faiss_ids(index))
+            ids = np.sort(faiss_ids(index))
             if index.ntotal != len(chunk_ids) or not np.array_equal(ids, chunk_ids):
                 problems.append(f"FAISS holds {index.ntotal} ids, the store {len(chunk_ids)} "
                                 "chunks, or other ids")

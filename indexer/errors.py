@@ -31,3 +31,9 @@ class IndexError_(BertindexError):
 
 class RemoteError(BertindexError):
     """A `bertindex serve` server cannot be reached or answered with an error."""
+
+
+def repair_hint(store_dir: object) -> str:
+    """The fix for a damaged or out-of-step index: rebuilt from the stored vectors and texts,
+    nothing re-encoded."""
+    return f"`bertindex doctor --repair --store {store_dir}`"

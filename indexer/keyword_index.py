@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -142,29 +142,67 @@ class KeywordIndex:
         table = pq.read_table(path)
         return dict(zip(table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist()))
 
-    def _write_manifest(self, manifest: dict[int, str]) -> None:
+    def manifest_rows(self) -> int:
+        """Documents the manifest lists (0 when there is none); IndexError_ when unreadable."""
+        path = self.folder / MANIFEST_FILE
+        if not path.is_file():
+            return 0
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise IndexError_(f"cannot read the keyword manifest {path} ({exc})") from None
+
+    def diff(self, store: Store) -> KeywordDiff:
+        """The store's documents against the manifest, joined inside DuckDB (the manifest is
+        read there too), so memory does not grow with the number of documents."""
+        path = self.folder / MANIFEST_FILE
+        con = store.con
+        documents = con.execute("SELECT count(*) FROM documents").fetchone()[0]
+        if not path.is_file():
+            ids = con.execute("SELECT doc_id FROM documents ORDER BY doc_id").fetchnumpy()
+            return KeywordDiff(documents, _ids(ids["doc_id"]), _ids([]), _ids([]))
+        rows = con.execute(
+            "SELECT d.doc_id, m.doc_id IS NULL AS is_new FROM documents d "
+            "LEFT JOIN read_parquet(?) m ON m.doc_id = d.doc_id "
+            "WHERE m.content_hash IS DISTINCT FROM d.content_hash ORDER BY d.doc_id",
+            [str(path)],
+        ).fetchnumpy()
+        gone = con.execute(
+            "SELECT m.doc_id FROM read_parquet(?) m LEFT JOIN documents d ON d.doc_id = m.doc_id "
+            "WHERE d.doc_id IS NULL ORDER BY m.doc_id", [str(path)],
+        ).fetchnumpy()["doc_id"]
+        ids, is_new = _ids(rows["doc_id"]), np.asarray(rows["is_new"], dtype=bool)
+        return KeywordDiff(documents, ids[is_new], ids[~is_new], _ids(gone))
+
+    def _write_manifest(self, store: Store) -> None:
+        """The manifest after a sync: every stored document at its stored hash, streamed
+        from the store in record batches and renamed into place."""
         tmp = self.folder / f".{MANIFEST_FILE}.tmp"
-        table = pa.table({
-            "doc_id": pa.array(list(manifest.keys()), pa.int64()),
-            "content_hash": pa.array(list(manifest.values()), pa.string()),
-        })
-        pq.write_table(table, tmp)
+        reader = store.con.execute(
+            "SELECT doc_id, content_hash FROM documents ORDER BY doc_id"
+        ).fetch_record_batch(65536)
+        with pq.ParquetWriter(tmp, reader.schema) as out:
+            for batch in reader:
+                out.write_batch(batch)
         os.replace(tmp, self.folder / MANIFEST_FILE)
 
-    def apply(self, store: Store, upsert: Sequence[int], delete: Sequence[int],
-              manifest: dict[int, str], hashes: dict[int, str]) -> None:
-        """Delete `delete` doc ids, (re)write `upsert` from the store, commit, save manifest.
+    def apply(self, store: Store, change: KeywordDiff) -> None:
+        """Delete changed and gone doc ids, (re)write new and changed ones from the store,
+        commit, then write the manifest from the store.
 
         Re-applying the same change is harmless (delete-then-add by doc id). A crash between
         the tantivy commit and the manifest write heals on the next sync: changed texts are
         re-applied, and added or removed documents make the counts disagree, which rebuilds.
+        New documents are not deleted first: the manifest does not list them, so the index
+        cannot hold them unless its count disagrees with the manifest (a rebuild).
         """
         writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+        upsert = np.concatenate([change.new, change.changed])
         try:
-            for doc_id in list(delete) + list(upsert):
-                writer.delete_documents_by_term("doc_id", int(doc_id))
+            for doc_id in np.concatenate([change.changed, change.gone]).tolist():
+                writer.delete_documents_by_term("doc_id", doc_id)
             for start in range(0, len(upsert), _WRITE_BATCH):
-                part = [int(d) for d in upsert[start:start + _WRITE_BATCH]]
+                part = upsert[start:start + _WRITE_BATCH].tolist()
                 for doc_id, title, text in store.documents_text(part):
                     writer.add_document(tantivy.Document(doc_id=doc_id, title=title or "",
                                                          body=text))
@@ -173,12 +211,26 @@ class KeywordIndex:
         except BaseException:
             writer.rollback()
             raise
-        for doc_id in delete:
-            manifest.pop(int(doc_id), None)
-        for doc_id in upsert:
-            manifest[int(doc_id)] = hashes[int(doc_id)]
-        self._write_manifest(manifest)
+        self._write_manifest(store)
         self._searcher = None
+
+
+@dataclass
+class KeywordDiff:
+    """Doc ids (sorted int64) the keyword index must add, re-index or remove."""
+
+    documents: int  # stored documents
+    new: np.ndarray
+    changed: np.ndarray
+    gone: np.ndarray
+
+    @property
+    def empty(self) -> bool:
+        return not (len(self.new) or len(self.changed) or len(self.gone))
+
+
+def _ids(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
 
 
 def sync_keyword_index(store: Store) -> dict:
@@ -203,20 +255,17 @@ def sync_keyword_index(store: Store) -> dict:
         rebuilt = True
     try:
         index = KeywordIndex(folder, create=True)
-        manifest = index.manifest()
-        if index.num_docs != len(manifest):
+        listed = index.manifest_rows()
+        if index.num_docs != listed:
             raise IndexError_(f"keyword index holds {index.num_docs} documents, its manifest "
-                              f"{len(manifest)}")
+                              f"{listed}")
     except IndexError_ as exc:
         log.warning("%s; rebuilding the keyword index from the store", exc)
         shutil.rmtree(folder, ignore_errors=True)
         index = KeywordIndex(folder, create=True)
-        manifest, rebuilt = {}, True
-    hashes = store.document_hashes()
-    upsert = [d for d, h in hashes.items() if manifest.get(d) != h]
-    delete = [d for d in manifest if d not in hashes]
-    added = sum(1 for d in upsert if d not in manifest)
-    if upsert or delete:
-        index.apply(store, upsert, delete, manifest, hashes)
-    return {"documents": len(hashes), "added": added, "updated": len(upsert) - added,
-            "removed": len(delete), "rebuilt": rebuilt}
+        rebuilt = True
+    change = index.diff(store)
+    if not change.empty:
+        index.apply(store, change)
+    return {"documents": change.documents, "added": len(change.new),
+            "updated": len(change.changed), "removed": len(change.gone), "rebuilt": rebuilt}

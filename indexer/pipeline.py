@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,8 +31,10 @@ class BatchResult:
     skipped_unchanged: int = 0
     rejected: int = 0
     chunks: int = 0
-    added: list[int] = field(default_factory=list)
-    removed: list[int] = field(default_factory=list)
+    # chunk ids as packed int64 (8 bytes each, not a Python int): a run over millions of
+    # records keeps them until the index step
+    added: array = field(default_factory=lambda: array("q"))
+    removed: array = field(default_factory=lambda: array("q"))
 
     def merge(self, other: BatchResult) -> None:
         self.read += other.read
@@ -158,7 +161,7 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
     return BatchResult(
         read=len(batch.records) + len(batch.rejected), encoded=len(to_encode),
         skipped_unchanged=plan.skipped_unchanged, rejected=len(batch.rejected),
-        chunks=len(added), added=added, removed=removed,
+        chunks=len(added), added=array("q", added), removed=array("q", removed),
     )
 
 
@@ -177,8 +180,8 @@ def index_batch(
     return commit_batch(plan, chunks, store, run_id)
 
 
-def sync_vector_index(store: Store, config: Config, added: list[int], removed: list[int],
-                      base_version: int | None = None) -> dict:
+def sync_vector_index(store: Store, config: Config, added, removed,
+                      base_version: int | None = None, force: bool = False) -> dict:
     """Bring the FAISS index in step with the store and publish it as a new version, with a
     read-only snapshot of the store that searches open.
 
@@ -186,9 +189,13 @@ def sync_vector_index(store: Store, config: Config, added: list[int], removed: l
     Updated in place (remove + add) only when the current index reflects `base_version`, the
     store's data_version when this run started, so that `added`/`removed` are exactly the
     difference; otherwise (first run, a run killed after committing batches, a spec that
-    changed with size, another encoder, damage) it is rebuilt from the stored vectors.
-    Nothing is re-encoded either way.
+    changed with size, another encoder, damage, `force`) it is rebuilt from the stored
+    vectors, streamed batch by batch. Nothing is re-encoded either way.
 
+    Args:
+        added, removed: chunk ids (any int sequence) added to / removed from the store.
+        force: rebuild from the stored vectors whatever the current index holds
+            (`bertindex doctor --repair`).
     Returns:
         {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
     """
@@ -198,14 +205,17 @@ def sync_vector_index(store: Store, config: Config, added: list[int], removed: l
     total = store.count_chunks()
     data_version = store.data_version()
     spec = resolve_spec(config.index.spec, total, config.index, provenance.dim)
-    try:
-        current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
-    except (IndexError_, ProvenanceMismatch) as exc:
-        log.warning("%s; rebuilding from the stored vectors", exc)
-        current = None
+    current = None
+    if not force:
+        try:
+            current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
+        except (IndexError_, ProvenanceMismatch) as exc:
+            log.warning("%s; rebuilding from the stored vectors", exc)
     if (current is not None and current.data_version == data_version
             and current.ntotal == total):
         return {"version": None, "spec": current.spec, "ntotal": total, "rebuilt": False}
+    added = np.unique(np.asarray(added, dtype=np.int64))
+    removed = np.asarray(removed, dtype=np.int64)
     incremental = (
         current is not None
         and base_version is not None
@@ -215,31 +225,23 @@ def sync_vector_index(store: Store, config: Config, added: list[int], removed: l
         and current.remove(removed)
     )
     if incremental:
-        added_set = np.asarray(sorted(added), dtype=np.int64)
-        vectors = _vectors_for(store, added_set)
-        current.add(vectors, added_set)
+        for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
+            part = added[start:start + _ADD_BATCH]
+            current.add(_vectors_for(store, part), part)
         index = current
     else:
-        ids, vectors = _all_vectors(store)
-        index = VectorIndex.build(spec, provenance, config.index, vectors, ids)
+        index = VectorIndex.build_from_batches(spec, provenance, config.index,
+                                               store.iter_vectors, store.count_vectors())
     if index.ntotal != total:
         raise IndexError_(
-            f"index holds {index.ntotal} vectors but the store has {total} chunks; "
-            "re-run to rebuild"
+            f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "
+            "(chunks without a stored vector); run `bertindex doctor` to see which"
         )
     version = index.save(store.path, data_version, extra=store.write_snapshot)
     return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
 
 
-def _all_vectors(store: Store) -> tuple[np.ndarray, np.ndarray]:
-    parts_ids, parts_vecs = [], []
-    for ids, vecs in store.iter_vectors():
-        parts_ids.append(ids)
-        parts_vecs.append(vecs)
-    if not parts_ids:
-        dim = store.provenance().dim
-        return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
-    return np.concatenate(parts_ids), np.concatenate(parts_vecs)
+_ADD_BATCH = 65536  # chunk ids whose vectors are fetched and added at once
 
 
 def _vectors_for(store: Store, ids: np.ndarray) -> np.ndarray:

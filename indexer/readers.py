@@ -13,6 +13,7 @@ import csv
 import datetime as dt
 import decimal
 import gzip
+import hashlib
 import io
 import json
 import math
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import polars as pl
 
 from indexer.errors import InputError
@@ -76,25 +78,60 @@ class IdRegistry:
     (one collection), so that the first record read with an id wins and every later one, in
     the same file or another, is rejected: a run never stores two versions of one id, and a
     re-run of the same files keeps the same one.
+
+    Kept compact, since a run may read millions of ids: each id as a 128-bit blake2b
+    fingerprint and its packed place (source index << 40 | row), 24 bytes, in sorted numpy
+    arrays, plus a dict of the latest claims merged into them every RECENT. Two different ids
+    share a fingerprint with probability ~n²/2¹²⁹ (≈ 1e-27 for a million ids).
     """
 
+    RECENT = 65536
+
     def __init__(self) -> None:
-        self._first: dict[str, int] = {}  # id -> source index << 40 | row (compact)
+        self._recent: dict[bytes, int] = {}  # fingerprint -> packed place, latest claims
+        self._hi = np.zeros(0, np.uint64)  # sorted fingerprints (high, low 64 bits) ...
+        self._lo = np.zeros(0, np.uint64)
+        self._packed = np.zeros(0, np.int64)  # ... and their packed places
         self._sources: list[str] = []
         self._source_index: dict[str, int] = {}
 
     def claim(self, external_id: str, source: str, row: int) -> tuple[str, int] | None:
         """Record `external_id` as read at (source, row); the earlier (source, row) when the
         id was already taken (and nothing is recorded)."""
-        packed = self._first.get(external_id)
+        key = hashlib.blake2b(external_id.encode("utf-8", "surrogatepass"),
+                              digest_size=16).digest()
+        packed = self._recent.get(key)
+        if packed is None and len(self._hi):
+            packed = self._lookup(key)
         if packed is not None:
             return self._sources[packed >> 40], packed & ((1 << 40) - 1)
         index = self._source_index.get(source)
         if index is None:
             index = self._source_index[source] = len(self._sources)
             self._sources.append(source)
-        self._first[external_id] = (index << 40) | row
+        self._recent[key] = (index << 40) | row
+        if len(self._recent) >= self.RECENT:
+            self._merge()
         return None
+
+    def _lookup(self, key: bytes) -> int | None:
+        hi, lo = (np.uint64(int.from_bytes(key[i:i + 8], "little")) for i in (0, 8))
+        pos = int(np.searchsorted(self._hi, hi))
+        while pos < len(self._hi) and self._hi[pos] == hi:
+            if self._lo[pos] == lo:
+                return int(self._packed[pos])
+            pos += 1
+        return None
+
+    def _merge(self) -> None:
+        keys = np.frombuffer(b"".join(self._recent), dtype="<u8").reshape(-1, 2)
+        packed = np.fromiter(self._recent.values(), np.int64, len(self._recent))
+        hi = np.concatenate([self._hi, keys[:, 0]])
+        lo = np.concatenate([self._lo, keys[:, 1]])
+        packed = np.concatenate([self._packed, packed])
+        order = np.lexsort((lo, hi))
+        self._hi, self._lo, self._packed = hi[order], lo[order], packed[order]
+        self._recent = {}
 
 
 class _Unreadable(Exception):

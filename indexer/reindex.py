@@ -20,7 +20,7 @@ from pathlib import Path
 from indexer.config import Config
 from indexer.encoder import Encoder
 from indexer.faults import crash_point
-from indexer.pipeline import _all_vectors, encode_texts_for_index, sync_vector_index
+from indexer.pipeline import encode_texts_for_index, sync_vector_index
 from indexer.readers import document_text
 from indexer.store import DB_NAME, WRITE_KEYS, ChunkRows, Store, WriterLock
 from indexer.vector_index import VectorIndex, remove_old_versions, resolve_spec
@@ -60,13 +60,7 @@ def reindex_store(config: Config, encoder: Encoder, batch_size: int = 2048,
 
 
 def _rebuild(store: Store, config: Config) -> dict:
-    ids, vectors = _all_vectors(store)
-    if store.provenance() is None:
-        return sync_vector_index(store, config, [], [])
-    spec = resolve_spec(config.index.spec, len(ids), config.index, store.provenance().dim)
-    index = VectorIndex.build(spec, store.provenance(), config.index, vectors, ids)
-    version = index.save(store.path, store.data_version(), extra=store.write_snapshot)
-    return {"version": version, "spec": spec, "ntotal": index.ntotal, "rebuilt": True}
+    return sync_vector_index(store, config, [], [], force=True)
 
 
 def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size: int,
@@ -94,9 +88,10 @@ def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size:
         gen.restart_doc_ids_after(max(live_hashes, default=0))
         gen.copy_side_tables(live)  # annotations, runs, rejects: same doc ids, kept as they are
         # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
-        ids, vectors = _all_vectors(gen)
-        spec = resolve_spec(config.index.spec, len(ids), config.index, encoder.provenance.dim)
-        index = VectorIndex.build(spec, encoder.provenance, config.index, vectors, ids)
+        count = gen.count_vectors()
+        spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
+        index = VectorIndex.build_from_batches(spec, encoder.provenance, config.index,
+                                               gen.iter_vectors, count)
         gen.record_run(run_id, "reindex", started, "completed",
                        {"encoded": encoded, "documents": len(live_hashes)})
         version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot,

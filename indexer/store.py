@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,6 +34,10 @@ from indexer.versions import SNAPSHOT_FILE, current_version, fsync_dir, version_
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
+# DuckDB's buffer pool for a writer (default: 80 % of RAM). It caches every block a run reads,
+# so without a bound a writer's memory grows with the store; above it DuckDB evicts and spills
+# to `<store>/store.duckdb.tmp` (README "Memory").
+WRITER_MEMORY_LIMIT = "128MB"
 DB_NAME = "store.duckdb"
 # Keys that must agree between stored vectors and a new encoder before adding vectors.
 WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim")
@@ -126,9 +131,11 @@ class Hit:
 
 class WriterLock:
     """The store's single-writer lock (`<store>/writer.lock`, flock): held by every writing
-    Store, and by `reindex` across the swap of the store file, when no Store is open.
+    Store, and by `reindex` and `doctor` across work done with no writing Store open.
 
-    Released by the kernel when the process dies, SIGKILL included.
+    A second writer is refused at once (never queued): the error names the store and the
+    process holding it (pid, command, start time, written into the lock file). Released by the
+    kernel when the holder dies, SIGKILL included.
     """
 
     def __init__(self, store_dir: Path):
@@ -141,9 +148,26 @@ class WriterLock:
         except OSError:
             self._fh.close()
             raise StoreError(
-                f"store {store_dir} is being written by another bertindex process (index, "
-                "delete or reindex); wait for it to finish. Searches keep working meanwhile."
+                f"store {store_dir} is being written by another bertindex process "
+                f"({self.holder()}); wait for it to finish and run again. Searches keep "
+                "working meanwhile."
             ) from None
+        started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200] if sys.argv else "?"
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(json.dumps({"pid": os.getpid(), "command": command, "since": started}))
+        self._fh.flush()
+
+    def holder(self) -> str:
+        """Who holds the lock, as its holder wrote it ("pid 123: bertindex index …, since …")."""
+        try:
+            info = json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            info = {}
+        if not info.get("pid"):
+            return "process unknown"
+        return f"pid {info['pid']}: {info.get('command', '?')}, since {info.get('since', '?')}"
 
     def release(self) -> None:
         if not self._fh.closed:
@@ -174,7 +198,7 @@ class Store:
         if read_only and snapshot:
             self.con = self._open_snapshot()
             if self.con is not None:
-                self._migrate()
+                self._migrate_or_close()
                 return
         if read_only and not self.db_path.is_file():
             raise StoreError(
@@ -186,7 +210,9 @@ class Store:
             if lock:
                 self._lock = WriterLock(self.path)
         try:
-            self.con = duckdb.connect(str(self.db_path), read_only=read_only)
+            self.con = duckdb.connect(
+                str(self.db_path), read_only=read_only,
+                config={} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT})
         except (duckdb.IOException, duckdb.ConnectionException) as exc:
             if self._lock is not None:
                 self._lock.release()
@@ -199,7 +225,23 @@ class Store:
                 f"cannot open {self.db_path}: {exc}. Another bertindex process may be writing "
                 "to this store; wait for it to finish."
             ) from None
-        self._migrate()
+        self._migrate_or_close()
+
+    def _migrate_or_close(self) -> None:
+        """Upgrade the schema; a store this code cannot use is closed (connection and lock)
+        before the error propagates, so the process can open it again or leave it alone."""
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def con_path(self) -> Path:
+        """The file open here: the live store, or the snapshot of `version`."""
+        if self.version is None:
+            return self.db_path
+        return version_dir(self.path, self.version) / SNAPSHOT_FILE
 
     def _open_snapshot(self, attempts: int = 5) -> duckdb.DuckDBPyConnection | None:
         """Connect to the current version's snapshot; None when the store has none."""
@@ -214,7 +256,12 @@ class Store:
                 continue  # the writer switched versions meanwhile: read the pointer again
             try:
                 con = duckdb.connect(str(snap), read_only=True)
-            except (duckdb.IOException, duckdb.ConnectionException):
+            except duckdb.Error as exc:
+                if current_version(self.path) == version and snap.is_file():
+                    raise StoreError(  # the live version's snapshot is never removed: damaged
+                        f"cannot open the published snapshot {snap} ({exc}); rebuild it from "
+                        f"the store: `bertindex doctor --repair --store {self.path}`"
+                    ) from None
                 continue  # removed after we read the pointer (an old version being cleaned)
             self.version = version
             return con
@@ -234,8 +281,9 @@ class Store:
         version = self._version()
         if version > SCHEMA_VERSION:
             raise StoreError(
-                f"{self.db_path} was written by a newer bertindex (schema {version}, this one "
-                f"knows {SCHEMA_VERSION}); upgrade bertindex to use it"
+                f"{self.con_path} was written by a newer bertindex (schema {version}, this one "
+                f"knows {SCHEMA_VERSION}); nothing was changed: upgrade bertindex "
+                "(`pip install -U bertindex`) to use it"
             )
         if version == SCHEMA_VERSION:
             return
@@ -314,7 +362,8 @@ class Store:
             raise ProvenanceMismatch(
                 f"store {self.path} holds vectors made by another encoder set-up "
                 f"(stored != configured: {'; '.join(diffs)}). Use the configuration the store "
-                "was built with, or index into a new --store."
+                "was built with, re-encode it with the configured model (`bertindex reindex "
+                f"--store {self.path}`), or index into a new --store."
             )
 
     def set_provenance(self, current: Provenance) -> None:
@@ -659,6 +708,33 @@ class Store:
     def count_chunks(self) -> int:
         return self.con.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
+    def delete_unreachable(self) -> dict[str, int]:
+        """Delete what no search can reach, in one transaction: chunks whose document is gone
+        and their vectors, and vectors whose chunk is gone (`bertindex doctor --repair`).
+
+        Returns:
+            {"chunks": chunks deleted, "vectors": vectors deleted}.
+        """
+        orphans = ("SELECT c.chunk_id FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
+                   "WHERE d.doc_id IS NULL")
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            vectors = 0
+            if self.provenance() is not None:
+                vectors = con.execute(f"DELETE FROM vectors WHERE chunk_id IN ({orphans})"
+                                      ).fetchone()[0]
+                vectors += con.execute("DELETE FROM vectors WHERE chunk_id NOT IN "
+                                       "(SELECT chunk_id FROM chunks)").fetchone()[0]
+            chunks = con.execute(f"DELETE FROM chunks WHERE chunk_id IN ({orphans})").fetchone()[0]
+            if chunks or vectors:
+                self._bump_data_version()
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        return {"chunks": int(chunks), "vectors": int(vectors)}
+
     def count_vectors(self) -> int:
         """Stored vectors (what `iter_vectors` yields); 0 before the first."""
         if self.provenance() is None:
@@ -673,11 +749,13 @@ class Store:
         ).fetchone()[0]
 
     def iter_vectors(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-        """Yield (chunk ids int64, vectors float32 (n, dim)) in chunk id order."""
+        """Yield (chunk ids int64, vectors float32 (n, dim)) in the order they were written
+        (ascending chunk ids: ids are drawn as rows are appended), the same order on every
+        pass while nothing writes. No ORDER BY: a sort would hold every vector at once."""
         if self.provenance() is None:
             return
         reader = self.con.execute(
-            "SELECT chunk_id, embedding FROM vectors ORDER BY chunk_id"
+            "SELECT chunk_id, embedding FROM vectors"
         ).fetch_record_batch(batch_rows)
         for rb in reader:
             ids = rb.column(0).to_numpy().astype(np.int64)

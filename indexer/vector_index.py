@@ -8,9 +8,9 @@ is rebuilt from.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -27,24 +27,30 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.auto_index import (
+    Batches,
     build_on_gpu,
     choose_spec,
+    gather_rows,
+    needs_id_map,
+    refine_stage,
     search_params,
-    training_sample,
+    training_rows,
     tunable,
-    tune,
+    tune_batches,
 )
 from indexer.config import IndexConfig
 from indexer.encoder import Provenance
-from indexer.errors import IndexError_, ProvenanceMismatch
+from indexer.errors import IndexError_, ProvenanceMismatch, repair_hint
 from indexer.faults import crash_point
 from indexer.versions import current_version, fsync_dir, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
-FLAT_LIMIT = 100_000  # `auto` keeps exact search up to this many vectors
 INDEX_FILE = "index.faiss"
 PROVENANCE_FILE = "provenance.json"
+DELETED_FILE = "deleted.npy"  # ids removed from an index that cannot remove (HNSW, Refine)
+DELETED_REBUILD = 0.1  # rebuild instead once that many of the stored vectors are deleted
+EXACT_FILTER = 16  # HNSW/Refine: ≤ 1/16 of the vectors, or ≤ 16·k, are searched exactly
 KEEP_VERSIONS = 2
 
 
@@ -54,23 +60,18 @@ def has_gpu() -> bool:
 
 def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
                  dim: int | None = None) -> str:
-    """The FAISS factory string for `index.spec`; `auto` picks by collection size.
-
-    `auto`: exact inner-product search (`Flat`) up to FLAT_LIMIT vectors, else an IVF index
-    with about 4·√n lists.
+    """The FAISS factory string for `index.spec`; `auto` picks by collection size and memory
+    budget (`indexer.auto_index.choose_spec`; the index section's defaults without `config`).
     """
     if spec != "auto":
         return spec
-    if config is not None and dim is not None:  # size and memory budget: indexer.auto_index
-        return choose_spec(n_vectors, dim, config)
-    if n_vectors <= FLAT_LIMIT:
-        return "Flat"
-    lists = 1 << int(round(math.log2(4 * math.sqrt(n_vectors))))
-    return f"IVF{lists},Flat"
+    if dim is None:
+        raise ValueError("resolve_spec('auto', ...) needs the vectors' dimension (dim=)")
+    return choose_spec(n_vectors, dim, config or IndexConfig())
 
 
 def _needs_id_map(spec: str) -> bool:
-    return not spec.split(",")[0].startswith("IVF") and not spec.startswith("IDMap")
+    return needs_id_map(spec)
 
 
 class VectorIndex:
@@ -92,49 +93,96 @@ class VectorIndex:
         self.data_version = data_version  # the store's data_version this index reflects
         self.version = version  # the published version it was loaded from
         self.tuning: dict | None = None  # `auto`: measured search parameter (auto_index.tune)
+        # ids deleted but still stored in an index that cannot remove them (HNSW): never
+        # returned by a search, not counted in `ntotal`
+        self.deleted = np.zeros(0, np.int64)
 
     @classmethod
     def build(cls, spec: str, provenance: Provenance, config: IndexConfig,
               vectors: np.ndarray, ids: np.ndarray) -> VectorIndex:
         """Create an index from `vectors` (n, dim) float32 with chunk `ids` (n,) int64."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        ids = np.asarray(ids, dtype=np.int64)
+        return cls.build_from_batches(spec, provenance, config, lambda: [(ids, vectors)],
+                                      len(ids))
+
+    @classmethod
+    def build_from_batches(cls, spec: str, provenance: Provenance, config: IndexConfig,
+                           batches: Batches, count: int) -> VectorIndex:
+        """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
+        holding them all: one pass gathers the training sample (`auto_index.training_rows`),
+        one adds the batches, and `auto` tuning makes two more (queries, exact truth).
+
+        Args:
+            batches: called once per pass; yields the same `count` vectors in the same order
+                each time (e.g. `Store.iter_vectors`).
+            count: how many vectors the batches hold.
+        """
         dim = provenance.dim
         factory = f"IDMap2,{spec}" if _needs_id_map(spec) else spec
         try:
             index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
             raise IndexError_(f"index.spec '{spec}' is not a FAISS factory string: {exc}") from None
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        ids = np.asarray(ids, dtype=np.int64)
-        if not index.is_trained and len(vectors) == 0:
+        if not index.is_trained and count == 0:
             raise IndexError_(f"index.spec '{spec}' must be trained, and there are no vectors")
-        if has_gpu() and spec.startswith("IVF"):
-            out = cls(build_on_gpu(index, spec, vectors, ids), spec, provenance, config)
+        sample = None
+        if not index.is_trained:  # `auto`: 64 a list; a given spec: FAISS's own 256 a list
+            rows = training_rows(count, spec, 64 if config.spec == "auto" else 256)
+            sample = gather_rows(batches, rows, dim)[1]
+        if has_gpu() and spec.startswith("IVF") and not _needs_id_map(spec) and "fs" not in spec:
+            out = cls(build_on_gpu(index, sample, batches), spec, provenance, config)
         else:
-            if not index.is_trained:
-                index.train(training_sample(vectors, spec) if config.spec == "auto" else vectors)
+            if sample is not None:
+                index.train(sample)
+                sample = None  # not held while the index fills
             out = cls(index, spec, provenance, config)
-            out.add(vectors, ids)
-        if config.spec == "auto" and tunable(spec) is not None and len(vectors):
-            out.tuning = tune(out.index, spec, vectors, ids, config.target_recall,
-                              config.tune_sample)
+            for ids, vectors in batches():
+                out.add(vectors, ids)
+        del sample
+        if config.spec == "auto" and tunable(spec) is not None and count:
+            out.tuning = tune_batches(out.index, spec, batches, count, config.target_recall,
+                                      config.tune_sample, k_factor=out._k_factor())
         return out
+
+    @functools.cached_property
+    def _tombstoned(self) -> bool:
+        return _tombstoned(self.index)
 
     @property
     def ntotal(self) -> int:
-        return int(self.index.ntotal)
+        """Vectors a search can return (stored ones less the deleted)."""
+        return int(self.index.ntotal) - len(self.deleted)
 
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
         if len(ids):
-            self.index.add_with_ids(
-                np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
-            )
+            ids = np.asarray(ids, dtype=np.int64)
+            if len(self.deleted) and np.isin(ids, self.deleted).any():
+                again = ids[np.isin(ids, self.deleted)][:5].tolist()
+                raise IndexError_(f"ids {again} were deleted from this {self.spec} index and are "
+                                  "added again; rebuild it with `bertindex index` on the store")
+            self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
 
     def remove(self, ids: Sequence[int]) -> bool:
-        """Remove ids; False when this index type cannot remove (rebuild it instead)."""
+        """Remove ids; False when the index should be rebuilt instead.
+
+        HNSW and indexes with a rescoring stage (`IndexRefine`) cannot remove: their ids are
+        recorded as deleted (saved beside the index) and left out of every search, until
+        they reach DELETED_REBUILD of the stored vectors (False: dead vectors crowd the
+        graph walk or the lists scanned, and hold memory).
+        """
         if not len(ids):
             return True
+        ids = np.asarray(ids, dtype=np.int64)
+        if self._tombstoned:
+            stored = faiss.vector_to_array(self.index.id_map)
+            deleted = np.union1d(self.deleted, ids[np.isin(ids, stored)])
+            if len(deleted) > DELETED_REBUILD * self.index.ntotal:
+                return False
+            self.deleted = deleted
+            return True
         try:
-            self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64)))
+            self.index.remove_ids(faiss.IDSelectorBatch(ids))
         except RuntimeError:
             return False
         return True
@@ -147,30 +195,81 @@ class VectorIndex:
         """
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = max(1, min(k, self.ntotal)) if self.ntotal else 1
+        if allowed is not None and len(self.deleted):
+            allowed = np.setdiff1d(allowed, self.deleted)
+        if self._tombstoned:
+            # a graph walk or a few IVF lists meet too few of a small set (a selective
+            # filter, or k near the size): exact search over their stored vectors
+            among = self.ntotal if allowed is None else len(allowed)
+            if among * EXACT_FILTER <= self.ntotal or among <= EXACT_FILTER * k:
+                if allowed is None:
+                    allowed = np.setdiff1d(faiss.vector_to_array(self.index.id_map), self.deleted)
+                return self._exact_among(queries, k, allowed)
         params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)
+
+    def _live_selector(self):
+        """IDSelector of the ids not deleted (built once per set of deleted ids)."""
+        cached = getattr(self, "_live", None)
+        if cached is None or cached[0] is not self.deleted:
+            batch = faiss.IDSelectorBatch(self.deleted)
+            cached = self._live = (self.deleted, batch, faiss.IDSelectorNot(batch))
+        return cached[2]
+
+    def _exact_among(self, queries: np.ndarray, k: int, allowed: np.ndarray):
+        """Exact search over the `allowed` ids' stored vectors (full vectors, or the
+        rescoring codes of a `Refine(SQ8)`)."""
+        allowed = np.ascontiguousarray(allowed, dtype=np.int64)
+        scores = np.full((len(queries), k), -np.inf, np.float32)
+        found = np.full((len(queries), k), -1, np.int64)
+        if len(allowed):
+            vectors = self.index.reconstruct_batch(allowed)
+            top = min(k, len(allowed))
+            d, pos = faiss.knn(queries, vectors, top, metric=faiss.METRIC_INNER_PRODUCT)
+            scores[:, :top], found[:, :top] = d, np.where(pos >= 0, allowed[pos], -1)
+        return scores, found
+
+    def _k_factor(self) -> int | None:
+        """Candidates rescored per result (indexes with a rescoring stage), else None."""
+        if refine_stage(self.spec) is None:
+            return None
+        return (self.tuning or {}).get("k_factor") or self.config.refine_factor
 
     def _search_params(self, allowed: np.ndarray | None):
         selector = None
         if allowed is not None:
             self._selector_ids = np.ascontiguousarray(allowed, dtype=np.int64)  # kept alive
             selector = faiss.IDSelectorBatch(self._selector_ids)
-        inner = faiss.extract_index_ivf(self.index) if "IVF" in self.spec else None
+        elif len(self.deleted):
+            selector = self._live_selector()
         if self.tuning is not None:
-            params = search_params(self.tuning["param"], self.tuning["value"])
-        elif inner is not None:
-            params = faiss.SearchParametersIVF(nprobe=self.config.nprobe)
+            param, value = self.tuning["param"], self.tuning["value"]
+        elif "IVF" in self.spec:
+            param, value = "nprobe", self.config.nprobe
         elif "HNSW" in self.spec:
-            params = faiss.SearchParametersHNSW(efSearch=self.config.ef_search)
+            param, value = "efSearch", self.config.ef_search
         elif selector is None:
             return None
         else:
             params = faiss.SearchParameters()
-        if selector is not None:
             params.sel = selector
-        return params
+            return params
+        if allowed is not None:
+            # the search keeps only passing ids: widen it by the share that fails (≤ 16×)
+            share = max(len(allowed), 1) / max(self.ntotal, 1)
+            value = int(min(value / share, 16 * value))
+            if param == "nprobe":
+                value = min(value, faiss.extract_index_ivf(self.index).nlist)
+        k_factor = self._k_factor()
+        if k_factor is not None and selector is not None:
+            # IndexRefine reads a selector only from its first pass's parameters, which see
+            # the IDMap's internal ids; the IDMap translates only a top-level selector
+            self._translated = (selector, faiss.IDSelectorTranslated(self.index.id_map,
+                                                                     selector))
+            selector = self._translated[1]
+        return search_params(param, value, selector, k_factor)
 
     # -- files --------------------------------------------------------------------------
     def save(self, store_dir: Path, data_version: int | None = None,
@@ -196,7 +295,11 @@ class VectorIndex:
         faiss.write_index(index, str(tmp / INDEX_FILE))
         info = {"spec": self.spec, "ntotal": self.ntotal, "provenance": self.provenance.to_dict(),
                 "data_version": data_version, "tuning": self.tuning,
-                "memory_bytes": (tmp / INDEX_FILE).stat().st_size}
+                "memory_bytes": (tmp / INDEX_FILE).stat().st_size,
+                "deleted": len(self.deleted)}
+        if len(self.deleted):
+            np.save(tmp / DELETED_FILE, self.deleted)
+            _fsync_file(tmp / DELETED_FILE)
         (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
         if extra is not None:
             extra(tmp)
@@ -228,28 +331,45 @@ class VectorIndex:
             return None
         folder = root / version
         index_file, info_file = folder / INDEX_FILE, folder / PROVENANCE_FILE
-        if not index_file.is_file() or not info_file.is_file():
-            raise IndexError_(
-                f"index files missing in {folder}; rebuild the index from the stored vectors "
-                "with `bertindex index` on the same store"
-            )
-        info = json.loads(info_file.read_text())
-        provenance = Provenance(**info["provenance"])
+        fix = f"rebuild it from the stored vectors (nothing is re-encoded): {repair_hint(store_dir)}"
+        missing = [p.name for p in (index_file, info_file) if not p.is_file()]
+        if missing:
+            what = "folder" if not folder.is_dir() else ", ".join(missing)
+            raise IndexError_(f"index {folder}: {what} missing; {fix}")
+        try:
+            info = json.loads(info_file.read_text())
+            provenance = Provenance(**info["provenance"])
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise IndexError_(f"cannot read {info_file} ({exc!r}); {fix}") from None
         if expected is not None:
             diffs = provenance.mismatches(expected, keys)
             if diffs:
                 raise ProvenanceMismatch(
-                    f"index {folder} was built by another encoder set-up (index != configured: "
-                    f"{'; '.join(diffs)}). Search with the configuration it was built with, "
-                    "or re-index into a new --store."
+                    f"index {folder} was built by another encoder set-up than the vectors in "
+                    f"the store (index != store: {'; '.join(diffs)}); {fix}"
                 )
         try:
             index = faiss.read_index(str(index_file))
         except RuntimeError as exc:
-            raise IndexError_(f"cannot read {index_file} ({exc}); it is damaged: re-run "
-                              "`bertindex index` on the same store to rebuild it") from None
+            reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
+            raise IndexError_(f"cannot read {index_file}: the file is damaged or truncated "
+                              f"({reason}); {fix}") from None
         out = cls(index, info["spec"], provenance, config, info.get("data_version"), version)
         out.tuning = info.get("tuning")
+        if info.get("deleted"):
+            try:
+                out.deleted = np.load(folder / DELETED_FILE).astype(np.int64)
+            except (OSError, ValueError) as exc:
+                raise IndexError_(f"{folder / DELETED_FILE} is missing or damaged ({exc}); "
+                                  "re-run `bertindex index` on the same store to rebuild "
+                                  "the index") from None
+            if len(out.deleted) != info["deleted"]:
+                raise IndexError_(f"{folder / DELETED_FILE} lists {len(out.deleted)} deleted "
+                                  f"ids, provenance.json {info['deleted']}; re-run "
+                                  "`bertindex index` on the same store to rebuild the index")
+        if "ntotal" in info and out.ntotal != info["ntotal"]:
+            raise IndexError_(f"{index_file} holds {out.ntotal} vectors but {info_file} records "
+                              f"{info['ntotal']}: the file was damaged or replaced; {fix}")
         return out
 
 
@@ -269,6 +389,15 @@ def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
+
+
+def _tombstoned(index: faiss.Index) -> bool:
+    """Whether deletes from `index` are recorded rather than removed: an IDMap over HNSW or
+    over a rescoring stage (IndexRefine), neither of which implements remove_ids."""
+    inner = getattr(index, "index", None)
+    if inner is None or not hasattr(index, "id_map"):
+        return False
+    return isinstance(faiss.downcast_index(inner), (faiss.IndexHNSW, faiss.IndexRefine))
 
 
 def _is_gpu(index: faiss.Index) -> bool:

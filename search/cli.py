@@ -288,6 +288,9 @@ def _register_optional_commands() -> None:
     from search.cli_annotate import annotate
 
     main.add_command(annotate)
+    from search.cli_doctor import doctor
+
+    main.add_command(doctor)
     try:
         from search.cli_heads import eval_head, train
     except ImportError:

@@ -12,10 +12,11 @@ import numpy as np
 
 from indexer import fusion
 from indexer.config import Config
-from indexer.errors import IndexError_, InputError
+from indexer.errors import IndexError_, InputError, repair_hint
 from indexer.keyword_index import KeywordIndex
 from indexer.store import QUERY_KEYS, Hit, Store
 from indexer.vector_index import VectorIndex
+from indexer.versions import version_dir
 
 
 @dataclass
@@ -67,6 +68,24 @@ class Searcher:
         # the index version published with the snapshot this store opened (not a newer one)
         self.index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS,
                                       version=store.version)
+        if self.index is not None:
+            self._check_in_step()
+
+    def _check_in_step(self) -> None:
+        """The index and the store it is searched with hold the same chunks: cheap checks of
+        the count and the data version (an id only the index holds is caught when a search
+        returns it, `_doc_of`; `bertindex doctor` compares every id)."""
+        index, store = self.index, self.store
+        folder = version_dir(store.path, index.version) if index.version else store.path
+        fix = f"rebuild the index from the stored vectors: {repair_hint(store.path)}"
+        same = index.data_version is None or store.data_version() == index.data_version
+        if store.version is not None and not same:
+            raise IndexError_(f"index {folder} reflects data version {index.data_version} but "
+                              f"its snapshot {store.con_path} is at {store.data_version()}; {fix}")
+        chunks = store.count_chunks()
+        if same and index.ntotal != chunks:
+            raise IndexError_(f"index {folder} holds {index.ntotal} vectors but the store "
+                              f"{store.con_path} has {chunks} chunks; {fix}")
 
     @property
     def encoder(self):
@@ -209,7 +228,8 @@ class Searcher:
         if len(chunk_ids) and not np.array_equal(keys[pos], chunk_ids):
             missing = chunk_ids[keys[pos] != chunk_ids][:5].tolist()
             raise IndexError_(f"chunk ids {missing} are in the vector index but not in the store "
-                              f"{self.store.path}; re-run `bertindex index` on it to rebuild")
+                              f"{self.store.con_path}; rebuild the index from the stored "
+                              f"vectors: {repair_hint(self.store.path)}")
         return docs[pos]
 
     def _best_chunks(self, vector: np.ndarray, k: int, allowed, limit: int

@@ -1,0 +1,303 @@
+"""Doctor: check a store against its published indexes (ids, counts, provenance, data version,
+snapshot, CURRENT pointer, keyword index) and repair what the store can rebuild: the FAISS index
+from the stored vectors, the keyword index from the stored texts.
+
+Never encodes and never needs the model. Holds the store's writer lock throughout, so nothing
+writes while it looks or repairs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from indexer.config import Config
+from indexer.consistency import faiss_ids
+from indexer.errors import BertindexError, IndexError_, StoreError, repair_hint
+from indexer.keyword_index import KEYWORD_DIR, KeywordIndex, sync_keyword_index
+from indexer.keyword_index import SCHEMA_VERSION as KEYWORD_SCHEMA
+from indexer.pipeline import sync_vector_index
+from indexer.store import DB_NAME, WRITE_KEYS, Store, WriterLock
+from indexer.vector_index import INDEX_FILE, PROVENANCE_FILE, VectorIndex
+from indexer.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
+
+log = logging.getLogger(__name__)
+
+# checks whose problems a FAISS index rebuilt from the stored vectors (a new version) repairs
+VECTOR_CHECKS = ("pointer", "index_file", "index_provenance", "index_ids", "index_version",
+                 "snapshot", "unreachable", "schema_upgrade")
+EXAMPLES = 5  # ids quoted in a message
+
+
+@dataclass
+class Problem:
+    """One broken invariant.
+
+    Attributes:
+        check: what was checked (VECTOR_CHECKS, "keyword", "store", "schema").
+        path: the file or folder at fault.
+        message: what is wrong.
+        fix: what to run.
+        repairable: `bertindex doctor --repair` fixes it.
+    """
+
+    check: str
+    path: str
+    message: str
+    fix: str
+    repairable: bool
+
+    def line(self) -> str:
+        if self.fix in self.message:
+            return f"{self.path}: {self.message}"
+        return f"{self.path}: {self.message}; fix: {self.fix}"
+
+
+@dataclass
+class Diagnosis:
+    store: str
+    problems: list[Problem] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # counts, the index version, the keyword index
+
+    def add(self, check: str, path: Path | str, message: str, fix: str,
+            repairable: bool = True) -> None:
+        self.problems.append(Problem(check, str(path), message, fix, repairable))
+
+
+def run_doctor(config: Config, repair: bool = False) -> dict:
+    """Check the configured store; with `repair`, rebuild what is out of step, then check again.
+
+    Returns:
+        {"store", "ok", "problems" (found first), "repair" (what was done, None without
+        `repair` or when nothing was repairable), "remaining" (problems left), "facts"}.
+    Raises:
+        StoreError: no store there, or another process is writing it.
+    """
+    path = Path(config.store.path)
+    if not (path / DB_NAME).is_file():
+        raise StoreError(f"no store at {path} ({DB_NAME} missing); index something first with "
+                         f"`bertindex index PATH --store {path}`")
+    lock = WriterLock(path)
+    try:
+        before = diagnose(path, config)
+        after, done = before, None
+        if repair and any(p.repairable for p in before.problems):
+            done = _repair(path, config, before.problems)
+            after = diagnose(path, config)
+    finally:
+        lock.release()
+    return {"store": str(path), "ok": not after.problems,
+            "problems": [asdict(p) for p in before.problems], "repair": done,
+            "remaining": [asdict(p) for p in after.problems], "facts": after.facts}
+
+
+def diagnose(path: Path, config: Config) -> Diagnosis:
+    """Every check; the caller holds the writer lock (no writer can change what is read)."""
+    out = Diagnosis(str(path))
+    db = path / DB_NAME
+    try:
+        store = Store(path, read_only=True, snapshot=False)
+    except StoreError as exc:
+        text = str(exc)
+        if "newer bertindex" in text:
+            out.add("schema", db, text, "upgrade bertindex", repairable=False)
+        elif "schema upgrade" in text:
+            out.add("schema_upgrade", db, "written by an older bertindex: its schema needs an "
+                    "upgrade", repair_hint(path))
+        else:
+            out.add("store", db, text, "restore the store from a backup, or index the files "
+                    "again into a new --store", repairable=False)
+        return out
+    with store:
+        provenance = store.provenance()
+        data_version = store.data_version()
+        out.facts = {"documents": store.count_documents(), "chunks": store.count_chunks(),
+                     "vectors": store.count_vectors(), "data_version": data_version,
+                     "model": provenance.model_name if provenance else None, "index": None,
+                     "keyword_documents": None}
+        _check_store(store, out)
+        chunk_ids = store.chunk_ids()
+        _check_keyword(store, out)
+    if provenance is not None:
+        _check_index(path, config, provenance, data_version, chunk_ids, out)
+    return out
+
+
+def _check_store(store: Store, out: Diagnosis) -> None:
+    """The store's own invariants: unique ids, every chunk with its document and its vector."""
+    con, db = store.con, store.db_path
+    dup = con.execute("SELECT count(*) - count(DISTINCT (collection, external_id)) "
+                      "FROM documents").fetchone()[0]
+    if dup:
+        out.add("store", db, f"{dup} duplicate (collection, id) pairs", "delete the duplicates "
+                "with `bertindex delete` and index their files again", repairable=False)
+    orphans = con.execute("SELECT count(*) FROM chunks c LEFT JOIN documents d "
+                          "ON c.doc_id = d.doc_id WHERE d.doc_id IS NULL").fetchone()[0]
+    stray = 0
+    if store.provenance() is not None:
+        stray = con.execute("SELECT count(*) FROM vectors WHERE chunk_id NOT IN "
+                            "(SELECT chunk_id FROM chunks)").fetchone()[0]
+        bare = con.execute(
+            "SELECT d.collection, d.external_id FROM chunks c JOIN documents d "
+            "ON c.doc_id = d.doc_id WHERE c.chunk_id NOT IN (SELECT chunk_id FROM vectors) "
+            "GROUP BY ALL ORDER BY ALL").fetchall()
+        if bare:
+            names = ", ".join(f"{c}/{i}" for c, i in bare[:EXAMPLES])
+            out.add("store", db, f"{len(bare)} document(s) have chunks without a stored vector "
+                    f"(e.g. {names}): nothing to rebuild their vectors from",
+                    "encode them again: `bertindex delete --collection C --id ID` for each, "
+                    "then `bertindex index` their files", repairable=False)
+    if orphans or stray:
+        out.add("unreachable", db, f"{orphans} chunk(s) whose document is gone and "
+                f"{stray} vector(s) whose chunk is gone (unreachable rows)", repair_hint(store.path))
+
+
+def _check_index(path: Path, config: Config, provenance, data_version: int,
+                 chunk_ids: np.ndarray, out: Diagnosis) -> None:
+    """CURRENT, the version folder's files, provenance, ids, data version and snapshot."""
+    fix = repair_hint(path)
+    pointer = index_root(path) / POINTER
+    version = current_version(path)
+    if version is None:
+        out.add("pointer", pointer, "missing: no index version is published, so searches find "
+                "nothing", fix)
+        return
+    folder = version_dir(path, version)
+    if not re.fullmatch(r"v\d+", version) or not folder.is_dir():
+        out.add("pointer", pointer, f"names {version!r}, which is not a version folder in "
+                f"{index_root(path)}", fix)
+        return
+    for name in (INDEX_FILE, PROVENANCE_FILE):
+        if not (folder / name).is_file():
+            out.add("index_file", folder / name, "missing", fix)
+    if any(p.check == "index_file" for p in out.problems):
+        return
+    try:
+        index = VectorIndex.load(path, config.index, version=version)
+    except IndexError_ as exc:
+        out.add("index_file", folder / INDEX_FILE, str(exc), fix)
+        return
+    out.facts["index"] = {"version": version, "spec": index.spec, "ntotal": index.ntotal,
+                          "data_version": index.data_version}
+    diffs = index.provenance.mismatches(provenance, WRITE_KEYS)
+    if diffs:
+        out.add("index_provenance", folder / PROVENANCE_FILE, "the index was built by another "
+                f"encoder set-up than the store's vectors (index != store: {'; '.join(diffs)})",
+                fix)
+    ids = np.sort(faiss_ids(index))
+    extra, missing = np.setdiff1d(ids, chunk_ids), np.setdiff1d(chunk_ids, ids)
+    twice = len(ids) - len(np.unique(ids))
+    if len(extra) or len(missing) or twice:
+        parts = [f"{len(ids)} vectors for {len(chunk_ids)} stored chunks"]
+        if len(extra):
+            parts.append(f"{len(extra)} id(s) the store lacks (e.g. {extra[:EXAMPLES].tolist()})")
+        if len(missing):
+            parts.append(f"{len(missing)} stored chunk id(s) missing "
+                         f"(e.g. {missing[:EXAMPLES].tolist()})")
+        if twice:
+            parts.append(f"{twice} id(s) held twice")
+        out.add("index_ids", folder / INDEX_FILE, "the index holds " + ", ".join(parts), fix)
+    if index.data_version is not None and index.data_version != data_version:
+        out.add("index_version", folder / PROVENANCE_FILE, f"the index reflects data version "
+                f"{index.data_version}, the store is at {data_version} (a run stopped before "
+                "publishing, or the store changed since): searches miss the latest data",
+                f"{fix} (or the next `bertindex index`)")
+    _check_snapshot(folder / SNAPSHOT_FILE, index, fix, out)
+
+
+def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) -> None:
+    """The snapshot searches open: present, readable, at the index's data version."""
+    if not snap.is_file():
+        out.add("snapshot", snap, "missing: searches fall back to the live store file, which a "
+                "running writer locks", fix)
+        return
+    try:
+        con = duckdb.connect(str(snap), read_only=True)
+    except duckdb.Error as exc:
+        out.add("snapshot", snap, f"cannot be opened ({exc})", fix)
+        return
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchone()
+        chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    except duckdb.Error as exc:
+        out.add("snapshot", snap, f"cannot be read ({exc})", fix)
+        return
+    finally:
+        con.close()
+    snap_version = int(row[0]) if row else 0
+    if index.data_version is not None and snap_version != index.data_version:
+        out.add("snapshot", snap, f"holds data version {snap_version}, its index "
+                f"{index.data_version}", fix)
+    elif chunks != index.ntotal:
+        out.add("snapshot", snap, f"holds {chunks} chunks, its index {index.ntotal} vectors", fix)
+
+
+def _check_keyword(store: Store, out: Diagnosis) -> None:
+    """The BM25 index: present, openable, its count and manifest in step with the store."""
+    folder = store.path / KEYWORD_DIR
+    fix = repair_hint(store.path)
+    if not folder.exists():
+        if out.facts["documents"]:
+            out.add("keyword", folder, "missing: keyword and hybrid searches (the default "
+                    "mode) fail", fix)
+        return
+    version_file = folder / "SCHEMA_VERSION"
+    if not KeywordIndex.exists(folder):
+        out.add("keyword", folder, "incomplete (meta.json or SCHEMA_VERSION missing)", fix)
+        return
+    if version_file.read_text().strip() != KEYWORD_SCHEMA:
+        out.add("keyword", folder, f"schema {version_file.read_text().strip()!r}, this "
+                f"bertindex writes {KEYWORD_SCHEMA!r}", fix)
+        return
+    try:
+        keyword = KeywordIndex(folder)
+        held, listed = keyword.num_docs, keyword.manifest_rows()
+    except (IndexError_, OSError, ValueError) as exc:
+        out.add("keyword", folder, f"cannot be opened ({exc})", fix)
+        return
+    out.facts["keyword_documents"] = held
+    if held != listed:
+        out.add("keyword", folder, f"holds {held} documents, its manifest lists {listed}", fix)
+        return
+    change = keyword.diff(store)
+    if not change.empty:
+        out.add("keyword", folder, f"out of step with the store: {len(change.new)} document(s) "
+                f"missing, {len(change.changed)} changed, {len(change.gone)} deleted ones "
+                "still indexed", fix)
+
+
+def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
+    """Rebuild from the store under the caller's lock: unreachable rows deleted, a FAISS index
+    built from the stored vectors and published as a new version (with its snapshot), the
+    keyword index brought in step. Recorded as a `doctor` run.
+
+    Returns:
+        {"encoded": 0, "unreachable", "index", "keyword", "errors"}.
+    """
+    checks = {p.check for p in problems if p.repairable}
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    run_id = uuid.uuid4().hex[:12]
+    done: dict = {"encoded": 0, "unreachable": None, "index": None, "keyword": None,
+                  "errors": []}
+    with Store(path, lock=False) as store:  # writable: an older schema is upgraded here
+        store.start_run(run_id, "doctor", started)
+        try:
+            if "unreachable" in checks:
+                done["unreachable"] = store.delete_unreachable()
+            if checks & set(VECTOR_CHECKS):
+                done["index"] = sync_vector_index(store, config, [], [], force=True)
+            done["keyword"] = sync_keyword_index(store)
+        except BertindexError as exc:
+            log.error("repair of %s stopped: %s", path, exc)
+            done["errors"].append(str(exc))
+        store.record_run(run_id, "doctor", started,
+                         "completed" if not done["errors"] else "failed: " + done["errors"][0],
+                         done)
+    return done

@@ -1,0 +1,218 @@
+"""`bertindex doctor` finds each kind of damage to a published index (deleted or truncated FAISS
+file, ids out of step, another encoder's index, a bad CURRENT pointer, a damaged snapshot, an
+out-of-step keyword index, unreachable rows, unpublished writes), and `--repair` rebuilds from
+the store with the model taken away (so the encoder cannot have run): the same search results
+as before the damage, and nothing left to report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import duckdb
+import faiss
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from indexer.consistency import check_store
+from indexer.store import Store
+from indexer.vector_index import INDEX_FILE, PROVENANCE_FILE
+from indexer.versions import SNAPSHOT_FILE, index_root
+from reliability.damage_support import index_store, search_results
+from reliability.support import one_torch_thread  # noqa: F401
+from search.cli import main
+
+
+@pytest.fixture
+def indexed(tiny_model_dir, tmp_path):
+    return index_store(tiny_model_dir, tmp_path)
+
+
+def doctor(indexed, *args):
+    result = CliRunner().invoke(main, ["doctor", "--config", str(indexed.config_file), "--json",
+                                       *args])
+    return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def truncate(path, keep=0.5):
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+
+
+def foreign_ids(folder):
+    """Same number of vectors, but one id the store does not have (one stored id lacking)."""
+    index = faiss.read_index(str(folder / INDEX_FILE))
+    ids = faiss.vector_to_array(index.id_map).copy()
+    vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)  # by position
+    ids[3] = 10**9
+    swapped = faiss.index_factory(index.d, "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT)
+    swapped.add_with_ids(vectors, ids)
+    faiss.write_index(swapped, str(folder / INDEX_FILE))
+
+
+def other_model(folder):
+    info = json.loads((folder / PROVENANCE_FILE).read_text())
+    info["provenance"] |= {"model_name": "some-other-model", "weights_hash": "0123456789abcdef"}
+    (folder / PROVENANCE_FILE).write_text(json.dumps(info))
+
+
+DAMAGE = {
+    "deleted FAISS file": (lambda f: (f / INDEX_FILE).unlink(), {"index_file"}),
+    "truncated FAISS file": (lambda f: truncate(f / INDEX_FILE), {"index_file"}),
+    "FAISS file cut by 8 bytes": (lambda f: truncate(f / INDEX_FILE, 0.999), {"index_file"}),
+    "ids out of step": (foreign_ids, {"index_ids"}),
+    "index of another model": (other_model, {"index_provenance"}),
+    "CURRENT names a missing version": (
+        lambda f: (f.parent / "CURRENT").write_text("v99"), {"pointer"}),
+    "CURRENT missing": (lambda f: (f.parent / "CURRENT").unlink(), {"pointer"}),
+    "truncated snapshot": (lambda f: truncate(f / SNAPSHOT_FILE, 0.3), {"snapshot"}),
+    "keyword manifest deleted": (
+        lambda f: (f.parents[1] / "keyword" / "manifest.parquet").unlink(), {"keyword"}),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_doctor_finds_damage_and_repairs_it_without_the_encoder(indexed, damage):
+    before = search_results(indexed.config)
+    version = indexed.version_dir()
+    code, report = doctor(indexed)
+    assert (code, report["problems"]) == (0, []), report  # a healthy store passes
+
+    damage_fn, expected = DAMAGE[damage]
+    damage_fn(version)
+    code, report = doctor(indexed)
+    assert code == 1
+    assert {p["check"] for p in report["problems"]} == expected, report["problems"]
+    for p in report["problems"]:
+        assert p["repairable"] and "bertindex doctor --repair" in p["fix"]
+        assert str(indexed.store) in p["path"]
+
+    indexed.remove_model()  # encoding anything from here on fails
+    code, report = doctor(indexed, "--repair")
+    assert code == 0, report
+    assert report["remaining"] == [] and report["repair"]["encoded"] == 0
+    if expected & {"index_file", "index_ids", "index_provenance", "pointer", "snapshot"}:
+        assert report["repair"]["index"]["rebuilt"] is True
+        assert report["repair"]["index"]["version"] != version.name
+    indexed.restore_model()
+    assert search_results(indexed.config) == before
+    assert check_store(indexed.config).problems == []
+    with Store(indexed.store, read_only=True, snapshot=False) as store:
+        runs = store.last_runs(1)
+    assert runs[0]["kind"] == "doctor" and runs[0]["encoded"] == 0
+
+
+def test_repair_in_a_fresh_process_needs_no_model(indexed):
+    """The CLI as users run it: a new process, the FAISS file gone, the model gone. A search
+    fails for want of the model (so anything that encodes would); doctor --repair does not."""
+    before = search_results(indexed.config)
+    (indexed.version_dir() / INDEX_FILE).unlink()
+    indexed.remove_model()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "search.cli", *args, "--config",
+                               str(indexed.config_file)], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=300, check=False)
+
+    searched = cli("search", "cat", "--mode", "keyword")
+    assert searched.returncode == 1
+    assert "index.faiss missing" in searched.stderr and "doctor --repair" in searched.stderr
+    repaired = cli("doctor", "--repair", "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    report = json.loads(repaired.stdout)
+    assert report["repair"]["encoded"] == 0 and report["remaining"] == []
+    assert [p["check"] for p in report["problems"]] == ["index_file"]
+    encoded = cli("search", "cat", "--mode", "dense")
+    assert encoded.returncode == 1 and "is not a directory" in encoded.stderr  # no model
+    indexed.restore_model()
+    assert search_results(indexed.config) == before
+
+
+def test_unpublished_writes_and_unreachable_rows_are_repaired(indexed):
+    """Writes committed but never published (a run stopped before its index step), plus rows
+    no search can reach: reported, then deleted/published by the repair."""
+    with Store(indexed.store) as store:
+        deleted, _ = store.delete_documents("default", external_ids=["d3"])
+        store.con.execute("INSERT INTO chunks VALUES (999999, 888888, 0, 0, 3, 3)")
+        store.con.execute("INSERT INTO vectors SELECT 999999, embedding FROM vectors LIMIT 1")
+    assert deleted == ["d3"]
+    code, report = doctor(indexed)
+    assert code == 1
+    assert {p["check"] for p in report["problems"]} == {
+        "index_ids", "index_version", "keyword", "unreachable"}
+    indexed.remove_model()
+    code, report = doctor(indexed, "--repair")
+    assert code == 0 and report["remaining"] == []
+    assert report["repair"]["unreachable"] == {"chunks": 1, "vectors": 1}
+    assert report["repair"]["keyword"]["removed"] == 1
+    indexed.restore_model()
+    assert check_store(indexed.config).problems == []
+    hits = search_results(indexed.config)
+    assert all(doc != "d3" for mode in hits.values() for q in mode for doc, _ in q)
+
+
+def test_what_needs_encoding_is_reported_not_repaired(indexed):
+    """A chunk whose vector is gone cannot be rebuilt without the encoder: exit 1, the fix
+    names the document and the commands; --repair changes nothing."""
+    with Store(indexed.store) as store:
+        store.con.execute("DELETE FROM vectors WHERE chunk_id = (SELECT min(chunk_id) FROM "
+                          "chunks c JOIN documents d USING (doc_id) WHERE d.external_id = 'd5')")
+    for args in ((), ("--repair",)):
+        code, report = doctor(indexed, *args)
+        assert code == 1
+        [problem] = report["remaining"]
+        assert problem["check"] == "store" and not problem["repairable"]
+        assert "default/d5" in problem["message"] and "bertindex delete" in problem["fix"]
+        assert report["repair"] is None
+    result = CliRunner().invoke(main, ["doctor", "--config", str(indexed.config_file)])
+    assert result.exit_code == 1
+    assert "problem [store]" in result.stderr and "default/d5" in result.stderr
+
+
+def test_doctor_text_output_and_healthy_exit(indexed):
+    result = CliRunner().invoke(main, ["doctor", "--config", str(indexed.config_file)])
+    assert result.exit_code == 0, result.output
+    assert "ok: the store and its indexes agree" in result.stdout
+    assert "40 documents" in result.stdout
+    (indexed.version_dir() / INDEX_FILE).unlink()
+    result = CliRunner().invoke(main, ["doctor", "--config", str(indexed.config_file)])
+    assert result.exit_code == 1
+    assert f"problem [index_file] {indexed.version_dir() / INDEX_FILE}: missing" in result.stderr
+    assert "bertindex doctor --repair" in result.stderr
+    result = CliRunner().invoke(main, ["doctor", "--repair", "--config",
+                                       str(indexed.config_file)])
+    assert result.exit_code == 0, result.output
+    assert "0 encoded" in result.stdout and "ok:" in result.stdout
+
+
+def test_newer_schema_is_reported_and_left_alone(indexed):
+    db = indexed.store / "store.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    for args in ((), ("--repair",)):
+        code, report = doctor(indexed, *args)
+        assert code == 1
+        [problem] = report["remaining"]
+        assert problem["check"] == "schema" and not problem["repairable"]
+        assert problem["path"] == str(db) and "upgrade bertindex" in problem["message"]
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                           ).fetchone()[0] == "99"
+    assert index_root(indexed.store).joinpath("CURRENT").read_text() == indexed.version_dir().name
+
+
+def test_ids_and_vectors_survive_a_repair(indexed):
+    """The rebuilt index holds exactly the stored chunk ids with the stored vectors."""
+    (indexed.version_dir() / INDEX_FILE).unlink()
+    code, _ = doctor(indexed, "--repair")
+    assert code == 0
+    index = faiss.read_index(str(indexed.version_dir() / INDEX_FILE))
+    with Store(indexed.store, read_only=True) as store:
+        for ids, vectors in store.iter_vectors():
+            np.testing.assert_array_equal(index.reconstruct_batch(ids), vectors)
+        assert index.ntotal == store.count_chunks()
