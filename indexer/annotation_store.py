@@ -116,8 +116,7 @@ def write_annotations(store: Store, docs: Sequence[tuple[int, str, str]],
         }),
     }
     con = store.con
-    con.execute("BEGIN")
-    try:
+    with store.transaction():
         for table, rows in tables.items():
             with _doc_ids_view(store, "batch_docs", doc_ids):
                 con.execute(
@@ -128,10 +127,6 @@ def write_annotations(store: Store, docs: Sequence[tuple[int, str, str]],
                 con.execute(f"INSERT INTO {table} SELECT * FROM new_rows_view")
                 con.unregister("new_rows_view")
         store._bump_data_version()  # searches see the labels once a snapshot is published
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 def annotations_by_document(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:

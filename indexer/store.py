@@ -10,6 +10,7 @@ waits for, nor sees half of, a running write.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -341,6 +342,18 @@ class Store:
             os.fsync(dst.fileno())
         fsync_dir(Path(folder))
 
+    @contextlib.contextmanager
+    def transaction(self):
+        """One DuckDB transaction around the block: committed when it ends, rolled back (and
+        the error re-raised) when it raises."""
+        self.con.execute("BEGIN")
+        try:
+            yield self.con
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
     def __enter__(self) -> Store:
         return self
 
@@ -410,8 +423,7 @@ class Store:
         if not doc_ids:
             return []
         con = self.con
-        con.execute("BEGIN")
-        try:
+        with self.transaction():
             ids = [int(d) for d in doc_ids]
             removed = [r[0] for r in con.execute(
                 "SELECT chunk_id FROM chunks WHERE doc_id IN (SELECT unnest(?::BIGINT[]))", [ids]
@@ -423,10 +435,6 @@ class Store:
             self._delete_side_rows(ids)
             con.execute("DELETE FROM documents WHERE doc_id IN (SELECT unnest(?::BIGINT[]))", [ids])
             self._bump_data_version()
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         return removed
 
     def _side_tables(self, keyed_by_doc: bool) -> list[str]:
@@ -459,8 +467,7 @@ class Store:
         names = [n for n in source._side_tables(keyed_by_doc=False)
                  if n in set(self._side_tables(keyed_by_doc=False))]
         con = self.con
-        con.execute("BEGIN")
-        try:
+        with self.transaction():
             for name in names:
                 con.execute(f'DELETE FROM "{name}"')
                 reader = source.con.execute(f'SELECT * FROM "{name}"').fetch_record_batch(65536)
@@ -468,10 +475,6 @@ class Store:
                     con.register("side_rows_view", rb)
                     con.execute(f'INSERT INTO "{name}" SELECT * FROM side_rows_view')
                     con.unregister("side_rows_view")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         return names
 
     def restart_doc_ids_after(self, max_doc_id: int) -> None:
@@ -522,8 +525,7 @@ class Store:
         now = datetime.now(timezone.utc).replace(tzinfo=None)
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
         con = self.con
-        con.execute("BEGIN")
-        try:
+        with self.transaction():
             removed: list[int] = []
             if changed_docs:
                 changed_ids = [d for d, _, _ in changed_docs]
@@ -582,10 +584,6 @@ class Store:
             if new_docs or changed_docs or metadata_updates or chunk_ids:
                 self._bump_data_version()
             crash_point("batch.before_commit")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         crash_point("batch.after_commit")
         return chunk_ids, removed
 
@@ -606,8 +604,7 @@ class Store:
         if (external_ids is None) == (keep is None):
             raise ValueError("pass exactly one of external_ids and keep")
         con = self.con
-        con.execute("BEGIN")
-        try:
+        with self.transaction():
             ids = pa.table({"external_id": pa.array(
                 list(external_ids if external_ids is not None else keep), pa.string())})
             con.register("id_list_view", ids)
@@ -635,10 +632,6 @@ class Store:
                             [doc_ids])
                 self._bump_data_version()
             crash_point("delete.before_commit")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         return sorted(r[1] for r in rows), removed
 
     def _insert_rejected(self, rejected: list[Rejected], run_id: str, now: datetime) -> None:
@@ -718,8 +711,7 @@ class Store:
         orphans = ("SELECT c.chunk_id FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
                    "WHERE d.doc_id IS NULL")
         con = self.con
-        con.execute("BEGIN")
-        try:
+        with self.transaction():
             vectors = 0
             if self.provenance() is not None:
                 vectors = con.execute(f"DELETE FROM vectors WHERE chunk_id IN ({orphans})"
@@ -729,10 +721,6 @@ class Store:
             chunks = con.execute(f"DELETE FROM chunks WHERE chunk_id IN ({orphans})").fetchone()[0]
             if chunks or vectors:
                 self._bump_data_version()
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         return {"chunks": int(chunks), "vectors": int(vectors)}
 
     def count_vectors(self) -> int:
