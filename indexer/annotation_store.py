@@ -5,7 +5,6 @@ ledger. Tables come from schema step 2 in `store.py`. Does not run models.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
@@ -18,18 +17,6 @@ from indexer.store import Store
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-@contextlib.contextmanager
-def _doc_ids_view(store: Store, name: str, doc_ids: Sequence[int]):
-    """`doc_ids` as a registered one-column (doc_id) Arrow view for `IN (SELECT doc_id FROM
-    name)`. A Python list bound as a `?::BIGINT[]` parameter costs DuckDB 1.4 two failed
-    `import pandas` per element, more than the write itself."""
-    store.con.register(name, pa.table({"doc_id": pa.array(doc_ids, pa.int64())}))
-    try:
-        yield
-    finally:
-        store.con.unregister(name)
 
 
 def remove_orphans(store: Store) -> None:
@@ -69,10 +56,10 @@ def iter_texts(store: Store, doc_ids: Sequence[int], batch_rows: int
                ) -> Iterator[list[tuple[int, str, str]]]:
     """(doc id, text, content hash) of the given documents, `batch_rows` at a time."""
     for start in range(0, len(doc_ids), batch_rows):
-        with _doc_ids_view(store, "wanted_docs", doc_ids[start:start + batch_rows]):
+        with store.bound(doc_ids[start:start + batch_rows]) as wanted:
             rows = store.con.execute(
                 "SELECT doc_id, text, content_hash FROM documents "
-                "WHERE doc_id IN (SELECT doc_id FROM wanted_docs) ORDER BY doc_id").fetchall()
+                f"WHERE doc_id IN {wanted} ORDER BY doc_id").fetchall()
         yield rows
 
 
@@ -118,10 +105,8 @@ def write_annotations(store: Store, docs: Sequence[tuple[int, str, str]],
     con = store.con
     with store.transaction():
         for table, rows in tables.items():
-            with _doc_ids_view(store, "batch_docs", doc_ids):
-                con.execute(
-                    f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM batch_docs) "
-                    "AND head IN (SELECT unnest(?::VARCHAR[]))", [heads])
+            with store.bound(doc_ids) as batch_docs, store.bound(heads, pa.string()) as ran:
+                con.execute(f"DELETE FROM {table} WHERE doc_id IN {batch_docs} AND head IN {ran}")
             if rows.num_rows:
                 con.register("new_rows_view", rows)
                 con.execute(f"INSERT INTO {table} SELECT * FROM new_rows_view")

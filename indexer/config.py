@@ -31,6 +31,12 @@ class ModelConfig(_Strict):
     normalize: bool = True
     max_length: int = Field(256, ge=8, le=MAX_POSITIONS, description="tokens per window")
     batch_tokens: int = Field(16384, ge=64, description="padded tokens per forward pass")
+    max_waste: float | None = Field(
+        0.05, ge=0, lt=1, description="a batch holds sequences at most this share shorter than "
+        "its longest (padding per sequence); None = the token budget alone")
+    streams: int | None = Field(
+        None, ge=1, le=64, description="batches in flight at once, each on its own thread; "
+        "None = one per torch thread on CPU (at most 8), one on CUDA")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
 

@@ -247,10 +247,9 @@ _ADD_BATCH = 65536  # chunk ids whose vectors are fetched and added at once
 def _vectors_for(store: Store, ids: np.ndarray) -> np.ndarray:
     if not len(ids):
         return np.zeros((0, store.provenance().dim), np.float32)
-    table = store.con.execute(
-        "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN (SELECT unnest(?::BIGINT[])) "
-        "ORDER BY chunk_id",
-        [ids.tolist()],
-    ).fetch_arrow_table()
+    with store.bound(ids) as wanted:
+        table = store.con.execute(
+            f"SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {wanted} ORDER BY chunk_id"
+        ).fetch_arrow_table()
     emb = table.column("embedding").combine_chunks()
     return emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(ids), -1)

@@ -49,6 +49,9 @@ def train_options(func: Callable) -> Callable:
                      help="Freeze the backbone and train only the head (features computed once)."),
         click.option("--epochs", type=click.IntRange(1, 100), default=2, show_default=True,
                      help="Training epochs; the best one on validation is kept."),
+        click.option("--probe-epochs", type=click.IntRange(0, 100), default=0, show_default=True,
+                     help="Full fine-tune only: first train the head alone on frozen features for "
+                          "this many epochs (LP-FT), then fine-tune everything from it."),
         click.option("--lr", type=click.FloatRange(0, 1, min_open=True),
                      help="Learning rate (default 2e-5; 1e-3 with --head-only)."),
         click.option("--max-length", type=click.IntRange(8, 512), default=128, show_default=True,
@@ -70,7 +73,7 @@ def train() -> None:
     """Fine-tune a head on the encoder: a sentence classifier or a BIO NER tagger."""
 
 
-def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, lr,
+def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, probe_epochs, lr,
            max_length, batch_size, seed, pooling, as_json, config_path, store_path) -> None:
     from flows.runtime import wait_for_api, warm_up_api
 
@@ -82,7 +85,7 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     cfg = build_config(config_path, store_path)
     settings = TrainSettings(
         task=task, base=resolve_model_path(base or cfg.model.name), out=Path(out),
-        head_only=head_only, epochs=epochs, lr=lr, max_length=max_length,
+        head_only=head_only, epochs=epochs, probe_epochs=probe_epochs, lr=lr, max_length=max_length,
         batch_size=batch_size, seed=seed, dtype=resolve_dtype(cfg.model.dtype), pooling=pooling,
     )
     from flows.train import train_head

@@ -16,7 +16,7 @@ TEXTS = [
 
 
 def make(tiny_model_dir, **kw):
-    base = dict(name=str(tiny_model_dir), dtype="fp32", device="cpu", max_length=32)
+    base = {"name": str(tiny_model_dir), "dtype": "fp32", "device": "cpu", "max_length": 32}
     return Encoder(ModelConfig(**(base | kw)))
 
 
@@ -42,6 +42,29 @@ def test_padding_and_batching_never_change_a_vector(tiny_model_dir, pooling):
     np.testing.assert_allclose(tight.encode_texts(TEXTS), together, atol=1e-5)
     expected_dim = 32 * 4 if pooling == "last4" else 32
     assert together.shape == (len(TEXTS), expected_dim)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last4"])
+def test_streams_and_tight_batches_give_the_same_vectors_in_order(tiny_model_dir, pooling):
+    texts = TEXTS * 7  # enough batches for every stream to run several
+    one = make(tiny_model_dir, pooling=pooling, streams=1, max_waste=None, batch_tokens=64)
+    many = make(tiny_model_dir, pooling=pooling, streams=3, max_waste=0.0, batch_tokens=64)
+    assert many.streams == 3
+    np.testing.assert_allclose(many.encode_texts(texts), one.encode_texts(texts), atol=1e-5)
+    seqs = [one.wrap(ids) for ids in one.tokenize(texts)]
+    keep = [[0, len(s) - 1] for s in seqs]
+    for a, b in zip(many.token_states(seqs, keep), one.token_states(seqs, keep), strict=True):
+        assert a.shape == (2, 32)
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_max_waste_zero_batches_hold_equal_lengths(tiny_model_dir):
+    enc = make(tiny_model_dir, max_waste=0.0)
+    lengths = [len(enc.wrap(ids)) for ids in enc.tokenize(TEXTS * 2)]
+    for batch in enc.plan(lengths):
+        assert len({lengths[i] for i in batch}) == 1
+    with pytest.raises(ValueError, match="exceed max_length 32"):
+        enc.plan([40])
 
 
 def test_normalized_vectors_have_unit_length(tiny_model_dir):

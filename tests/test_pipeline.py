@@ -39,7 +39,7 @@ def test_faiss_ids_are_store_chunk_ids(tiny_config, small_corpus):
         stored_ids = store.chunk_ids()
         assert index.ntotal == len(stored_ids)
         for ids, vectors in store.iter_vectors():
-            scores, found = index.search(vectors, 1)
+            _, found = index.search(vectors, 1)
             np.testing.assert_array_equal(found[:, 0], ids)
 
 

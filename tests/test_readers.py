@@ -8,7 +8,8 @@ import polars as pl
 from indexer.readers import FieldMap, detect_format, read_batches
 
 
-def records_and_rejects(path, fmt="auto", fields=FieldMap(), batch_size=2):
+def records_and_rejects(path, fmt="auto", fields=None, batch_size=2):
+    fields = fields or FieldMap()
     records, rejected = [], []
     for batch in read_batches(path, fmt, fields, batch_size):
         records += batch.records

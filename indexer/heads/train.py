@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from indexer.encoder import default_streams
 from indexer.errors import InputError, ModelError
 from indexer.heads.baseline import tfidf_baseline
 from indexer.heads.data import HeadData, require_splits
@@ -49,7 +50,8 @@ DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 
 WARMUP_RATIO = 0.1
 WEIGHT_DECAY = 0.01
 GRAD_CLIP = 1.0
-FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per forward (README: 25% less CPU than 16384)
+FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per batch (benchmarks/head_feature_budget.py)
+FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,13 @@ class TrainSettings:
     threads: int | None = None
     dtype: Literal["fp32", "bf16"] = "fp32"
     pooling: Literal["auto", "cls", "mean"] = "auto"
+    probe_epochs: int = 0
 
     def __post_init__(self) -> None:
         _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
+        if self.probe_epochs and self.head_only:
+            raise InputError("--probe-epochs warms the head before a full fine-tune; it has no "
+                             "meaning with --head-only (use --epochs)")
 
     @property
     def learning_rate(self) -> float:
@@ -194,15 +200,16 @@ def _head_modules(model, task: str) -> list[torch.nn.Module]:
 
 
 def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_TOKENS):
-    """The frozen backbone as the index's Encoder: same batching, bf16 weights when
-    `settings.dtype` is bf16. Loaded from `settings.base`, the weights the head sits on."""
+    """The frozen backbone as the index's Encoder: same batching (streams, at most 5 % padding
+    per sequence), bf16 weights when `settings.dtype` is bf16. Loaded from `settings.base`,
+    the weights the head sits on."""
     from indexer.config import ModelConfig
     from indexer.encoder import Encoder
 
     pooling = settings.sentence_pooling or "cls"  # NER reads token states, not a pooled vector
     config = ModelConfig(name=str(settings.base), pooling=pooling, normalize=pooling == "mean",
                          max_length=max(8, settings.max_length), batch_tokens=batch_tokens,
-                         device="cpu", dtype=settings.dtype)
+                         max_waste=FEATURE_MAX_WASTE, device="cpu", dtype=settings.dtype)
     return Encoder(config)
 
 
@@ -272,23 +279,33 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     """Train for `settings.epochs`, score validation after each, load the best epoch's state.
 
     With `head_only` the backbone is frozen and run once: its features are cached and only
-    the head trains on them (an order of magnitude less work).
+    the head trains on them (an order of magnitude less work). With `probe_epochs` (a full
+    fine-tune only), that head-only stage runs first for `probe_epochs` at the head-only
+    rate, then the whole model fine-tunes from the fitted head (LP-FT); the best epoch is
+    picked among the fine-tuning epochs, the probe's scores are kept in the history.
     """
     require_splits(data, "train", "validation")
     started, cpu_started = time.perf_counter(), time.process_time()
     seed_everything(settings.seed)
     train, val = encoded["train"], encoded["validation"]
-    pad_id = pad_id_of(tokenizer)
-    metric = METRIC_NAMES[settings.task]
+    rng = np.random.default_rng(settings.seed)
     result = FitResult()
 
-    if settings.head_only:
+    if settings.head_only or settings.probe_epochs:
         modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, settings)
-    else:
-        modules = [model]
+        probe = not settings.head_only
+        _train_epochs(model, modules, step_loss, val_logits, np.ones(len(train), dtype=np.int64),
+                      data, val, settings, rng, result, progress,
+                      epochs=settings.probe_epochs if probe else settings.epochs,
+                      lr=DEFAULT_HEAD_ONLY_LR if probe else settings.learning_rate,
+                      stage="probe" if probe else None)
+    if not settings.head_only:
+        for p in model.parameters():
+            p.requires_grad_(True)
+        pad_id = pad_id_of(tokenizer)
         mean_pooled = settings.sentence_pooling == "mean"
 
-        def step_loss(index) -> torch.Tensor:
+        def full_loss(index) -> torch.Tensor:
             batch = collate(train, index, pad_id)
             with _autocast(settings.dtype):
                 if mean_pooled:
@@ -296,30 +313,49 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
                     return torch.nn.functional.cross_entropy(sequence_logits(model, batch).float(), labels)
                 return model(**batch).loss.float()
 
-        def val_logits() -> list[torch.Tensor]:
+        def full_val_logits() -> list[torch.Tensor]:
             return model_logits(model, val, pad_id, settings.batch_size * 2)
 
+        _train_epochs(model, [model], full_loss, full_val_logits, train.lengths, data, val,
+                      settings, rng, result, progress, epochs=settings.epochs,
+                      lr=settings.learning_rate)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    result.seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
+    return result
+
+
+def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,
+                  val: Encoded, settings: TrainSettings, rng, result: FitResult, progress: bool,
+                  epochs: int, lr: float, stage: str | None = None) -> None:
+    """AdamW over the parameters that require grad for `epochs`, validation after each.
+
+    Without `stage`, the best epoch's state is tracked in `result` and loaded at the end;
+    a `stage` (the LP-FT probe) only appends its epochs to the history under that name.
+    """
+    metric = METRIC_NAMES[settings.task]
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=WEIGHT_DECAY)
-    rng = np.random.default_rng(settings.seed)
-    steps_per_epoch = -(-len(train) // settings.batch_size)
-    total = steps_per_epoch * settings.epochs
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY)
+    steps_per_epoch = -(-len(lengths) // settings.batch_size)
+    total = steps_per_epoch * epochs
     warmup = int(WARMUP_RATIO * total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _linear_warmup_decay(s, warmup, total))
     best_state = None
-    lengths = train.lengths if not settings.head_only else np.ones(len(train), dtype=np.int64)
-    for epoch in range(1, settings.epochs + 1):
+    for epoch in range(1, epochs + 1):
         t0 = time.perf_counter()
         for module in modules:
             module.train()
         batches = training_batches(lengths, settings.batch_size, rng)
         loss_sum, seen = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
+        name = f"{stage} " if stage else ""
+        bar = tqdm(batches, desc=f"{name}epoch {epoch}/{epochs}", unit="batch",
                    disable=not progress, leave=True, dynamic_ncols=True)
         for index in bar:
             loss = step_loss(index)
             if not torch.isfinite(loss):
-                raise ModelError(f"epoch {epoch}: the loss became {loss.item()}; lower --lr")
+                raise ModelError(f"{name}epoch {epoch}: the loss became {loss.item()}; lower --lr")
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
             optimizer.step()
@@ -331,25 +367,23 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
         train_seconds = time.perf_counter() - t0
         model.eval()
         scores = score_logits(val_logits(), data.splits["validation"], val, data.label_names)
-        result.history.append({
+        entry = {
             "epoch": epoch,
             "train_loss": round(loss_sum / seen, 6),
             "validation": {metric: scores[metric]},
             "train_seconds": round(train_seconds, 2),
             "seconds": round(time.perf_counter() - t0, 2),
-        })
-        log.info("epoch %d: loss %.4f, validation %s %.4f", epoch, loss_sum / seen, metric, scores[metric])
-        if scores[metric] > result.best_score:
+        }
+        if stage:
+            entry["stage"] = stage
+        result.history.append(entry)
+        log.info("%sepoch %d: loss %.4f, validation %s %.4f", name, epoch, loss_sum / seen, metric,
+                 scores[metric])
+        if stage is None and scores[metric] > result.best_score:
             result.best_score, result.best_epoch = scores[metric], epoch
             best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
-    if best_state is not None and result.best_epoch != settings.epochs:
+    if best_state is not None and result.best_epoch != epochs:
         model.load_state_dict(best_state)
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(True)
-    result.seconds = time.perf_counter() - started
-    result.cpu_seconds = time.process_time() - cpu_started
-    return result
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
@@ -389,8 +423,12 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
             "head_only": settings.head_only, "threads": threads,
             "pooling": settings.sentence_pooling,
             "autocast": None if settings.head_only else settings.dtype,
+            "probe_epochs": settings.probe_epochs,
+            "probe_lr": DEFAULT_HEAD_ONLY_LR if settings.probe_epochs else None,
             "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
-                             "tokens per batch") if settings.head_only else None,
+                             f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
+                             f"{default_streams(torch.device('cpu'), threads)} stream(s)")
+            if settings.head_only or settings.probe_epochs else None,
             "scores_dtype": "fp32",
             "batches": "length-sorted pools of 50 batches, shuffled",
             "ner_decode": "bio (most probable valid BIO sequence)" if settings.task == "ner" else None,
@@ -404,7 +442,8 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "baseline": baseline,
         "training_seconds": round(fitted.seconds, 2),
         "training_cpu_seconds": round(fitted.cpu_seconds, 2),
-        "feature_seconds": round(fitted.feature_seconds, 2) if settings.head_only else None,
+        "feature_seconds": (round(fitted.feature_seconds, 2)
+                            if settings.head_only or settings.probe_epochs else None),
         "examples_per_second": round(n_train * settings.epochs / fitted.seconds, 2),
         "versions": package_versions(),
     }

@@ -145,3 +145,30 @@ def test_out_dir_guard_and_interrupted_save(tiny_bert, classifier_run, tmp_path,
         train_head(data, TrainSettings("classifier", tiny_bert, out, epochs=1, batch_size=4))
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["busy"]  # no half-written temp folder
+
+
+def test_probe_epochs_fit_the_head_before_the_full_fine_tune(tiny_bert, classifier_run, tmp_path):
+    """LP-FT: the full stage starts from the probed head (at lr ~0 it scores what the probe
+    scored), the best epoch is picked among the fine-tuning epochs, the backbone then moves."""
+    data, _, _ = classifier_run
+    settings = TrainSettings("classifier", tiny_bert, tmp_path / "still", epochs=1, batch_size=4,
+                             probe_epochs=2, lr=1e-12)
+    receipt = train_head(data, settings)
+    stages = [(e.get("stage"), e["epoch"]) for e in receipt["epochs"]]
+    assert stages == [("probe", 1), ("probe", 2), (None, 1)]
+    probe_score = receipt["epochs"][1]["validation"]["macro_f1"]
+    assert receipt["epochs"][2]["validation"]["macro_f1"] == pytest.approx(probe_score, abs=1e-9)
+    assert receipt["best_epoch"] == 1 and receipt["recipe"]["probe_epochs"] == 2
+    assert receipt["feature_seconds"] is not None
+
+    import torch
+    from safetensors.torch import load_file
+
+    moved = train_head(data, TrainSettings("classifier", tiny_bert, tmp_path / "moved", epochs=1,
+                                           batch_size=4, probe_epochs=1))
+    assert moved["recipe"]["lr"] == 2e-5 and moved["recipe"]["probe_lr"] == 1e-3
+    key = "encoder.layer.0.attention.self.query.weight"
+    base = load_file(tiny_bert / "model.safetensors")[key]
+    assert not torch.equal(base, load_file(tmp_path / "moved" / "model.safetensors")["bert." + key])
+    with pytest.raises(InputError, match="--probe-epochs"):
+        TrainSettings("classifier", tiny_bert, tmp_path / "x", head_only=True, probe_epochs=1)
