@@ -63,6 +63,10 @@ class IndexConfig(_Strict):
     target_recall: float = Field(0.95, gt=0, le=1,
                                  description="`auto`: recall@10 against exact search to tune for")
     tune_sample: int = Field(1000, ge=10, description="`auto`: held queries used for tuning")
+    tune_headroom: float = Field(
+        1.2, ge=1, le=4, description="`auto`: search with this multiple of the smallest "
+        "nprobe/efSearch that reached target_recall on held database vectors (real queries sit "
+        "farther from the database than its own vectors do)")
     refine_factor: int = Field(16, ge=1, description="indexes with a rescoring stage (`RFlat`, "
                                "`Refine(…)`): candidates rescored per result wanted")
 

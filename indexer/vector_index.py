@@ -142,7 +142,8 @@ class VectorIndex:
         del sample
         if config.spec == "auto" and tunable(spec) is not None and count:
             out.tuning = tune_batches(out.index, spec, batches, count, config.target_recall,
-                                      config.tune_sample, k_factor=out._k_factor())
+                                      config.tune_sample, k_factor=out._k_factor(),
+                                      headroom=config.tune_headroom)
         return out
 
     @functools.cached_property

@@ -3,6 +3,7 @@ synthetic clustered vectors (seeded), and filtered search and deletes on the ind
 cannot remove ids (the auto choice's rescoring stage, HNSW)."""
 
 import json
+import math
 from pathlib import Path
 
 import faiss
@@ -99,9 +100,11 @@ def test_auto_scans_4bit_codes_rescores_and_tunes_nprobe():
     record = index.tuning
     assert record["param"] == "nprobe" and record["k_factor"] == 16
     assert record["reached"] and record["recall@10"] >= 0.95
-    assert 1 < record["value"] < 153  # neither trivial nor exhaustive
-    below = str(record["value"] - 1)
+    assert 1 < record["smallest"] < record["value"] < 153  # neither trivial nor exhaustive
+    below = str(record["smallest"] - 1)
     assert below in record["curve"] and record["curve"][below] < 0.95  # the smallest that works
+    # searches use index.tune_headroom (1.2) times it, for queries farther than held vectors
+    assert record["headroom"] == 1.2 and record["value"] == math.ceil(record["smallest"] * 1.2)
     assert held_recall(index, vectors, ids) >= 0.92
     # without rescoring the 4-bit codes alone fall short at the same nprobe
     index.tuning = record | {"k_factor": 1}
