@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from indexer.store import Store
 from search.cli import main
 
 
@@ -30,17 +31,29 @@ def test_every_command_has_help_text():
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, tiny_model_dir):
-    """A store built by `bertindex index` (the Prefect flow) on a small JSONL corpus."""
+def harness():
+    """One temporary Prefect API for the module's `bertindex index` runs (it takes seconds)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    root = tmp_path_factory.mktemp("cli")
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def write_config(root, tiny_model_dir):
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump({
         "model": {"name": str(tiny_model_dir), "dtype": "fp32", "device": "cpu", "max_length": 32},
         "long_documents": {"stride": 8},
         "store": {"path": str(root / "store")},
     }))
+    return config
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, tiny_model_dir, harness):
+    """A store built by `bertindex index` (the Prefect flow) on a small JSONL corpus."""
+    root = tmp_path_factory.mktemp("cli")
+    config = write_config(root, tiny_model_dir)
     corpus = root / "docs.jsonl"
     rows = [
         {"id": "p1", "text": "the cat sat on the mat", "topic": "pets"},
@@ -49,10 +62,30 @@ def indexed(tmp_path_factory, tiny_model_dir):
         {"id": "c2", "text": "", "topic": "code"},
     ]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with prefect_test_harness(server_startup_timeout=120):
-        result = CliRunner().invoke(main, ["index", str(corpus), "--config", str(config), "--json"])
+    result = CliRunner().invoke(main, ["index", str(corpus), "--config", str(config), "--json"])
     assert result.exit_code == 0, result.output
     return config, json.loads(result.stdout)
+
+
+def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model_dir, harness):
+    config = write_config(tmp_path, tiny_model_dir)
+    corpus = tmp_path / "docs.jsonl"
+    rows = [{"id": "a1", "text": "the cat sat"}, {"id": "a2", "text": "the dog slept"},
+            {"id": "b1", "text": "red apple"}, {"id": "b2", "text": "   "}]  # b2: empty text
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["index", str(corpus), "--config", str(config), "--batch-size", "2", "--json"]
+    result = CliRunner().invoke(main, [*args, "--strict"])
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert [r["rejected"] for r in summary["refused_batches"]] == [1]
+    assert "error: --strict: batch" in result.stderr and "docs.jsonl rows 3-4" in result.stderr
+    with Store(tmp_path / "store", read_only=True) as store:
+        assert sorted(store.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2"]
+    # the same file without --strict stores the clean record of the second batch, exit 0
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    with Store(tmp_path / "store", read_only=True) as store:
+        assert sorted(store.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2", "b1"]
 
 
 def test_index_summary(indexed):
