@@ -172,3 +172,18 @@ def test_probe_epochs_fit_the_head_before_the_full_fine_tune(tiny_bert, classifi
     assert not torch.equal(base, load_file(tmp_path / "moved" / "model.safetensors")["bert." + key])
     with pytest.raises(InputError, match="--probe-epochs"):
         TrainSettings("classifier", tiny_bert, tmp_path / "x", head_only=True, probe_epochs=1)
+
+
+def test_probe_epochs_for_a_tagger(tiny_bert, ner_conll, tmp_path):
+    """LP-FT on a token head: the probe trains the classifier on first-subword states, the
+    full stage starts from it (at lr ~0 it scores what the probe scored)."""
+    train, dev = ner_conll
+    data = read_head_data("ner", train, validation=dev)
+    receipt = train_head(data, TrainSettings("ner", tiny_bert, tmp_path / "ner", epochs=1,
+                                             batch_size=2, probe_epochs=2, lr=1e-12))
+    assert [e.get("stage") for e in receipt["epochs"]] == ["probe", "probe", None]
+    first, probe, full = receipt["epochs"]
+    assert probe["train_loss"] < first["train_loss"]  # the probe learns
+    assert full["validation"]["entity_f1"] == pytest.approx(probe["validation"]["entity_f1"], abs=1e-9)
+    assert full["train_loss"] < first["train_loss"]  # and the full stage starts where it ended
+    AutoModelForTokenClassification.from_pretrained(tmp_path / "ner")
