@@ -56,8 +56,8 @@ def train_options(func: Callable) -> Callable:
                      help="Learning rate (default 2e-5; 1e-3 with --head-only)."),
         click.option("--max-length", type=click.IntRange(8, 512), default=128, show_default=True,
                      help="Longest example in tokens; longer ones are refused, never truncated."),
-        click.option("--batch-size", type=click.IntRange(1, 4096), default=32, show_default=True,
-                     help="Examples per training step."),
+        click.option("--batch-size", type=click.IntRange(1, 4096),
+                     help="Examples per training step (default 32; 8 for ner)."),
         click.option("--seed", type=int, default=42, show_default=True, help="Random seed."),
         click.option("--pooling", type=click.Choice(["auto", "cls", "mean"]), default="auto", show_default=True,
                      help="Classifier input: [CLS] -> pooler (what transformers' pipeline computes), or the "

@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LR = 2e-5
 DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
+# Examples per step. A tagger takes 8 sentences: at the recipe's lr 2e-5 that is 4x the
+# updates per epoch, and CoNLL validation prefers it (README: 0.910 after 6 epochs, against
+# 0.905 after 10 epochs of 32).
+DEFAULT_BATCH_SIZE = {"classifier": 32, "ner": 8}
 WARMUP_RATIO = 0.1
 WEIGHT_DECAY = 0.01
 GRAD_CLIP = 1.0
@@ -56,7 +60,8 @@ FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """One training run. `lr` None: DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with `head_only`."""
+    """One training run. `lr` None: DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with `head_only`;
+    `batch_size` None: DEFAULT_BATCH_SIZE of the task (32 sentences, 8 for a tagger)."""
 
     task: Literal["classifier", "ner"]
     base: Path
@@ -65,7 +70,7 @@ class TrainSettings:
     epochs: int = 2
     lr: float | None = None
     max_length: int = 128
-    batch_size: int = 32
+    batch_size: int | None = None  # None: DEFAULT_BATCH_SIZE[task]
     seed: int = 42
     threads: int | None = None
     dtype: Literal["fp32", "bf16"] = "fp32"
@@ -74,6 +79,8 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
+        if self.batch_size is None:
+            object.__setattr__(self, "batch_size", DEFAULT_BATCH_SIZE[self.task])
         if self.probe_epochs and self.head_only:
             raise InputError("--probe-epochs warms the head before a full fine-tune; it has no "
                              "meaning with --head-only (use --epochs)")

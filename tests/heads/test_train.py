@@ -187,3 +187,9 @@ def test_probe_epochs_for_a_tagger(tiny_bert, ner_conll, tmp_path):
     assert full["validation"]["entity_f1"] == pytest.approx(probe["validation"]["entity_f1"], abs=1e-9)
     assert full["train_loss"] < first["train_loss"]  # and the full stage starts where it ended
     AutoModelForTokenClassification.from_pretrained(tmp_path / "ner")
+
+
+def test_batch_size_defaults_by_task(tiny_bert, tmp_path):
+    assert TrainSettings("classifier", tiny_bert, tmp_path).batch_size == 32
+    assert TrainSettings("ner", tiny_bert, tmp_path).batch_size == 8
+    assert TrainSettings("ner", tiny_bert, tmp_path, batch_size=16).batch_size == 16
