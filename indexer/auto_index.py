@@ -301,7 +301,7 @@ def tune_batches(index: faiss.Index, spec: str, batches: Batches, count: int,
         log.warning("index %s reaches recall@10 %.3f at %s=%d, below the target %.2f: the "
                     "memory budget forces coarse codes; raise index.memory_budget_mb or lower "
                     "index.target_recall", spec, curve[smallest], param, smallest, target)
-    best = min(values[-1], max(smallest, int(np.ceil(smallest * headroom - 1e-9)))) if reached else smallest
+    best = min(values[-1], int(np.ceil(smallest * max(headroom, 1.0) - 1e-9))) if reached else smallest
     return {
         "param": param, "value": int(best), "recall@10": round(recall(best), 4),
         "target": target, "reached": reached, "sample": len(rows),

@@ -150,17 +150,17 @@ def default_streams(device: torch.device, threads: int | None = None) -> int:
 
 
 @contextlib.contextmanager
-def stream_map(streams: int, threads: int | None = None) -> Iterator[Callable]:
+def stream_map(streams: int) -> Iterator[Callable]:
     """A `map` that runs calls `streams` at a time, results in input order.
 
-    Each stream is one thread with `threads // streams` intra-op torch threads: on a CPU,
+    Each stream is one thread with `torch threads // streams` intra-op threads: on a CPU,
     two single-thread forwards side by side skip the OpenMP barriers a 2-thread forward waits
     on at every op, which cost most when the machine is busy. `streams` 1 is the plain `map`.
     """
     if streams <= 1:
         yield map
         return
-    per_stream = max(1, (threads or torch.get_num_threads()) // streams)
+    per_stream = max(1, torch.get_num_threads() // streams)
     with ThreadPoolExecutor(streams, thread_name_prefix="forward",
                             initializer=torch.set_num_threads, initargs=(per_stream,)) as pool:
         yield pool.map

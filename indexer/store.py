@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -200,6 +201,7 @@ class Store:
         self.read_only = read_only
         self.version: str | None = None
         self._lock: WriterLock | None = None
+        self._bound_views = itertools.count()  # names of `bound` views
         if read_only and snapshot:
             self.con = self._open_snapshot()
             if self.con is not None:
@@ -348,12 +350,11 @@ class Store:
 
     @contextlib.contextmanager
     def bound(self, values: Sequence | np.ndarray, kind: pa.DataType | None = None):
-        """Yield `(SELECT v FROM view)`: `values` as a registered one-column Arrow view, for
-        `x IN {ref}` inside the block; `kind` defaults to int64 (ids). A Python list bound as a `?::BIGINT[]` parameter costs
-        DuckDB 1.4 two failed `import pandas` per element, ten times the Arrow view's time
-        and more."""
-        self._bound_views = getattr(self, "_bound_views", 0) + 1
-        name = f"bound_values_{self._bound_views}"
+        """Yield `(SELECT v FROM view)`: `values` (int64 unless `kind` says otherwise) as a
+        registered one-column Arrow view, for `x IN {ref}` inside the block. A Python list
+        bound as a `?::BIGINT[]` parameter costs DuckDB 1.4 two failed `import pandas` per
+        element (`benchmarks/bound_ids.py`)."""
+        name = f"bound_values_{next(self._bound_views)}"
         self.con.register(name, pa.table({"v": pa.array(values, kind or pa.int64())}))
         try:
             yield f"(SELECT v FROM {name})"

@@ -69,3 +69,27 @@ def require_shared(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not found: real-data tests need ../shared/data beside the repo")
     return path
+
+
+@pytest.fixture
+def serve_flows(monkeypatch):
+    """`serve_flows(config)` runs `bertindex flows serve --config CONFIG` without starting
+    Prefect and returns (deployments, limit) as they would have been served."""
+    from click.testing import CliRunner
+
+    import flows.runtime
+    import flows.schedules
+    from search.cli import main
+
+    served = {}
+    monkeypatch.setattr(flows.runtime, "warm_up_api", lambda services=False, database=None: None)
+    monkeypatch.setattr(flows.runtime, "wait_for_api", lambda: None)
+    monkeypatch.setattr(flows.schedules, "serve_deployments",
+                        lambda deployments, limit: served.update(d=deployments, limit=limit))
+
+    def serve(config: Path) -> tuple[list, int]:
+        result = CliRunner().invoke(main, ["flows", "serve", "--config", str(config)])
+        assert result.exit_code == 0, result.output
+        return served["d"], served["limit"]
+
+    return serve

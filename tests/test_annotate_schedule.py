@@ -30,23 +30,13 @@ def _config(path, tiny_model_dir, store, schedules):
 
 
 def test_flows_serve_registers_the_annotate_inbox_deployment(tmp_path, tiny_model_dir,
-                                                              monkeypatch):
-    import flows.runtime
-    import flows.schedules
-
+                                                              monkeypatch, serve_flows):
     (tmp_path / "heads").mkdir()
     config = _config(tmp_path / "config.yaml", tiny_model_dir, tmp_path / "store", {
         "annotate": {"cron": "*/5 * * * *", "heads": ["heads/clf", "tags=heads/ner"],
                      "inbox": "drop", "collection": "tweets"}})
     monkeypatch.chdir(tmp_path)  # relative heads and inbox resolve from here, once
-    served = {}
-    monkeypatch.setattr(flows.runtime, "warm_up_api", lambda services=False, database=None: None)
-    monkeypatch.setattr(flows.runtime, "wait_for_api", lambda: None)
-    monkeypatch.setattr(flows.schedules, "serve_deployments",
-                        lambda deployments, limit: served.update(d=deployments, limit=limit))
-    result = CliRunner().invoke(main, ["flows", "serve", "--config", str(config)])
-    assert result.exit_code == 0, result.output
-    [deployment] = served["d"]
+    [deployment], _ = serve_flows(config)
     assert deployment.name == "annotate"
     assert deployment.entrypoint == "flows.annotate.annotate_scheduled"
     assert deployment.schedules[0].schedule.cron == "*/5 * * * *"

@@ -106,19 +106,10 @@ def scheduled_config(tmp_path, tiny_model_dir, small_corpus):
     )
 
 
-def test_flows_serve_registers_the_configured_schedules(scheduled_config, monkeypatch):
-    import flows.runtime
-    import flows.schedules
-
-    served = {}
-    monkeypatch.setattr(flows.runtime, "warm_up_api", lambda services=False, database=None: None)
-    monkeypatch.setattr(flows.runtime, "wait_for_api", lambda: None)
-    monkeypatch.setattr(flows.schedules, "serve_deployments",
-                        lambda deployments, limit: served.update(d=deployments, limit=limit))
-    result = CliRunner().invoke(main, ["flows", "serve", "--config", str(scheduled_config)])
-    assert result.exit_code == 0, result.output
-    by_name = {d.name: d for d in served["d"]}
-    assert set(by_name) == {"index_corpus", "annotate", "reindex"} and served["limit"] == 1
+def test_flows_serve_registers_the_configured_schedules(scheduled_config, serve_flows):
+    deployments, limit = serve_flows(scheduled_config)
+    by_name = {d.name: d for d in deployments}
+    assert set(by_name) == {"index_corpus", "annotate", "reindex"} and limit == 1
     index = by_name["index_corpus"]
     assert index.entrypoint == "flows.schedules.index_sources"
     assert index.schedules[0].schedule.cron == "*/15 * * * *" and index.schedules[0].active

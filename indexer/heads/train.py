@@ -86,6 +86,11 @@ class TrainSettings:
                              "meaning with --head-only (use --epochs)")
 
     @property
+    def caches_features(self) -> bool:
+        """Runs the frozen backbone once for a head-only stage (`head_only` or `probe_epochs`)."""
+        return self.head_only or self.probe_epochs > 0
+
+    @property
     def learning_rate(self) -> float:
         if self.lr is not None:
             return self.lr
@@ -298,7 +303,7 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     rng = np.random.default_rng(settings.seed)
     result = FitResult()
 
-    if settings.head_only or settings.probe_epochs:
+    if settings.caches_features:
         modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, settings)
         probe = not settings.head_only
         _train_epochs(model, modules, step_loss, val_logits, np.ones(len(train), dtype=np.int64),
@@ -350,13 +355,13 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     warmup = int(WARMUP_RATIO * total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _linear_warmup_decay(s, warmup, total))
     best_state = None
+    name = f"{stage} " if stage else ""
     for epoch in range(1, epochs + 1):
         t0 = time.perf_counter()
         for module in modules:
             module.train()
         batches = training_batches(lengths, settings.batch_size, rng)
         loss_sum, seen = 0.0, 0
-        name = f"{stage} " if stage else ""
         bar = tqdm(batches, desc=f"{name}epoch {epoch}/{epochs}", unit="batch",
                    disable=not progress, leave=True, dynamic_ncols=True)
         for index in bar:
@@ -435,7 +440,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
             "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
                              f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
                              f"{default_streams(torch.device('cpu'), threads)} stream(s)")
-            if settings.head_only or settings.probe_epochs else None,
+            if settings.caches_features else None,
             "scores_dtype": "fp32",
             "batches": "length-sorted pools of 50 batches, shuffled",
             "ner_decode": "bio (most probable valid BIO sequence)" if settings.task == "ner" else None,
@@ -449,8 +454,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "baseline": baseline,
         "training_seconds": round(fitted.seconds, 2),
         "training_cpu_seconds": round(fitted.cpu_seconds, 2),
-        "feature_seconds": (round(fitted.feature_seconds, 2)
-                            if settings.head_only or settings.probe_epochs else None),
+        "feature_seconds": round(fitted.feature_seconds, 2) if settings.caches_features else None,
         "examples_per_second": round(n_train * settings.epochs / fitted.seconds, 2),
         "versions": package_versions(),
     }
