@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m indexer.stdlib_corpus $(DEMO)/stdlib.jsonl
+	$(PY) -m indexer.ingest.stdlib_corpus $(DEMO)/stdlib.jsonl
 	BERTINDEX_PROGRESS=1 $(VENV)/bin/bertindex index $(DEMO)/stdlib.jsonl --collection stdlib --store $(DEMO)/store
 	$(VENV)/bin/bertindex search "parse command line arguments" --store $(DEMO)/store -k 5
 	$(VENV)/bin/bertindex search "compress a file with gzip" --store $(DEMO)/store -k 3 --where kind=function

@@ -68,7 +68,7 @@ def inbox_case(texts: list[str], clf_dir: Path, tmp: Path) -> dict:
     """`bertindex annotate --inbox` over the tweets, one shared pass vs separate passes."""
     from flows.annotate import Steps, build_annotator, run_annotate
     from indexer.config import Config
-    from indexer.encoder import load_encoder
+    from indexer.encode.encoder import load_encoder
 
     drop = tmp / "inbox"
     drop.mkdir()
@@ -94,7 +94,7 @@ def inbox_case(texts: list[str], clf_dir: Path, tmp: Path) -> dict:
     out["cpu_time_ratio"] = round(out["one_pass"]["docs_per_cpu_s"]
                                   / out["separate_passes"]["docs_per_cpu_s"], 2)
     # the two stores: the same chunks, vectors and labels?
-    from indexer.store import Store
+    from indexer.store.store import Store
 
     got = {}
     for case in ("one_pass", "separate_passes"):
@@ -118,10 +118,10 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     writing the labels to DuckDB."""
     from transformers import AutoTokenizer
 
-    from indexer.annotate import Annotation, Label
-    from indexer.annotation_store import write_annotations
-    from indexer.encoder import plan_batches
-    from indexer.store import Store
+    from indexer.annotate.annotator import Annotation, Label
+    from indexer.store.annotations import write_annotations
+    from indexer.encode.encoder import plan_batches
+    from indexer.store.store import Store
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)
     tokenize = lambda: tokenizer(texts, add_special_tokens=False, truncation=False,
@@ -151,7 +151,7 @@ def profile(texts: list[str], clf_dir: Path, warm: list[str]) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from indexer.annotate import Annotator, load_heads
+    from indexer.annotate.annotator import Annotator, load_heads
 
     torch.set_num_threads(1)
     annotator = Annotator(load_heads([str(clf_dir)]), device="cpu", max_length=512, streams=1)
@@ -217,7 +217,7 @@ def main() -> int:
     from transformers import pipeline
     from transformers.utils import logging as hf_logging
 
-    from indexer.annotate import Annotator, load_heads
+    from indexer.annotate.annotator import Annotator, load_heads
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

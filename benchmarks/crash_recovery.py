@@ -58,7 +58,7 @@ def alive(pids: list[int]) -> list[int]:
 
 def search(store: Path, queries: list[str]) -> list[list[tuple[str, float]]] | None:
     from indexer.config import Config
-    from indexer.store import Store
+    from indexer.store.store import Store
     from search.query import Searcher
 
     cfg = Config().with_overrides(**{"store.path": str(store)})
@@ -80,7 +80,7 @@ def main() -> int:
                         help="reuse WORK/clean (indexed before) and its measured duration")
     args = parser.parse_args()
     from indexer.config import Config
-    from indexer.consistency import check_store
+    from indexer.ops.consistency import check_store
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bertindex-crash-"))
     clean, crashed = work / "clean", work / "crashed"

@@ -57,7 +57,7 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     from indexer.config import ModelConfig, resolve_model_path
-    from indexer.encoder import Encoder
+    from indexer.encode.encoder import Encoder
 
     hf_logging.set_verbosity_error()
     texts = load_passages(args.limit)

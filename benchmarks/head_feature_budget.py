@@ -1,7 +1,7 @@
 """CPU cost of the `--head-only` feature pass against its batching: token budget per batch,
 padding allowed per sequence (`max_waste`) and batches in flight (`streams`).
 
-The pass is `indexer.encoder.Encoder.encode_ids` (mean pooling, normalised, bf16 weights) over
+The pass is `indexer.encode.encoder.Encoder.encode_ids` (mean pooling, normalised, bf16 weights) over
 the first `--limit` TweetEval offensive training tweets; each setting runs `--repeats` times,
 interleaved, and prints wall and CPU seconds (`time.process_time`, which a shared machine
 inflates less) with the load average, then each setting's best wall time as a ratio to the
@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from indexer.config import ModelConfig, resolve_model_path
-    from indexer.encoder import Encoder
+    from indexer.encode.encoder import Encoder
     from indexer.heads.data import read_head_data
 
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():

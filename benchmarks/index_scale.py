@@ -63,7 +63,7 @@ def real_embeddings(limit: int, cache: Path) -> np.ndarray:
         if len(emb) >= limit:
             return emb[:limit]
     from indexer.config import Config
-    from indexer.encoder import load_encoder
+    from indexer.encode.encoder import load_encoder
 
     cfg = Config().with_overrides(**{"model.max_length": 64, "long_documents.stride": 16})
     texts = real_sentences(limit)
@@ -138,9 +138,9 @@ def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries:
     queries reach `target` and time single queries there (one thread)."""
     import faiss
 
-    from indexer.auto_index import estimate_bytes, smallest_reaching, tunable
-    from indexer.encoder import Provenance
-    from indexer.vector_index import VectorIndex
+    from indexer.index.auto import estimate_bytes, smallest_reaching, tunable
+    from indexer.encode.encoder import Provenance
+    from indexer.index.vector import VectorIndex
 
     prov = Provenance(model_name="synthetic", weights_hash="-", pooling="mean", normalize=True,
                       max_length=256, dim=data.shape[1], dtype="fp32")
@@ -212,9 +212,9 @@ def main() -> None:
 
     import faiss
 
-    from indexer.auto_index import smallest_reaching
+    from indexer.index.auto import smallest_reaching
     from indexer.config import IndexConfig
-    from indexer.vector_index import resolve_spec
+    from indexer.index.vector import resolve_spec
 
     threads = faiss.omp_get_max_threads()
     report: dict = {"n": args.n, "target_recall@10": args.target, "build_threads": threads,

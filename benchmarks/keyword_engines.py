@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from indexer.evaluation import load_beir_queries, retrieval_scores
-from indexer.keyword_index import query_terms
+from indexer.index.keyword import query_terms
 
 
 def tantivy_runs(docs, fields):

@@ -26,9 +26,9 @@ from prefect.cache_policies import NONE
 import flows  # noqa: F401  (Prefect settings first)
 from flows.index_corpus import Steps as IndexSteps
 from flows.index_corpus import run_index
-from indexer.annotate import Annotator, load_heads
-from indexer.annotate_files import annotate_files
-from indexer.annotation_store import (
+from indexer.annotate.annotator import Annotator, load_heads
+from indexer.annotate.files import annotate_files
+from indexer.store.annotations import (
     annotate_store,
     ledger_done,
     ledger_start,
@@ -38,10 +38,10 @@ from indexer.annotation_store import (
 from indexer.config import Config
 from indexer.errors import InputError
 from indexer.faults import crash_point
-from indexer.paths import escape_reason, real, within
-from indexer.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
-from indexer.readers import document_text
-from indexer.store import Store
+from indexer.ingest.paths import escape_reason, real, within
+from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
+from indexer.ingest.readers import document_text
+from indexer.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
             ledger_start(store, digest, str(path), run_id)  # committed before the work
         crash_point("inbox.after_start")
         if shared is None and separate is None:  # decided once, at the first file to index
-            from indexer.encoder import load_encoder  # the index's own (cached) encoder
+            from indexer.encode.encoder import load_encoder  # the index's own (cached) encoder
 
             separate = annotator.share_embedding(load_encoder(config.model), config)
             if separate is None:

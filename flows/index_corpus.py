@@ -22,12 +22,12 @@ from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
 from indexer.config import Config, SourceConfig
-from indexer.encoder import load_encoder
+from indexer.encode.encoder import load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.faults import crash_point
-from indexer.keyword_index import sync_keyword_index
-from indexer.paths import expand_within
-from indexer.pipeline import (
+from indexer.index.keyword import sync_keyword_index
+from indexer.ingest.paths import expand_within
+from indexer.ingest.pipeline import (
     BatchPlan,
     BatchResult,
     commit_batch,
@@ -35,8 +35,8 @@ from indexer.pipeline import (
     plan_batch,
     sync_vector_index,
 )
-from indexer.readers import Batch, FieldMap, IdRegistry, read_batches
-from indexer.store import ChunkRows, Store
+from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
+from indexer.store.store import ChunkRows, Store
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Prefect flow `reindex`: bring the store to the configured encoder. Another encoder: every
 document re-encoded into a new store generation, then an atomic switch; the same encoder: the
-FAISS index rebuilt from the stored vectors. See `indexer.reindex`.
+FAISS index rebuilt from the stored vectors. See `indexer.ops.reindex`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
 from indexer.config import Config
-from indexer.encoder import load_encoder
-from indexer.keyword_index import sync_keyword_index
-from indexer.reindex import reindex_store
-from indexer.store import Store
+from indexer.encode.encoder import load_encoder
+from indexer.index.keyword import sync_keyword_index
+from indexer.ops.reindex import reindex_store
+from indexer.store.store import Store
 
 
 @task(cache_policy=NONE, retries=1, retry_delay_seconds=5)

@@ -114,7 +114,7 @@ def _flow_available(key: str) -> str | None:
 
 def _absolute_head(arg: str) -> str:
     """A `--heads` argument with its directory made absolute (`NAME=DIR` keeps its name), as
-    `indexer.annotate.parse_head_arg` reads it, so that a served run finds the head from any
+    `indexer.annotate.annotator.parse_head_arg` reads it, so that a served run finds the head from any
     working directory."""
     name, sep, path = arg.partition("=")
     if sep and name and not Path(arg).exists():

@@ -220,7 +220,7 @@ class Config(_Strict):
     def _paths_inside_roots(self) -> Config:
         if self.roots.store is None and self.roots.data is None:
             return self
-        from indexer.paths import escape_reason, within
+        from indexer.ingest.paths import escape_reason, within
 
         if self.roots.store is not None and not within(self.store.path, self.roots.store):
             raise ValueError("store.path: " + escape_reason(self.store.path, self.roots.store,

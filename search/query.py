@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from indexer import fusion
+from indexer.index import fusion
 from indexer.config import Config
 from indexer.errors import IndexError_, InputError, repair_hint
-from indexer.keyword_index import KeywordIndex
-from indexer.store import QUERY_KEYS, Hit, Store
-from indexer.vector_index import VectorIndex
-from indexer.versions import version_dir
+from indexer.index.keyword import KeywordIndex
+from indexer.store.store import QUERY_KEYS, Hit, Store
+from indexer.index.vector import VectorIndex
+from indexer.index.versions import version_dir
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Searcher:
     @property
     def encoder(self):
         if self._encoder is None:
-            from indexer.encoder import load_encoder
+            from indexer.encode.encoder import load_encoder
 
             self._encoder = load_encoder(self.config.model)
             self.store.check_provenance(self._encoder.provenance, QUERY_KEYS)

@@ -79,7 +79,7 @@ def serve_flows(monkeypatch):
 
     import flows.runtime
     import flows.schedules
-    from search.cli import main
+    from search.cli.main import main
 
     served = {}
     monkeypatch.setattr(flows.runtime, "warm_up_api", lambda services=False, database=None: None)

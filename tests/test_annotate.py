@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from flows.annotate import run_annotate
 from flows.index_corpus import run_index
-from indexer.annotate import Annotator, load_heads
-from indexer.store import Store
-from search.cli import main
+from indexer.annotate.annotator import Annotator, load_heads
+from indexer.store.store import Store
+from search.cli.main import main
 from search.query import Searcher
 
 NER_LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
@@ -150,7 +150,7 @@ def test_inbox_processes_each_file_once_and_reports_bad_lines(tiny_config, heads
     # a run killed after 'started' is redone by the next run, without duplicates
     (inbox / "two.csv").write_text("id,text\nu1,the big city\nu2,\n")
     from flows.annotate import file_hash
-    from indexer.annotation_store import ledger_start
+    from indexer.store.annotations import ledger_start
 
     with Store(tiny_config.store.path) as store:
         ledger_start(store, file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")
@@ -223,7 +223,7 @@ def test_annotate_cli_runs_the_flow(tiny_config, small_corpus, heads, tmp_path):
 
 
 def test_tight_batches_and_streams_keep_every_label(heads):
-    from indexer.encoder import plan_batches
+    from indexer.encode.encoder import plan_batches
 
     lengths = [30, 29, 28, 27, 20, 19, 19, 5, 141, 40, 39, 38]
     for waste in (0.0, 0.05, 0.2):

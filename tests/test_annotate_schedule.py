@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from test_annotate import heads  # noqa: F401  (fixture)
 
 from indexer.config import load_config
-from search.cli import main
+from search.cli.main import main
 
 
 def _config(path, tiny_model_dir, store, schedules):

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from flows.index_corpus import run_index
-from indexer.auto_index import choose_spec, estimate_bytes, tune
+from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.config import IndexConfig
-from indexer.encoder import Provenance
+from indexer.encode.encoder import Provenance
 from indexer.errors import IndexError_
-from indexer.store import Store
-from indexer.vector_index import VectorIndex
+from indexer.store.store import Store
+from indexer.index.vector import VectorIndex
 from search.query import Searcher
 
 
@@ -163,7 +163,7 @@ def test_deletes_are_left_out_until_a_rebuild_is_due(spec, tmp_path):
 
 @pytest.mark.parametrize("spec", ["HNSW16,Flat", "IVF2,PQ8x4fs,RFlat"])
 def test_pipeline_deletes_from_an_index_that_cannot_remove(spec, tiny_config, tmp_path):
-    from indexer.consistency import check_store
+    from indexer.ops.consistency import check_store
 
     words = ["cat", "dog", "train", "sea", "river", "apple", "pear", "house", "car", "city",
              "rug", "mountain"]

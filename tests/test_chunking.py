@@ -1,6 +1,6 @@
 """Window arithmetic for long documents, by hand."""
 
-from indexer.chunking import make_windows, window_spans
+from indexer.ingest.chunking import make_windows, window_spans
 
 
 def test_short_text_is_one_window():

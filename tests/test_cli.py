@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from indexer.store import Store
-from search.cli import main
+from indexer.store.store import Store
+from search.cli.main import main
 
 
 def all_commands(group: click.Group, prefix=()):

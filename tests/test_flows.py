@@ -17,9 +17,9 @@ from test_crash_safety import results, write_corpus
 
 from flows.index_corpus import flow_for, run_index
 from indexer.config import load_config
-from indexer.consistency import check_store
-from indexer.readers import FieldMap
-from search.cli import main
+from indexer.ops.consistency import check_store
+from indexer.ingest.readers import FieldMap
+from search.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_dask_runner_gives_the_store_of_the_local_runner(harness, tiny_config, t
             "dask.address": cluster.scheduler_address, "dask.in_flight": 3})
         summary = flow_for(dask_cfg)([str(corpus)], dask_cfg, "default", "auto", FieldMap(), 50)
         with cluster.get_client() as client:
-            encoded_on = client.run(lambda: __import__("indexer.encoder").encoder.load_encoder
+            encoded_on = client.run(lambda: __import__("indexer.encode.encoder").encoder.load_encoder
                                     .cache_info().currsize)
     assert summary["encoded"] == 300 and summary["failed_batches"] == []
     assert sum(encoded_on.values()) == 2  # both workers loaded the encoder and encoded
@@ -151,7 +151,7 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
     empty = runner.invoke(main, ["status", "--config", str(config), "--json"])
     assert empty.exit_code == 1 and "no store" in empty.stderr
     run_index([str(small_corpus)], cfg, collection="news")
-    from indexer.store import Store
+    from indexer.store.store import Store
 
     with Store(cfg.store.path) as store:
         for doc_id in store.document_hashes():  # a1 first: doc ids follow reading order

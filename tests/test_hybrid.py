@@ -8,10 +8,10 @@ import yaml
 from click.testing import CliRunner
 
 from flows.index_corpus import run_index
-from indexer import fusion
-from indexer.keyword_index import KeywordIndex, query_terms, sync_keyword_index
-from indexer.store import Store
-from search.cli import main
+from indexer.index import fusion
+from indexer.index.keyword import KeywordIndex, query_terms, sync_keyword_index
+from indexer.store.store import Store
+from search.cli.main import main
 from search.query import Searcher
 
 

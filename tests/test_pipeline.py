@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from flows.index_corpus import run_index
-from indexer.encoder import load_encoder
+from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
-from indexer.store import Store
-from indexer.vector_index import VectorIndex
+from indexer.store.store import Store
+from indexer.index.vector import VectorIndex
 from search.query import Searcher
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from indexer.pooling import cls_pool, l2_normalize, last4_pool, mean_pool, pool
+from indexer.encode.pooling import cls_pool, l2_normalize, last4_pool, mean_pool, pool
 
 
 def test_mean_pool_ignores_padding():

@@ -5,7 +5,7 @@ import json
 
 import polars as pl
 
-from indexer.readers import FieldMap, detect_format, read_batches
+from indexer.ingest.readers import FieldMap, detect_format, read_batches
 
 
 def records_and_rejects(path, fmt="auto", fields=None, batch_size=2):

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from conftest import require_shared
 
 from indexer.config import ModelConfig, resolve_model_path
-from indexer.encoder import Encoder
-from search.cli import main
+from indexer.encode.encoder import Encoder
+from search.cli.main import main
 
 pytestmark = pytest.mark.slow
 

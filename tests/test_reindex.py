@@ -9,10 +9,10 @@ import pytest
 
 from flows.index_corpus import run_index
 from flows.reindex import run_reindex
-from indexer.consistency import check_store
-from indexer.encoder import load_encoder
+from indexer.ops.consistency import check_store
+from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch
-from indexer.store import Store
+from indexer.store.store import Store
 from search.query import Searcher
 
 

@@ -4,7 +4,7 @@ Recipe: AdamW (weight decay 0.01), linear warm-up over the first 10% of steps th
 decay, gradient-norm clip 1.0, fixed seed. The validation split picks the best epoch; the
 test split is only scored at the end. Runs on CPU; with dtype bf16 the training forward and
 backward run under bf16 autocast, while weights, optimizer state and every score stay fp32.
-`--head-only` runs the frozen backbone once through the index encoder (`indexer.encoder`:
+`--head-only` runs the frozen backbone once through the index encoder (`indexer.encode.encoder`:
 length-sorted batches under a token budget, bf16 weights where the CPU has them) and trains
 the head on those cached features. A classifier pools [CLS] or the normalised token mean
 (`sentence`). Does not read files (see `data`).
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from indexer.encoder import default_streams
+from indexer.encode.encoder import default_streams
 from indexer.errors import InputError, ModelError
 from indexer.heads.baseline import tfidf_baseline
 from indexer.heads.data import HeadData, require_splits
@@ -134,7 +134,7 @@ def set_threads(threads: int | None = None) -> int:
 
 def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
     """`model.dtype` of the config for CPU training: auto -> bf16 on CPUs with native bf16."""
-    from indexer.encoder import cpu_has_bf16
+    from indexer.encode.encoder import cpu_has_bf16
 
     if dtype == "auto":
         return "bf16" if cpu_has_bf16() else "fp32"
@@ -216,7 +216,7 @@ def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_T
     per sequence), bf16 weights when `settings.dtype` is bf16. Loaded from `settings.base`,
     the weights the head sits on."""
     from indexer.config import ModelConfig
-    from indexer.encoder import Encoder
+    from indexer.encode.encoder import Encoder
 
     pooling = settings.sentence_pooling or "cls"  # NER reads token states, not a pooled vector
     config = ModelConfig(name=str(settings.base), pooling=pooling, normalize=pooling == "mean",

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from search.cli_heads import eval_head, train
+from search.cli.heads import eval_head, train
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-from indexer.annotate import Annotator, load_heads
+from indexer.annotate.annotator import Annotator, load_heads
 from indexer.errors import InputError
 from indexer.heads.data import read_head_data
 from indexer.heads.evaluate import evaluate_head
@@ -157,7 +157,7 @@ def test_head_only_ner_trains_on_token_states(tiny_bert, ner_conll, tmp_path):
 def test_cli_pooling_option(tiny_bert, classifier_json, tmp_path):
     from click.testing import CliRunner
 
-    from search.cli_heads import train
+    from search.cli.heads import train
 
     runner = CliRunner()
     out = tmp_path / "cls"

@@ -15,8 +15,8 @@ from conftest import TINY_WORDS
 
 from flows.index_corpus import run_index
 from indexer.config import Config
-from indexer.store import Store
-from indexer.versions import current_version, version_dir
+from indexer.store.store import Store
+from indexer.index.versions import current_version, version_dir
 from reliability.support import tiny_model_config
 from search.query import Searcher
 
@@ -52,7 +52,7 @@ class Indexed:
 
     def remove_model(self) -> None:
         """Take the model away and forget the loaded one: anything that encodes now fails."""
-        from indexer.encoder import load_encoder, weights_hash
+        from indexer.encode.encoder import load_encoder, weights_hash
 
         shutil.rmtree(self.model)
         load_encoder.cache_clear()

@@ -19,13 +19,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
-from indexer.consistency import check_store
-from indexer.store import Store
-from indexer.vector_index import INDEX_FILE, PROVENANCE_FILE
-from indexer.versions import SNAPSHOT_FILE, index_root
+from indexer.ops.consistency import check_store
+from indexer.store.store import Store
+from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
+from indexer.index.versions import SNAPSHOT_FILE, index_root
 from reliability.damage_support import index_store, search_results
 from reliability.support import one_torch_thread  # noqa: F401
-from search.cli import main
+from search.cli.main import main
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_repair_in_a_fresh_process_needs_no_model(indexed):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "search.cli", *args, "--config",
+        return subprocess.run([sys.executable, "-m", "search.cli.main", *args, "--config",
                                str(indexed.config_file)], capture_output=True, text=True,
                               cwd=ROOT, env=env, timeout=300, check=False)
 

@@ -14,14 +14,14 @@ import yaml
 from click.testing import CliRunner
 
 from flows.index_corpus import run_index
-from indexer.annotate import Annotation, Label, Span
-from indexer.annotation_store import write_annotations
+from indexer.annotate.annotator import Annotation, Label, Span
+from indexer.store.annotations import write_annotations
 from indexer.config import Config
-from indexer.consistency import check_store
-from indexer.pipeline import sync_vector_index
-from indexer.store import Store
+from indexer.ops.consistency import check_store
+from indexer.ingest.pipeline import sync_vector_index
+from indexer.store.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
-from search.cli import main
+from search.cli.main import main
 from search.query import Searcher
 
 DOCS = [

@@ -67,7 +67,7 @@ def test_serve_binds_localhost_and_refuses_oversized_bodies(tiny_config, small_c
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     server = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "serve", "--config", str(config), "--port",
+        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config), "--port",
          str(port), "--max-request-bytes", "1024"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -10,7 +10,7 @@ import sys
 import click
 
 from indexer.errors import InputError
-from search.cli_common import (
+from search.cli.common import (
     build_config,
     config_options,
     handle_errors,
@@ -111,7 +111,7 @@ def annotate(paths, head_args, collection, out, inbox, config_path, store_path, 
 
 def hit_annotations(store, hits) -> dict:
     """{(collection, id): {"labels", "entities"}} of search hits (empty for an old store)."""
-    from indexer.annotation_store import annotations_by_document
+    from indexer.store.annotations import annotations_by_document
 
     has = store.con.execute("SELECT count(*) FROM information_schema.tables "
                             "WHERE table_name = 'annotations'").fetchone()[0]

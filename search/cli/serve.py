@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from search.cli_common import build_config, config_options, handle_errors
+from search.cli.common import build_config, config_options, handle_errors
 
 
 @click.command()
@@ -30,7 +30,7 @@ def serve(host, port, max_request_bytes, threads, config_path, store_path):
     import torch
     import uvicorn
 
-    from indexer.store import Store
+    from indexer.store.store import Store
     from search.query import Searcher
     from search.server import create_app
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from indexer.chunking import make_windows
+from indexer.ingest.chunking import make_windows
 from indexer.config import Config
-from indexer.encoder import Encoder
+from indexer.encode.encoder import Encoder
 from indexer.errors import IndexError_, ProvenanceMismatch
-from indexer.readers import Batch, Record, document_text
-from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
-from indexer.vector_index import VectorIndex, resolve_spec
+from indexer.ingest.readers import Batch, Record, document_text
+from indexer.store.store import QUERY_KEYS, ChunkRows, Store, content_hash
+from indexer.index.vector import VectorIndex, resolve_spec
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def encode_texts_for_index(texts: list[str], config: Config, encoder: Encoder | 
         ChunkRows whose doc_ids are positions into `texts`.
     """
     if encoder is None:
-        from indexer.encoder import load_encoder
+        from indexer.encode.encoder import load_encoder
 
         encoder = load_encoder(config.model)
     return encode_documents(encoder, texts, config, progress=progress)[1]

@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from indexer.annotate import Annotation
-from indexer.store import Store
+from indexer.annotate.annotator import Annotation
+from indexer.store.store import Store
 
 
 def _now() -> datetime:

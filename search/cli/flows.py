@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from search.cli_common import build_config, config_options, handle_errors, json_option, print_json
+from search.cli.common import build_config, config_options, handle_errors, json_option, print_json
 
 
 @click.command()
@@ -43,7 +43,7 @@ def delete(ids, collection, config_path, store_path, as_json):
 @handle_errors
 def status(config_path, store_path, as_json):
     """Documents, chunks and vectors per collection, index version, annotations, last runs."""
-    from indexer.status import store_status
+    from indexer.ops.status import store_status
 
     cfg = build_config(config_path, store_path)
     info = store_status(cfg)

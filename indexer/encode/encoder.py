@@ -22,7 +22,7 @@ import torch
 
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.errors import ModelError
-from indexer.pooling import l2_normalize, pool
+from indexer.encode.pooling import l2_normalize, pool
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ class Encoder:
     def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Encode short texts, one vector each, truncated to `max_length` tokens.
 
-        For documents that may run past `max_length`, use `indexer.chunking` instead, which
+        For documents that may run past `max_length`, use `indexer.ingest.chunking` instead, which
         windows them rather than cutting them.
         """
         room = self.config.max_length - 2

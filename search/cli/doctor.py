@@ -1,5 +1,5 @@
 """`bertindex doctor`: check a store against its indexes and repair them from the store.
-Thin layer over `indexer.doctor`.
+Thin layer over `indexer.ops.doctor`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from search.cli_common import build_config, config_options, handle_errors, json_option, print_json
+from search.cli.common import build_config, config_options, handle_errors, json_option, print_json
 
 
 @click.command()
@@ -26,7 +26,7 @@ def doctor(repair, config_path, store_path, as_json):
     Exit code 1 when a problem was found and not repaired. Holds the store's writer lock, so
     it refuses to run while an index run writes.
     """
-    from indexer.doctor import run_doctor
+    from indexer.ops.doctor import run_doctor
 
     cfg = build_config(config_path, store_path)
     report = run_doctor(cfg, repair=repair)
@@ -39,7 +39,7 @@ def doctor(repair, config_path, store_path, as_json):
 
 
 def _print_report(report: dict) -> None:
-    from indexer.doctor import Problem
+    from indexer.ops.doctor import Problem
 
     facts = report["facts"]
     index = facts.get("index") or {}

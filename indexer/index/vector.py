@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "`pip install 'bertindex[cpu]'` or `pip install 'bertindex[gpu]'`"
     ) from exc
 
-from indexer.auto_index import (
+from indexer.index.auto import (
     Batches,
     build_on_gpu,
     choose_spec,
@@ -39,10 +39,10 @@ from indexer.auto_index import (
     tune_batches,
 )
 from indexer.config import IndexConfig
-from indexer.encoder import Provenance
+from indexer.encode.encoder import Provenance
 from indexer.errors import IndexError_, ProvenanceMismatch, repair_hint
 from indexer.faults import crash_point
-from indexer.versions import current_version, fsync_dir, list_versions, write_pointer
+from indexer.index.versions import current_version, fsync_dir, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def has_gpu() -> bool:
 def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
                  dim: int | None = None) -> str:
     """The FAISS factory string for `index.spec`; `auto` picks by collection size and memory
-    budget (`indexer.auto_index.choose_spec`; the index section's defaults without `config`).
+    budget (`indexer.index.auto.choose_spec`; the index section's defaults without `config`).
     """
     if spec != "auto":
         return spec

@@ -19,14 +19,14 @@ import duckdb
 import numpy as np
 
 from indexer.config import Config
-from indexer.consistency import faiss_ids
+from indexer.ops.consistency import faiss_ids
 from indexer.errors import BertindexError, IndexError_, StoreError, repair_hint
-from indexer.keyword_index import KEYWORD_DIR, KeywordIndex, sync_keyword_index
-from indexer.keyword_index import SCHEMA_VERSION as KEYWORD_SCHEMA
-from indexer.pipeline import sync_vector_index
-from indexer.store import DB_NAME, WRITE_KEYS, Store, WriterLock
-from indexer.vector_index import INDEX_FILE, PROVENANCE_FILE, VectorIndex
-from indexer.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
+from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, sync_keyword_index
+from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
+from indexer.ingest.pipeline import sync_vector_index
+from indexer.store.store import DB_NAME, WRITE_KEYS, Store, WriterLock
+from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
+from indexer.index.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
 
 log = logging.getLogger(__name__)
 

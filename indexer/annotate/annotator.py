@@ -5,7 +5,7 @@ encoder pass per batch; each head then applies only its own top layers, pooling 
 config.json says ([CLS] or the normalised token mean, `heads.sentence`). Texts are tokenised
 once, cut into windows (never truncated), length-sorted into batches under a token budget, and
 the next chunk of texts is tokenised on a background thread while the current one computes.
-Does not read files or write the store (see `indexer.annotation_store` and `flows.annotate`).
+Does not read files or write the store (see `indexer.store.annotations` and `flows.annotate`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from indexer.chunking import window_spans
-from indexer.encoder import (
+from indexer.ingest.chunking import window_spans
+from indexer.encode.encoder import (
     choose_device,
     choose_dtype,
     default_streams,
@@ -37,8 +37,8 @@ from indexer.errors import ModelError
 from indexer.heads.labels import merge_subwords, word_spans
 from indexer.heads.predict import load_model_dir
 from indexer.heads.sentence import head_pooling, sentence_features, sequence_logits, top_logits
-from indexer.pooling import l2_normalize, pool
-from indexer.store import ChunkRows
+from indexer.encode.pooling import l2_normalize, pool
+from indexer.store.store import ChunkRows
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ class Annotator:
 
         Returns:
             (one Annotation per text, ChunkRows whose doc_ids are positions into `texts`, as
-            `indexer.pipeline.encode_documents` gives them).
+            `indexer.ingest.pipeline.encode_documents` gives them).
         """
         if self.embed_group is None:
             raise ModelError("the index's embedding is not shared with these heads; call "
@@ -491,7 +491,7 @@ class Annotator:
 
 def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> ChunkRows:
     """The index's chunks of a shared pass: each window's ordinal and character span, as
-    `indexer.chunking.make_windows` gives them, with its vector."""
+    `indexer.ingest.chunking.make_windows` gives them, with its vector."""
     owners, ordinals, starts, ends, n_tokens = [], [], [], [], []
     for i, s, e in windows:
         ordinals.append(ordinals[-1] + 1 if owners and owners[-1] == i else 0)

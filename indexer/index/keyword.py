@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import tantivy
 
 from indexer.errors import IndexError_
-from indexer.store import Store
+from indexer.store.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from indexer.annotate import Annotation, Annotator
+from indexer.annotate.annotator import Annotation, Annotator
 from indexer.errors import InputError
-from indexer.readers import FieldMap, Record, expand_paths, read_batches
+from indexer.ingest.readers import FieldMap, Record, expand_paths, read_batches
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from search.cli_common import (
+from search.cli.common import (
     build_config,
     config_options,
     handle_errors,
@@ -171,7 +171,7 @@ def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode,
         click.echo(f"{name:<16}{row['precision']:>10.4f}{row['recall']:>10.4f}{row['f1']:>10.4f}{row['support']:>9}")
 
 
-if __name__ == "__main__":  # python -m search.cli_heads train ... | head ...
+if __name__ == "__main__":  # python -m search.cli.heads train ... | head ...
     cli = click.Group(name="bertindex-heads", help="Fine-tuned heads (train, eval head).")
     cli.add_command(train)
     cli.add_command(eval_head, name="head")

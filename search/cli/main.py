@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from indexer.errors import InputError
-from search.cli_annotate import entity_callback, hit_annotations, label_callback
-from search.cli_common import (
+from search.cli.annotate import entity_callback, hit_annotations, label_callback
+from search.cli.common import (
     build_config,
     config_options,
     encode_options,
@@ -65,8 +65,8 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
 
     cfg = build_config(config_path, store_path, max_length, long_documents)
     warm_up_api()  # Prefect's local API starts while the model loads
-    from indexer.encoder import load_encoder
-    from indexer.readers import FieldMap
+    from indexer.encode.encoder import load_encoder
+    from indexer.ingest.readers import FieldMap
 
     load_encoder(cfg.model)
     wait_for_api()
@@ -155,7 +155,7 @@ def search(query, k, collection, where, mode, labels, entities, server, config_p
 
         hits = remote_search(server, query, k, collection, where, mode)
     else:
-        from indexer.store import Store
+        from indexer.store.store import Store
         from search.query import Searcher
 
         cfg = build_config(config_path, store_path, max_length, long_documents)
@@ -211,9 +211,9 @@ def eval_beir(folder, split, modes, config_path, store_path, max_length, long_do
     Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}.
     """
     from flows.index_corpus import run_index
-    from indexer.encoder import load_encoder
+    from indexer.encode.encoder import load_encoder
     from indexer.evaluation import load_beir_queries, retrieval_scores
-    from indexer.store import Store
+    from indexer.store.store import Store
     from search.query import Searcher
 
     cfg = build_config(config_path, None, max_length, long_documents)
@@ -258,7 +258,7 @@ def eval_sts(file, config_path, store_path, max_length, long_documents, as_json)
     """Spearman correlation of cosine similarity with gold scores on an STS-B file."""
     import numpy as np
 
-    from indexer.encoder import load_encoder
+    from indexer.encode.encoder import load_encoder
     from indexer.evaluation import load_sts, spearman
 
     cfg = build_config(config_path, store_path, max_length, long_documents)
@@ -279,20 +279,20 @@ def eval_sts(file, config_path, store_path, max_length, long_documents, as_json)
 
 def _register_optional_commands() -> None:
     """Commands that live in their own modules."""
-    from search.cli_serve import serve
+    from search.cli.serve import serve
 
     main.add_command(serve)
-    from search.cli_flows import register as register_flow_commands
+    from search.cli.flows import register as register_flow_commands
 
     register_flow_commands(main)  # delete, status, reindex, flows serve|list
-    from search.cli_annotate import annotate
+    from search.cli.annotate import annotate
 
     main.add_command(annotate)
-    from search.cli_doctor import doctor
+    from search.cli.doctor import doctor
 
     main.add_command(doctor)
     try:
-        from search.cli_heads import eval_head, train
+        from search.cli.heads import eval_head, train
     except ImportError:
         return
     main.add_command(train)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from indexer.errors import InputError
-from indexer.readers import Rejected, expand_paths
+from indexer.ingest.readers import Rejected, expand_paths
 
 
 def real(path: str | Path) -> Path:

@@ -28,11 +28,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from indexer.encoder import Provenance
+from indexer.encode.encoder import Provenance
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.faults import crash_point
-from indexer.readers import Record, Rejected
-from indexer.versions import SNAPSHOT_FILE, current_version, fsync_dir, version_dir
+from indexer.ingest.readers import Record, Rejected
+from indexer.index.versions import SNAPSHOT_FILE, current_version, fsync_dir, version_dir
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -1,7 +1,7 @@
 """The demo corpus: docstrings of the Python standard library, read from its source files
 with `ast` (nothing is imported), written as JSONL passages with module/object metadata.
 
-Usage: python -m indexer.stdlib_corpus OUT.jsonl
+Usage: python -m indexer.ingest.stdlib_corpus OUT.jsonl
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Bulk annotation: run trained heads over the store, files or an inbox."""

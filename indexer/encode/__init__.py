@@ -1,0 +1,1 @@
+"""Encode: tokenizer -> transformer -> pooling -> normalise, in length-sorted batches."""

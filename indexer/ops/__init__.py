@@ -1,0 +1,1 @@
+"""Operations on a store: doctor, consistency checks, reindex and status."""

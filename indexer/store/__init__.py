@@ -1,0 +1,1 @@
+"""Store: the DuckDB file and the only code that speaks SQL."""

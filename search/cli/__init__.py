@@ -1,0 +1,1 @@
+"""The `bertindex` command line: one module per command group."""
