@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-stamp
 DEMO   := .demo
 
-.PHONY: install demo test bench lint clean
+.PHONY: install browser demo test bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,12 @@ demo: $(STAMP)
 	$(VENV)/bin/bertindex search "parse command line arguments" --store $(DEMO)/store -k 5
 	$(VENV)/bin/bertindex search "compress a file with gzip" --store $(DEMO)/store -k 3 --where kind=function
 
-test: $(STAMP)
+# pages are tested in a real headless browser: Debian's chromium and its matching driver
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
