@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-stamp
 DEMO   := .demo
 
-.PHONY: install browser demo test bench lint clean
+.PHONY: install browser demo test bench lint docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ browser:
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
 
 bench: $(STAMP)
 	$(PY) benchmarks/encode_throughput.py

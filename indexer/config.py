@@ -27,8 +27,10 @@ class ModelConfig(_Strict):
     """The encoder and how its output becomes one vector per text."""
 
     name: str = Field(DEFAULT_MODEL, description="HF model directory, or the packaged default")
-    pooling: Literal["mean", "cls", "pooler", "last4"] = "mean"
-    normalize: bool = True
+    pooling: Literal["mean", "cls", "pooler", "last4"] = Field(
+        "mean", description="`mean` over the attention mask, `cls`, `pooler` (`pooler_output`), "
+        "`last4` (mean over the mask of each of the last four layers, concatenated: 4 x hidden)")
+    normalize: bool = Field(True, description="L2-normalise the vectors (inner product = cosine)")
     max_length: int = Field(256, ge=8, le=MAX_POSITIONS, description="tokens per window")
     batch_tokens: int = Field(16384, ge=64, description="padded tokens per forward pass")
     max_waste: float | None = Field(
@@ -37,14 +39,19 @@ class ModelConfig(_Strict):
     streams: int | None = Field(
         None, ge=1, le=64, description="batches in flight at once, each on its own thread; "
         "None = one per torch thread on CPU (at most 8), one on CUDA")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="`auto`: CUDA when torch sees it, else the CPU")
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="`auto`: bf16 on CUDA with bf16 support (else fp16) and on CPUs with "
+        "native bf16 (AVX512-BF16/AMX), fp32 elsewhere; `fp16` is CUDA only")
 
 
 class LongDocumentsConfig(_Strict):
     """What happens to a text longer than `model.max_length` tokens."""
 
-    mode: Literal["chunk", "truncate"] = "chunk"
+    mode: Literal["chunk", "truncate"] = Field(
+        "chunk", description="`chunk`: overlapping windows, a document scores as its best window; "
+        "`truncate`: the first window only")
     stride: int = Field(64, ge=0, description="tokens shared by consecutive windows")
     max_chars: int = Field(
         1_000_000, ge=0, description="documents with more characters (title + text) are "
@@ -54,7 +61,8 @@ class LongDocumentsConfig(_Strict):
 class IndexConfig(_Strict):
     """The FAISS index: `auto`, or any FAISS factory string (e.g. `IVF256,Flat`, `HNSW32`)."""
 
-    spec: str = "auto"
+    spec: str = Field("auto", description="`auto` (exact `Flat` up to flat_limit vectors, IVF with "
+                      "4-bit fast-scan PQ and rescoring above) or a FAISS factory string")
     nprobe: int = Field(16, ge=1, description="IVF lists visited per query")
     ef_search: int = Field(64, ge=1, description="HNSW candidates per query")
     memory_budget_mb: float | None = Field(
@@ -72,7 +80,7 @@ class IndexConfig(_Strict):
 
 
 class StoreConfig(_Strict):
-    path: str = ".bertindex"
+    path: str = Field(".bertindex", description="the store directory (overridden by --store)")
 
 
 class RootsConfig(_Strict):
@@ -94,8 +102,11 @@ class RootsConfig(_Strict):
 class SearchConfig(_Strict):
     """How `search` ranks: dense vectors, BM25 keywords, or both fused (hybrid)."""
 
-    mode: Literal["dense", "keyword", "hybrid"] = "hybrid"
-    fusion: Literal["rrf", "weighted"] = "weighted"
+    mode: Literal["dense", "keyword", "hybrid"] = Field(
+        "hybrid", description="dense vectors, BM25 keywords, or both fused (as --mode)")
+    fusion: Literal["rrf", "weighted"] = Field(
+        "weighted", description="hybrid: `weighted` (min-max-normalised weighted sum) or `rrf` "
+        "(reciprocal rank fusion)")
     dense_weight: float = Field(0.5, ge=0.0, le=1.0,
                                 description="weighted fusion: dense share, keyword gets the rest")
     rrf_k: int = Field(60, ge=1, description="RRF constant")
@@ -106,8 +117,9 @@ class FieldsConfig(_Strict):
     """Which columns of a source hold the id, text and title; every other column is metadata."""
 
     id: str | None = Field(None, description="id column (default: `id` or `_id`)")
-    text: str = "text"
-    title: str | None = "title"
+    text: str = Field("text", description="text column")
+    title: str | None = Field("title", description="title column, encoded before the text; "
+                              "null: no title")
     metadata: list[str] | None = Field(None, description="metadata columns (default: all others)")
 
 
@@ -115,8 +127,9 @@ class SourceConfig(_Strict):
     """A corpus indexed by the scheduled `index_corpus` flow (`bertindex flows serve`)."""
 
     paths: list[str] = Field(min_length=1, description="files or directories")
-    collection: str = "default"
-    format: Literal["auto", "jsonl", "parquet", "csv", "beir"] = "auto"
+    collection: str = Field("default", description="collection the documents are indexed into")
+    format: Literal["auto", "jsonl", "parquet", "csv", "beir"] = Field(
+        "auto", description="input format (`auto`: by file name)")
     fields: FieldsConfig = FieldsConfig()
     on_missing: Literal["keep", "delete"] = Field(
         "keep", description="documents of the collection absent from the source's files: "
@@ -132,10 +145,10 @@ SCHEDULED_FLOWS = ("index_corpus", "annotate", "reindex")
 class ScheduleConfig(_Strict):
     """When a flow runs: exactly one of `cron` (5 fields) or `interval` (seconds)."""
 
-    cron: str | None = None
+    cron: str | None = Field(None, description="5-field cron expression, e.g. `*/30 * * * *`")
     interval: int | None = Field(None, ge=1, description="seconds between runs")
-    timezone: str = "UTC"
-    active: bool = True
+    timezone: str = Field("UTC", description="time zone of the cron expression")
+    active: bool = Field(True, description="false: the deployment is registered, paused")
     sources: list[str] | None = Field(
         None, description="index_corpus only: the sources to index (default: all)")
     heads: list[str] | None = Field(
@@ -188,7 +201,9 @@ class Config(_Strict):
     store: StoreConfig = StoreConfig()
     roots: RootsConfig = RootsConfig()
     search: SearchConfig = SearchConfig()
-    runner: Literal["local", "dask"] = "local"
+    runner: Literal["local", "dask"] = Field(
+        "local", description="`local`: encode in this process; `dask`: encode batches on the "
+        "cluster under `dask`")
     dask: DaskConfig = DaskConfig()
     sources: dict[str, SourceConfig] = {}
     schedules: dict[Literal["index_corpus", "annotate", "reindex"], ScheduleConfig] = {}
