@@ -94,7 +94,7 @@ def inbox_case(texts: list[str], clf_dir: Path, tmp: Path) -> dict:
     out["cpu_time_ratio"] = round(out["one_pass"]["docs_per_cpu_s"]
                                   / out["separate_passes"]["docs_per_cpu_s"], 2)
     # the two stores: the same chunks, vectors and labels?
-    from indexer.store.store import Store
+    from indexer.store import Store
 
     got = {}
     for case in ("one_pass", "separate_passes"):
@@ -121,7 +121,7 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     from indexer.annotate.annotator import Annotation, Label
     from indexer.store.annotations import write_annotations
     from indexer.encode.encoder import plan_batches
-    from indexer.store.store import Store
+    from indexer.store import Store
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)
     tokenize = lambda: tokenizer(texts, add_special_tokens=False, truncation=False,

@@ -31,7 +31,7 @@ def main() -> None:
 
     import pyarrow as pa
 
-    from indexer.store.store import Store
+    from indexer.store import Store
 
     with tempfile.TemporaryDirectory(prefix="bertindex-bound-") as tmp, Store(Path(tmp)) as store:
         con = store.con

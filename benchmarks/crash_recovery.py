@@ -58,7 +58,7 @@ def alive(pids: list[int]) -> list[int]:
 
 def search(store: Path, queries: list[str]) -> list[list[tuple[str, float]]] | None:
     from indexer.config import Config
-    from indexer.store.store import Store
+    from indexer.store import Store
     from search.query import Searcher
 
     cfg = Config().with_overrides(**{"store.path": str(store)})

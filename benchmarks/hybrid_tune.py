@@ -23,7 +23,7 @@ from indexer.index import fusion
 from indexer.config import Config
 from indexer.encode.encoder import load_encoder
 from indexer.evaluation import load_beir_queries, retrieval_scores
-from indexer.store.store import Store
+from indexer.store import Store
 from search.query import Searcher
 
 
@@ -50,14 +50,15 @@ def main() -> None:
     report: dict = {"max_length": args.max_length, "long_documents": args.long_documents}
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store, encoder)
-        external = dict(store.con.execute("SELECT doc_id, external_id FROM documents").fetchall())
+        external = {d.doc_id: d.external_id
+                    for d in store.fetch_documents(store.document_hashes()).values()}
         sides = {}
         for split in (args.tune_split, args.report_split):
             queries, qrels = load_beir_queries(args.folder, split)
             ids = list(queries)
             texts = [queries[q] for q in ids]
             vectors = encoder.encode_texts(texts)
-            dense = [[(d, s) for d, _, s in r]
+            dense = [[(m.doc_id, m.score) for m in r]
                      for r in searcher.dense_ranked(vectors, args.depth)]
             keyword = searcher.keyword_ranked(texts, args.depth)
             sides[split] = (ids, {q: qrels[q] for q in ids}, dense, keyword)

@@ -36,7 +36,7 @@ from indexer.ingest.pipeline import (
     sync_vector_index,
 )
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
-from indexer.store.store import ChunkRows, Store
+from indexer.store import ChunkRows, Store
 
 log = logging.getLogger(__name__)
 

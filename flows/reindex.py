@@ -16,7 +16,7 @@ from indexer.config import Config
 from indexer.encode.encoder import load_encoder
 from indexer.index.keyword import sync_keyword_index
 from indexer.ops.reindex import reindex_store
-from indexer.store.store import Store
+from indexer.store import Store
 
 
 @task(cache_policy=NONE, retries=1, retry_delay_seconds=5)

@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from indexer.index import fusion
 from indexer.config import Config
 from indexer.errors import IndexError_, InputError, repair_hint
+from indexer.index import fusion
 from indexer.index.keyword import KeywordIndex
-from indexer.store.store import QUERY_KEYS, Hit, Store
 from indexer.index.vector import VectorIndex
 from indexer.index.versions import version_dir
+from indexer.store import QUERY_KEYS, Hit, Store
 
 
 @dataclass
@@ -33,6 +33,16 @@ class SearchHit:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankedDoc:
+    """A document in a ranking, before its text is fetched: its score and, from a dense
+    search, the chunk that scored best (None from a keyword-only ranking)."""
+
+    doc_id: int
+    score: float
+    chunk_id: int | None = None
 
 
 def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
@@ -64,7 +74,7 @@ class Searcher:
         self.store = store
         self._encoder = encoder
         self._keyword: KeywordIndex | None = None
-        self._chunk_map: tuple[np.ndarray, np.ndarray] | None = None
+        self._chunk_map: tuple[np.ndarray, np.ndarray] | None = None  # (chunk ids, doc ids)
         # the index version published with the snapshot this store opened (not a newer one)
         self.index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS,
                                       version=store.version)
@@ -137,8 +147,9 @@ class Searcher:
                        where: Sequence[tuple[str, str]] = (), mode: str | None = None,
                        vectors: np.ndarray | None = None, *, labels: Sequence = (),
                        entities: Sequence = (),
-                       ) -> list[list[tuple[int, float, int | None]]]:
-        """(doc id, score, best chunk id or None) per query, best first, before any fetch."""
+                       ) -> list[list[RankedDoc]]:
+        """Documents per query, best first, before any fetch (a dense or hybrid ranking
+        carries each document's best chunk)."""
         mode = mode or self.config.search.mode
         if mode not in MODES:
             raise InputError(f"search mode '{mode}' is unknown; choose one of {', '.join(MODES)}")
@@ -153,14 +164,14 @@ class Searcher:
             keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
                                           entities=entities)
         if mode == "dense":
-            return [[(d, s, c) for d, c, s in r][:k] for r in dense]
+            return [r[:k] for r in dense]
         if mode == "keyword":
-            return [[(d, s, None) for d, s in r][:k] for r in keyword]
+            return [[RankedDoc(d, s) for d, s in r][:k] for r in keyword]
         out = []
         for dense_r, keyword_r in zip(dense, keyword):
-            chunk_of = {d: c for d, c, _ in dense_r}
-            fused = self.fuse([(d, s) for d, _, s in dense_r], keyword_r)
-            out.append([(d, s, chunk_of.get(d)) for d, s in fused[:k]])
+            chunk_of = {m.doc_id: m.chunk_id for m in dense_r}
+            fused = self.fuse([(m.doc_id, m.score) for m in dense_r], keyword_r)
+            out.append([RankedDoc(d, s, chunk_of.get(d)) for d, s in fused[:k]])
         return out
 
     def fuse(self, dense: fusion.Ranked, keyword: fusion.Ranked) -> list[tuple[int, float]]:
@@ -172,8 +183,8 @@ class Searcher:
 
     def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
                      where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
-                     entities: Sequence = ()) -> list[list[tuple[int, int, float]]]:
-        """(doc id, best chunk id, cosine) per query vector, k documents, best first."""
+                     entities: Sequence = ()) -> list[list[RankedDoc]]:
+        """k documents per query vector, best first, scored by the cosine of their best chunk."""
         if self.index is None or self.index.ntotal == 0:
             return [[] for _ in range(len(vectors))]
         allowed = self.store.filter_chunk_ids(collection, where, labels, entities)
@@ -192,23 +203,22 @@ class Searcher:
     def search_vectors(self, vectors: np.ndarray, k: int = 10, collection: str | None = None,
                        where: Sequence[tuple[str, str]] = ()) -> list[list[SearchHit]]:
         """Dense search for query embeddings (no query text, so no keyword side)."""
-        ranked = self.dense_ranked(vectors, k, collection, where)
-        return self._hits([[(d, s, c) for d, c, s in r] for r in ranked])
+        return self._hits(self.dense_ranked(vectors, k, collection, where))
 
-    def _hits(self, ranked: list[list[tuple[int, float, int | None]]]) -> list[list[SearchHit]]:
-        chunk_ids = [c for r in ranked for _, _, c in r if c is not None]
-        doc_ids = [d for r in ranked for d, _, c in r if c is None]
+    def _hits(self, ranked: list[list[RankedDoc]]) -> list[list[SearchHit]]:
+        chunk_ids = [m.chunk_id for r in ranked for m in r if m.chunk_id is not None]
+        doc_ids = [m.doc_id for r in ranked for m in r if m.chunk_id is None]
         by_chunk = self.store.fetch_hits(chunk_ids)
         by_doc = self.store.fetch_documents(doc_ids)
         out = []
         for r in ranked:
             hits = []
-            for doc_id, score, chunk_id in r:
-                h: Hit | None = (by_chunk.get(chunk_id) if chunk_id is not None
-                                 else by_doc.get(doc_id))
+            for m in r:
+                h: Hit | None = (by_chunk.get(m.chunk_id) if m.chunk_id is not None
+                                 else by_doc.get(m.doc_id))
                 if h is None:  # keyword index already past (or behind) the published snapshot
                     continue
-                hits.append(SearchHit(len(hits) + 1, float(score), h.external_id, h.collection,
+                hits.append(SearchHit(len(hits) + 1, float(m.score), h.external_id, h.collection,
                                       h.title, h.text, h.metadata, h.start_char, h.end_char))
             out.append(hits)
         return out
@@ -219,9 +229,7 @@ class Searcher:
         One DuckDB round trip per query cost more than the FAISS search itself (README).
         """
         if self._chunk_map is None:
-            rows = self.store.con.execute(
-                "SELECT chunk_id, doc_id FROM chunks ORDER BY chunk_id").fetchnumpy()
-            self._chunk_map = (rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64))
+            self._chunk_map = self.store.chunk_doc_map()
         keys, docs = self._chunk_map
         pos = np.searchsorted(keys, chunk_ids)
         pos = np.minimum(pos, len(keys) - 1)
@@ -233,7 +241,7 @@ class Searcher:
         return docs[pos]
 
     def _best_chunks(self, vector: np.ndarray, k: int, allowed, limit: int
-                     ) -> list[tuple[int, int, float]]:
+                     ) -> list[RankedDoc]:
         """Best chunk per document, k documents; widens the chunk search until k are found."""
         fetch = min(limit, max(k * 4, 16))
         while True:
@@ -241,10 +249,10 @@ class Searcher:
             valid = ids[0] >= 0
             chunk_ids, chunk_scores = ids[0][valid], scores[0][valid]
             doc_ids = self._doc_of(chunk_ids)
-            best: dict[int, tuple[int, int, float]] = {}
+            best: dict[int, RankedDoc] = {}
             for c, d, s in zip(chunk_ids.tolist(), doc_ids.tolist(), chunk_scores.tolist()):
                 if d not in best:  # results come best first
-                    best[d] = (d, c, s)
+                    best[d] = RankedDoc(d, s, c)
             if len(best) >= k or fetch >= limit:
                 return list(best.values())[:k]
             fetch = min(limit, fetch * 4)

@@ -18,7 +18,7 @@ from flows.annotate import build_annotator, run_annotate
 from flows.index_corpus import run_index
 from indexer.encode.encoder import Encoder
 from indexer.ingest.pipeline import encode_documents
-from indexer.store.store import Store
+from indexer.store import Store
 
 WORDS = ["red", "apple", "green", "pear", "blue", "river", "big", "mountain", "zürich"]
 TEXTS = [

@@ -15,7 +15,7 @@ from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.config import IndexConfig
 from indexer.encode.encoder import Provenance
 from indexer.errors import IndexError_
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.vector import VectorIndex
 from search.query import Searcher
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from indexer.store.store import Store
+from indexer.store import Store
 from search.cli.main import main
 
 

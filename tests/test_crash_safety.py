@@ -20,7 +20,7 @@ from conftest import TINY_WORDS
 from flows.index_corpus import run_index
 from indexer.ops.consistency import check_store
 from indexer.faults import POINTS
-from indexer.store.store import Store
+from indexer.store import Store
 from search.query import Searcher
 
 BATCH = 100

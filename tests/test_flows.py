@@ -151,7 +151,7 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
     empty = runner.invoke(main, ["status", "--config", str(config), "--json"])
     assert empty.exit_code == 1 and "no store" in empty.stderr
     run_index([str(small_corpus)], cfg, collection="news")
-    from indexer.store.store import Store
+    from indexer.store import Store
 
     with Store(cfg.store.path) as store:
         for doc_id in store.document_hashes():  # a1 first: doc ids follow reading order

@@ -10,7 +10,7 @@ import pytest
 from flows.index_corpus import run_index
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.vector import VectorIndex
 from search.query import Searcher
 

@@ -12,7 +12,7 @@ from flows.reindex import run_reindex
 from indexer.ops.consistency import check_store
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch
-from indexer.store.store import Store
+from indexer.store import Store
 from search.query import Searcher
 
 

@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 import tantivy
 
 from indexer.errors import IndexError_
-from indexer.store.store import Store
+from indexer.store import HashDiff, Store
 
 log = logging.getLogger(__name__)
 
@@ -152,41 +151,22 @@ class KeywordIndex:
         except (OSError, pa.ArrowException) as exc:
             raise IndexError_(f"cannot read the keyword manifest {path} ({exc})") from None
 
-    def diff(self, store: Store) -> KeywordDiff:
-        """The store's documents against the manifest, joined inside DuckDB (the manifest is
-        read there too), so memory does not grow with the number of documents."""
-        path = self.folder / MANIFEST_FILE
-        con = store.con
-        documents = con.execute("SELECT count(*) FROM documents").fetchone()[0]
-        if not path.is_file():
-            ids = con.execute("SELECT doc_id FROM documents ORDER BY doc_id").fetchnumpy()
-            return KeywordDiff(documents, _ids(ids["doc_id"]), _ids([]), _ids([]))
-        rows = con.execute(
-            "SELECT d.doc_id, m.doc_id IS NULL AS is_new FROM documents d "
-            "LEFT JOIN read_parquet(?) m ON m.doc_id = d.doc_id "
-            "WHERE m.content_hash IS DISTINCT FROM d.content_hash ORDER BY d.doc_id",
-            [str(path)],
-        ).fetchnumpy()
-        gone = con.execute(
-            "SELECT m.doc_id FROM read_parquet(?) m LEFT JOIN documents d ON d.doc_id = m.doc_id "
-            "WHERE d.doc_id IS NULL ORDER BY m.doc_id", [str(path)],
-        ).fetchnumpy()["doc_id"]
-        ids, is_new = _ids(rows["doc_id"]), np.asarray(rows["is_new"], dtype=bool)
-        return KeywordDiff(documents, ids[is_new], ids[~is_new], _ids(gone))
+    def diff(self, store: Store) -> HashDiff:
+        """The store's documents against the manifest: doc ids to add, re-index or remove
+        (joined inside DuckDB, so memory does not grow with the number of documents)."""
+        return store.diff_hashes(self.folder / MANIFEST_FILE)
 
     def _write_manifest(self, store: Store) -> None:
         """The manifest after a sync: every stored document at its stored hash, streamed
         from the store in record batches and renamed into place."""
         tmp = self.folder / f".{MANIFEST_FILE}.tmp"
-        reader = store.con.execute(
-            "SELECT doc_id, content_hash FROM documents ORDER BY doc_id"
-        ).fetch_record_batch(65536)
+        reader = store.document_hash_batches()
         with pq.ParquetWriter(tmp, reader.schema) as out:
             for batch in reader:
                 out.write_batch(batch)
         os.replace(tmp, self.folder / MANIFEST_FILE)
 
-    def apply(self, store: Store, change: KeywordDiff) -> None:
+    def apply(self, store: Store, change: HashDiff) -> None:
         """Delete changed and gone doc ids, (re)write new and changed ones from the store,
         commit, then write the manifest from the store.
 
@@ -203,9 +183,9 @@ class KeywordIndex:
                 writer.delete_documents_by_term("doc_id", doc_id)
             for start in range(0, len(upsert), _WRITE_BATCH):
                 part = upsert[start:start + _WRITE_BATCH].tolist()
-                for doc_id, title, text in store.documents_text(part):
-                    writer.add_document(tantivy.Document(doc_id=doc_id, title=title or "",
-                                                         body=text))
+                for doc in store.documents_text(part):
+                    writer.add_document(tantivy.Document(doc_id=doc.doc_id, title=doc.title or "",
+                                                         body=doc.text))
             writer.commit()
             writer.wait_merging_threads()
         except BaseException:
@@ -213,24 +193,6 @@ class KeywordIndex:
             raise
         self._write_manifest(store)
         self._searcher = None
-
-
-@dataclass
-class KeywordDiff:
-    """Doc ids (sorted int64) the keyword index must add, re-index or remove."""
-
-    documents: int  # stored documents
-    new: np.ndarray
-    changed: np.ndarray
-    gone: np.ndarray
-
-    @property
-    def empty(self) -> bool:
-        return not (len(self.new) or len(self.changed) or len(self.gone))
-
-
-def _ids(values) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
 
 
 def sync_keyword_index(store: Store) -> dict:

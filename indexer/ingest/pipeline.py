@@ -18,7 +18,7 @@ from indexer.config import Config
 from indexer.encode.encoder import Encoder
 from indexer.errors import IndexError_, ProvenanceMismatch
 from indexer.ingest.readers import Batch, Record, document_text
-from indexer.store.store import QUERY_KEYS, ChunkRows, Store, content_hash
+from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
 from indexer.index.vector import VectorIndex, resolve_spec
 
 log = logging.getLogger(__name__)
@@ -119,13 +119,13 @@ def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
         if record.external_id not in known:
             new_docs.append((record, digest))
             continue
-        doc_id, old_digest, old_meta = known[record.external_id]
-        if old_digest != digest:
-            changed_docs.append((doc_id, record, digest))
+        stored = known[record.external_id]
+        if stored.content_hash != digest:
+            changed_docs.append((stored.doc_id, record, digest))
         else:
             skipped += 1
-            if json.loads(old_meta or "{}") != record.metadata:
-                meta_updates.append((doc_id, record))
+            if json.loads(stored.metadata or "{}") != record.metadata:
+                meta_updates.append((stored.doc_id, record))
     new_ids = store.next_ids("doc_ids", len(new_docs))
     new_rows = [(d, r, h) for d, (r, h) in zip(new_ids, new_docs)]
     texts = [document_text(r) for _, r, _ in new_rows + changed_docs]
@@ -227,7 +227,7 @@ def sync_vector_index(store: Store, config: Config, added, removed,
     if incremental:
         for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
             part = added[start:start + _ADD_BATCH]
-            current.add(_vectors_for(store, part), part)
+            current.add(store.fetch_vectors(part), part)
         index = current
     else:
         index = VectorIndex.build_from_batches(spec, provenance, config.index,
@@ -242,14 +242,3 @@ def sync_vector_index(store: Store, config: Config, added, removed,
 
 
 _ADD_BATCH = 65536  # chunk ids whose vectors are fetched and added at once
-
-
-def _vectors_for(store: Store, ids: np.ndarray) -> np.ndarray:
-    if not len(ids):
-        return np.zeros((0, store.provenance().dim), np.float32)
-    with store.bound(ids) as wanted:
-        table = store.con.execute(
-            f"SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {wanted} ORDER BY chunk_id"
-        ).fetch_arrow_table()
-    emb = table.column("embedding").combine_chunks()
-    return emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(ids), -1)

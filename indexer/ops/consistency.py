@@ -15,7 +15,7 @@ import faiss
 import numpy as np
 
 from indexer.config import Config
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.vector import VectorIndex
 
 
@@ -60,24 +60,17 @@ def check_store(config: Config) -> StoreContents:
     path = Path(config.store.path)
     problems: list[str] = []
     with Store(path, read_only=True, snapshot=False) as store:
-        con = store.con
-        dup = con.execute(
-            "SELECT count(*) - count(DISTINCT (collection, external_id)) FROM documents"
-        ).fetchone()[0]
-        if dup:
-            problems.append(f"{dup} duplicate (collection, id) pairs")
-        orphans = con.execute(
-            "SELECT count(*) FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
-            "WHERE d.doc_id IS NULL").fetchone()[0]
-        if orphans:
-            problems.append(f"{orphans} chunks without a document")
-        docs = {(r[0], r[1]): (r[2], r[3]) for r in con.execute(
-            "SELECT collection, external_id, content_hash, metadata FROM documents").fetchall()}
-        rows = con.execute(
-            "SELECT d.collection, d.external_id, c.ordinal, c.start_char, c.end_char, c.chunk_id "
-            "FROM chunks c JOIN documents d ON c.doc_id = d.doc_id").fetchall()
-        chunks = {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows}
-        key_of = {r[5]: (r[0], r[1], r[2]) for r in rows}
+        counts = store.integrity_counts()
+        if counts.duplicate_ids:
+            problems.append(f"{counts.duplicate_ids} duplicate (collection, id) pairs")
+        if counts.orphan_chunks:
+            problems.append(f"{counts.orphan_chunks} chunks without a document")
+        docs = {(d.collection, d.external_id): (d.content_hash, d.metadata)
+                for d in store.document_digests()}
+        layout = store.chunk_layout()
+        chunks = {(c.collection, c.external_id, c.ordinal): (c.start_char, c.end_char)
+                  for c in layout}
+        key_of = {c.chunk_id: (c.collection, c.external_id, c.ordinal) for c in layout}
         vectors: dict = {}
         for ids, vecs in store.iter_vectors():
             for i, v in zip(ids.tolist(), vecs):

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-import duckdb
 import numpy as np
 
 from indexer.config import Config
@@ -24,7 +23,7 @@ from indexer.errors import BertindexError, IndexError_, StoreError, repair_hint
 from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, sync_keyword_index
 from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
 from indexer.ingest.pipeline import sync_vector_index
-from indexer.store.store import DB_NAME, WRITE_KEYS, Store, WriterLock
+from indexer.store import DB_NAME, WRITE_KEYS, Store, WriterLock, read_snapshot_facts
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
 from indexer.index.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
 
@@ -132,28 +131,20 @@ def diagnose(path: Path, config: Config) -> Diagnosis:
 
 def _check_store(store: Store, out: Diagnosis) -> None:
     """The store's own invariants: unique ids, every chunk with its document and its vector."""
-    con, db = store.con, store.db_path
-    dup = con.execute("SELECT count(*) - count(DISTINCT (collection, external_id)) "
-                      "FROM documents").fetchone()[0]
-    if dup:
-        out.add("store", db, f"{dup} duplicate (collection, id) pairs", "delete the duplicates "
-                "with `bertindex delete` and index their files again", repairable=False)
-    orphans = con.execute("SELECT count(*) FROM chunks c LEFT JOIN documents d "
-                          "ON c.doc_id = d.doc_id WHERE d.doc_id IS NULL").fetchone()[0]
-    stray = 0
-    if store.provenance() is not None:
-        stray = con.execute("SELECT count(*) FROM vectors WHERE chunk_id NOT IN "
-                            "(SELECT chunk_id FROM chunks)").fetchone()[0]
-        bare = con.execute(
-            "SELECT d.collection, d.external_id FROM chunks c JOIN documents d "
-            "ON c.doc_id = d.doc_id WHERE c.chunk_id NOT IN (SELECT chunk_id FROM vectors) "
-            "GROUP BY ALL ORDER BY ALL").fetchall()
-        if bare:
-            names = ", ".join(f"{c}/{i}" for c, i in bare[:EXAMPLES])
-            out.add("store", db, f"{len(bare)} document(s) have chunks without a stored vector "
-                    f"(e.g. {names}): nothing to rebuild their vectors from",
-                    "encode them again: `bertindex delete --collection C --id ID` for each, "
-                    "then `bertindex index` their files", repairable=False)
+    db = store.db_path
+    counts = store.integrity_counts()
+    if counts.duplicate_ids:
+        out.add("store", db, f"{counts.duplicate_ids} duplicate (collection, id) pairs",
+                "delete the duplicates with `bertindex delete` and index their files again",
+                repairable=False)
+    bare = store.documents_missing_vectors()
+    if bare:
+        names = ", ".join(f"{d.collection}/{d.external_id}" for d in bare[:EXAMPLES])
+        out.add("store", db, f"{len(bare)} document(s) have chunks without a stored vector "
+                f"(e.g. {names}): nothing to rebuild their vectors from",
+                "encode them again: `bertindex delete --collection C --id ID` for each, "
+                "then `bertindex index` their files", repairable=False)
+    orphans, stray = counts.orphan_chunks, counts.stray_vectors
     if orphans or stray:
         out.add("unreachable", db, f"{orphans} chunk(s) whose document is gone and "
                 f"{stray} vector(s) whose chunk is gone (unreachable rows)", repair_hint(store.path))
@@ -219,19 +210,11 @@ def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) ->
                 "running writer locks", fix)
         return
     try:
-        con = duckdb.connect(str(snap), read_only=True)
-    except duckdb.Error as exc:
-        out.add("snapshot", snap, f"cannot be opened ({exc})", fix)
+        facts = read_snapshot_facts(snap)
+    except StoreError as exc:
+        out.add("snapshot", snap, str(exc), fix)
         return
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchone()
-        chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    except duckdb.Error as exc:
-        out.add("snapshot", snap, f"cannot be read ({exc})", fix)
-        return
-    finally:
-        con.close()
-    snap_version = int(row[0]) if row else 0
+    snap_version, chunks = facts.data_version, facts.chunks
     if index.data_version is not None and snap_version != index.data_version:
         out.add("snapshot", snap, f"holds data version {snap_version}, its index "
                 f"{index.data_version}", fix)

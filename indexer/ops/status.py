@@ -11,7 +11,7 @@ from pathlib import Path
 
 from indexer.config import Config
 from indexer.errors import StoreError
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.versions import current_version, version_dir
 
 

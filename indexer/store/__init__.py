@@ -1,1 +1,40 @@
-"""Store: the DuckDB file and the only code that speaks SQL."""
+"""Store: the DuckDB file and the only code that speaks SQL.
+
+Public API (import these from `indexer.store`): `Store` (the facade: open, transactions,
+documents, vectors, filters, runs, checks), its row types `Hit`, `ChunkRows`, `StoredDoc`,
+`DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`, `IntegrityCounts`,
+`SnapshotFacts`; `WriterLock`; `content_hash`; `read_snapshot_facts`; the constants `DB_NAME`,
+`SCHEMA_VERSION`, `WRITE_KEYS`, `QUERY_KEYS`.
+
+Modules, one concept each: `store` (the facade, connection, transactions, data version),
+`lock` (writer lock), `schema` (DDL and migrations), `snapshot` (published read-only copies),
+`documents` (content hash and document writes), `side_tables` (annotations, runs, ... by
+name), `vectors` (vectors and provenance), `reads` (documents read back), `filters` (search
+filters as bound SQL), `runs` (run log and status counts), `checks` (integrity), `rows`
+(row dataclasses), `annotations` (labels, entities and the inbox ledger).
+"""
+
+from indexer.store.documents import content_hash
+from indexer.store.lock import WriterLock
+from indexer.store.rows import (
+    ChunkLayout,
+    ChunkRows,
+    DocDigest,
+    DocRef,
+    DocText,
+    HashDiff,
+    Hit,
+    IntegrityCounts,
+    SnapshotFacts,
+    StoredDoc,
+)
+from indexer.store.schema import SCHEMA_VERSION
+from indexer.store.snapshot import read_snapshot_facts
+from indexer.store.store import DB_NAME, Store
+from indexer.store.vectors import QUERY_KEYS, WRITE_KEYS
+
+__all__ = [
+    "DB_NAME", "QUERY_KEYS", "SCHEMA_VERSION", "WRITE_KEYS", "ChunkLayout", "ChunkRows",
+    "DocDigest", "DocRef", "DocText", "HashDiff", "Hit", "IntegrityCounts", "SnapshotFacts",
+    "Store", "StoredDoc", "WriterLock", "content_hash", "read_snapshot_facts",
+]

@@ -155,7 +155,7 @@ def search(query, k, collection, where, mode, labels, entities, server, config_p
 
         hits = remote_search(server, query, k, collection, where, mode)
     else:
-        from indexer.store.store import Store
+        from indexer.store import Store
         from search.query import Searcher
 
         cfg = build_config(config_path, store_path, max_length, long_documents)
@@ -213,7 +213,7 @@ def eval_beir(folder, split, modes, config_path, store_path, max_length, long_do
     from flows.index_corpus import run_index
     from indexer.encode.encoder import load_encoder
     from indexer.evaluation import load_beir_queries, retrieval_scores
-    from indexer.store.store import Store
+    from indexer.store import Store
     from search.query import Searcher
 
     cfg = build_config(config_path, None, max_length, long_documents)

@@ -30,7 +30,7 @@ def serve(host, port, max_request_bytes, threads, config_path, store_path):
     import torch
     import uvicorn
 
-    from indexer.store.store import Store
+    from indexer.store import Store
     from search.query import Searcher
     from search.server import create_app
 
@@ -41,7 +41,7 @@ def serve(host, port, max_request_bytes, threads, config_path, store_path):
     faiss.omp_set_num_threads(threads)
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path, read_only=True) as store:
-        store.con.execute(f"SET threads TO {int(threads)}")
+        store.set_threads(threads)
         app = create_app(Searcher(cfg, store), max_request_bytes)
         click.echo(f"serving {cfg.store.path} on http://{host}:{port}", err=True)
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

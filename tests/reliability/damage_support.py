@@ -15,7 +15,7 @@ from conftest import TINY_WORDS
 
 from flows.index_corpus import run_index
 from indexer.config import Config
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.versions import current_version, version_dir
 from reliability.support import tiny_model_config
 from search.query import Searcher

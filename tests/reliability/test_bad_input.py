@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from flows.index_corpus import run_index
 from indexer.config import Config
 from indexer.ops.consistency import check_store
-from indexer.store.store import Store
+from indexer.store import Store
 from reliability.bad_corpus import write_bad_corpus
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import index_errors, main

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from flows.index_corpus import Steps, encode_batch, run_index
 from indexer.ops.consistency import check_store
 from indexer.errors import StoreError
-from indexer.store.store import Store
+from indexer.store import Store
 from reliability.damage_support import index_store, search_results, write_corpus
 from reliability.support import one_torch_thread  # noqa: F401
 from search.cli.main import main
@@ -137,7 +137,7 @@ def test_two_runs_started_together_never_interleave(indexed, tmp_path):
 
 
 def test_lock_names_its_holder_and_is_released(tmp_path):
-    from indexer.store.store import WriterLock
+    from indexer.store import WriterLock
 
     lock = WriterLock(tmp_path)
     with pytest.raises(StoreError) as err:

@@ -18,7 +18,7 @@ from conftest import build_tiny_bert
 
 from flows.index_corpus import run_index
 from indexer.errors import IndexError_, ProvenanceMismatch, StoreError
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.index.versions import SNAPSHOT_FILE
 from reliability.damage_support import index_store, search_results
@@ -113,7 +113,7 @@ def test_an_id_the_store_lacks(indexed):
     with Store(indexed.store, read_only=True) as store:
         ids, vectors = next(iter(store.iter_vectors()))
     rewrite_index(indexed.version_dir(), swap_id=int(ids[0]))
-    from indexer.store.store import Store as S
+    from indexer.store import Store as S
     from search.query import Searcher
 
     with S(indexed.store, read_only=True) as store:

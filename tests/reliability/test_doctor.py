@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from indexer.ops.consistency import check_store
-from indexer.store.store import Store
+from indexer.store import Store
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.index.versions import SNAPSHOT_FILE, index_root
 from reliability.damage_support import index_store, search_results

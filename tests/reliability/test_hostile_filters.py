@@ -19,7 +19,7 @@ from indexer.store.annotations import write_annotations
 from indexer.config import Config
 from indexer.ops.consistency import check_store
 from indexer.ingest.pipeline import sync_vector_index
-from indexer.store.store import Store
+from indexer.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
 from search.query import Searcher

@@ -16,7 +16,7 @@ from flows.annotate import inbox_entries, run_annotate
 from flows.index_corpus import run_index
 from indexer.config import Config, load_config
 from indexer.errors import ConfigError, InputError
-from indexer.store.store import Store
+from indexer.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 
 SECRET = "the secret text outside every root"

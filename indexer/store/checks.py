@@ -1,0 +1,81 @@
+"""Integrity of the store itself, for `doctor` and the consistency check: duplicate ids,
+chunks without a document, vectors without a chunk, chunks without a vector; the layout two
+stores are compared by; deleting what no search can reach. Does not look at FAISS."""
+
+from __future__ import annotations
+
+import duckdb
+
+from indexer.store.rows import ChunkLayout, DocDigest, DocRef, IntegrityCounts
+
+COUNT_DUPLICATE_IDS = ("SELECT count(*) - count(DISTINCT (collection, external_id)) "
+                       "FROM documents")
+ORPHAN_CHUNKS = ("SELECT c.chunk_id FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
+                 "WHERE d.doc_id IS NULL")
+COUNT_ORPHAN_CHUNKS = f"SELECT count(*) FROM ({ORPHAN_CHUNKS})"
+STRAY_VECTORS = "FROM vectors WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)"
+COUNT_STRAY_VECTORS = f"SELECT count(*) {STRAY_VECTORS}"
+DOCS_WITH_BARE_CHUNKS = (
+    "SELECT d.collection, d.external_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
+    "WHERE c.chunk_id NOT IN (SELECT chunk_id FROM vectors) GROUP BY ALL ORDER BY ALL")
+SELECT_DIGESTS = "SELECT collection, external_id, content_hash, metadata FROM documents"
+SELECT_LAYOUT = ("SELECT c.chunk_id, d.collection, d.external_id, c.ordinal, c.start_char, "
+                 "c.end_char FROM chunks c JOIN documents d ON c.doc_id = d.doc_id")
+DELETE_ORPHAN_VECTORS = f"DELETE FROM vectors WHERE chunk_id IN ({ORPHAN_CHUNKS})"
+DELETE_STRAY_VECTORS = f"DELETE {STRAY_VECTORS}"
+DELETE_ORPHAN_CHUNKS = f"DELETE FROM chunks WHERE chunk_id IN ({ORPHAN_CHUNKS})"
+
+
+class Checks:
+    """Store methods that check and repair the store's own invariants (mixed into `Store`)."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def integrity_counts(self) -> IntegrityCounts:
+        """Count the broken invariants (all 0 in a healthy store).
+
+        Returns:
+            IntegrityCounts: duplicate (collection, id) pairs, chunks whose document is gone,
+            vectors whose chunk is gone (0 before the first vector).
+        """
+        stray = (self.con.execute(COUNT_STRAY_VECTORS).fetchone()[0]
+                 if self.provenance() is not None else 0)
+        return IntegrityCounts(
+            duplicate_ids=self.con.execute(COUNT_DUPLICATE_IDS).fetchone()[0],
+            orphan_chunks=self.con.execute(COUNT_ORPHAN_CHUNKS).fetchone()[0],
+            stray_vectors=stray)
+
+    def documents_missing_vectors(self) -> list[DocRef]:
+        """Documents with a chunk whose vector is gone (nothing to rebuild it from).
+
+        Returns:
+            DocRefs sorted by collection and id; empty before the first vector.
+        """
+        if self.provenance() is None:
+            return []
+        return [DocRef(*r) for r in self.con.execute(DOCS_WITH_BARE_CHUNKS).fetchall()]
+
+    def document_digests(self) -> list[DocDigest]:
+        """Every document's identity, content hash and metadata, to compare stores by."""
+        return [DocDigest(*r) for r in self.con.execute(SELECT_DIGESTS).fetchall()]
+
+    def chunk_layout(self) -> list[ChunkLayout]:
+        """Every chunk that has a document, with that document's identity and its span."""
+        return [ChunkLayout(*r) for r in self.con.execute(SELECT_LAYOUT).fetchall()]
+
+    def delete_unreachable(self) -> dict[str, int]:
+        """Delete what no search can reach, in one transaction: chunks whose document is gone
+        and their vectors, and vectors whose chunk is gone (`bertindex doctor --repair`).
+
+        Returns:
+            {"chunks": chunks deleted, "vectors": vectors deleted}.
+        """
+        with self.transaction():
+            vectors = 0
+            if self.provenance() is not None:
+                vectors = self.con.execute(DELETE_ORPHAN_VECTORS).fetchone()[0]
+                vectors += self.con.execute(DELETE_STRAY_VECTORS).fetchone()[0]
+            chunks = self.con.execute(DELETE_ORPHAN_CHUNKS).fetchone()[0]
+            if chunks or vectors:
+                self._bump_data_version()
+        return {"chunks": int(chunks), "vectors": int(vectors)}

@@ -1,0 +1,299 @@
+"""Document writes: the content hash that decides re-encoding, which records are already
+stored, one batch committed in one transaction, deletes by id, and streaming documents back out
+(for re-encoding). Does not encode; the vectors arrive ready in `ChunkRows`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from indexer.faults import crash_point
+from indexer.ingest.readers import Record, Rejected
+from indexer.store.rows import ChunkRows, StoredDoc
+
+SEQUENCES = ("doc_ids", "chunk_ids")
+SELECT_EXISTING = ("SELECT external_id, doc_id, content_hash, metadata FROM documents "
+                   "WHERE collection = ? AND external_id IN {ids}")
+NEXT_IDS = "SELECT nextval('{sequence}') FROM range(?)"
+SELECT_CHUNKS_OF_DOCS = "SELECT chunk_id FROM chunks WHERE doc_id IN {ids}"
+DELETE_VECTORS_OF_CHUNKS = "DELETE FROM vectors WHERE chunk_id IN {ids}"
+DELETE_CHUNKS = "DELETE FROM chunks WHERE chunk_id IN {ids}"
+DELETE_CHUNKS_OF_DOCS = "DELETE FROM chunks WHERE doc_id IN {ids}"
+DELETE_DOCUMENTS = "DELETE FROM documents WHERE doc_id IN {ids}"
+UPDATE_DOCUMENT = ("UPDATE documents SET title = ?, text = ?, metadata = ?, content_hash = ?, "
+                   "ingested_at = ? WHERE doc_id = ?")
+UPDATE_METADATA = "UPDATE documents SET metadata = ? WHERE doc_id = ?"
+INSERT_DOCUMENTS = "INSERT INTO documents SELECT * FROM {view}"
+INSERT_CHUNKS = "INSERT INTO chunks SELECT * FROM {view}"
+INSERT_VECTORS = "INSERT INTO vectors SELECT * FROM {view}"
+INSERT_REJECTED = "INSERT INTO rejected VALUES (?, ?, ?, ?, ?, ?)"
+SELECT_DOCS_BY_EXTERNAL_ID = ("SELECT doc_id, external_id FROM documents WHERE collection = ? "
+                              "AND external_id {member} {ids}")
+SELECT_DOCUMENTS_FOR_REENCODE = (
+    "SELECT doc_id, collection, external_id, title, text, metadata, content_hash FROM documents "
+    "WHERE doc_id NOT IN {ids} ORDER BY collection, doc_id")
+RESTART_DOC_IDS = ("DROP SEQUENCE doc_ids", "CREATE SEQUENCE doc_ids START {start}")
+
+
+def content_hash(record: Record) -> str:
+    """What decides re-encoding: the title and text (metadata changes do not re-encode).
+
+    Args:
+        record: a record as a reader yields it.
+    Returns:
+        32 hex characters of SHA-256 over title, NUL, text.
+    """
+    digest = hashlib.sha256()
+    digest.update((record.title or "").encode("utf-8", "surrogatepass"))
+    digest.update(b"\x00")
+    digest.update(record.text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
+
+
+def to_json(value: object) -> str:
+    """JSON text as the store keeps it (UTF-8 as is; dates and the like as str)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class DocumentWrites:
+    """Store methods that add, change, delete and stream documents (mixed into `Store`)."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def existing(self, collection: str, external_ids: Sequence[str]) -> dict[str, StoredDoc]:
+        """The stored documents among `external_ids`.
+
+        Args:
+            collection: the collection the ids belong to.
+            external_ids: ids as the source gives them.
+        Returns:
+            external id -> StoredDoc, for the ids already stored.
+        """
+        if not external_ids:
+            return {}
+        with self.bound(list(external_ids), pa.string()) as ids:
+            rows = self.con.execute(SELECT_EXISTING.format(ids=ids), [collection]).fetchall()
+        return {r[0]: StoredDoc(r[1], r[2], r[3]) for r in rows}
+
+    def next_ids(self, sequence: str, count: int) -> list[int]:
+        """Draw `count` ids from a sequence.
+
+        Args:
+            sequence: `doc_ids` or `chunk_ids`.
+            count: how many.
+        Returns:
+            The ids, ascending.
+        """
+        if count == 0:
+            return []
+        if sequence not in SEQUENCES:
+            raise ValueError(f"unknown sequence {sequence!r}; choose one of {', '.join(SEQUENCES)}")
+        rows = self.con.execute(NEXT_IDS.format(sequence=sequence), [count]).fetchall()
+        return [r[0] for r in rows]
+
+    def write_batch(
+        self,
+        collection: str,
+        new_docs: list[tuple[int, Record, str]],
+        changed_docs: list[tuple[int, Record, str]],
+        metadata_updates: list[tuple[int, Record]],
+        chunks: ChunkRows,
+        rejected: list[Rejected],
+        run_id: str,
+    ) -> tuple[list[int], list[int]]:
+        """Commit one batch in one transaction.
+
+        Args:
+            collection: the collection of every document here.
+            new_docs, changed_docs: (doc_id, record, content hash).
+            metadata_updates: (doc_id, record): unchanged text, new metadata.
+            chunks: the chunks of new and changed documents with their vectors.
+            rejected: records the reader refused, kept with the run id.
+            run_id: the run this batch belongs to.
+        Returns:
+            (chunk ids added, chunk ids removed) for the vector index.
+        """
+        now = _now()
+        chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
+        con = self.con
+        with self.transaction():
+            removed: list[int] = []
+            if changed_docs:
+                removed = self._chunks_of([d for d, _, _ in changed_docs])
+                with self.bound(removed) as old_chunks:
+                    con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
+                    con.execute(DELETE_CHUNKS.format(ids=old_chunks))
+                con.executemany(UPDATE_DOCUMENT, [
+                    [r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs])
+            if metadata_updates:
+                con.executemany(UPDATE_METADATA,
+                                [[to_json(r.metadata), d] for d, r in metadata_updates])
+            if new_docs:
+                self._insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
+            if chunk_ids:
+                chunk_table, vector_table = _chunk_tables(chunk_ids, chunks)
+                self._insert_view(INSERT_CHUNKS, chunk_table)
+                self._insert_view(INSERT_VECTORS, vector_table)
+            if rejected:
+                con.executemany(INSERT_REJECTED, [
+                    [run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected])
+            if new_docs or changed_docs or metadata_updates or chunk_ids:
+                self._bump_data_version()
+            crash_point("batch.before_commit")
+        crash_point("batch.after_commit")
+        return chunk_ids, removed
+
+    def delete_documents(
+        self, collection: str, external_ids: Sequence[str] | None = None,
+        keep: Sequence[str] | None = None,
+    ) -> tuple[list[str], list[int]]:
+        """Delete documents with their chunks and vectors, in one transaction.
+
+        Args:
+            collection: the collection they belong to.
+            external_ids: delete these ids (unknown ones are ignored).
+            keep: or, instead, delete every document of the collection whose id is not here
+                (a source's `on_missing: delete`).
+        Returns:
+            (external ids deleted, chunk ids removed) for the vector index.
+        """
+        if (external_ids is None) == (keep is None):
+            raise ValueError("pass exactly one of external_ids and keep")
+        listed = list(external_ids if external_ids is not None else keep)
+        member = "IN" if external_ids is not None else "NOT IN"
+        with self.transaction():
+            with self.bound(listed, pa.string()) as ids:
+                rows = self.con.execute(SELECT_DOCS_BY_EXTERNAL_ID.format(member=member, ids=ids),
+                                        [collection]).fetchall()
+            doc_ids = [r[0] for r in rows]
+            removed: list[int] = []
+            if doc_ids:
+                removed = self._delete_docs(doc_ids)  # annotations of deleted documents too
+                self._bump_data_version()
+            crash_point("delete.before_commit")
+        return sorted(r[1] for r in rows), removed
+
+    def delete_doc_ids(self, doc_ids: Sequence[int]) -> list[int]:
+        """Delete documents by doc id with their chunks, vectors and side rows.
+
+        Args:
+            doc_ids: doc ids (unknown ones are ignored).
+        Returns:
+            The chunk ids removed.
+        """
+        if not doc_ids:
+            return []
+        with self.transaction():
+            removed = self._delete_docs([int(d) for d in doc_ids])
+            self._bump_data_version()
+        return removed
+
+    def iter_documents(self, batch_rows: int = 2048, exclude: Iterable[int] = ()
+                       ) -> Iterable[tuple[str, list[tuple[int, Record, str]]]]:
+        """Stream stored documents back as records, for re-encoding them.
+
+        Args:
+            batch_rows: at most this many documents per item.
+            exclude: doc ids to skip.
+        Returns:
+            (collection, [(doc id, record, content hash)]) items in doc id order, one
+            collection per item: what `write_batch` takes as `new_docs`.
+        """
+        with self.bound(sorted(exclude)) as skip:
+            reader = self.con.execute(
+                SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)).fetch_record_batch(batch_rows)
+            pending: list = []
+            current = None
+            for rb in reader:
+                for row in rb.to_pylist():
+                    if current is not None and (row["collection"] != current
+                                                or len(pending) >= batch_rows):
+                        yield current, pending
+                        pending = []
+                    current = row["collection"]
+                    record = Record(row["external_id"], row["text"], row["title"],
+                                    json.loads(row["metadata"]) if row["metadata"] else {},
+                                    source=f"store:{row['collection']}", row=row["doc_id"])
+                    pending.append((row["doc_id"], record, row["content_hash"]))
+        if pending:
+            yield current, pending
+
+    def restart_doc_ids_after(self, max_doc_id: int) -> None:
+        """Make new doc ids start above `max_doc_id` (a store whose documents were copied).
+
+        Args:
+            max_doc_id: the highest doc id in use.
+        """
+        drop, create = RESTART_DOC_IDS
+        self.con.execute(drop)
+        self.con.execute(create.format(start=int(max_doc_id) + 1))  # an int: nothing else reaches the SQL
+
+    # -- helpers (inside the caller's transaction) -------------------------------------------
+    def _chunks_of(self, doc_ids: Sequence[int]) -> list[int]:
+        with self.bound(doc_ids) as ids:
+            found = self.con.execute(SELECT_CHUNKS_OF_DOCS.format(ids=ids)).fetchnumpy()
+        return found["chunk_id"].astype(np.int64).tolist()
+
+    def _delete_docs(self, doc_ids: list[int]) -> list[int]:
+        """Delete documents with their chunks, vectors and side rows; returns the chunk ids."""
+        removed = self._chunks_of(doc_ids)
+        if removed and self.provenance() is not None:
+            with self.bound(removed) as chunk_ids:
+                self.con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=chunk_ids))
+        with self.bound(doc_ids) as ids:
+            self.con.execute(DELETE_CHUNKS_OF_DOCS.format(ids=ids))
+            self._delete_side_rows(ids)
+            self.con.execute(DELETE_DOCUMENTS.format(ids=ids))
+        return removed
+
+    def _insert_view(self, statement: str, table: pa.Table) -> None:
+        """INSERT … SELECT * FROM an Arrow table registered for the statement only."""
+        name = f"insert_view_{next(self._bound_views)}"
+        self.con.register(name, table)
+        try:
+            self.con.execute(statement.format(view=name))
+        finally:
+            self.con.unregister(name)
+
+
+def _documents_table(collection: str, docs: list[tuple[int, Record, str]], now: datetime
+                     ) -> pa.Table:
+    """New documents as an Arrow table in `documents` column order."""
+    return pa.table({
+        "doc_id": pa.array([d for d, _, _ in docs], pa.int64()),
+        "collection": pa.array([collection] * len(docs), pa.string()),
+        "external_id": pa.array([r.external_id for _, r, _ in docs], pa.string()),
+        "title": pa.array([r.title for _, r, _ in docs], pa.string()),
+        "text": pa.array([r.text for _, r, _ in docs], pa.string()),
+        "metadata": pa.array([to_json(r.metadata) for _, r, _ in docs], pa.string()),
+        "content_hash": pa.array([h for _, _, h in docs], pa.string()),
+        "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
+    })
+
+
+def _chunk_tables(chunk_ids: list[int], chunks: ChunkRows) -> tuple[pa.Table, pa.Table]:
+    """(chunks, vectors) as Arrow tables in their tables' column order."""
+    chunk_table = pa.table({
+        "chunk_id": pa.array(chunk_ids, pa.int64()),
+        "doc_id": pa.array(chunks.doc_ids, pa.int64()),
+        "ordinal": pa.array(chunks.ordinals, pa.int32()),
+        "start_char": pa.array(chunks.starts, pa.int32()),
+        "end_char": pa.array(chunks.ends, pa.int32()),
+        "n_tokens": pa.array(chunks.n_tokens, pa.int32()),
+    })
+    flat = pa.array(np.ascontiguousarray(chunks.vectors, dtype=np.float32).ravel())
+    vector_table = pa.table({
+        "chunk_id": pa.array(chunk_ids, pa.int64()),
+        "embedding": pa.FixedSizeListArray.from_arrays(flat, chunks.vectors.shape[1]),
+    })
+    return chunk_table, vector_table

@@ -1,0 +1,125 @@
+"""Search filters as SQL: `--collection`, `--where FIELD=VALUE`, `--label HEAD=LABEL` and
+`--entity TYPE[=TEXT]` become clauses whose values are always bound parameters, and the chunk
+or document ids that pass them. Does not rank."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+
+CHUNKS_PASSING = ("SELECT c.chunk_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
+                  "WHERE {clauses}")
+DOCS_PASSING = "SELECT doc_id FROM documents WHERE {clauses}"
+# `{doc}` and `{prefix}` are column prefixes chosen here, never input; every value is a `?`
+COLLECTION_IS = "{prefix}collection = ?"
+METADATA_IS = "json_extract_string({prefix}metadata, ?) = ?"
+LABEL_IS = "{doc} IN (SELECT doc_id FROM annotations WHERE head = ? AND label = ?)"
+ENTITY_TYPE_IS = "{doc} IN (SELECT doc_id FROM entities WHERE type = ?)"
+ENTITY_IS = "{doc} IN (SELECT doc_id FROM entities WHERE type = ? AND lower(text) = lower(?))"
+
+
+@dataclass
+class Clauses:
+    """SQL conditions joined with AND, and their bound parameters in order."""
+
+    conditions: list[str] = field(default_factory=list)
+    params: list[str] = field(default_factory=list)
+
+    def add(self, condition: str, *params: str) -> None:
+        self.conditions.append(condition)
+        self.params.extend(params)
+
+    @property
+    def sql(self) -> str:
+        return " AND ".join(self.conditions)
+
+
+def json_path(field_name: str) -> str:
+    """A JSON pointer (RFC 6901) selecting one top-level key, whatever characters the key
+    holds: `~` and `/` are its only special characters and are escaped, so no key can become
+    a wildcard (`*`), a nested path (`a.b`, `$..x`) or an array index. (A quoted `$."*"` path
+    is still a wildcard in DuckDB, and `$.""` an error.)
+
+    Args:
+        field_name: a metadata key as the user typed it.
+    Returns:
+        The pointer, to be bound as a parameter.
+    """
+    return "/" + field_name.replace("~", "~0").replace("/", "~1")
+
+
+def filter_clauses(prefix: str, collection: str | None, where: Sequence[tuple[str, str]],
+                   labels: Sequence[tuple[str, str]],
+                   entities: Sequence[tuple[str, str | None]]) -> Clauses | None:
+    """Conditions over `documents` columns named with `prefix`.
+
+    Args:
+        prefix: "d." inside a join, "" on `documents` alone.
+        collection: keep one collection.
+        where: (metadata field, value) pairs, compared as text.
+        labels: (head, label) pairs from `bertindex annotate`.
+        entities: (type, text or None) pairs; text compared case-insensitively.
+    Returns:
+        The clauses with their parameters; None when there is no filter at all.
+    """
+    if collection is None and not where and not labels and not entities:
+        return None
+    out = Clauses()
+    if collection is not None:
+        out.add(COLLECTION_IS.format(prefix=prefix), collection)
+    for field_name, value in where:
+        out.add(METADATA_IS.format(prefix=prefix), json_path(field_name), value)
+    doc = f"{prefix}doc_id"
+    for head, label in labels:
+        out.add(LABEL_IS.format(doc=doc), head, label)
+    for kind, text in entities:
+        if text is None:
+            out.add(ENTITY_TYPE_IS.format(doc=doc), kind)
+        else:
+            out.add(ENTITY_IS.format(doc=doc), kind, text)
+    return out
+
+
+class Filters:
+    """Store methods that apply search filters (mixed into `Store`)."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def filter_chunk_ids(
+        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+    ) -> np.ndarray | None:
+        """Chunk ids of documents that pass every filter.
+
+        Args:
+            collection: keep one collection.
+            where: (metadata field, value) pairs, compared as text; values are bound
+                parameters, never SQL.
+            labels: (head, label) pairs from `bertindex annotate`.
+            entities: (type, text or None) pairs; text compared case-insensitively.
+        Returns:
+            int64 chunk ids; None when there is no filter.
+        """
+        clauses = filter_clauses("d.", collection, where, labels, entities)
+        if clauses is None:
+            return None
+        rows = self.con.execute(CHUNKS_PASSING.format(clauses=clauses.sql), clauses.params)
+        return rows.fetchnumpy()["chunk_id"].astype(np.int64)
+
+    def filter_doc_ids(
+        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+    ) -> np.ndarray | None:
+        """Doc ids that pass every filter (arguments as `filter_chunk_ids`).
+
+        Returns:
+            int64 doc ids; None when there is no filter.
+        """
+        clauses = filter_clauses("", collection, where, labels, entities)
+        if clauses is None:
+            return None
+        rows = self.con.execute(DOCS_PASSING.format(clauses=clauses.sql), clauses.params)
+        return rows.fetchnumpy()["doc_id"].astype(np.int64)

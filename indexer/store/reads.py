@@ -1,0 +1,124 @@
+"""Document reads: search results (by chunk or by document), texts and content hashes for the
+keyword index, and the diff of stored hashes against its manifest. Read-only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from indexer.store.rows import DocText, HashDiff, Hit
+from indexer.store.runs import COUNT_DOCUMENTS
+
+SELECT_CHUNK_HITS = (
+    "SELECT c.chunk_id, d.doc_id, d.collection, d.external_id, d.title, d.text, d.metadata, "
+    "c.start_char, c.end_char FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
+    "WHERE c.chunk_id IN {ids}")
+SELECT_DOCUMENT_HITS = ("SELECT doc_id, collection, external_id, title, text, metadata "
+                        "FROM documents WHERE doc_id IN {ids}")
+SELECT_TEXTS = "SELECT doc_id, title, text FROM documents WHERE doc_id IN {ids} ORDER BY doc_id"
+SELECT_HASHES = "SELECT doc_id, content_hash FROM documents ORDER BY doc_id"
+SELECT_DOC_IDS = "SELECT doc_id FROM documents ORDER BY doc_id"
+# the manifest path is a bound parameter of read_parquet
+SELECT_NEW_OR_CHANGED = (
+    "SELECT d.doc_id, m.doc_id IS NULL AS is_new FROM documents d "
+    "LEFT JOIN read_parquet(?) m ON m.doc_id = d.doc_id "
+    "WHERE m.content_hash IS DISTINCT FROM d.content_hash ORDER BY d.doc_id")
+SELECT_GONE = ("SELECT m.doc_id FROM read_parquet(?) m LEFT JOIN documents d "
+               "ON d.doc_id = m.doc_id WHERE d.doc_id IS NULL ORDER BY m.doc_id")
+
+
+def _ids(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _metadata(text: str | None) -> dict:
+    return json.loads(text) if text else {}
+
+
+class DocumentReads:
+    """Store methods that read documents back (mixed into `Store`)."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def fetch_hits(self, chunk_ids: Sequence[int]) -> dict[int, Hit]:
+        """The documents behind chunk ids, with each chunk's span.
+
+        Args:
+            chunk_ids: chunk ids (unknown ones are skipped).
+        Returns:
+            chunk id -> Hit.
+        """
+        if not len(chunk_ids):
+            return {}
+        with self.bound([int(i) for i in chunk_ids]) as ids:
+            rows = self.con.execute(SELECT_CHUNK_HITS.format(ids=ids)).fetchall()
+        return {r[0]: Hit(r[0], r[1], r[2], r[3], r[4], r[5], _metadata(r[6]), r[7], r[8])
+                for r in rows}
+
+    def fetch_documents(self, doc_ids: Sequence[int]) -> dict[int, Hit]:
+        """Documents by doc id, as Hits spanning the whole text (chunk_id -1).
+
+        Args:
+            doc_ids: doc ids (unknown ones are skipped).
+        Returns:
+            doc id -> Hit.
+        """
+        if not len(doc_ids):
+            return {}
+        with self.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.con.execute(SELECT_DOCUMENT_HITS.format(ids=ids)).fetchall()
+        return {r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], _metadata(r[5]), 0, len(r[4]))
+                for r in rows}
+
+    def documents_text(self, doc_ids: Sequence[int]) -> list[DocText]:
+        """Titles and texts of the given documents, by ascending doc id.
+
+        Args:
+            doc_ids: doc ids (unknown ones are skipped).
+        Returns:
+            One DocText per stored document.
+        """
+        if not len(doc_ids):
+            return []
+        with self.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.con.execute(SELECT_TEXTS.format(ids=ids)).fetchall()
+        return [DocText(*r) for r in rows]
+
+    def document_hashes(self) -> dict[int, str]:
+        """doc id -> content hash of every stored document."""
+        table = self.con.execute(SELECT_HASHES).fetch_arrow_table()
+        return dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist()))
+
+    def document_hash_batches(self, batch_rows: int = 65536) -> pa.RecordBatchReader:
+        """Every document's (doc_id, content_hash), by ascending doc id, streamed.
+
+        Args:
+            batch_rows: rows per record batch.
+        Returns:
+            A reader of record batches with columns doc_id and content_hash.
+        """
+        return self.con.execute(SELECT_HASHES).fetch_record_batch(batch_rows)
+
+    def diff_hashes(self, manifest: Path) -> HashDiff:
+        """The stored documents against a manifest of what an index holds, joined inside
+        DuckDB (the Parquet file is read there too), so memory does not grow with the store.
+
+        Args:
+            manifest: a Parquet file of (doc_id, content_hash); a missing file means an empty
+                index.
+        Returns:
+            HashDiff: doc ids new to the index, changed since, and gone from the store.
+        """
+        documents = self.con.execute(COUNT_DOCUMENTS).fetchone()[0]
+        if not Path(manifest).is_file():
+            ids = self.con.execute(SELECT_DOC_IDS).fetchnumpy()["doc_id"]
+            return HashDiff(documents, _ids(ids), _ids([]), _ids([]))
+        rows = self.con.execute(SELECT_NEW_OR_CHANGED, [str(manifest)]).fetchnumpy()
+        gone = self.con.execute(SELECT_GONE, [str(manifest)]).fetchnumpy()["doc_id"]
+        ids, is_new = _ids(rows["doc_id"]), np.asarray(rows["is_new"], dtype=bool)
+        return HashDiff(documents, ids[is_new], ids[~is_new], _ids(gone))

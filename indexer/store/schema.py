@@ -1,0 +1,119 @@
+"""Schema of `store.duckdb`: every DDL statement as a named constant, the numbered migrations
+built from them, and the code that reads and upgrades a file's schema version. No data rows."""
+
+from __future__ import annotations
+
+import duckdb
+
+SCHEMA_VERSION = 2
+
+# -- step 1: documents, chunks, rejects, runs ----------------------------------------------
+CREATE_META = "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+CREATE_DOC_IDS = "CREATE SEQUENCE doc_ids START 1"
+CREATE_CHUNK_IDS = "CREATE SEQUENCE chunk_ids START 1"
+CREATE_DOCUMENTS = """CREATE TABLE documents (
+            doc_id BIGINT PRIMARY KEY,
+            collection VARCHAR NOT NULL,
+            external_id VARCHAR NOT NULL,
+            title VARCHAR,
+            text VARCHAR NOT NULL,
+            metadata JSON,
+            content_hash VARCHAR NOT NULL,
+            ingested_at TIMESTAMP NOT NULL,
+            UNIQUE (collection, external_id))"""
+CREATE_CHUNKS = """CREATE TABLE chunks (
+            chunk_id BIGINT PRIMARY KEY,
+            doc_id BIGINT NOT NULL,
+            ordinal INTEGER NOT NULL,
+            start_char INTEGER NOT NULL,
+            end_char INTEGER NOT NULL,
+            n_tokens INTEGER NOT NULL)"""
+CREATE_CHUNKS_DOC_INDEX = "CREATE INDEX chunks_doc ON chunks (doc_id)"
+CREATE_REJECTED = """CREATE TABLE rejected (
+            run_id VARCHAR, source VARCHAR, row_number BIGINT, external_id VARCHAR,
+            reason VARCHAR, rejected_at TIMESTAMP)"""
+CREATE_RUNS = """CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY, kind VARCHAR, started_at TIMESTAMP,
+            finished_at TIMESTAMP, status VARCHAR, summary JSON)"""
+
+# -- step 2: bulk annotation (indexer/store/annotations.py). `annotated` marks (document, head)
+# pairs done at a head version and content hash, so a tagger that found no entity is done too.
+CREATE_ANNOTATIONS = """CREATE TABLE annotations (
+            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
+            label VARCHAR NOT NULL, probability DOUBLE NOT NULL)"""
+CREATE_ENTITIES = """CREATE TABLE entities (
+            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
+            start_char INTEGER NOT NULL, end_char INTEGER NOT NULL, type VARCHAR NOT NULL,
+            text VARCHAR NOT NULL, score DOUBLE NOT NULL)"""
+CREATE_ANNOTATED = """CREATE TABLE annotated (
+            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
+            content_hash VARCHAR NOT NULL, annotated_at TIMESTAMP NOT NULL)"""
+CREATE_INBOX_LEDGER = """CREATE TABLE inbox_ledger (
+            content_hash VARCHAR PRIMARY KEY, path VARCHAR NOT NULL, rows BIGINT,
+            status VARCHAR NOT NULL, run_id VARCHAR, started_at TIMESTAMP,
+            finished_at TIMESTAMP, summary JSON)"""
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
+        CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
+    2: [CREATE_ANNOTATIONS, CREATE_ENTITIES, CREATE_ANNOTATED, CREATE_INBOX_LEDGER],
+}
+
+# -- created on demand ----------------------------------------------------------------------
+# `vectors` waits for the first encoder: its column width is the encoder's dimension.
+CREATE_VECTORS = "CREATE TABLE IF NOT EXISTS vectors (chunk_id BIGINT PRIMARY KEY, embedding FLOAT[{dim}])"
+
+HAS_META = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+GET_META = "SELECT value FROM meta WHERE key = ?"
+INSERT_META = "INSERT INTO meta VALUES (?, ?)"
+SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
+
+
+def create_vectors_sql(dim: int) -> str:
+    """The `vectors` DDL for `dim`-wide embeddings (an int, so nothing else can reach the SQL).
+
+    Args:
+        dim: the encoder's output dimension.
+    Returns:
+        One CREATE TABLE IF NOT EXISTS statement.
+    """
+    return CREATE_VECTORS.format(dim=int(dim))
+
+
+def read_meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
+    """One `meta` value, None when the key is absent.
+
+    Args:
+        con: an open connection to a store whose `meta` table exists.
+        key: the meta key (`schema_version`, `data_version`, `provenance`).
+    Returns:
+        The stored text, or None.
+    """
+    row = con.execute(GET_META, [key]).fetchone()
+    return row[0] if row else None
+
+
+def stored_schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The schema step a file is at: 0 for an empty file.
+
+    Args:
+        con: an open connection.
+    Returns:
+        The `schema_version` meta value, or 0 when there is no `meta` table or no value.
+    """
+    if not con.execute(HAS_META).fetchone()[0]:
+        return 0
+    value = read_meta(con, "schema_version")
+    return int(value) if value is not None else 0
+
+
+def apply_migration(con: duckdb.DuckDBPyConnection, step: int) -> None:
+    """Run migration `step` and record it, inside the caller's transaction.
+
+    Args:
+        con: a writable connection, in a transaction.
+        step: a key of MIGRATIONS.
+    """
+    for sql in MIGRATIONS[step]:
+        con.execute(sql)
+    con.execute(SET_META, ["schema_version", str(step)])

@@ -1,0 +1,134 @@
+"""Stored vectors and their provenance: which encoder set-up made them (checked before adding
+or querying), streaming them out for FAISS, fetching some by chunk id, and the chunk -> document
+map a dense search needs. Does not touch FAISS."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from indexer.encode.encoder import Provenance
+from indexer.errors import ProvenanceMismatch, StoreError
+from indexer.store.schema import INSERT_META, create_vectors_sql, read_meta
+
+# Keys that must agree between stored vectors and a new encoder before adding vectors.
+WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim")
+# Keys that must agree between stored vectors and the query encoder.
+QUERY_KEYS = ("weights_hash", "pooling", "normalize", "dim")
+
+SELECT_VECTORS = "SELECT chunk_id, embedding FROM vectors"
+SELECT_VECTORS_OF = ("SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} "
+                     "ORDER BY chunk_id")
+COUNT_VECTORS = "SELECT count(*) FROM vectors"
+SELECT_CHUNK_IDS = "SELECT chunk_id FROM chunks ORDER BY chunk_id"
+SELECT_CHUNK_DOCS = "SELECT chunk_id, doc_id FROM chunks ORDER BY chunk_id"
+
+
+def _as_matrix(embeddings) -> np.ndarray:
+    """An Arrow FLOAT[dim] column as a float32 (n, dim) array."""
+    dim = embeddings.type.list_size
+    return embeddings.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
+
+
+class Vectors:
+    """Store methods over vectors and provenance (mixed into `Store`)."""
+
+    con: duckdb.DuckDBPyConnection
+    path: Path
+
+    def provenance(self) -> Provenance | None:
+        """The encoder set-up the stored vectors were made with; None before the first."""
+        value = read_meta(self.con, "provenance")
+        return Provenance(**json.loads(value)) if value is not None else None
+
+    def check_provenance(self, current: Provenance, keys: Sequence[str]) -> None:
+        """Refuse to mix vectors of different encoders in one store.
+
+        Args:
+            current: the encoder set-up about to add or query.
+            keys: the provenance keys that must agree (WRITE_KEYS or QUERY_KEYS).
+        Raises:
+            ProvenanceMismatch: naming the keys that differ and how to fix it.
+        """
+        stored = self.provenance()
+        if stored is None:
+            return
+        diffs = stored.mismatches(current, keys)
+        if diffs:
+            raise ProvenanceMismatch(
+                f"store {self.path} holds vectors made by another encoder set-up "
+                f"(stored != configured: {'; '.join(diffs)}). Use the configuration the store "
+                "was built with, re-encode it with the configured model (`bertindex reindex "
+                f"--store {self.path}`), or index into a new --store."
+            )
+
+    def set_provenance(self, current: Provenance) -> None:
+        """Record the encoder set-up (and create `vectors` at its width) on the first add;
+        afterwards check that it agrees on WRITE_KEYS.
+
+        Args:
+            current: the encoder set-up about to add vectors.
+        """
+        self.check_provenance(current, WRITE_KEYS)
+        if self.provenance() is None:
+            self.con.execute(INSERT_META, ["provenance", json.dumps(current.to_dict())])
+            self.con.execute(create_vectors_sql(current.dim))
+
+    def count_vectors(self) -> int:
+        """Stored vectors (what `iter_vectors` yields); 0 before the first."""
+        if self.provenance() is None:
+            return 0
+        return self.con.execute(COUNT_VECTORS).fetchone()[0]
+
+    def iter_vectors(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """Every stored vector, in the order written (ascending chunk ids: ids are drawn as
+        rows are appended), the same order on every pass while nothing writes. No ORDER BY: a
+        sort would hold every vector at once.
+
+        Args:
+            batch_rows: vectors per item.
+        Returns:
+            (chunk ids int64, vectors float32 (n, dim)) items.
+        """
+        if self.provenance() is None:
+            return
+        for rb in self.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
+            yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
+
+    def fetch_vectors(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """The vectors of `chunk_ids`, in ascending chunk id order.
+
+        Args:
+            chunk_ids: ascending chunk ids that have a stored vector.
+        Returns:
+            float32 (len(chunk_ids), dim); (0, dim) for no ids.
+        Raises:
+            StoreError: some of the ids have no stored vector.
+        """
+        if not len(chunk_ids):
+            return np.zeros((0, self.provenance().dim), np.float32)
+        with self.bound(chunk_ids) as ids:
+            table = self.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
+        if table.num_rows != len(chunk_ids):
+            raise StoreError(
+                f"store {self.path}: {len(chunk_ids) - table.num_rows} of {len(chunk_ids)} "
+                "chunk ids have no stored vector; run `bertindex doctor` to see which")
+        return _as_matrix(table.column("embedding").combine_chunks())
+
+    def chunk_ids(self) -> np.ndarray:
+        """Every stored chunk id, ascending, int64."""
+        rows = self.con.execute(SELECT_CHUNK_IDS).fetchnumpy()
+        return rows["chunk_id"].astype(np.int64)
+
+    def chunk_doc_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk's document, read in one round trip (16 bytes a chunk).
+
+        Returns:
+            (chunk ids ascending, their doc ids), both int64 and aligned.
+        """
+        rows = self.con.execute(SELECT_CHUNK_DOCS).fetchnumpy()
+        return rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64)
