@@ -119,9 +119,9 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     from transformers import AutoTokenizer
 
     from indexer.annotate.annotator import Annotation
+    from indexer.encode.encoder import plan_batches
     from indexer.heads.types.base import Label
     from indexer.store.annotations import write_annotations
-    from indexer.encode.encoder import plan_batches
     from indexer.store.store import Store
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)

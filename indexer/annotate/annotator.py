@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from indexer.ingest.chunking import window_spans
 from indexer.encode.encoder import (
     choose_device,
     choose_dtype,
@@ -34,10 +33,11 @@ from indexer.encode.encoder import (
     stream_map,
     weights_hash,
 )
+from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
 from indexer.heads.predict import load_model_dir
 from indexer.heads.types.base import RESULT_TYPES, Entity, HeadType, Label, Result
-from indexer.encode.pooling import l2_normalize, pool
+from indexer.ingest.chunking import window_spans
 from indexer.store.store import ChunkRows
 
 log = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from flows.index_corpus import run_index
 from indexer.annotate.annotator import Annotation
-from indexer.heads.types.base import Entity, Label
-from indexer.store.annotations import write_annotations
 from indexer.config import Config
-from indexer.ops.consistency import check_store
+from indexer.heads.types.base import Entity, Label
 from indexer.ingest.pipeline import sync_vector_index
+from indexer.ops.consistency import check_store
+from indexer.store.annotations import write_annotations
 from indexer.store.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main

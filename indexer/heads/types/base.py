@@ -83,7 +83,7 @@ class Entity:
 
 
 Result = Label | Entity
-RESULT_TYPES: tuple[type[Label] | type[Entity], ...] = (Label, Entity)  # the store's two tables
+RESULT_TYPES: tuple[type[Label | Entity], ...] = (Label, Entity)  # the store's two tables
 
 
 # ---- examples -----------------------------------------------------------------------------
@@ -146,7 +146,7 @@ class HeadType(ABC):
     architecture: ClassVar[str]  # config.json `architectures` end with this
     splittable: ClassVar[tuple[str, ...]]  # architectures whose top `top` can split off
     example_type: ClassVar[type[Example]]
-    result_type: ClassVar[type[Label] | type[Entity]]
+    result_type: ClassVar[type[Label | Entity]]
     formats: ClassVar[tuple[str, ...]]  # data formats that hold this type's items
     label_key: ClassVar[str]  # the labelled item's key
     default_batch_size: ClassVar[int]  # examples per training step

@@ -150,7 +150,6 @@ class TokenTagger(HeadType):
     def pooling(self, requested: str, head_only: bool) -> None:
         if requested == "mean":
             raise InputError("--pooling mean is for classifiers; an NER head tags every token")
-        return None
 
     # -- features and training --------------------------------------------------------------
     def encode(self, tokenizer, examples: Sequence[TokenExample]) -> Encoded:
