@@ -118,9 +118,10 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     writing the labels to DuckDB."""
     from transformers import AutoTokenizer
 
-    from indexer.annotate.annotator import Annotation, Label
-    from indexer.store.annotations import write_annotations
+    from indexer.annotate.annotator import Annotation
     from indexer.encode.encoder import plan_batches
+    from indexer.heads.types.base import Label
+    from indexer.store.annotations import write_annotations
     from indexer.store import Store
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)
@@ -138,7 +139,7 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
             "batches": len(batches), "real_token_share": round(sum(lengths) / padded, 3),
             "equal_length_batches": sum(lengths[b[0]] == lengths[b[-1]] for b in batches)}
     docs = [(i, t, "h") for i, t in enumerate(texts)]
-    labels = [Annotation(labels=[Label("clf", "x", 0.5)]) for _ in texts]
+    labels = [Annotation(labels=[Label("x", 0.5, head="clf")]) for _ in texts]
     with Store(tmp / "write-store") as store:
         write_annotations(store, docs, labels, {"clf": "v1"})
         _, _, cpu = timed(lambda: write_annotations(store, docs, labels, {"clf": "v2"}))

@@ -41,7 +41,7 @@ from indexer.faults import crash_point
 from indexer.ingest.paths import escape_reason, real, within
 from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
 from indexer.ingest.readers import document_text
-from indexer.store.store import Store
+from indexer.store import Store
 
 log = logging.getLogger(__name__)
 

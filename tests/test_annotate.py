@@ -189,7 +189,7 @@ def test_out_file_keeps_order_and_leaves_store_alone(tiny_config, heads, tmp_pat
     for r in written[:6]:
         one = alone.annotate([r["text"]])[0]
         assert r["labels"][0]["label"] == one.labels[0].label
-        assert r["labels"][0]["probability"] == pytest.approx(one.labels[0].probability, abs=1e-5)
+        assert r["labels"][0]["probability"] == pytest.approx(one.labels[0].score, abs=1e-5)
     assert not Path(tiny_config.store.path).exists()
 
 
@@ -242,6 +242,6 @@ def test_tight_batches_and_streams_keep_every_label(heads):
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             assert [x.label for x in a.labels] == [x.label for x in b.labels]
-            assert a.labels[0].probability == pytest.approx(b.labels[0].probability, abs=1e-5)
+            assert a.labels[0].score == pytest.approx(b.labels[0].score, abs=1e-5)
             assert [(e.start, e.end, e.type) for e in a.entities] == [
                 (e.start, e.end, e.type) for e in b.entities]

@@ -58,8 +58,8 @@ def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, nor
     alone = build_annotator(_head_args(heads), config).annotate(TEXTS)  # the heads' own pass
     for got, want in zip(annotations, alone):
         assert [(x.head, x.label) for x in got.labels] == [(x.head, x.label) for x in want.labels]
-        assert [x.probability for x in got.labels] == pytest.approx(
-            [x.probability for x in want.labels], abs=1e-5)
+        assert [x.score for x in got.labels] == pytest.approx(
+            [x.score for x in want.labels], abs=1e-5)
         assert [(e.type, e.start, e.end, e.text) for e in got.entities] == [
             (e.type, e.start, e.end, e.text) for e in want.entities]
     assert annotations[2].entities and annotations[2].entities[-1].text == "zürich"

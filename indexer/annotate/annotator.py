@@ -1,8 +1,9 @@
 """Bulk annotation: run trained heads (classifiers, NER taggers) over many texts at once.
 
 Heads whose backbones hold the same weights (head-only heads on the packaged encoder) share one
-encoder pass per batch; each head then applies only its own top layers, pooling as its
-config.json says ([CLS] or the normalised token mean, `heads.sentence`). Texts are tokenised
+encoder pass per batch; each head then applies only its own top layers (its head type's `top`).
+What a head keeps of each window and how it turns windows into results (labels, entity spans
+decoded as `predict` decodes them) is its head type's (`heads.types`). Texts are tokenised
 once, cut into windows (never truncated), length-sorted into batches under a token budget, and
 the next chunk of texts is tokenised on a background thread while the current one computes.
 Does not read files or write the store (see `indexer.store.annotations` and `flows.annotate`).
@@ -23,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from indexer.ingest.chunking import window_spans
 from indexer.encode.encoder import (
     choose_device,
     choose_dtype,
@@ -33,47 +33,35 @@ from indexer.encode.encoder import (
     stream_map,
     weights_hash,
 )
-from indexer.errors import ModelError
-from indexer.heads.labels import merge_subwords, word_spans
-from indexer.heads.predict import load_model_dir
-from indexer.heads.sentence import head_pooling, sentence_features, sequence_logits, top_logits
 from indexer.encode.pooling import l2_normalize, pool
-from indexer.store.store import ChunkRows
+from indexer.errors import ModelError
+from indexer.heads.predict import load_model_dir
+from indexer.heads.types.base import RESULT_TYPES, Entity, HeadType, Label, Result
+from indexer.ingest.chunking import window_spans
+from indexer.store import ChunkRows
 
 log = logging.getLogger(__name__)
-
-# Heads whose top layers can be split off their BERT backbone (anything else runs whole).
-_SPLITTABLE = {"BertForSequenceClassification": "classifier", "BertForTokenClassification": "ner"}
-
-
-@dataclass(frozen=True)
-class Label:
-    head: str
-    label: str
-    probability: float
-
-
-@dataclass(frozen=True)
-class Span:
-    head: str
-    type: str
-    start: int  # character offsets into the text, end exclusive
-    end: int
-    text: str
-    score: float  # mean probability of the words' tags
 
 
 @dataclass
 class Annotation:
-    """All heads' output for one text."""
+    """All heads' output for one text, one list per result type (`Result.field`)."""
 
     labels: list[Label] = field(default_factory=list)
-    entities: list[Span] = field(default_factory=list)
+    entities: list[Entity] = field(default_factory=list)
+
+    def add(self, results: list[Result]) -> None:
+        for result in results:
+            getattr(self, result.field).append(result)
+
+    def results(self) -> dict[type, list[Result]]:
+        """{result type: this text's results of it}, for every result type."""
+        return {rt: getattr(self, rt.field) for rt in RESULT_TYPES}
 
 
 @dataclass
 class Head:
-    """One loaded head: its name, version (weights hash), task and label names.
+    """One loaded head: its name, version (weights hash), head type and label names.
 
     `top(hidden, mask)` maps the backbone's last hidden state (batch, seq, hidden) and the
     attention mask (None: no padding) to logits; None when the head runs whole (`model`).
@@ -82,7 +70,7 @@ class Head:
     name: str
     path: Path
     version: str
-    task: str  # "classifier" | "ner"
+    kind: HeadType
     labels: list[str]
     model: torch.nn.Module
     tokenizer: object
@@ -125,14 +113,18 @@ def load_heads(args: Sequence[str]) -> list[Head]:
         name, path = parse_head_arg(arg)
         if any(h.name == name for h in heads):
             raise ModelError(f"two heads are named '{name}'; name them with NAME=DIR")
-        task, model, tokenizer = load_model_dir(path)
+        kind, model, tokenizer = load_model_dir(path)
         if not getattr(tokenizer, "is_fast", False):
             raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is required")
-        arch = type(model).__name__
-        key = _backbone_key(model) if arch in _SPLITTABLE else f"solo:{name}"
+        key = _backbone_key(model) if _splits(kind, model) else f"solo:{name}"
         labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-        heads.append(Head(name, path, head_version(path), task, labels, model, tokenizer, key))
+        heads.append(Head(name, path, head_version(path), kind, labels, model, tokenizer, key))
     return heads
+
+
+def _splits(kind: HeadType, model) -> bool:
+    """True when the head's top layers can be split off its BERT backbone (else it runs whole)."""
+    return type(model).__name__ in kind.splittable
 
 
 class _Group:
@@ -142,16 +134,13 @@ class _Group:
         self.heads = heads
         first = heads[0].model
         self.tokenizer = heads[0].tokenizer
-        self.split = type(first).__name__ in _SPLITTABLE
+        self.split = _splits(heads[0].kind, first)
         self.max_positions = min(getattr(first.config, "max_position_embeddings", 512), 512)
         self.embed: _EmbeddingTop | None = None  # the index's embedding, when shared
         if self.split:
             for h in heads:
                 # top layers stay fp32: the labels come from them, and they cost nothing
-                if h.task == "classifier":
-                    h.top = _ClassifierTop(h.model, device)
-                else:
-                    h.top = _TaggerTop(h.model.classifier.to(device).float())
+                h.top = h.kind.top(h.model, device)
             self.backbone = first.base_model
             self.backbone.pooler = None  # each classifier pools with its own pooler
             self.backbone.to(device=device, dtype=dtype).eval()
@@ -174,9 +163,7 @@ class _Group:
         if not self.split:
             head = self.heads[0]
             batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-            if head.task == "classifier":
-                return [sequence_logits(head.model, batch).float()], vectors
-            return [head.model(**batch).logits.float()], vectors
+            return [head.kind.logits(head.model, batch).float()], vectors
         embed = embed and self.embed is not None
         out = self.backbone(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
                             output_hidden_states=embed and self.embed.layers)
@@ -184,30 +171,6 @@ class _Group:
             vectors = self.embed(out, full_mask)
         hidden = out.last_hidden_state.float()  # (batch, seq, hidden)
         return [h.top(hidden, mask) for h in self.heads], vectors
-
-
-class _ClassifierTop(torch.nn.Module):
-    """A sequence classifier's own top: its pooling ([CLS] or normalised mean over the mask),
-    pooler, classifier; fp32 (the labels come from it, and it costs nothing)."""
-
-    def __init__(self, model, device: torch.device):
-        super().__init__()
-        self.pooling = head_pooling(model.config)
-        self.pooler = model.base_model.pooler.to(device).float()
-        self.classifier = model.classifier.to(device).float()
-        self.eval()
-
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return top_logits(self.pooler, self.classifier, sentence_features(hidden, mask, self.pooling))
-
-
-class _TaggerTop(torch.nn.Module):
-    def __init__(self, classifier):
-        super().__init__()
-        self.classifier = classifier
-
-    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return self.classifier(hidden)
 
 
 class _EmbeddingTop:
@@ -409,10 +372,7 @@ class Annotator:
                            for s, e in window_spans(len(ids), room, self.stride, "chunk")]
                 lengths = [e - s + 2 for _, s, e in windows]
                 want = embed and g is self.embed_group
-                cls_logits = [np.zeros((len(windows), len(h.labels)), np.float32)
-                              if h.task == "classifier" else None for h in g.heads]
-                tok_logits: list[list] = [[None] * len(windows) if h.task == "ner" else None
-                                          for h in g.heads]
+                outputs: list[list] = [[None] * len(windows) for _ in g.heads]  # per head, window
                 vectors = np.zeros((len(windows), g.embed.dim), np.float32) if want else None
                 batches = self._batches(lengths)
                 step = functools.partial(self._forward, g, enc["input_ids"], windows, lengths,
@@ -420,18 +380,14 @@ class Annotator:
                 for positions, (outs, vecs) in zip(batches, run_all(step, batches)):
                     if vecs is not None:
                         vectors[positions] = vecs.numpy()
-                    for h_i, (h, out) in enumerate(zip(g.heads, outs)):
-                        if h.task == "classifier":
-                            cls_logits[h_i][positions] = out.numpy()
-                        else:
-                            for row, w in enumerate(positions):
-                                _, s, e = windows[w]
-                                tok_logits[h_i][w] = out[row, 1 : 1 + e - s].numpy()
-                for h_i, h in enumerate(g.heads):
-                    if h.task == "classifier":
-                        self._classify(h, windows, cls_logits[h_i], results)
-                    else:
-                        self._tag(h, texts, enc, windows, tok_logits[h_i], results)
+                    for h, out, kept in zip(g.heads, outs, outputs):
+                        for row, w in enumerate(positions):
+                            _, s, e = windows[w]
+                            kept[w] = h.kind.window_output(out[row], e - s)
+                for h, kept in zip(g.heads, outputs):
+                    per_text = h.kind.annotate(h.name, h.labels, texts, enc, windows, kept)
+                    for result, found in zip(results, per_text):
+                        result.add(found)
                 if want:
                     chunks = _chunk_rows(texts, enc["offset_mapping"], windows, vectors)
         return (results, chunks) if embed else results
@@ -459,36 +415,6 @@ class Annotator:
             return planned
         return [b[i:i + self.max_batch] for b in planned for i in range(0, len(b), self.max_batch)]
 
-    @staticmethod
-    def _classify(h: Head, windows, logits: np.ndarray, results: list[Annotation]) -> None:
-        n = len(results)
-        sums = np.zeros((n, logits.shape[1]), np.float64)
-        counts = np.zeros(n, np.int64)
-        doc = np.fromiter((w[0] for w in windows), np.int64, len(windows))
-        np.add.at(sums, doc, logits)
-        np.add.at(counts, doc, 1)
-        mean = sums / np.maximum(counts, 1)[:, None]  # average of window logits
-        mean -= mean.max(axis=1, keepdims=True)
-        probs = np.exp(mean)
-        probs /= probs.sum(axis=1, keepdims=True)
-        best = probs.argmax(axis=1)
-        for i in range(n):
-            results[i].labels.append(Label(h.name, h.labels[best[i]], float(probs[i, best[i]])))
-
-    def _tag(self, h: Head, texts, enc, windows, logits, results: list[Annotation]) -> None:
-        by_text: dict[int, list[tuple[int, int, np.ndarray]]] = {}
-        for w, (i, s, e) in enumerate(windows):
-            by_text.setdefault(i, []).append((s, e, logits[w]))
-        for i, text in enumerate(texts):
-            parts = by_text.get(i, [])
-            n_tok = len(enc["input_ids"][i])
-            if n_tok == 0:
-                continue
-            tok = _stitch(parts, n_tok)  # (n_tok, labels): each token from its best window
-            results[i].entities.extend(
-                _entities(h, text, enc.word_ids(i), enc["offset_mapping"][i], tok))
-
-
 def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> ChunkRows:
     """The index's chunks of a shared pass: each window's ordinal and character span, as
     `indexer.ingest.chunking.make_windows` gives them, with its vector."""
@@ -501,31 +427,3 @@ def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> 
         ends.append(last)
         n_tokens.append(e - s + 2)
     return ChunkRows(owners, ordinals, starts, ends, n_tokens, vectors)
-
-
-def _stitch(parts: list[tuple[int, int, np.ndarray]], n_tok: int) -> np.ndarray:
-    """Token logits of a whole text from its windows: each token from the window where it is
-    farthest from an edge (its widest context)."""
-    if len(parts) == 1:
-        return parts[0][2]
-    out = np.zeros((n_tok, parts[0][2].shape[1]), np.float32)
-    margin = np.full(n_tok, -1, np.int64)
-    for s, e, lg in parts:
-        pos = np.arange(s, e)
-        m = np.minimum(pos - s, e - 1 - pos)
-        better = m > margin[s:e]
-        out[pos[better]] = lg[better]
-        margin[pos[better]] = m[better]
-    return out
-
-
-def _entities(h: Head, text: str, word_ids, offsets, logits: np.ndarray) -> list[Span]:
-    """Merge subwords into words (a word takes its first subword's tag), then BIO spans."""
-    lg = logits - logits.max(axis=1, keepdims=True)
-    probs = np.exp(lg)
-    probs /= probs.sum(axis=1, keepdims=True)
-    best = probs.argmax(axis=1)
-    words = merge_subwords(word_ids, offsets)  # [start, end, first-subword position]
-    tags = [h.labels[best[w[2]]] for w in words]
-    scores = [float(probs[w[2], best[w[2]]]) for w in words]
-    return [Span(h.name, *span) for span in word_spans(words, tags, scores, text)]

@@ -15,29 +15,23 @@ import pyarrow.parquet as pq
 
 from indexer.annotate.annotator import Annotation, Annotator
 from indexer.errors import InputError
+from indexer.heads.types.base import RESULT_TYPES
 from indexer.ingest.readers import FieldMap, Record, expand_paths, read_batches
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
-_LABEL = pa.struct([("head", pa.string()), ("head_version", pa.string()),
-                    ("label", pa.string()), ("probability", pa.float64())])
-_ENTITY = pa.struct([("head", pa.string()), ("type", pa.string()), ("start", pa.int32()),
-                     ("end", pa.int32()), ("text", pa.string()), ("score", pa.float64())])
 PARQUET_SCHEMA = pa.schema([
     ("id", pa.string()), ("title", pa.string()), ("text", pa.string()),
     ("metadata", pa.string()),  # JSON: the input's other columns
-    ("labels", pa.list_(_LABEL)), ("entities", pa.list_(_ENTITY)),
+    # one list column per result type: `labels`, `entities`
+    *((rt.field, pa.list_(rt.out_struct)) for rt in RESULT_TYPES),
 ])
 
 
 def annotation_fields(a: Annotation, versions: dict[str, str]) -> dict:
-    """`labels` and `entities` of one text as JSON-ready lists."""
-    return {
-        "labels": [{"head": x.head, "head_version": versions[x.head], "label": x.label,
-                    "probability": round(x.probability, 6)} for x in a.labels],
-        "entities": [{"head": x.head, "type": x.type, "start": x.start, "end": x.end,
-                      "text": x.text, "score": round(x.score, 6)} for x in a.entities],
-    }
+    """One JSON-ready list per result type (`labels`, `entities`) of one text."""
+    return {rt.field: [x.out_row(versions[x.head]) for x in found]
+            for rt, found in a.results().items()}
 
 
 def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from indexer.heads.data import SentenceExample
 from indexer.heads.metrics import macro_f1
+
+if TYPE_CHECKING:
+    from indexer.heads.types.classifier import SentenceExample
 
 C_GRID = (0.25, 1.0, 4.0)
 

@@ -1,44 +1,30 @@
 """Readers for labelled splits: JSON, JSONL, Parquet, CoNLL column files, TweetEval folders.
 
-Returns examples with label ids and the label list; does not tokenize.
+Returns examples with label ids and the label list; what an item holds and which labels are
+valid is the head type's (`heads.types`). Does not tokenize.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from indexer.errors import InputError
-from indexer.heads.labels import is_bio_tag, order_bio_labels
+from indexer.heads.types.registry import head_type, head_types
+
+if TYPE_CHECKING:
+    from indexer.heads.types.base import Example
 
 log = logging.getLogger(__name__)
 
-Task = Literal["classifier", "ner"]
+Task = str  # a head type's name (`heads.types.registry`)
 FORMATS = ("auto", "json", "jsonl", "parquet", "conll", "tweeteval")
 SPLITS = ("train", "validation", "test")
 _TWEETEVAL_SPLITS = {"train": "train", "validation": "val", "test": "test"}
 _UNSPLIT = "_"  # a file that holds one split, named by the option that pointed to it
-
-
-@dataclass(frozen=True)
-class SentenceExample:
-    id: str
-    text: str
-    label: int
-
-
-@dataclass(frozen=True)
-class TokenExample:
-    id: str
-    tokens: tuple[str, ...]
-    tags: tuple[int, ...]
-
-
-Example = SentenceExample | TokenExample
 
 
 @dataclass
@@ -83,7 +69,8 @@ def read_head_data(
     """Read the splits for `task`.
 
     Args:
-        task: "classifier" (items `{text, label}`) or "ner" (items `{tokens, tags}`).
+        task: a head type's name: "classifier" (items `{text, label}`) or "ner" (items
+            `{tokens, tags}`).
         data: a file holding the splits (JSON, TweetEval folder), or the train split file.
         validation: a file for the validation split (a JSON file gives its `validation`).
         test: a file for the test split (a JSON file gives its `test`).
@@ -143,9 +130,11 @@ def _read_any(path: Path, fmt: str, task: Task) -> _Raw:
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
     kind = detect_format(path) if fmt == "auto" else fmt
+    if kind not in head_type(task).formats:
+        readers = [k.name for k in head_types() if kind in k.formats]
+        raise InputError(f"{path}: format '{kind}' holds no {task} items; use "
+                         f"{' or '.join(f'train {r}' for r in readers)} (or pass --format)")
     if kind == "tweeteval":
-        if task != "classifier":
-            raise InputError(f"{path}: TweetEval folders hold sentence labels; use 'train classifier'")
         return _read_tweeteval(path)
     if path.is_dir():
         raise InputError(f"{path}: is a folder; format '{kind}' needs a file")
@@ -155,8 +144,6 @@ def _read_any(path: Path, fmt: str, task: Task) -> _Raw:
         return _read_jsonl(path)
     if kind == "parquet":
         return _read_parquet(path)
-    if task != "ner":
-        raise InputError(f"{path}: CoNLL column files hold token tags; use 'train ner' (or pass --format)")
     return _read_conll(path)
 
 
@@ -302,70 +289,29 @@ def _lines(path: Path) -> list[str]:
 
 
 def _label_list(task: Task, names: list[str] | None, raws: dict[str, _Raw]) -> list[str]:
+    kind = head_type(task)
     if names is not None:
         if len(set(names)) != len(names):
             raise InputError(f"label_names has duplicates: {names}")
-        if task == "ner" and not all(is_bio_tag(n) for n in names):
-            bad = [n for n in names if not is_bio_tag(n)]
-            raise InputError(f"NER label_names must be BIO ('O', 'B-TYPE', 'I-TYPE'); found {bad}")
+        kind.check_label_names(names)
         return list(names)
-    key = "label" if task == "classifier" else "tags"
+    key = kind.label_key
     seen: set = set()
     for raw in raws.values():
         for split_items in raw.items.values():
             for item_id, item in split_items:
+                where = f"{raw.source}, {item_id}"
                 if not isinstance(item, dict) or key not in item:
-                    raise InputError(f"{raw.source}, {item_id}: missing '{key}'")
-                values = item[key] if task == "ner" else [item[key]]
-                if not isinstance(values, list):
-                    raise InputError(f"{raw.source}, {item_id}: '{key}' must be a list")
+                    raise InputError(f"{where}: missing '{key}'")
+                values = kind.item_labels(item, where)
                 seen.update(v for v in values if isinstance(v, (str, int)) and not isinstance(v, bool))
-    if any(isinstance(v, int) for v in seen):
-        if not all(isinstance(v, int) for v in seen):
-            raise InputError("labels mix integers and names; use one kind, or give label_names")
-        if task == "ner":
-            raise InputError("integer NER tags need 'label_names' (a JSON file with label_names)")
-        return [str(i) for i in range(max(seen) + 1)]
-    if task == "ner":
-        bad = sorted(t for t in seen if not is_bio_tag(t))
-        if bad:
-            raise InputError(f"tags must be BIO ('O', 'B-TYPE', 'I-TYPE'); found {bad[:10]}")
-        return order_bio_labels(seen)
-    return sorted(seen)
-
-
-def _label_id(value: object, names: Sequence[str], where: str) -> int:
-    if isinstance(value, bool):
-        pass
-    elif isinstance(value, int):
-        if 0 <= value < len(names):
-            return value
-        raise InputError(f"{where}: label {value} is outside 0..{len(names) - 1}")
-    elif isinstance(value, str):
-        try:
-            return names.index(value)
-        except ValueError:
-            pass
-        raise InputError(f"{where}: label {value!r} is not one of {list(names)}")
-    raise InputError(f"{where}: label {value!r} must be a name or an index")
+    if any(isinstance(v, int) for v in seen) and not all(isinstance(v, int) for v in seen):
+        raise InputError("labels mix integers and names; use one kind, or give label_names")
+    return kind.label_names_from(seen)
 
 
 def _to_example(task: Task, item_id: str, item: object, names: list[str], source: str) -> Example:
     where = f"{source}, {item_id}"
     if not isinstance(item, dict):
         raise InputError(f"{where}: expected an object, got {type(item).__name__}")
-    if task == "classifier":
-        if not isinstance(item.get("text"), str) or "label" not in item:
-            raise InputError(f"{where}: a sentence item needs 'text' (string) and 'label'")
-        return SentenceExample(item_id, item["text"], _label_id(item["label"], names, where))
-    tokens, tags = item.get("tokens"), item.get("tags")
-    if not isinstance(tokens, list) or not isinstance(tags, list):
-        raise InputError(f"{where}: a token item needs 'tokens' and 'tags' lists")
-    if len(tokens) != len(tags):
-        raise InputError(f"{where}: {len(tokens)} tokens but {len(tags)} tags")
-    if not tokens:
-        raise InputError(f"{where}: has no tokens")
-    if not all(isinstance(t, str) for t in tokens):
-        raise InputError(f"{where}: tokens must be strings")
-    ids = tuple(_label_id(t, names, where) for t in tags)
-    return TokenExample(item_id, tuple(tokens), ids)
+    return head_type(task).example(item_id, item, names, where)

@@ -10,39 +10,41 @@ from pathlib import Path
 
 from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError
-from indexer.heads.data import HeadData, SentenceExample, TokenExample
-from indexer.heads.features import check_lengths, encode_examples
+from indexer.heads.data import HeadData
+from indexer.heads.features import check_lengths
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
-from indexer.heads.metrics import METRIC_NAMES
 from indexer.heads.predict import load_model_dir
+from indexer.heads.types.base import Example, HeadType
 
 
 def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", batch_size: int = 64,
                   decode: str = "bio") -> dict:
     """Score the head in `model_dir` on `data.splits[split]`.
 
-    `decode` (NER): "bio" for the most probable valid BIO sequence, "argmax" per word.
-
+    Args:
+        decode: a tagger's decoding: "bio" for the most probable valid BIO sequence, "argmax"
+            per word (ignored for a classifier).
     Returns:
-        {"split", "examples", "metric", <metric>, ...full metrics}.
+        {"split", "examples", "metric", <metric>, ...full metrics}; a tagger's also "decode".
     """
-    task, model, tokenizer = load_model_dir(model_dir)
-    if task != data.task:
-        raise InputError(f"{model_dir} is a {task} head but the data were read for {data.task}")
+    kind, model, tokenizer = load_model_dir(model_dir)
+    if kind.name != data.task:
+        raise InputError(f"{model_dir} is a {kind.name} head but the data were read for {data.task}")
     if split not in data.splits:
         raise InputError(f"no '{split}' split in the data; have {', '.join(data.splits)}")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    examples = [_relabel(e, data.label_names, names) for e in data.splits[split]]
-    encoded = encode_examples(tokenizer, examples)
+    examples = [_relabel(kind, e, data.label_names, names) for e in data.splits[split]]
+    encoded = kind.encode(tokenizer, examples)
     check_lengths({split: encoded}, min(MAX_POSITIONS, model.config.max_position_embeddings))
-    logits = model_logits(model, encoded, pad_id_of(tokenizer), batch_size)
-    scores = score_logits(logits, examples, encoded, names, decode)
-    metric = METRIC_NAMES[task]
-    extra = {"decode": decode} if task == "ner" else {}
-    return {"split": split, "examples": len(examples), "metric": metric, **extra, **scores}
+    logits = model_logits(kind, model, encoded, pad_id_of(tokenizer), batch_size)
+    options = {"decode": decode} if kind.decodes else {}
+    scores = score_logits(kind, logits, examples, encoded, names, **options)
+    return {"split": split, "examples": len(examples), "metric": kind.metric, **options, **scores}
 
 
-def _relabel(example, data_names: list[str], model_names: list[str]):
+def _relabel(kind: HeadType, example: Example, data_names: list[str], model_names: list[str]) -> Example:
+    """`example` with its label ids (field `kind.label_key`: one id or a tuple) re-indexed from
+    the data's label list to the head's."""
     lookup = {name: i for i, name in enumerate(model_names)}
 
     def one(label_id: int) -> int:
@@ -51,7 +53,6 @@ def _relabel(example, data_names: list[str], model_names: list[str]):
             raise InputError(f"{example.id}: label '{name}' is not one of the head's labels {model_names}")
         return lookup[name]
 
-    if isinstance(example, SentenceExample):
-        return replace(example, label=one(example.label))
-    assert isinstance(example, TokenExample)
-    return replace(example, tags=tuple(one(t) for t in example.tags))
+    value = getattr(example, kind.label_key)
+    new = tuple(one(t) for t in value) if isinstance(value, tuple) else one(value)
+    return replace(example, **{kind.label_key: new})

@@ -1,7 +1,7 @@
-"""Examples to model inputs: tokenisation without truncation, the over-long refusal, and
-length-sorted batches.
+"""Tokenised splits (`Encoded`, made by a head type's `encode`), the over-long refusal, and
+length-sorted, padded batches.
 
-Does not run the model.
+Does not tokenise or run the model.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import torch
 
 from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError
-from indexer.heads.data import Example, SentenceExample, TokenExample
-from indexer.heads.labels import align_labels, first_subword_positions
 
 SHOW_TOO_LONG = 5  # over-long examples named in the refusal
 SORT_POOL = 50  # training batches drawn from length-sorted pools of SORT_POOL batches
@@ -36,36 +34,6 @@ class Encoded:
     @property
     def lengths(self) -> np.ndarray:
         return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self))
-
-
-def encode_examples(tokenizer, examples: Sequence[Example]) -> Encoded:
-    """Tokenise examples with special tokens and without truncation.
-
-    Args:
-        tokenizer: a fast (Rust) tokenizer; NER needs its `word_ids()`.
-        examples: all SentenceExample or all TokenExample.
-    Returns:
-        Encoded, in the order given.
-    """
-    ids = [e.id for e in examples]
-    if not examples:
-        return Encoded(ids, [], [])
-    if isinstance(examples[0], SentenceExample):
-        enc = tokenizer([e.text for e in examples], add_special_tokens=True, truncation=False)
-        return Encoded(ids, enc["input_ids"], [e.label for e in examples])
-    if not getattr(tokenizer, "is_fast", False):
-        raise InputError("NER needs a fast tokenizer (tokenizer.json) for word_ids() alignment")
-    enc = tokenizer(
-        [list(e.tokens) for e in examples], is_split_into_words=True,
-        add_special_tokens=True, truncation=False,
-    )
-    labels, positions = [], []
-    for i, example in enumerate(examples):
-        assert isinstance(example, TokenExample)
-        word_ids = enc.word_ids(i)
-        labels.append(align_labels(word_ids, example.tags))
-        positions.append(first_subword_positions(word_ids))
-    return Encoded(ids, enc["input_ids"], labels, positions)
 
 
 def check_lengths(splits: dict[str, Encoded], max_length: int) -> None:

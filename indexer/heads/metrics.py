@@ -85,5 +85,3 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
         "per_type": per_type,
     }
 
-
-METRIC_NAMES = {"classifier": "macro_f1", "ner": "entity_f1"}

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from indexer.errors import ModelError
 from indexer.encode.pooling import l2_normalize, mean_pool
+from indexer.errors import ModelError
 
 POOLING_KEY = "bertindex_pooling"  # in config.json; absent means `cls`
 POOLINGS = ("cls", "mean")

@@ -6,8 +6,9 @@ test split is only scored at the end. Runs on CPU; with dtype bf16 the training 
 backward run under bf16 autocast, while weights, optimizer state and every score stay fp32.
 `--head-only` runs the frozen backbone once through the index encoder (`indexer.encode.encoder`:
 length-sorted batches under a token budget, bf16 weights where the CPU has them) and trains
-the head on those cached features. A classifier pools [CLS] or the normalised token mean
-(`sentence`). Does not read files (see `data`).
+the head on those cached features. What differs between a classifier and a tagger (model
+class, loss, head layers, features, metric) is the head type's (`heads.types`). Does not read
+files (see `data`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -28,29 +29,18 @@ from tqdm.auto import tqdm
 
 from indexer.encode.encoder import default_streams
 from indexer.errors import InputError, ModelError
-from indexer.heads.baseline import tfidf_baseline
 from indexer.heads.data import HeadData, require_splits
-from indexer.heads.features import (
-    Encoded,
-    check_lengths,
-    collate,
-    encode_examples,
-    training_batches,
-)
+from indexer.heads.features import Encoded, check_lengths, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
-from indexer.heads.labels import IGNORE_INDEX
-from indexer.heads.metrics import METRIC_NAMES
 from indexer.heads.receipt import check_out_dir, package_versions, save_head_dir, weights_sha256
-from indexer.heads.sentence import POOLING_KEY, check_mean_head, head_logits, sequence_logits
+from indexer.heads.sentence import POOLING_KEY
+from indexer.heads.types.base import HeadType
+from indexer.heads.types.registry import head_type
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LR = 2e-5
 DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
-# Examples per step. A tagger takes 8 sentences: at the recipe's lr 2e-5 that is 4x the
-# updates per epoch, and CoNLL validation prefers it (README: 0.910 after 6 epochs, against
-# 0.905 after 10 epochs of 32).
-DEFAULT_BATCH_SIZE = {"classifier": 32, "ner": 8}
 WARMUP_RATIO = 0.1
 WEIGHT_DECAY = 0.01
 GRAD_CLIP = 1.0
@@ -60,17 +50,18 @@ FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """One training run. `lr` None: DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with `head_only`;
-    `batch_size` None: DEFAULT_BATCH_SIZE of the task (32 sentences, 8 for a tagger)."""
+    """One training run. `task`: a head type's name (`heads.types.registry`). `lr` None:
+    DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with `head_only`; `batch_size` None: the head type's
+    `default_batch_size` (32 sentences, 8 for a tagger)."""
 
-    task: Literal["classifier", "ner"]
+    task: str
     base: Path
     out: Path
     head_only: bool = False
     epochs: int = 2
     lr: float | None = None
     max_length: int = 128
-    batch_size: int | None = None  # None: DEFAULT_BATCH_SIZE[task]
+    batch_size: int | None = None  # None: the head type's default_batch_size
     seed: int = 42
     threads: int | None = None
     dtype: Literal["fp32", "bf16"] = "fp32"
@@ -80,7 +71,7 @@ class TrainSettings:
     def __post_init__(self) -> None:
         _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
         if self.batch_size is None:
-            object.__setattr__(self, "batch_size", DEFAULT_BATCH_SIZE[self.task])
+            object.__setattr__(self, "batch_size", self.kind.default_batch_size)
         if self.probe_epochs and self.head_only:
             raise InputError("--probe-epochs warms the head before a full fine-tune; it has no "
                              "meaning with --head-only (use --epochs)")
@@ -97,15 +88,14 @@ class TrainSettings:
         return DEFAULT_HEAD_ONLY_LR if self.head_only else DEFAULT_LR
 
     @property
+    def kind(self) -> HeadType:
+        """The head type being trained."""
+        return head_type(self.task)
+
+    @property
     def sentence_pooling(self) -> str | None:
         """Classifier pooling (`auto`: mean with head_only, else cls); None for NER."""
-        if self.task == "ner":
-            if self.pooling == "mean":
-                raise InputError("--pooling mean is for classifiers; an NER head tags every token")
-            return None
-        if self.pooling == "auto":
-            return "mean" if self.head_only else "cls"
-        return self.pooling
+        return self.kind.pooling(self.pooling, self.head_only)
 
 
 @dataclass
@@ -154,22 +144,19 @@ def seed_everything(seed: int) -> None:
 
 
 def load_base(settings: TrainSettings, label_names: list[str]):
-    """Load the base encoder with a fresh head for `label_names`, and its tokenizer.
+    """Load the base encoder with a fresh head of `settings.kind` for `label_names`, and its
+    tokenizer.
 
     Returns:
         (model, tokenizer)
     """
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-        AutoTokenizer,
-    )
+    from transformers import AutoTokenizer
 
     seed_everything(settings.seed)  # the new head's initial weights
-    auto = AutoModelForTokenClassification if settings.task == "ner" else AutoModelForSequenceClassification
+    kind = settings.kind
     try:
         tokenizer = AutoTokenizer.from_pretrained(settings.base)
-        model = auto.from_pretrained(
+        model = kind.model_class().from_pretrained(
             settings.base,
             num_labels=len(label_names),
             id2label=dict(enumerate(label_names)),
@@ -177,38 +164,19 @@ def load_base(settings: TrainSettings, label_names: list[str]):
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load base model from {settings.base}: {exc}") from None
-    if settings.task == "ner" and not getattr(tokenizer, "is_fast", False):
-        raise ModelError(f"{settings.base}: NER needs a fast tokenizer (tokenizer.json)")
     pooling = settings.sentence_pooling
     if pooling is not None:
-        if pooling == "mean":
-            check_mean_head(model)
         setattr(model.config, POOLING_KEY, pooling)  # saved in config.json; read by every loader
+    kind.check_model(model, tokenizer, str(settings.base))
     return model, tokenizer
 
 
 def encode_splits(tokenizer, data: HeadData, max_length: int) -> dict[str, Encoded]:
     """Tokenise every split and refuse over-long examples before any training starts."""
-    encoded = {split: encode_examples(tokenizer, examples) for split, examples in data.splits.items()}
+    kind = head_type(data.task)
+    encoded = {split: kind.encode(tokenizer, examples) for split, examples in data.splits.items()}
     check_lengths(encoded, max_length)
     return encoded
-
-
-def _head_modules(model, task: str) -> list[torch.nn.Module]:
-    """For --head-only: the modules that train (pooler + dropout + classifier, or dropout +
-    classifier for NER)."""
-    base = model.base_model
-    dropout, classifier = getattr(model, "dropout", None), getattr(model, "classifier", None)
-    if dropout is None or classifier is None or not hasattr(base, "embeddings"):
-        raise ModelError(
-            f"--head-only supports BERT-style models (dropout + classifier head); "
-            f"{type(model).__name__} is not one; train without --head-only"
-        )
-    if task == "ner":
-        return [dropout, classifier]
-    if getattr(base, "pooler", None) is None:
-        raise ModelError(f"{type(model).__name__} has no pooler; train without --head-only")
-    return [base.pooler, dropout, classifier]
 
 
 def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_TOKENS):
@@ -225,22 +193,14 @@ def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_T
     return Encoder(config)
 
 
-def backbone_features(encoder, encoded: Encoded, task: str) -> list[torch.Tensor]:
-    """Per example: (hidden,) pooled features (classifier), or (words, hidden) first-subword
-    token states (NER), all fp32."""
-    if task == "ner":
-        keep = [[p[w] for w in sorted(p)] for p in encoded.word_positions]  # type: ignore[union-attr]
-        return [torch.from_numpy(x) for x in encoder.token_states(encoded.input_ids, keep)]
-    return list(torch.from_numpy(encoder.encode_ids(encoded.input_ids)).unbind(0))
-
-
 def _head_only_steps(model, train: Encoded, val: Encoded, settings: TrainSettings):
     """Freeze the backbone, run it once over train and validation, and train on the cache.
 
     Returns:
         (modules to put in train mode, step_loss(index), val_logits(), feature seconds)
     """
-    modules = _head_modules(model, settings.task)
+    kind = settings.kind
+    modules = kind.head_modules(model)
     for p in model.parameters():
         p.requires_grad_(False)
     for module in modules:
@@ -249,32 +209,24 @@ def _head_only_steps(model, train: Encoded, val: Encoded, settings: TrainSetting
     model.eval()
     t0 = time.perf_counter()
     encoder = feature_encoder(settings)
-    feats = {name: backbone_features(encoder, enc, settings.task)
+    feats = {name: kind.backbone_features(encoder, enc)
              for name, enc in (("train", train), ("validation", val))}
     del encoder
     seconds = time.perf_counter() - t0
-    if settings.task == "ner":
-        def head(f):
-            return model.classifier(model.dropout(f))
-    else:
-        def head(f):
-            return head_logits(model, f)
-    # one label per feature row: per example (classifier) or per first subword (NER)
-    labels = [torch.tensor([x for x in lab if x != IGNORE_INDEX]) if isinstance(lab, list)
-              else torch.tensor(lab) for lab in train.labels]
+    labels = kind.feature_targets(train)  # one label per feature row
     width = feats["train"][0].shape[-1]
 
     def step_loss(index) -> torch.Tensor:
         x = torch.cat([feats["train"][i].reshape(-1, width) for i in index])  # (rows, hidden)
         y = torch.cat([labels[i].reshape(-1) for i in index])
-        return torch.nn.functional.cross_entropy(head(x), y)
+        return torch.nn.functional.cross_entropy(kind.feature_logits(model, x), y)
 
     def val_logits() -> list[torch.Tensor]:
-        fv = feats["validation"]
+        fv = feats["validation"]  # (hidden,) or (rows, hidden) per example
         with torch.inference_mode():
-            if fv[0].dim() == 1:  # classifier: (hidden,) per example
-                return list(head(torch.stack(fv)).unbind(0))
-            return list(head(torch.cat(fv)).split([f.shape[0] for f in fv]))  # NER: (words, hidden)
+            out = kind.feature_logits(model, torch.cat([f.reshape(-1, width) for f in fv]))
+            rows = out.split([f.reshape(-1, width).shape[0] for f in fv])
+            return [r.reshape(*f.shape[:-1], -1) for r, f in zip(rows, fv)]  # (C,) or (rows, C)
 
     return modules, step_loss, val_logits, seconds
 
@@ -315,18 +267,13 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
         for p in model.parameters():
             p.requires_grad_(True)
         pad_id = pad_id_of(tokenizer)
-        mean_pooled = settings.sentence_pooling == "mean"
 
         def full_loss(index) -> torch.Tensor:
-            batch = collate(train, index, pad_id)
             with _autocast(settings.dtype):
-                if mean_pooled:
-                    labels = batch.pop("labels")
-                    return torch.nn.functional.cross_entropy(sequence_logits(model, batch).float(), labels)
-                return model(**batch).loss.float()
+                return settings.kind.loss(model, collate(train, index, pad_id))
 
         def full_val_logits() -> list[torch.Tensor]:
-            return model_logits(model, val, pad_id, settings.batch_size * 2)
+            return model_logits(settings.kind, model, val, pad_id, settings.batch_size * 2)
 
         _train_epochs(model, [model], full_loss, full_val_logits, train.lengths, data, val,
                       settings, rng, result, progress, epochs=settings.epochs,
@@ -347,7 +294,8 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     Without `stage`, the best epoch's state is tracked in `result` and loaded at the end;
     a `stage` (the LP-FT probe) only appends its epochs to the history under that name.
     """
-    metric = METRIC_NAMES[settings.task]
+    kind = settings.kind
+    metric = kind.metric
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY)
     steps_per_epoch = -(-len(lengths) // settings.batch_size)
@@ -378,7 +326,7 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
             bar.set_postfix(loss=f"{loss_sum / seen:.4f}", refresh=False)
         train_seconds = time.perf_counter() - t0
         model.eval()
-        scores = score_logits(val_logits(), data.splits["validation"], val, data.label_names)
+        scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
         entry = {
             "epoch": epoch,
             "train_loss": round(loss_sum / seen, 6),
@@ -401,25 +349,17 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
                 batch_size: int = 64) -> dict:
     """Score the current model on one split (full metrics)."""
-    logits = model_logits(model, encoded[split], pad_id_of(tokenizer), batch_size)
-    return score_logits(logits, data.splits[split], encoded[split], data.label_names)
-
-
-def _entity_counts(scores: dict | None) -> dict | None:
-    if scores is None:
-        return None
-    return {
-        "gold": scores["gold_entities"],
-        "predicted": scores["predicted_entities"],
-        "by_type": {k: {"gold": v["support"], "predicted": v["predicted"]} for k, v in scores["per_type"].items()},
-    }
+    kind = head_type(data.task)
+    logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
+    return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names)
 
 
 def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, validation: dict,
                   test: dict | None, baseline: dict | None, threads: int) -> dict:
     """Everything needed to trust or redo the run, as a JSON-ready dict."""
     n_train = len(data.splits["train"])
-    metric = METRIC_NAMES[settings.task]
+    kind = settings.kind
+    metric = kind.metric
     receipt = {
         "task": settings.task,
         "metric": metric,
@@ -443,7 +383,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
             if settings.caches_features else None,
             "scores_dtype": "fp32",
             "batches": "length-sorted pools of 50 batches, shuffled",
-            "ner_decode": "bio (most probable valid BIO sequence)" if settings.task == "ner" else None,
+            "ner_decode": kind.decode_note,
         },
         "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
         "epochs": fitted.history,
@@ -458,13 +398,21 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "examples_per_second": round(n_train * settings.epochs / fitted.seconds, 2),
         "versions": package_versions(),
     }
-    if settings.task == "ner":
-        receipt["entity_counts"] = {"validation": _entity_counts(validation), "test": _entity_counts(test)}
+    receipt.update(kind.receipt_fields(validation, test))
     return receipt
 
 
 def train_head(data: HeadData, settings: TrainSettings, progress: bool = False) -> dict:
-    """Read → encode → refuse over-long → fit → score → baseline → save. Returns the receipt."""
+    """Load base → encode (refuse over-long) → fit → score → baseline → save; the one training
+    path (`bertindex train` runs it through the `train_head` flow).
+
+    Args:
+        data: the labelled splits (`data.read_head_data`), with train and validation.
+        settings: the run; `settings.out` must be new, empty, or an earlier head.
+        progress: show a progress bar per epoch (stderr).
+    Returns:
+        The run receipt, as saved beside the head (`receipt.RECEIPT`).
+    """
     if data.task != settings.task:
         raise InputError(f"the data were read for '{data.task}', the settings say '{settings.task}'")
     require_splits(data, "train", "validation")
@@ -475,24 +423,7 @@ def train_head(data: HeadData, settings: TrainSettings, progress: bool = False) 
     fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
     validation = score_split(model, tokenizer, data, encoded, "validation")
     test = score_split(model, tokenizer, data, encoded, "test") if "test" in data.splits else None
-    baseline = run_baseline(data, settings.seed)
+    baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed)
     receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads)
     save_head_dir(model, tokenizer, receipt, Path(settings.out))
     return receipt
-
-
-def check_out_dir_for(settings: TrainSettings) -> None:
-    """Fail before any work when `--out` cannot take the head."""
-    check_out_dir(Path(settings.out))
-
-
-def run_baseline(data: HeadData, seed: int) -> dict | None:
-    """The TF-IDF baseline for classifiers on the same splits; None for NER."""
-    if data.task != "classifier":
-        return None
-    return tfidf_baseline(data.splits["train"], data.splits["validation"], data.label_names,
-                          data.splits.get("test"), seed=seed)
-
-
-def settings_dict(settings: TrainSettings) -> dict:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()}

@@ -1,6 +1,6 @@
 """Annotations in the store: which documents still need which heads, writing labels and
 entities (one transaction per batch), reading them back for search results, and the inbox
-ledger. Tables come from schema step 2 in `store.py`. Does not run models.
+ledger. Tables come from schema step 2 in `indexer/store/schema.py`. Does not run models.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from indexer.annotate.annotator import Annotation
+from indexer.heads.types.base import RESULT_TYPES, Entity, Label
 from indexer.store.store import Store
 
 
@@ -22,8 +23,15 @@ def _now() -> datetime:
 def remove_orphans(store: Store) -> None:
     """Drop annotations of documents that no longer exist (deleted since)."""
     con = store.con
-    for table in ("annotations", "entities", "annotated"):
+    for table in (*(rt.table for rt in RESULT_TYPES), "annotated"):
         con.execute(f"DELETE FROM {table} WHERE doc_id NOT IN (SELECT doc_id FROM documents)")
+
+
+def has_annotations(store: Store) -> bool:
+    """True when the store has the annotation tables (a store older than schema step 2 has not)."""
+    return bool(store.con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+        [Label.table]).fetchone()[0])
 
 
 def pending_doc_ids(store: Store, versions: dict[str, str], collection: str | None = None
@@ -74,26 +82,13 @@ def write_annotations(store: Store, docs: Sequence[tuple[int, str, str]],
     now = _now()
     doc_ids = [d for d, _, _ in docs]
     heads = list(versions)
-    labels = [(d, lab) for (d, _, _), a in zip(docs, annotations) for lab in a.labels]
-    spans = [(d, s) for (d, _, _), a in zip(docs, annotations) for s in a.entities]
+    rows: dict[type, list[dict]] = {rt: [] for rt in RESULT_TYPES}
+    for (doc_id, _, _), a in zip(docs, annotations):
+        for rt, results in a.results().items():
+            rows[rt].extend(x.table_row(doc_id, versions[x.head]) for x in results)
     tables = {
-        "annotations": pa.table({
-            "doc_id": pa.array([d for d, _ in labels], pa.int64()),
-            "head": pa.array([x.head for _, x in labels], pa.string()),
-            "head_version": pa.array([versions[x.head] for _, x in labels], pa.string()),
-            "label": pa.array([x.label for _, x in labels], pa.string()),
-            "probability": pa.array([x.probability for _, x in labels], pa.float64()),
-        }),
-        "entities": pa.table({
-            "doc_id": pa.array([d for d, _ in spans], pa.int64()),
-            "head": pa.array([x.head for _, x in spans], pa.string()),
-            "head_version": pa.array([versions[x.head] for _, x in spans], pa.string()),
-            "start_char": pa.array([x.start for _, x in spans], pa.int32()),
-            "end_char": pa.array([x.end for _, x in spans], pa.int32()),
-            "type": pa.array([x.type for _, x in spans], pa.string()),
-            "text": pa.array([x.text for _, x in spans], pa.string()),
-            "score": pa.array([x.score for _, x in spans], pa.float64()),
-        }),
+        **{rt.table: pa.Table.from_pylist(found, schema=rt.table_schema)
+           for rt, found in rows.items()},
         "annotated": pa.table({
             "doc_id": pa.array([d for d, _, _ in docs for _ in heads], pa.int64()),
             "head": pa.array([h for _ in docs for h in heads], pa.string()),
@@ -130,16 +125,15 @@ def annotations_by_document(store: Store, keys: Sequence[tuple[str, str]]) -> di
                 "SELECT d.collection, d.external_id, a.head, a.head_version, a.label, "
                 "a.probability " + base + "JOIN annotations a ON a.doc_id = d.doc_id "
                 "ORDER BY a.head").fetchall():
-            out[(row[0], row[1])]["labels"].append(
-                {"head": row[2], "head_version": row[3], "label": row[4],
-                 "probability": round(row[5], 6)})
+            label = Label(label=row[4], score=row[5], head=row[2])
+            out[(row[0], row[1])][Label.field].append(label.out_row(row[3]))
         for row in con.execute(
                 "SELECT d.collection, d.external_id, e.head, e.type, e.start_char, e.end_char, "
-                "e.text, e.score " + base + "JOIN entities e ON e.doc_id = d.doc_id "
+                "e.text, e.score, e.head_version " + base + "JOIN entities e ON e.doc_id = d.doc_id "
                 "ORDER BY e.start_char, e.head").fetchall():
-            out[(row[0], row[1])]["entities"].append(
-                {"head": row[2], "type": row[3], "start": row[4], "end": row[5], "text": row[6],
-                 "score": round(row[7], 6)})
+            entity = Entity(type=row[3], start=row[4], end=row[5], text=row[6], score=row[7],
+                            head=row[2])
+            out[(row[0], row[1])][Entity.field].append(entity.out_row(row[8]))
     finally:
         con.unregister("hit_keys")
     return out

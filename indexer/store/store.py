@@ -31,9 +31,6 @@ from indexer.store.filters import Filters
 from indexer.store.lock import WriterLock
 from indexer.store.reads import DocumentReads
 
-# PENDING (heads engineer, issue 12): `indexer/annotate/annotator.py` still imports ChunkRows
-# from here; once it reads `from indexer.store import ChunkRows`, delete this line.
-from indexer.store.rows import ChunkRows  # noqa: F401  (not part of this module's API)
 from indexer.store.runs import RunLog
 from indexer.store.schema import (
     SCHEMA_VERSION,

@@ -111,10 +111,8 @@ def annotate(paths, head_args, collection, out, inbox, config_path, store_path, 
 
 def hit_annotations(store, hits) -> dict:
     """{(collection, id): {"labels", "entities"}} of search hits (empty for an old store)."""
-    from indexer.store.annotations import annotations_by_document
+    from indexer.store.annotations import annotations_by_document, has_annotations
 
-    has = store.con.execute("SELECT count(*) FROM information_schema.tables "
-                            "WHERE table_name = 'annotations'").fetchone()[0]
-    if not has:
+    if not has_annotations(store):
         return {}
     return annotations_by_document(store, [(h.collection, h.id) for h in hits])

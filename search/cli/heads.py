@@ -1,5 +1,6 @@
-"""`bertindex train classifier|ner` and `bertindex eval head`: fine-tune a head on the
-encoder (Prefect flow `train_head`, in process) and score a saved head.
+"""`bertindex train classifier|ner` (one command per registered head type) and `bertindex
+eval head`: fine-tune a head on the encoder (Prefect flow `train_head`, in process, which runs
+`indexer.heads.train.train_head`) and score a saved head.
 
 Thin layer: options in, `indexer.heads` / `flows.train` do the work.
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from indexer.heads.types.registry import HEAD_TYPE_NAMES, head_type
 from search.cli.common import (
     build_config,
     config_options,
@@ -106,26 +108,34 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     click.echo(f"training {short['training_seconds']:.1f} s, {short['examples_per_second']:.1f} examples/s")
 
 
-@train.command("classifier")
-@data_options
-@train_options
-@json_option
-@config_options
-@handle_errors
-def classifier(**options) -> None:
-    """Fine-tune a sentence classifier (items {text, label}; TweetEval folders)."""
-    _train("classifier", **options)
+class _TrainCommand(click.Command):
+    """`bertindex train TASK`: its help is the head type's summary, read when shown (loading a
+    head type loads torch, which a CLI start must not wait for)."""
+
+    @property
+    def help(self) -> str:
+        return head_type(self.name).summary
+
+    @help.setter
+    def help(self, value) -> None:
+        pass
 
 
-@train.command("ner")
-@data_options
-@train_options
-@json_option
-@config_options
-@handle_errors
-def ner(**options) -> None:
-    """Fine-tune a BIO token tagger (items {tokens, tags}; CoNLL column files)."""
-    _train("ner", **options)
+def _add_train_command(task: str) -> None:
+    """`bertindex train TASK` for one registered head type."""
+
+    @train.command(task, cls=_TrainCommand)
+    @data_options
+    @train_options
+    @json_option
+    @config_options
+    @handle_errors
+    def command(**options) -> None:
+        _train(task, **options)
+
+
+for _task in HEAD_TYPE_NAMES:
+    _add_train_command(_task)
 
 
 @click.command("head")
@@ -151,14 +161,14 @@ def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode,
     from indexer.errors import ModelError
     from indexer.heads.data import read_head_data
     from indexer.heads.evaluate import evaluate_head
-    from indexer.heads.predict import head_task
+    from indexer.heads.types.registry import head_type_of
 
     build_config(config_path, store_path)  # a broken config is reported like everywhere else
     try:
-        task = head_task(AutoConfig.from_pretrained(model_dir))
+        kind = head_type_of(AutoConfig.from_pretrained(model_dir))
     except (OSError, ValueError) as exc:
         raise ModelError(f"{model_dir}: not a saved head: {exc}") from None
-    splits = read_head_data(task, data, validation, test, fmt, single_split=split)
+    splits = read_head_data(kind.name, data, validation, test, fmt, single_split=split)
     scores = evaluate_head(model_dir, splits, split, batch_size, decode)
     if as_json:
         print_json(scores)

@@ -62,3 +62,38 @@ def test_exit_codes(cli, tiny_bert, classifier_json, tmp_path):
     assert result.exit_code == 1 and "error:" in result.stderr  # sentence items given to ner
     result = runner.invoke(cli, ["eval", "head", str(tmp_path), "--data", str(classifier_json)])
     assert result.exit_code == 1 and "not a saved head" in result.stderr
+
+
+_VOLATILE = {"created", "out", "training_seconds", "training_cpu_seconds", "examples_per_second",
+             "feature_seconds", "versions"}
+
+
+def _stable(receipt: dict) -> dict:
+    """A receipt without its clock readings, time stamp and output path."""
+    out = {k: v for k, v in receipt.items() if k not in _VOLATILE}
+    out["epochs"] = [{k: v for k, v in e.items() if not k.endswith("seconds")}
+                     for e in receipt["epochs"]]
+    return out
+
+
+def test_cli_flow_and_library_train_the_same_head(cli, tiny_bert, ner_conll, tmp_path):
+    """`bertindex train` (the `train_head` flow) runs the library's `train_head`: same receipt."""
+    from indexer.heads.data import read_head_data
+    from indexer.heads.receipt import RECEIPT
+    from indexer.heads.train import TrainSettings, train_head
+
+    train_file, dev = ner_conll
+    config = tmp_path / "config.yaml"
+    config.write_text("model:\n  dtype: fp32\n")
+    result = CliRunner().invoke(cli, [
+        "train", "ner", "--data", str(train_file), "--validation", str(dev), "--test", str(dev),
+        "--out", str(tmp_path / "cli"), "--base", str(tiny_bert), "--epochs", "2",
+        "--batch-size", "2", "--lr", "5e-3", "--config", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    by_cli = json.loads((tmp_path / "cli" / RECEIPT).read_text())
+
+    data = read_head_data("ner", train_file, validation=dev, test=dev)
+    by_library = train_head(data, TrainSettings("ner", tiny_bert, tmp_path / "lib", epochs=2,
+                                                batch_size=2, lr=5e-3, dtype="fp32"))
+    assert _stable(by_cli) == _stable(json.loads(json.dumps(by_library)))
+    assert by_cli["recipe"]["ner_decode"].startswith("bio") and "entity_counts" in by_cli

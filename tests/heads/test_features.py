@@ -9,9 +9,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from indexer.errors import InputError
-from indexer.heads.data import SentenceExample, TokenExample, read_head_data
-from indexer.heads.features import collate, encode_examples, sorted_batches, training_batches
+from indexer.heads.data import read_head_data
+from indexer.heads.features import collate, sorted_batches, training_batches
 from indexer.heads.train import TrainSettings, train_head
+from indexer.heads.types.classifier import SentenceExample
+from indexer.heads.types.registry import head_type
+from indexer.heads.types.tagger import TokenExample
 
 
 def _long_data(tmp_path):
@@ -38,7 +41,7 @@ def test_refusal_names_count_ids_lengths_and_ways_out(tiny_bert, tmp_path):
 
 def test_nothing_is_truncated(tiny_bert):
     tok = AutoTokenizer.from_pretrained(tiny_bert)
-    enc = encode_examples(tok, [SentenceExample("x", "good " * 600, 0)])
+    enc = head_type("classifier").encode(tok, [SentenceExample("x", "good " * 600, 0)])
     assert enc.lengths.tolist() == [602]  # past the model's 512: kept whole, refused later
 
 
@@ -58,7 +61,7 @@ def test_training_batches_cover_every_index_once():
 
 def test_collate_pads_labels_with_ignore(tiny_bert):
     tok = AutoTokenizer.from_pretrained(tiny_bert)
-    enc = encode_examples(tok, [TokenExample("a", ("john",), (1,)), TokenExample("b", ("john", "unbelievables"), (1, 0))])
+    enc = head_type("ner").encode(tok, [TokenExample("a", ("john",), (1,)), TokenExample("b", ("john", "unbelievables"), (1, 0))])
     batch = collate(enc, [0, 1], pad_id=0)
     assert batch["labels"].tolist() == [[-100, 1, -100, -100, -100, -100, -100],
                                         [-100, 1, 0, -100, -100, -100, -100]]

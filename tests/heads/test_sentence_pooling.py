@@ -15,10 +15,10 @@ from indexer.annotate.annotator import Annotator, load_heads
 from indexer.errors import InputError
 from indexer.heads.data import read_head_data
 from indexer.heads.evaluate import evaluate_head
-from indexer.heads.features import encode_examples
 from indexer.heads.predict import load_head
 from indexer.heads.sentence import POOLING_KEY
-from indexer.heads.train import TrainSettings, backbone_features, feature_encoder, train_head
+from indexer.heads.train import TrainSettings, feature_encoder, train_head
+from indexer.heads.types.registry import head_type
 
 TEXTS = ["a good movie", "john hates this awful awful film and mary loves it", "x", "not good"]
 
@@ -94,8 +94,8 @@ def test_annotate_applies_each_heads_pooling_in_one_backbone_pass(mean_head, tin
         want = load_head(head_dir).predict(TEXTS)
         got = [next(lab for lab in r.labels if lab.head == name) for r in results]
         assert [g.label for g in got] == [w.label for w in want]
-        assert [g.probability for g in got] == pytest.approx([w.score for w in want], abs=1e-5)
-    mean_probs = [r.labels[0].probability for r in results]
+        assert [g.score for g in got] == pytest.approx([w.score for w in want], abs=1e-5)
+    mean_probs = [r.labels[0].score for r in results]
     assert mean_probs == pytest.approx(_by_hand(out, TEXTS).max(1).tolist(), abs=1e-5)
 
 
@@ -104,9 +104,9 @@ def test_feature_pass_equals_unbatched_forward(tiny_bert, data):
     on full batches) equal a plain one-at-a-time forward."""
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     base = AutoModel.from_pretrained(tiny_bert).eval()
-    encoded = encode_examples(tok, data.splits["train"])
+    encoded = head_type("classifier").encode(tok, data.splits["train"])
     settings = TrainSettings("classifier", tiny_bert, tiny_bert / "unused", head_only=True)
-    feats = backbone_features(feature_encoder(settings, batch_tokens=64), encoded, "classifier")
+    feats = head_type("classifier").backbone_features(feature_encoder(settings, batch_tokens=64), encoded)
     with torch.no_grad():
         for ids, f in zip(encoded.input_ids, feats):
             hidden = base(torch.tensor([ids])).last_hidden_state[0]
@@ -114,14 +114,14 @@ def test_feature_pass_equals_unbatched_forward(tiny_bert, data):
 
 
 def test_token_states_keep_the_asked_rows(tiny_bert):
-    from indexer.heads.data import TokenExample
+    from indexer.heads.types.tagger import TokenExample
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     base = AutoModel.from_pretrained(tiny_bert).eval()
     examples = [TokenExample("a", ("john", "unbelievables", "paris"), (1, 0, 3)), TokenExample("b", ("mary",), (1,))]
-    encoded = encode_examples(tok, examples)
+    encoded = head_type("ner").encode(tok, examples)
     settings = TrainSettings("ner", tiny_bert, tiny_bert / "unused", head_only=True)
-    feats = backbone_features(feature_encoder(settings), encoded, "ner")
+    feats = head_type("ner").backbone_features(feature_encoder(settings), encoded)
     assert [f.shape[0] for f in feats] == [3, 1]  # one row per word (its first subword)
     with torch.no_grad():
         hidden = base(torch.tensor([encoded.input_ids[0]])).last_hidden_state[0]

@@ -14,7 +14,7 @@ from transformers import (
 from indexer.errors import InputError
 from indexer.heads.data import read_head_data
 from indexer.heads.evaluate import evaluate_head
-from indexer.heads.predict import Classifier, EntityTagger, load_head
+from indexer.heads.predict import Predictor, load_head
 from indexer.heads.receipt import RECEIPT, summary
 from indexer.heads.train import TrainSettings, train_head
 
@@ -63,7 +63,7 @@ def test_classifier_receipt_fields(classifier_run, tiny_bert):
 def test_predict_and_evaluate_classifier(classifier_run):
     data, out, receipt = classifier_run
     head = load_head(out)
-    assert isinstance(head, Classifier)
+    assert head.kind.name == "classifier"
     preds = head.predict(["a good movie", "awful film", "x"])
     assert len(preds) == 3 and all(p.label in ("neg", "pos") and 0.5 <= p.score <= 1 for p in preds)
     scores = evaluate_head(out, data, "test")
@@ -84,7 +84,7 @@ def test_ner_end_to_end(tiny_bert, ner_conll, tmp_path):
     assert model.config.id2label[0] == "O"
     pipeline("token-classification", model=str(out), aggregation_strategy="first")("john lives in paris")
     tagger = load_head(out)
-    assert isinstance(tagger, EntityTagger)
+    assert tagger.kind.name == "ner"
     text = "John Smith lives in unbelievables Paris"
     for entity in tagger.predict([text])[0]:
         assert text[entity.start:entity.end] == entity.text
@@ -98,7 +98,7 @@ def test_entity_spans_merge_subwords(tiny_bert, tmp_path):
     import torch
     from transformers import AutoTokenizer
 
-    from indexer.heads.predict import EntityTagger
+    from indexer.heads.types.registry import head_type
 
     names = ["O", "B-MISC", "I-MISC"]
     model = AutoModelForTokenClassification.from_pretrained(
@@ -106,7 +106,7 @@ def test_entity_spans_merge_subwords(tiny_bert, tmp_path):
     with torch.no_grad():
         model.classifier.weight.zero_()
         model.classifier.bias.copy_(torch.tensor([0.0, 5.0, 0.0]))  # every token: B-MISC
-    tagger = EntityTagger(model.eval(), AutoTokenizer.from_pretrained(tiny_bert))
+    tagger = Predictor(head_type("ner"), model.eval(), AutoTokenizer.from_pretrained(tiny_bert))
     text = "john unbelievables"
     spans = tagger.predict([text])[0]
     assert [(e.type, e.start, e.end, e.text) for e in spans] == [("MISC", 0, 4, "john"), ("MISC", 5, 18, "unbelievables")]

@@ -14,11 +14,12 @@ import yaml
 from click.testing import CliRunner
 
 from flows.index_corpus import run_index
-from indexer.annotate.annotator import Annotation, Label, Span
-from indexer.store.annotations import write_annotations
+from indexer.annotate.annotator import Annotation
 from indexer.config import Config
-from indexer.ops.consistency import check_store
+from indexer.heads.types.base import Entity, Label
 from indexer.ingest.pipeline import sync_vector_index
+from indexer.ops.consistency import check_store
+from indexer.store.annotations import write_annotations
 from indexer.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
@@ -62,8 +63,8 @@ def store_config(tiny_model_dir, tmp_path_factory):
         d1 = store.con.execute("SELECT doc_id, text, content_hash FROM documents "
                                "WHERE external_id = 'd1'").fetchone()
         write_annotations(store, [d1], [Annotation(
-            labels=[Label("clf", "pos", 0.9)],
-            entities=[Span("ner", "LOC", 8, 11, "mat", 0.8)])], {"clf": "v1", "ner": "v1"})
+            labels=[Label("pos", 0.9, head="clf")],
+            entities=[Entity("LOC", 8, 11, "mat", 0.8, head="ner")])], {"clf": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config.model_dump()))

@@ -1,0 +1,278 @@
+"""The head-type interface (`HeadType`), the labelled example every type extends, and the two
+results heads return (`Label`, `Entity`) with the rows they become in the store and in
+`annotate --out` files. Does not load models or read files.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from indexer.errors import InputError
+
+if TYPE_CHECKING:
+    from indexer.heads.features import Encoded
+
+
+# ---- results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Label:
+    """A text's label from a classifier head."""
+
+    label: str
+    score: float  # softmax probability of `label`
+    head: str | None = None  # the head's name under `annotate` (None from `predict`)
+
+    field: ClassVar[str] = "labels"  # `Annotation` attribute and `annotate --out` column
+    table: ClassVar[str] = "annotations"  # store table (schema step 2 in `indexer.store.store`)
+    table_schema: ClassVar[pa.Schema] = pa.schema([
+        ("doc_id", pa.int64()), ("head", pa.string()), ("head_version", pa.string()),
+        ("label", pa.string()), ("probability", pa.float64())])
+    out_struct: ClassVar[pa.DataType] = pa.struct([
+        ("head", pa.string()), ("head_version", pa.string()), ("label", pa.string()),
+        ("probability", pa.float64())])
+
+    def table_row(self, doc_id: int, version: str) -> dict:
+        """One row of `table`, columns in `table_schema` order."""
+        return {"doc_id": doc_id, "head": self.head, "head_version": version,
+                "label": self.label, "probability": self.score}
+
+    def out_row(self, version: str) -> dict:
+        """The JSON-ready item of `annotate --out` files and search results (`out_struct`)."""
+        return {"head": self.head, "head_version": version, "label": self.label,
+                "probability": round(self.score, 6)}
+
+
+@dataclass(frozen=True)
+class Entity:
+    """An entity span from a tagger head."""
+
+    type: str
+    start: int  # character offsets into the text, end exclusive
+    end: int
+    text: str
+    score: float  # mean probability of the words' tags
+    head: str | None = None  # the head's name under `annotate` (None from `predict`)
+
+    field: ClassVar[str] = "entities"
+    table: ClassVar[str] = "entities"
+    table_schema: ClassVar[pa.Schema] = pa.schema([
+        ("doc_id", pa.int64()), ("head", pa.string()), ("head_version", pa.string()),
+        ("start_char", pa.int32()), ("end_char", pa.int32()), ("type", pa.string()),
+        ("text", pa.string()), ("score", pa.float64())])
+    out_struct: ClassVar[pa.DataType] = pa.struct([
+        ("head", pa.string()), ("type", pa.string()), ("start", pa.int32()),
+        ("end", pa.int32()), ("text", pa.string()), ("score", pa.float64())])
+
+    def table_row(self, doc_id: int, version: str) -> dict:
+        return {"doc_id": doc_id, "head": self.head, "head_version": version,
+                "start_char": self.start, "end_char": self.end, "type": self.type,
+                "text": self.text, "score": self.score}
+
+    def out_row(self, version: str) -> dict:
+        return {"head": self.head, "type": self.type, "start": self.start, "end": self.end,
+                "text": self.text, "score": round(self.score, 6)}
+
+
+Result = Label | Entity
+RESULT_TYPES: tuple[type[Label | Entity], ...] = (Label, Entity)  # the store's two tables
+
+
+# ---- examples -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled item of a split; each head type adds its input and label fields."""
+
+    id: str
+
+
+def label_index(value: object, names: Sequence[str], where: str) -> int:
+    """A label given by name or index -> its index in `names`.
+
+    Raises:
+        InputError: naming `where`, the value and the valid labels.
+    """
+    if isinstance(value, bool):
+        pass
+    elif isinstance(value, int):
+        if 0 <= value < len(names):
+            return value
+        raise InputError(f"{where}: label {value} is outside 0..{len(names) - 1}")
+    elif isinstance(value, str):
+        try:
+            return list(names).index(value)
+        except ValueError:
+            pass
+        raise InputError(f"{where}: label {value!r} is not one of {list(names)}")
+    raise InputError(f"{where}: label {value!r} must be a name or an index")
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 of (..., labels) logits."""
+    x = logits.astype(np.float64)
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    return x / x.sum(axis=-1, keepdims=True)
+
+
+# ---- the interface ------------------------------------------------------------------------
+
+
+class HeadType(ABC):
+    """What one kind of head is, to every job that handles heads.
+
+    data (`heads.data`): `example_type`, `formats`, `item_labels`, `label_names_from`,
+    `check_label_names`, `example`; model: `model_class`, `architecture`, `check_model`,
+    `pooling`; features and training (`heads.train`): `encode`, `loss`, `head_modules`,
+    `backbone_features`, `feature_logits`, `feature_targets`; eval (`heads.inference`,
+    `heads.evaluate`): `logits`, `example_logits`, `metric`, `score`, `receipt_fields`,
+    `baseline`; predict and annotate: `result_type`, `predict`, `top`, `window_output`,
+    `annotate`. The rows a result becomes are its `result_type`'s (`Label`, `Entity`).
+    """
+
+    name: ClassVar[str]  # `bertindex train NAME`, the receipt's `task`
+    summary: ClassVar[str]  # help of `bertindex train NAME`
+    metric: ClassVar[str]  # the key of `score` that picks the best epoch
+    architecture: ClassVar[str]  # config.json `architectures` end with this
+    splittable: ClassVar[tuple[str, ...]]  # architectures whose top `top` can split off
+    example_type: ClassVar[type[Example]]
+    result_type: ClassVar[type[Label | Entity]]
+    formats: ClassVar[tuple[str, ...]]  # data formats that hold this type's items
+    label_key: ClassVar[str]  # the labelled item's key
+    default_batch_size: ClassVar[int]  # examples per training step
+    decodes: ClassVar[tuple[str, ...]] = ()  # `decode` choices of score/predict, default first
+    decode_note: ClassVar[str | None] = None  # receipt `recipe.ner_decode`
+
+    # -- data -------------------------------------------------------------------------------
+    @abstractmethod
+    def item_labels(self, item: dict, where: str) -> list:
+        """The raw labels (names or indexes) of one item, to infer the label list."""
+
+    @abstractmethod
+    def label_names_from(self, seen: set) -> list[str]:
+        """The label list from the labels seen in every split (all str or all int)."""
+
+    def check_label_names(self, names: list[str]) -> None:
+        """Refuse a given `label_names` list this type cannot train on."""
+
+    @abstractmethod
+    def example(self, item_id: str, item: dict, names: list[str], where: str) -> Example:
+        """One item of a data file as this type's example, labels as indexes into `names`."""
+
+    # -- model ------------------------------------------------------------------------------
+    @abstractmethod
+    def model_class(self):
+        """The transformers `AutoModelFor...` class of this head."""
+
+    def check_model(self, model, tokenizer, where: str) -> None:
+        """Refuse a loaded model or tokenizer this type cannot run (naming `where`)."""
+
+    def pooling(self, requested: str, head_only: bool) -> str | None:
+        """`bertindex_pooling` to record for a training run (None: not a pooled head)."""
+        return None
+
+    # -- features and training --------------------------------------------------------------
+    @abstractmethod
+    def encode(self, tokenizer, examples: Sequence[Example]) -> Encoded:
+        """Tokenise examples with special tokens and without truncation, in order."""
+
+    @abstractmethod
+    def loss(self, model, batch: dict) -> torch.Tensor:
+        """Training loss of a collated batch (with `labels`)."""
+
+    @abstractmethod
+    def head_modules(self, model) -> list[torch.nn.Module]:
+        """The modules that train with `--head-only`."""
+
+    @abstractmethod
+    def backbone_features(self, encoder, encoded: Encoded) -> list[torch.Tensor]:
+        """Per example the frozen backbone's fp32 features: (hidden,) or (rows, hidden)."""
+
+    @abstractmethod
+    def feature_logits(self, model, features: torch.Tensor) -> torch.Tensor:
+        """(rows, hidden) features -> (rows, labels) logits through the head's own layers."""
+
+    @abstractmethod
+    def feature_targets(self, encoded: Encoded) -> list[torch.Tensor]:
+        """Per example the label ids of its feature rows."""
+
+    # -- eval -------------------------------------------------------------------------------
+    @abstractmethod
+    def logits(self, model, batch: dict) -> torch.Tensor:
+        """Logits of a tokenised batch (no `labels`): (B, C) or (B, L, C)."""
+
+    @abstractmethod
+    def example_logits(self, out: torch.Tensor, encoded: Encoded, i: int) -> torch.Tensor:
+        """Example `i`'s rows of its `logits` output (padding and non-scored tokens dropped)."""
+
+    @abstractmethod
+    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[Example],
+              encoded: Encoded, label_names: Sequence[str], **options) -> dict:
+        """Metrics (`metric` among them) of per-example logits against the examples' labels."""
+
+    def receipt_fields(self, validation: dict | None, test: dict | None) -> dict:
+        """Extra top-level fields of this type's run receipt."""
+        return {}
+
+    def baseline(self, splits: dict, label_names: list[str], seed: int) -> dict | None:
+        """A non-neural baseline on the same splits (None: none for this type)."""
+        return None
+
+    # -- predict and annotate ---------------------------------------------------------------
+    @abstractmethod
+    def predict(self, texts: Sequence[str], enc, offsets, logits: torch.Tensor,
+                label_names: list[str], **options) -> list:
+        """Results of one padded batch of whole texts: one result, or one list of results,
+        per text.
+
+        Args:
+            enc: the batch's encodings (`word_ids`); offsets: (B, L, 2) character offsets.
+            logits: the batch's `logits`.
+        """
+
+    @abstractmethod
+    def top(self, model, device: torch.device) -> torch.nn.Module:
+        """The head's own layers over a shared backbone: (B, L, H) hidden states and mask
+        (None: no padding) -> fp32 logits. For `splittable` architectures only."""
+
+    @abstractmethod
+    def window_output(self, out: torch.Tensor, n_tokens: int) -> np.ndarray:
+        """What to keep of one window's logits ([CLS] + `n_tokens` + [SEP])."""
+
+    @abstractmethod
+    def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
+                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray]
+                 ) -> list[list]:
+        """Per text, its results from the windows' `window_output`s.
+
+        Args:
+            windows: (text index, token start, token end) per window.
+            enc: the texts' encodings (no special tokens, with offsets).
+        """
+
+
+def bert_head_parts(model) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(dropout, classifier) of a BERT-style head, the layers `--head-only` trains.
+
+    Raises:
+        ModelError: naming the model class and the way out (train without --head-only).
+    """
+    from indexer.errors import ModelError
+
+    dropout, classifier = getattr(model, "dropout", None), getattr(model, "classifier", None)
+    if dropout is None or classifier is None or not hasattr(model.base_model, "embeddings"):
+        raise ModelError(
+            f"--head-only supports BERT-style models (dropout + classifier head); "
+            f"{type(model).__name__} is not one; train without --head-only"
+        )
+    return dropout, classifier

@@ -1,0 +1,57 @@
+"""The head types by name: the one place a new head type is registered (one line in `_TYPES`).
+
+Types are imported on first use, so that naming them (the CLI's `train` commands) does not
+load torch. Also finds the type of a saved head (config.json `architectures`) and of an example.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from typing import TYPE_CHECKING
+
+from indexer.errors import InputError, ModelError
+
+if TYPE_CHECKING:
+    from indexer.heads.types.base import Example, HeadType
+
+_TYPES = {  # name -> "module:class"
+    "classifier": "indexer.heads.types.classifier:SequenceClassifier",
+    "ner": "indexer.heads.types.tagger:TokenTagger",
+}
+HEAD_TYPE_NAMES = tuple(_TYPES)
+
+
+@cache
+def head_type(name: str) -> HeadType:
+    """The head type called `name` (`bertindex train NAME`, a receipt's `task`)."""
+    if name not in _TYPES:
+        raise InputError(f"unknown head type '{name}'; choose one of {', '.join(_TYPES)}")
+    module, cls = _TYPES[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def head_types() -> list[HeadType]:
+    """Every registered head type, in registration order."""
+    return [head_type(name) for name in _TYPES]
+
+
+def head_type_of(config) -> HeadType:
+    """The head type of a model config, from its `architectures`."""
+    archs = getattr(config, "architectures", None) or []
+    for arch in archs:
+        for kind in head_types():
+            if arch.endswith(kind.architecture):
+                return kind
+    raise ModelError(
+        f"config architectures {archs or None} are none of the head types' "
+        f"({', '.join('...' + k.architecture for k in head_types())})"
+    )
+
+
+def head_type_for(example: Example) -> HeadType:
+    """The head type whose examples look like `example`."""
+    for kind in head_types():
+        if isinstance(example, kind.example_type):
+            return kind
+    raise TypeError(f"{type(example).__name__} is no head type's example")
