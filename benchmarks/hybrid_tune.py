@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flows.index_corpus import run_index
+from indexer.ingest.run import run_index
 from indexer.index import fusion
 from indexer.config import Config
 from indexer.encode.encoder import load_encoder

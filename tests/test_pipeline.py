@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from flows.index_corpus import run_index
+from indexer.ingest.run import run_index
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.store.store import Store

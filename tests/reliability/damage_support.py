@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from conftest import TINY_WORDS
 
-from flows.index_corpus import run_index
+from indexer.ingest.run import run_index
 from indexer.config import Config
 from indexer.store.store import Store
 from indexer.index.versions import current_version, version_dir

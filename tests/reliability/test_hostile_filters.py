@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from flows.index_corpus import run_index
+from indexer.ingest.run import run_index
 from indexer.annotate.annotator import Annotation, Label, Span
 from indexer.store.annotations import write_annotations
 from indexer.config import Config
