@@ -6,8 +6,9 @@ for one of two things: a data-set folder's corpus (BEIR: `corpus.jsonl(.gz)`), o
 directly inside it, in name order, where each file whose name ends in a registered suffix
 (`indexer.ingest.formats.corpus_suffixes`, `.gz` variants included) is read and every other
 file is *reported*: a rejection with row 0 naming the known suffixes, so that nothing is
-skipped without a word. Names starting with `.` (hidden files, uploads still being written)
-and subfolders are not read and not reported. A directory with no corpus file is an error.
+skipped without a word; under `--strict` such a report fails the run like any rejection.
+Not read and not reported: subfolders, and hidden names (starting with `.`) without a known
+suffix (`.DS_Store`, `.gitignore`). A directory with no corpus file is an error.
 
 Unset roots confine nothing. With `roots.data`, every corpus file bertindex reads for indexing
 (`sources:`, `bertindex index PATHS`, inbox files) must resolve inside it; with `roots.store`,
@@ -90,11 +91,11 @@ def _directory_files(folder: Path) -> tuple[list[Path], list[Rejected]]:
         return [corpus], []
     found, unknown = [], []
     for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") or not entry.is_file():
+        if not entry.is_file():
             continue
         if corpus_format(entry) is not None:
             found.append(entry)
-        else:
+        elif not entry.name.startswith("."):
             unknown.append(Rejected(str(entry), 0, None,
                                     f"not read: {unknown_suffix_reason()}"))
     if not found:
