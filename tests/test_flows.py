@@ -84,7 +84,7 @@ def test_dask_runner_gives_the_store_of_the_local_runner(harness, tiny_config, t
             "dask.address": cluster.scheduler_address, "dask.in_flight": 3})
         summary = flow_for(dask_cfg)([str(corpus)], dask_cfg, "default", "auto", FieldMap(), 50)
         with cluster.get_client() as client:
-            encoded_on = client.run(lambda: __import__("indexer.encode.encoder").encoder.load_encoder
+            encoded_on = client.run(lambda: __import__("indexer.encode.encoder").encode.encoder.load_encoder
                                     .cache_info().currsize)
     assert summary["encoded"] == 300 and summary["failed_batches"] == []
     assert sum(encoded_on.values()) == 2  # both workers loaded the encoder and encoded
