@@ -15,6 +15,7 @@ def test_import_contracts_are_kept():
     lint = Path(sys.executable).with_name("lint-imports")
     assert lint.is_file(), "import-linter is missing: pip install -e '.[dev]'"
     done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          check=False,
                           timeout=300)
     report = done.stdout[done.stdout.find("Contracts"):] + done.stderr
     assert done.returncode == 0, report
