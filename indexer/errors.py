@@ -25,7 +25,7 @@ class StoreError(BertindexError):
     """The store is missing, damaged, locked or written by a newer schema."""
 
 
-class IndexError_(BertindexError):
+class VectorIndexError(BertindexError):
     """A FAISS index file is missing, damaged or inconsistent with the store."""
 
 

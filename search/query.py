@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from indexer.config import Config
-from indexer.errors import IndexError_, InputError, repair_hint
+from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
 from indexer.index.keyword import KeywordIndex
 from indexer.index.vector import VectorIndex
@@ -90,11 +90,11 @@ class Searcher:
         fix = f"rebuild the index from the stored vectors: {repair_hint(store.path)}"
         same = index.data_version is None or store.data_version() == index.data_version
         if store.version is not None and not same:
-            raise IndexError_(f"index {folder} reflects data version {index.data_version} but "
+            raise VectorIndexError(f"index {folder} reflects data version {index.data_version} but "
                               f"its snapshot {store.con_path} is at {store.data_version()}; {fix}")
         chunks = store.count_chunks()
         if same and index.ntotal != chunks:
-            raise IndexError_(f"index {folder} holds {index.ntotal} vectors but the store "
+            raise VectorIndexError(f"index {folder} holds {index.ntotal} vectors but the store "
                               f"{store.con_path} has {chunks} chunks; {fix}")
 
     @property
@@ -235,7 +235,7 @@ class Searcher:
         pos = np.minimum(pos, len(keys) - 1)
         if len(chunk_ids) and not np.array_equal(keys[pos], chunk_ids):
             missing = chunk_ids[keys[pos] != chunk_ids][:5].tolist()
-            raise IndexError_(f"chunk ids {missing} are in the vector index but not in the store "
+            raise VectorIndexError(f"chunk ids {missing} are in the vector index but not in the store "
                               f"{self.store.con_path}; rebuild the index from the stored "
                               f"vectors: {repair_hint(self.store.path)}")
         return docs[pos]

@@ -10,13 +10,13 @@ import faiss
 import numpy as np
 import pytest
 
-from flows.index_corpus import run_index
-from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.config import IndexConfig
 from indexer.encode.encoder import Provenance
-from indexer.errors import IndexError_
-from indexer.store import Store
+from indexer.errors import VectorIndexError
+from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.index.vector import VectorIndex
+from indexer.ingest.run import run_index
+from indexer.store import Store
 from search.query import Searcher
 
 
@@ -51,7 +51,7 @@ def test_choice_follows_size_and_memory_budget():
     # too few vectors to train 4-bit codes (39 × 16): full or 8-bit vectors in IVF lists
     assert choose_spec(500, 32, IndexConfig(flat_limit=0)) == "IVF12,Flat"
     assert choose_spec(500, 32, IndexConfig(flat_limit=0, memory_budget_mb=0.05)) == "IVF12,SQ8"
-    with pytest.raises(IndexError_, match="memory_budget_mb"):
+    with pytest.raises(VectorIndexError, match="memory_budget_mb"):
         choose_spec(1_000_000, 384, IndexConfig(memory_budget_mb=5))
 
 
@@ -146,7 +146,7 @@ def test_deletes_are_left_out_until_a_rebuild_is_due(spec, tmp_path):
     assert not np.isin(found, gone).any() and (found >= 0).all()
     _, found = index.search(vectors[:300], 5, allowed=ids[:600])  # a filter naming deleted ids
     assert not np.isin(found, gone).any()
-    with pytest.raises(IndexError_, match="deleted"):
+    with pytest.raises(VectorIndexError, match="deleted"):
         index.add(vectors[:1], gone[:1])
     # saved and loaded with the deleted ids; adding new vectors keeps them out
     index.save(tmp_path)

@@ -17,9 +17,9 @@ import time
 
 from conftest import TINY_WORDS
 
-from flows.index_corpus import run_index
-from indexer.ops.consistency import check_store
 from indexer.faults import POINTS
+from indexer.ingest.run import run_index
+from indexer.ops.consistency import check_store
 from indexer.store import Store
 from search.query import Searcher
 

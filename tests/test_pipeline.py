@@ -7,11 +7,11 @@ import shutil
 import numpy as np
 import pytest
 
-from flows.index_corpus import run_index
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
-from indexer.store import Store
 from indexer.index.vector import VectorIndex
+from indexer.ingest.run import run_index
+from indexer.store import Store
 from search.query import Searcher
 
 

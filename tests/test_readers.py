@@ -5,7 +5,8 @@ import json
 
 import polars as pl
 
-from indexer.ingest.readers import FieldMap, detect_format, read_batches
+from indexer.ingest.formats import detect_format
+from indexer.ingest.readers import FieldMap, read_batches
 
 
 def records_and_rejects(path, fmt="auto", fields=None, batch_size=2):

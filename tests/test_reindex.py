@@ -7,11 +7,11 @@ import signal
 
 import pytest
 
-from flows.index_corpus import run_index
 from flows.reindex import run_reindex
-from indexer.ops.consistency import check_store
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch
+from indexer.ingest.run import run_index
+from indexer.ops.consistency import check_store
 from indexer.store import Store
 from search.query import Searcher
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from flows.index_corpus import run_index
 from indexer.config import Config
+from indexer.ingest.run import run_index
 from indexer.ingest.stdlib_corpus import iter_passages, main
 from indexer.store import Store
 from search.query import Searcher

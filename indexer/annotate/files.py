@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from indexer.annotate.annotator import Annotation, Annotator
 from indexer.errors import InputError
 from indexer.heads.types.base import RESULT_TYPES
-from indexer.ingest.readers import FieldMap, Record, expand_paths, read_batches
+from indexer.ingest.paths import expand_paths
+from indexer.ingest.readers import FieldMap, Record, read_batches
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -49,9 +50,8 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
     out = Path(out)
     if not out.name.endswith(OUT_SUFFIXES):
         raise InputError(f"--out {out}: give a file ending in {' or '.join(OUT_SUFFIXES)}")
-    files = expand_paths(list(paths))
+    files, rejected = expand_paths(list(paths))
     versions = annotator.versions()
-    rejected: list = []
     buffered: deque[list[Record]] = deque()
 
     def texts():

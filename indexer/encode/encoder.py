@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from indexer.config import ModelConfig, resolve_model_path
-from indexer.errors import ModelError
 from indexer.encode.pooling import l2_normalize, pool
+from indexer.errors import ModelError
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """`index.spec: auto`: choose a FAISS index from collection size and a memory budget, then tune
 its search parameter (nprobe / efSearch) on held queries until recall@10 reaches a target.
-Also the parsing both need: what a spec costs in memory, whether it needs an IDMap, its
-rescoring stage.
+Also what a spec costs in memory and how many vectors train it (specs are read by
+`indexer.index.spec`).
 
 Pure choices and measurements over arrays; does not read the store or write files (the
 tuning record is saved beside the index by `VectorIndex.save`).
@@ -17,7 +17,8 @@ import faiss
 import numpy as np
 
 from indexer.config import IndexConfig
-from indexer.errors import IndexError_
+from indexer.errors import VectorIndexError
+from indexer.index.spec import parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
         dim: their dimension.
         config: the index section (flat limit, memory budget).
     Raises:
-        IndexError_: even the smallest codes do not fit the memory budget.
+        VectorIndexError: even the smallest codes do not fit the memory budget.
     """
     budget = math.inf if config.memory_budget_mb is None else config.memory_budget_mb * 2**20
     if n_vectors <= config.flat_limit and estimate_bytes("Flat", n_vectors, dim) <= budget:
@@ -62,7 +63,7 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
         if estimate_bytes(candidate, n_vectors, dim) <= budget:
             return candidate
     need = estimate_bytes(candidates[-1], n_vectors, dim) / 2**20
-    raise IndexError_(
+    raise VectorIndexError(
         f"index.memory_budget_mb={config.memory_budget_mb} is too small for {n_vectors} vectors "
         f"of dim {dim}: the smallest choice ({candidates[-1]}) needs ~{need:.0f} MB; raise the "
         "budget or set index.spec to a FAISS factory string"
@@ -73,56 +74,43 @@ PQ_MIN_VECTORS = 39 * 16  # FAISS's minimum to train 16 centroids per 4-bit sub-
 ID_MAP_BYTES = 56  # IndexIDMap2: 8-byte id + reverse unordered_map entry
 
 
-def needs_id_map(spec: str) -> bool:
-    """Whether `spec` needs an `IDMap2` wrapper to hold chunk ids: all but IVF indexes
-    without a rescoring stage (IVF lists store ids; `IndexRefine` cannot take them)."""
-    if spec.startswith("IDMap"):
-        return False
-    return not spec.split(",")[0].startswith("IVF") or refine_stage(spec) is not None
-
-
-def refine_stage(spec: str) -> str | None:
-    """The rescoring codes of a `…,RFlat` (`Flat`) or `…,Refine(X)` (`X`) spec, else None."""
-    last = spec.rsplit(",", 1)[-1]
-    if last == "RFlat":
-        return "Flat"
-    if spec.endswith(")") and ",Refine(" in spec:
-        return spec[spec.rindex(",Refine(") + 8:-1]
-    return None
-
-
 def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
-    """Approximate RAM of a `Flat`, `HNSWm,…`, `IVFn,…` index, with or without a rescoring
-    stage (`RFlat`, `Refine(SQ8)`).
+    """Approximate RAM of an index (`indexer.index.spec` forms), with or without a
+    rescoring stage (`RFlat`, `Refine(SQ8)`).
 
     Per vector: its codes (`Flat` 4·dim, `SQ8` dim, `PQm` m, `PQmxb[fs]` m·b/8 bytes), the
     rescoring codes, and an int64 id in the IVF lists, or for `IDMap2`-wrapped indexes the
     id array plus its reverse hash map (~56 bytes); HNSW adds its graph, 2·m int32 links
     on level 0 plus ~1 on upper levels, a level and an offset (8·m + 16 bytes). IVF adds
-    its centroids.
+    its centroids (and their HNSW graph for an `IVFn_HNSWm` quantizer).
+
+    Args:
+        spec: a FAISS factory string.
+        n_vectors: vectors the index holds.
+        dim: their dimension.
+    Returns:
+        Bytes.
     """
-    refine = refine_stage(spec)
-    parts = spec[: spec.rindex(",")].split(",") if refine else spec.split(",")
-    per_vector = _code_bytes(parts[-1], dim) + (_code_bytes(refine, dim) if refine else 0)
-    head = parts[0]
-    lists = int(head[3:]) if head.startswith("IVF") and head[3:].isdigit() else 0
-    if needs_id_map(spec):
+    parsed = parse_spec(spec)
+    inner = parsed.code_dim(dim)
+    per_vector = parsed.codes.bytes_per_vector(inner)
+    if parsed.refine is not None:
+        per_vector += parsed.refine.bytes_per_vector(dim)
+    if parsed.needs_id_map:
         per_vector += ID_MAP_BYTES
-    if lists and not refine:
+    lists = parsed.nlist or 0
+    if lists and parsed.refine is None:
         per_vector += 8
-    if head.startswith("HNSW"):
-        m = int(head[4:] or 32)
-        per_vector += 8 * m + 16
-    return n_vectors * per_vector + lists * dim * 4
+    if parsed.hnsw_m is not None:
+        per_vector += _graph_bytes(parsed.hnsw_m)
+    centroids = lists * inner * 4
+    if parsed.quantizer_m is not None:
+        centroids += lists * _graph_bytes(parsed.quantizer_m)
+    return n_vectors * per_vector + centroids
 
 
-def _code_bytes(codes: str, dim: int) -> float:
-    if codes == "SQ8":
-        return dim
-    if codes.startswith("PQ"):
-        m, _, bits = codes[2:].removesuffix("fs").partition("x")
-        return math.ceil(int(m) * int(bits or 8) / 8)
-    return 4 * dim
+def _graph_bytes(m: int) -> int:
+    return 8 * m + 16
 
 
 def _pq_sizes(dim: int) -> list[int]:
@@ -132,25 +120,20 @@ def _pq_sizes(dim: int) -> list[int]:
 
 
 def tunable(spec: str) -> tuple[str, list[int]] | None:
-    """(search parameter, values to try, doubling) of an approximate spec; None for exact."""
-    head = spec.split(",")[0]
-    if head.startswith("IVF"):
-        lists = int("".join(ch for ch in head[3:] if ch.isdigit()) or 1)
+    """(search parameter, values to try, doubling) of an approximate spec; None for exact.
+
+    Args:
+        spec: a FAISS factory string.
+    Returns:
+        ("nprobe", 1, 2, 4 … nlist) for IVF, ("efSearch", 16 … 4096) for HNSW, else None.
+    """
+    parsed = parse_spec(spec)
+    if parsed.search_param == "nprobe":
+        lists = parsed.nlist
         return "nprobe", [v for v in (1 << i for i in range(24)) if v < lists] + [lists]
-    if "HNSW" in spec:
+    if parsed.search_param == "efSearch":
         return "efSearch", [16 << i for i in range(9)]  # 16 … 4096
     return None
-
-
-def training_sample(vectors: np.ndarray, spec: str, per_list: int = 64, seed: int = 0
-                    ) -> np.ndarray:
-    """At most `per_list` × lists vectors (seeded draw) to train an IVF quantizer on.
-
-    k-means cost grows with lists × training points; 64 points a list keeps 1M vectors with
-    4096 lists to minutes on two cores while staying above FAISS's 39-a-list minimum.
-    """
-    rows = training_rows(len(vectors), spec, per_list, seed)
-    return vectors if rows is None else np.ascontiguousarray(vectors[rows])
 
 
 TRAIN_LIMIT = 256 * 256  # other trained codes (PQ, SQ): FAISS trains PQ on at most this many
@@ -160,13 +143,20 @@ def training_rows(count: int, spec: str, per_list: int = 64, seed: int = 0
                   ) -> np.ndarray | None:
     """Sorted positions (seeded draw) of the vectors to train `spec` on; None: all `count`.
 
-    IVF: at most `per_list` × lists (`training_sample`); any other spec: at most TRAIN_LIMIT.
+    k-means cost grows with lists × training points; 64 points a list keeps 1M vectors with
+    4096 lists to minutes on two cores while staying above FAISS's 39-a-list minimum.
+
+    Args:
+        count: vectors available.
+        spec: a FAISS factory string.
+        per_list: IVF: training points per list (at most `per_list` × lists); any other
+            spec: at most TRAIN_LIMIT.
+        seed: the draw's seed.
+    Returns:
+        Sorted row positions, or None for all of them.
     """
-    head = spec.split(",")[0]
-    if head.startswith("IVF") and head[3:].isdigit():
-        limit = per_list * int(head[3:])
-    else:
-        limit = TRAIN_LIMIT
+    nlist = parse_spec(spec).nlist
+    limit = per_list * nlist if nlist is not None else TRAIN_LIMIT
     if count <= limit:
         return None
     return np.sort(np.random.default_rng(seed).choice(count, limit, replace=False))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tantivy
 
-from indexer.errors import IndexError_
+from indexer.errors import VectorIndexError
 from indexer.store import HashDiff, Store
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class KeywordIndex:
         self.folder = Path(folder)
         self._version_file = self.folder / "SCHEMA_VERSION"
         if not create and not self.exists(self.folder):
-            raise IndexError_(
+            raise VectorIndexError(
                 f"no keyword index in {self.folder}; run `bertindex index` on this store once "
                 "to build it from the stored documents (or search with --mode dense)"
             )
@@ -73,7 +73,7 @@ class KeywordIndex:
         try:
             self.index = tantivy.Index(self.schema, path=str(self.folder), reuse=True)
         except (OSError, ValueError) as exc:
-            raise IndexError_(f"cannot open keyword index {self.folder} ({exc}); delete the "
+            raise VectorIndexError(f"cannot open keyword index {self.folder} ({exc}); delete the "
                               "folder and re-run `bertindex index` to rebuild it") from None
         if not self._version_file.is_file():
             self._version_file.write_text(SCHEMA_VERSION)
@@ -142,14 +142,14 @@ class KeywordIndex:
         return dict(zip(table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist()))
 
     def manifest_rows(self) -> int:
-        """Documents the manifest lists (0 when there is none); IndexError_ when unreadable."""
+        """Documents the manifest lists (0 when there is none); VectorIndexError when unreadable."""
         path = self.folder / MANIFEST_FILE
         if not path.is_file():
             return 0
         try:
             return pq.ParquetFile(path).metadata.num_rows
         except (OSError, pa.ArrowException) as exc:
-            raise IndexError_(f"cannot read the keyword manifest {path} ({exc})") from None
+            raise VectorIndexError(f"cannot read the keyword manifest {path} ({exc})") from None
 
     def diff(self, store: Store) -> HashDiff:
         """The store's documents against the manifest: doc ids to add, re-index or remove
@@ -219,9 +219,9 @@ def sync_keyword_index(store: Store) -> dict:
         index = KeywordIndex(folder, create=True)
         listed = index.manifest_rows()
         if index.num_docs != listed:
-            raise IndexError_(f"keyword index holds {index.num_docs} documents, its manifest "
+            raise VectorIndexError(f"keyword index holds {index.num_docs} documents, its manifest "
                               f"{listed}")
-    except IndexError_ as exc:
+    except VectorIndexError as exc:
         log.warning("%s; rebuilding the keyword index from the store", exc)
         shutil.rmtree(folder, ignore_errors=True)
         index = KeywordIndex(folder, create=True)

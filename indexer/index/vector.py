@@ -26,22 +26,21 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "`pip install 'bertindex[cpu]'` or `pip install 'bertindex[gpu]'`"
     ) from exc
 
+from indexer.config import IndexConfig
+from indexer.encode.encoder import Provenance
+from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
+from indexer.faults import crash_point
 from indexer.index.auto import (
     Batches,
     build_on_gpu,
     choose_spec,
     gather_rows,
-    needs_id_map,
-    refine_stage,
     search_params,
     training_rows,
     tunable,
     tune_batches,
 )
-from indexer.config import IndexConfig
-from indexer.encode.encoder import Provenance
-from indexer.errors import IndexError_, ProvenanceMismatch, repair_hint
-from indexer.faults import crash_point
+from indexer.index.spec import parse_spec
 from indexer.index.versions import current_version, fsync_dir, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
@@ -62,16 +61,23 @@ def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
                  dim: int | None = None) -> str:
     """The FAISS factory string for `index.spec`; `auto` picks by collection size and memory
     budget (`indexer.index.auto.choose_spec`; the index section's defaults without `config`).
+
+    Args:
+        spec: `auto` or a FAISS factory string.
+        n_vectors: vectors the index will hold.
+        config: the index section.
+        dim: the vectors' dimension (needed for `auto`).
+    Returns:
+        The factory string.
+    Raises:
+        VectorIndexError: `spec` is not a form `indexer.index.spec` reads.
     """
     if spec != "auto":
+        parse_spec(spec)
         return spec
     if dim is None:
         raise ValueError("resolve_spec('auto', ...) needs the vectors' dimension (dim=)")
     return choose_spec(n_vectors, dim, config or IndexConfig())
-
-
-def _needs_id_map(spec: str) -> bool:
-    return needs_id_map(spec)
 
 
 class VectorIndex:
@@ -92,7 +98,7 @@ class VectorIndex:
         self.config = config
         self.data_version = data_version  # the store's data_version this index reflects
         self.version = version  # the published version it was loaded from
-        self.tuning: dict | None = None  # `auto`: measured search parameter (auto_index.tune)
+        self.tuning: dict | None = None  # `auto`: measured search parameter (auto.tune)
         # ids deleted but still stored in an index that cannot remove them (HNSW): never
         # returned by a search, not counted in `ntotal`
         self.deleted = np.zeros(0, np.int64)
@@ -110,7 +116,7 @@ class VectorIndex:
     def build_from_batches(cls, spec: str, provenance: Provenance, config: IndexConfig,
                            batches: Batches, count: int) -> VectorIndex:
         """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
-        holding them all: one pass gathers the training sample (`auto_index.training_rows`),
+        holding them all: one pass gathers the training sample (`auto.training_rows`),
         one adds the batches, and `auto` tuning makes two more (queries, exact truth).
 
         Args:
@@ -119,18 +125,19 @@ class VectorIndex:
             count: how many vectors the batches hold.
         """
         dim = provenance.dim
-        factory = f"IDMap2,{spec}" if _needs_id_map(spec) else spec
+        parsed = parse_spec(spec)
+        factory = f"IDMap2,{spec}" if parsed.needs_id_map else spec
         try:
             index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
-            raise IndexError_(f"index.spec '{spec}' is not a FAISS factory string: {exc}") from None
+            raise VectorIndexError(f"index.spec '{spec}' is not a FAISS factory string: {exc}") from None
         if not index.is_trained and count == 0:
-            raise IndexError_(f"index.spec '{spec}' must be trained, and there are no vectors")
+            raise VectorIndexError(f"index.spec '{spec}' must be trained, and there are no vectors")
         sample = None
         if not index.is_trained:  # `auto`: 64 a list; a given spec: FAISS's own 256 a list
             rows = training_rows(count, spec, 64 if config.spec == "auto" else 256)
             sample = gather_rows(batches, rows, dim)[1]
-        if has_gpu() and spec.startswith("IVF") and not _needs_id_map(spec) and "fs" not in spec:
+        if has_gpu() and parsed.gpu_buildable:
             out = cls(build_on_gpu(index, sample, batches), spec, provenance, config)
         else:
             if sample is not None:
@@ -160,7 +167,7 @@ class VectorIndex:
             ids = np.asarray(ids, dtype=np.int64)
             if len(self.deleted) and np.isin(ids, self.deleted).any():
                 again = ids[np.isin(ids, self.deleted)][:5].tolist()
-                raise IndexError_(f"ids {again} were deleted from this {self.spec} index and are "
+                raise VectorIndexError(f"ids {again} were deleted from this {self.spec} index and are "
                                   "added again; rebuild it with `bertindex index` on the store")
             self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
 
@@ -234,7 +241,7 @@ class VectorIndex:
 
     def _k_factor(self) -> int | None:
         """Candidates rescored per result (indexes with a rescoring stage), else None."""
-        if refine_stage(self.spec) is None:
+        if parse_spec(self.spec).refine is None:
             return None
         return (self.tuning or {}).get("k_factor") or self.config.refine_factor
 
@@ -245,11 +252,12 @@ class VectorIndex:
             selector = faiss.IDSelectorBatch(self._selector_ids)
         elif len(self.deleted):
             selector = self._live_selector()
+        default = parse_spec(self.spec).search_param
         if self.tuning is not None:
             param, value = self.tuning["param"], self.tuning["value"]
-        elif "IVF" in self.spec:
+        elif default == "nprobe":
             param, value = "nprobe", self.config.nprobe
-        elif "HNSW" in self.spec:
+        elif default == "efSearch":
             param, value = "efSearch", self.config.ef_search
         elif selector is None:
             return None
@@ -336,12 +344,12 @@ class VectorIndex:
         missing = [p.name for p in (index_file, info_file) if not p.is_file()]
         if missing:
             what = "folder" if not folder.is_dir() else ", ".join(missing)
-            raise IndexError_(f"index {folder}: {what} missing; {fix}")
+            raise VectorIndexError(f"index {folder}: {what} missing; {fix}")
         try:
             info = json.loads(info_file.read_text())
             provenance = Provenance(**info["provenance"])
         except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise IndexError_(f"cannot read {info_file} ({exc!r}); {fix}") from None
+            raise VectorIndexError(f"cannot read {info_file} ({exc!r}); {fix}") from None
         if expected is not None:
             diffs = provenance.mismatches(expected, keys)
             if diffs:
@@ -353,7 +361,7 @@ class VectorIndex:
             index = faiss.read_index(str(index_file))
         except RuntimeError as exc:
             reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
-            raise IndexError_(f"cannot read {index_file}: the file is damaged or truncated "
+            raise VectorIndexError(f"cannot read {index_file}: the file is damaged or truncated "
                               f"({reason}); {fix}") from None
         out = cls(index, info["spec"], provenance, config, info.get("data_version"), version)
         out.tuning = info.get("tuning")
@@ -361,15 +369,15 @@ class VectorIndex:
             try:
                 out.deleted = np.load(folder / DELETED_FILE).astype(np.int64)
             except (OSError, ValueError) as exc:
-                raise IndexError_(f"{folder / DELETED_FILE} is missing or damaged ({exc}); "
+                raise VectorIndexError(f"{folder / DELETED_FILE} is missing or damaged ({exc}); "
                                   "re-run `bertindex index` on the same store to rebuild "
                                   "the index") from None
             if len(out.deleted) != info["deleted"]:
-                raise IndexError_(f"{folder / DELETED_FILE} lists {len(out.deleted)} deleted "
+                raise VectorIndexError(f"{folder / DELETED_FILE} lists {len(out.deleted)} deleted "
                                   f"ids, provenance.json {info['deleted']}; re-run "
                                   "`bertindex index` on the same store to rebuild the index")
         if "ntotal" in info and out.ntotal != info["ntotal"]:
-            raise IndexError_(f"{index_file} holds {out.ntotal} vectors but {info_file} records "
+            raise VectorIndexError(f"{index_file} holds {out.ntotal} vectors but {info_file} records "
                               f"{info['ntotal']}: the file was damaged or replaced; {fix}")
         return out
 

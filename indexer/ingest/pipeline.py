@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from indexer.ingest.chunking import make_windows
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
-from indexer.errors import IndexError_, ProvenanceMismatch
+from indexer.errors import ProvenanceMismatch, VectorIndexError
+from indexer.index.vector import VectorIndex, resolve_spec
+from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
 from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
-from indexer.index.vector import VectorIndex, resolve_spec
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def sync_vector_index(store: Store, config: Config, added, removed,
     if not force:
         try:
             current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
-        except (IndexError_, ProvenanceMismatch) as exc:
+        except (VectorIndexError, ProvenanceMismatch) as exc:
             log.warning("%s; rebuilding from the stored vectors", exc)
     if (current is not None and current.data_version == data_version
             and current.ntotal == total):
@@ -233,7 +233,7 @@ def sync_vector_index(store: Store, config: Config, added, removed,
         index = VectorIndex.build_from_batches(spec, provenance, config.index,
                                                store.iter_vectors, store.count_vectors())
     if index.ntotal != total:
-        raise IndexError_(
+        raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "
             "(chunks without a stored vector); run `bertindex doctor` to see which"
         )

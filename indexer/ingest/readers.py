@@ -1,35 +1,29 @@
-"""Readers: stream records out of JSONL, Parquet, CSV and BEIR corpus files, in batches.
+"""Readers: stream validated records out of corpus files, in batches.
 
-JSONL is parsed line by line and CSV record by record, so that one bad record is rejected
-(with its file and row) while the rest go on; Parquet goes through pyarrow in batches. A file
-that cannot be read at all (or past some row) becomes one rejection (row 0: the whole file), not
-an exception. Validation of the records themselves (types, empty text, NUL bytes, invalid
-Unicode, over-long documents, duplicate ids) happens here too; nothing is encoded here.
+The registered format (`indexer.ingest.formats`) turns a file into raw rows; here they become
+Records or Rejections (file, row, reason): types, empty text, NUL bytes, invalid Unicode,
+over-long documents, duplicate ids. A file that cannot be read at all (or past some row)
+becomes one rejection (row 0: the whole file), not an exception. Nothing is encoded here.
 """
 
 from __future__ import annotations
 
-import csv
+import dataclasses
 import datetime as dt
 import decimal
-import gzip
 import hashlib
-import io
-import json
 import math
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-import polars as pl
 
 from indexer.errors import InputError
+from indexer.ingest.formats import AUTO, corpus_format, get_format, unknown_suffix_reason
+from indexer.ingest.formats.base import Unreadable
 
-Format = Literal["auto", "jsonl", "parquet", "csv", "beir"]
-FORMATS = ("auto", "jsonl", "parquet", "csv", "beir")
 DEFAULT_ID_FIELDS = ("id", "_id")
 
 
@@ -134,55 +128,6 @@ class IdRegistry:
         self._recent = {}
 
 
-class _Unreadable(Exception):
-    """A file, or the rest of a file from `row` on, cannot be read."""
-
-    def __init__(self, message: str, row: int):
-        super().__init__(message)
-        self.row = row
-
-
-def detect_format(path: Path) -> str:
-    name = path.name.lower()
-    name = name.removesuffix(".gz")
-    if name == "corpus.jsonl" and (path.parent / "qrels").is_dir():
-        return "beir"
-    for suffix, fmt in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".json", "jsonl"),
-                        (".parquet", "parquet"), (".csv", "csv"), (".tsv", "csv")):
-        if name.endswith(suffix):
-            return fmt
-    raise InputError(
-        f"{path}: cannot tell the format from the name; pass --format with one of "
-        f"{', '.join(FORMATS[1:])}"
-    )
-
-
-def expand_paths(paths: list[str | Path]) -> list[Path]:
-    """Files as given; a directory stands for the corpus files directly inside it (sorted);
-    a BEIR data-set directory stands for its corpus.jsonl(.gz)."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            beir = [p for p in (path / "corpus.jsonl", path / "corpus.jsonl.gz") if p.is_file()]
-            if beir:
-                out.append(beir[0])
-                continue
-            found = sorted(
-                p for p in path.iterdir()
-                if p.is_file() and any(p.name.lower().endswith(s) for s in
-                                       (".jsonl", ".jsonl.gz", ".ndjson", ".parquet", ".csv"))
-            )
-            if not found:
-                raise InputError(f"{path}: directory holds no .jsonl, .parquet or .csv files")
-            out.extend(found)
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise InputError(f"{path}: no such file or directory")
-    return out
-
-
 def read_batches(
     path: Path, fmt: str = "auto", fields: FieldMap = FieldMap(), batch_size: int = 2048, *,
     max_chars: int | None = None, ids: IdRegistry | None = None,
@@ -190,186 +135,50 @@ def read_batches(
     """Yield validated records of one file, `batch_size` rows at a time.
 
     Args:
-        path: the corpus file (gzip allowed for JSONL and CSV).
-        fmt: one of FORMATS; `auto` decides by file name.
-        fields: the column mapping.
+        path: the corpus file (gzip allowed where its format says so).
+        fmt: a registered format name (`indexer.ingest.formats.format_names`); `auto`
+            decides by file name.
+        fields: the column mapping (a format with fixed columns, BEIR, overrides it).
         batch_size: rows per batch.
         max_chars: documents whose title + text hold more characters are rejected (the
             reason names `long_documents.max_chars`); None or 0: no limit.
         ids: the run's id registry (first occurrence wins across files); None: one per file.
+    Returns:
+        An iterator of Batches.
+    Raises:
+        InputError: `fmt` is unknown, or `auto` cannot tell the format from the name.
     """
-    fmt = detect_format(path) if fmt == "auto" else fmt
-    if fmt == "beir":
-        fields = FieldMap(id_field="_id", text_field="text", title_field="title",
-                          metadata_fields=fields.metadata_fields)
-    frames = {"jsonl": _jsonl_frames, "beir": _jsonl_frames, "parquet": _parquet_frames,
-              "csv": _csv_frames}
-    if fmt not in frames:
-        raise InputError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}")
+    if fmt == AUTO:
+        found = corpus_format(path)
+        if found is None:
+            raise InputError(f"{path}: {unknown_suffix_reason()}")
+    else:
+        found = get_format(fmt)
+    if found.fields is not None:
+        fields = dataclasses.replace(fields, **found.fields)
     validator = _Validator(path, fields, max_chars=max_chars, ids=ids)
-    producer = frames[fmt](path, batch_size)
+    producer = found.frames(path, batch_size)
+    source = str(path)
     next_row = 1
     while True:
         try:
             first_row, frame, bad = next(producer)
         except StopIteration:
             return
-        except _Unreadable as exc:
-            yield Batch(rejected=[Rejected(str(path), exc.row, None, str(exc))])
+        except Unreadable as exc:
+            yield Batch(rejected=[Rejected(source, exc.row, None, str(exc))])
             return
         except (OSError, EOFError, zlib.error) as exc:  # e.g. a truncated or bad .gz
             row = 0 if next_row == 1 else next_row
             where = "the file" if row == 0 else f"the file from row {row} on"
-            yield Batch(rejected=[Rejected(str(path), row, None,
+            yield Batch(rejected=[Rejected(source, row, None,
                                            f"cannot read {where}: {exc}; the rows before it "
                                            "were read. Re-create or re-compress the file")])
             return
-        numbers = [r["__row"] for r in frame] + [r.row for r in bad]
+        numbers = [r["__row"] for r in frame] + [row for row, _ in bad]
         next_row = max(numbers, default=next_row - 1) + 1
-        yield validator.check(first_row, frame, bad)
-
-
-# -- frame producers: yield (row number of the frame's first row, frame, rejected rows) --
-
-def _open_text(path: Path):
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
-
-
-def _jsonl_frames(path: Path, batch_size: int):
-    with _open_text(path) as fh:
-        row = 0
-        while True:
-            lines = []
-            for line in fh:
-                lines.append(line)
-                if len(lines) >= batch_size:
-                    break
-            if not lines:
-                return
-            start = row + 1
-            row += len(lines)
-            yield (start, *_parse_json_lines(path, start, lines))
-
-
-def _parse_json_lines(path: Path, start: int, lines: list[bytes]):
-    """Parse a block of JSONL lines; returns (frame with a __row column, rejected rows)."""
-    rows, bad = [], []
-    for offset, line in enumerate(lines):
-        number = start + offset
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            bad.append(Rejected(str(path), number, None, f"invalid UTF-8 at byte {exc.start}"))
-            continue
-        except ValueError as exc:
-            bad.append(Rejected(str(path), number, None, f"broken JSON: {exc}"))
-            continue
-        if not isinstance(obj, dict):
-            bad.append(Rejected(str(path), number, None, "a line must hold a JSON object"))
-            continue
-        obj["__row"] = number
-        rows.append(obj)
-    return rows, bad
-
-
-def _parquet_frames(path: Path, batch_size: int):
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:  # noqa: BLE001  (pyarrow raises several types for damaged files)
-        raise _Unreadable(f"not a readable Parquet file ({exc}); re-export it", 0) from None
-    row = 0
-    batches = pf.iter_batches(batch_size=batch_size)
-    while True:
-        try:
-            rb = next(batches)
-            frame = pl.from_arrow(rb)
-        except StopIteration:
-            return
-        except Exception as exc:  # noqa: BLE001  (a damaged row group: the rest is unreadable)
-            raise _Unreadable(f"Parquet data unreadable from row {row + 1} on ({exc}); the rows "
-                              "before it were read. Re-export the file", row + 1) from None
-        start = row + 1
-        row += frame.height
-        yield start, frame.with_columns(pl.int_range(start, start + frame.height).alias("__row")).to_dicts(), []
-
-
-# a 5 MB document is one CSV field; the csv module's default limit is 128 KiB
-csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
-
-
-def _csv_frames(path: Path, batch_size: int):
-    """CSV/TSV records (header row first; gzip allowed). Cells are text, an empty cell is null.
-
-    Record by record with the csv module, so that a record with the wrong number of fields,
-    invalid UTF-8 or broken quoting is rejected with its row while the rest go on.
-    """
-    name = path.name.lower().removesuffix(".gz")
-    sep = "\t" if name.endswith(".tsv") else ","
-    source = str(path)
-    with _open_text(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
-        reader = csv.reader(text, delimiter=sep, strict=True)
-        try:
-            header = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise _Unreadable(f"CSV header unreadable ({exc}); fix the first line", 0) from None
-        if _bad_utf8(header) is not None:
-            raise _Unreadable("CSV header is not valid UTF-8; re-save the file as UTF-8", 0)
-        repeated = sorted({h for h in header if header.count(h) > 1})
-        if repeated:
-            raise _Unreadable(f"CSV header repeats column(s) {', '.join(repeated)}; rename them", 0)
-        row, start = 0, 1
-        rows: list[dict] = []
-        bad: list[Rejected] = []
-        while True:
-            try:
-                cells = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                row += 1
-                bad.append(Rejected(source, row, None, f"CSV parse error: {exc} (line "
-                                    f"{reader.line_num}); fix the quoting"))
-                continue
-            if not cells:
-                continue  # a blank line
-            row += 1
-            if len(cells) != len(header):
-                bad.append(Rejected(source, row, None,
-                                    f"row has {len(cells)} fields, the header has {len(header)} "
-                                    f"({', '.join(header)}); quote fields that hold '{sep}'"))
-            else:
-                column = _bad_utf8(cells)
-                if column is not None:
-                    bad.append(Rejected(source, row, None,
-                                        f"invalid UTF-8 in column '{header[column]}'"))
-                else:
-                    record = {h: (c if c != "" else None) for h, c in zip(header, cells)}
-                    record["__row"] = row
-                    rows.append(record)
-            if len(rows) + len(bad) >= batch_size:
-                yield start, rows, bad
-                rows, bad, start = [], [], row + 1
-        if rows or bad:
-            yield start, rows, bad
-
-
-def _bad_utf8(cells: list[str]) -> int | None:
-    """Index of the first cell holding bytes that were not UTF-8 (decoded as lone surrogates
-    by `surrogateescape`); None when all are valid."""
-    for i, cell in enumerate(cells):
-        if not cell.isascii():
-            try:
-                cell.encode("utf-8")
-            except UnicodeEncodeError:
-                return i
-    return None
+        yield validator.check(first_row, frame,
+                              [Rejected(source, row, None, reason) for row, reason in bad])
 
 
 class _Validator:

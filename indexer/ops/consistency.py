@@ -15,8 +15,8 @@ import faiss
 import numpy as np
 
 from indexer.config import Config
-from indexer.store import Store
 from indexer.index.vector import VectorIndex
+from indexer.store import Store
 
 
 @dataclass

@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config
-from indexer.ops.consistency import faiss_ids
-from indexer.errors import BertindexError, IndexError_, StoreError, repair_hint
+from indexer.errors import BertindexError, StoreError, VectorIndexError, repair_hint
 from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, sync_keyword_index
 from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
-from indexer.ingest.pipeline import sync_vector_index
-from indexer.store import DB_NAME, WRITE_KEYS, Store, WriterLock, read_snapshot_facts
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
 from indexer.index.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
+from indexer.ingest.pipeline import sync_vector_index
+from indexer.ops.consistency import faiss_ids
+from indexer.store import DB_NAME, WRITE_KEYS, Store, WriterLock, read_snapshot_facts
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def _check_index(path: Path, config: Config, provenance, data_version: int,
         return
     try:
         index = VectorIndex.load(path, config.index, version=version)
-    except IndexError_ as exc:
+    except VectorIndexError as exc:
         out.add("index_file", folder / INDEX_FILE, str(exc), fix)
         return
     out.facts["index"] = {"version": version, "spec": index.spec, "ntotal": index.ntotal,
@@ -242,7 +242,7 @@ def _check_keyword(store: Store, out: Diagnosis) -> None:
     try:
         keyword = KeywordIndex(folder)
         held, listed = keyword.num_docs, keyword.manifest_rows()
-    except (IndexError_, OSError, ValueError) as exc:
+    except (VectorIndexError, OSError, ValueError) as exc:
         out.add("keyword", folder, f"cannot be opened ({exc})", fix)
         return
     out.facts["keyword_documents"] = held

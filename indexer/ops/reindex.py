@@ -20,11 +20,11 @@ from pathlib import Path
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
 from indexer.faults import crash_point
+from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
+from indexer.index.versions import fsync_dir, write_pointer
 from indexer.ingest.pipeline import encode_texts_for_index, sync_vector_index
 from indexer.ingest.readers import document_text
 from indexer.store import DB_NAME, WRITE_KEYS, ChunkRows, Store, WriterLock
-from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
-from indexer.index.versions import fsync_dir, write_pointer
 
 log = logging.getLogger(__name__)
 

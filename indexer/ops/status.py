@@ -11,8 +11,8 @@ from pathlib import Path
 
 from indexer.config import Config
 from indexer.errors import StoreError
-from indexer.store import Store
 from indexer.index.versions import current_version, version_dir
+from indexer.store import Store
 
 
 def store_status(config: Config, runs: int = 5) -> dict:

@@ -30,7 +30,6 @@ from indexer.store.documents import DocumentWrites
 from indexer.store.filters import Filters
 from indexer.store.lock import WriterLock
 from indexer.store.reads import DocumentReads
-
 from indexer.store.runs import RunLog
 from indexer.store.schema import (
     SCHEMA_VERSION,

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from indexer.errors import InputError
+from indexer.ingest.formats import format_names
 from search.cli.annotate import entity_callback, hit_annotations, label_callback
 from search.cli.common import (
     build_config,
@@ -35,7 +36,7 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--collection", default="default", show_default=True,
               help="Collection name; document ids are unique within it.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "parquet", "csv", "beir"]),
+@click.option("--format", "fmt", type=click.Choice(format_names()),
               default="auto", show_default=True, help="Input format (auto: by file name).")
 @click.option("--id-field", help="Column holding the document id (default: id or _id).")
 @click.option("--text-field", default="text", show_default=True, help="Column holding the text.")
@@ -55,7 +56,7 @@ def main() -> None:
 @handle_errors
 def index(paths, collection, fmt, id_field, text_field, title_field, batch_size, on_missing,
           strict, config_path, store_path, max_length, long_documents, as_json):
-    """Read, encode and index corpus files (JSONL, Parquet, CSV, BEIR) into the store.
+    """Read, encode and index corpus files (JSONL, CSV, TSV, Parquet, BEIR) into the store.
 
     Unchanged documents are skipped; changed ones are re-encoded and replaced. A killed run
     loses nothing committed: run it again. Exit code 1 when a batch failed after retries, or
@@ -210,9 +211,9 @@ def eval_beir(folder, split, modes, config_path, store_path, max_length, long_do
 
     Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}.
     """
-    from flows.index_corpus import run_index
     from indexer.encode.encoder import load_encoder
     from indexer.evaluation import load_beir_queries, retrieval_scores
+    from indexer.ingest.run import run_index
     from indexer.store import Store
     from search.query import Searcher
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import yaml
 from conftest import TINY_WORDS
 
-from flows.index_corpus import run_index
 from indexer.config import Config
-from indexer.store import Store
 from indexer.index.versions import current_version, version_dir
+from indexer.ingest.run import run_index
+from indexer.store import Store
 from reliability.support import tiny_model_config
 from search.query import Searcher
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from flows.index_corpus import run_index
 from indexer.config import Config
+from indexer.ingest.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
 from reliability.bad_corpus import write_bad_corpus

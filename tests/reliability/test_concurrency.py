@@ -12,9 +12,10 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from flows.index_corpus import Steps, encode_batch, run_index
-from indexer.ops.consistency import check_store
 from indexer.errors import StoreError
+from indexer.ingest.pipeline import encode_texts_for_index
+from indexer.ingest.run import Steps, run_index
+from indexer.ops.consistency import check_store
 from indexer.store import Store
 from reliability.damage_support import index_store, search_results, write_corpus
 from reliability.support import one_torch_thread  # noqa: F401
@@ -32,7 +33,7 @@ def _held_run(cfg, corpus, started, release, out):
     def encode(texts, config, encoder, progress):
         started.set()
         release.wait(120)
-        return encode_batch.fn(texts, config, encoder, progress)
+        return encode_texts_for_index(texts, config, encoder, progress)
 
     try:
         summary = run_index([str(corpus)], cfg, batch_size=8, steps=Steps(encode=encode))

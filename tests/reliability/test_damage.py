@@ -16,11 +16,11 @@ import yaml
 from click.testing import CliRunner
 from conftest import build_tiny_bert
 
-from flows.index_corpus import run_index
-from indexer.errors import IndexError_, ProvenanceMismatch, StoreError
-from indexer.store import Store
+from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.index.versions import SNAPSHOT_FILE
+from indexer.ingest.run import run_index
+from indexer.store import Store
 from reliability.damage_support import index_store, search_results
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
@@ -118,7 +118,7 @@ def test_an_id_the_store_lacks(indexed):
 
     with S(indexed.store, read_only=True) as store:
         searcher = Searcher(indexed.config, store)
-        with pytest.raises(IndexError_) as err:
+        with pytest.raises(VectorIndexError) as err:
             searcher.search_vectors(vectors[:1], k=3)
     message = str(err.value)
     assert "[1000000000]" in message and "not in the store" in message and REPAIR in message

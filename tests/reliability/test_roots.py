@@ -13,9 +13,9 @@ import yaml
 from test_annotate import _head_args, heads  # noqa: F401  (the tiny heads fixture)
 
 from flows.annotate import inbox_entries, run_annotate
-from flows.index_corpus import run_index
 from indexer.config import Config, load_config
 from indexer.errors import ConfigError, InputError
+from indexer.ingest.run import run_index
 from indexer.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 

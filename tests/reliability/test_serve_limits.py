@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from conftest import ROOT
 
-from flows.index_corpus import run_index
+from indexer.ingest.run import run_index
 from reliability.support import one_torch_thread  # noqa: F401
 
 

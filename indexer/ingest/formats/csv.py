@@ -1,0 +1,104 @@
+"""CSV: a header row, then records (gzip allowed). Cells are text; an empty cell is null.
+
+Read record by record with the csv module, so that a record with the wrong number of fields,
+invalid UTF-8 or broken quoting is rejected with its row while the rest go on. The reader
+takes its delimiter, so `tsv` is this reader with a tab.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+from indexer.ingest.formats.base import Format, Frame, Unreadable, open_binary
+
+# a 5 MB document is one CSV field; the csv module's default limit is 128 KiB
+csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+
+
+def delimited_frames(path: Path, batch_size: int, sep: str) -> Iterator[Frame]:
+    """Blocks of at most `batch_size` records of a delimited text file with a header row.
+
+    Args:
+        path: the file.
+        batch_size: records (good or rejected) per block.
+        sep: the field delimiter.
+    Returns:
+        An iterator of Frames; raises Unreadable when the header cannot be used.
+    """
+    with open_binary(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
+        reader = csv.reader(text, delimiter=sep, strict=True)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise Unreadable(f"CSV header unreadable ({exc}); fix the first line", 0) from None
+        if _bad_utf8(header) is not None:
+            raise Unreadable("CSV header is not valid UTF-8; re-save the file as UTF-8", 0)
+        repeated = sorted({h for h in header if header.count(h) > 1})
+        if repeated:
+            raise Unreadable(f"CSV header repeats column(s) {', '.join(repeated)}; rename them", 0)
+        row, start = 0, 1
+        rows: list[dict] = []
+        bad: list[tuple[int, str]] = []
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                row += 1
+                reason = f"CSV parse error: {exc} (line {reader.line_num}); fix the quoting"
+                bad.append((row, reason))
+                continue
+            if not cells:
+                continue  # a blank line
+            row += 1
+            if len(cells) != len(header):
+                reason = (f"row has {len(cells)} fields, the header has {len(header)} "
+                          f"({', '.join(header)}); quote fields that hold '{sep}'")
+                bad.append((row, reason))
+            else:
+                column = _bad_utf8(cells)
+                if column is not None:
+                    bad.append((row, f"invalid UTF-8 in column '{header[column]}'"))
+                else:
+                    record = {h: (c if c != "" else None) for h, c in zip(header, cells)}
+                    record["__row"] = row
+                    rows.append(record)
+            if len(rows) + len(bad) >= batch_size:
+                yield start, rows, bad
+                rows, bad, start = [], [], row + 1
+        if rows or bad:
+            yield start, rows, bad
+
+
+def _bad_utf8(cells: list[str]) -> int | None:
+    """Index of the first cell holding bytes that were not UTF-8 (decoded as lone surrogates
+    by `surrogateescape`); None when all are valid."""
+    for i, cell in enumerate(cells):
+        if not cell.isascii():
+            try:
+                cell.encode("utf-8")
+            except UnicodeEncodeError:
+                return i
+    return None
+
+
+def csv_frames(path: Path, batch_size: int) -> Iterator[Frame]:
+    """Comma-separated records; a `.tsv(.gz)` file named with `--format csv` keeps its tabs
+    (as before `tsv` was a format of its own)."""
+    tsv = path.name.lower().removesuffix(".gz").endswith(".tsv")
+    return delimited_frames(path, batch_size, "\t" if tsv else ",")
+
+
+FORMAT = Format(
+    name="csv",
+    suffixes=(".csv",),
+    frames=csv_frames,
+    summary="CSV with a header row (.csv; gzip allowed)",
+)

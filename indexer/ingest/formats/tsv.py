@@ -1,0 +1,22 @@
+"""TSV: the CSV reader with a tab delimiter (`.tsv`; gzip allowed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from indexer.ingest.formats.base import Format, Frame
+from indexer.ingest.formats.csv import delimited_frames
+
+
+def tsv_frames(path: Path, batch_size: int) -> Iterator[Frame]:
+    """Tab-separated records with a header row (see `csv.delimited_frames`)."""
+    return delimited_frames(path, batch_size, "\t")
+
+
+FORMAT = Format(
+    name="tsv",
+    suffixes=(".tsv",),
+    frames=tsv_frames,
+    summary="TSV with a header row (.tsv; gzip allowed)",
+)

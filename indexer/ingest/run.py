@@ -1,0 +1,265 @@
+"""An index run without Prefect: read -> plan (new / changed / unchanged) -> encode -> commit
+-> publish the indexes, batch by batch, with one writer; and a delete run.
+
+The steps are plain functions (`Steps`); the Prefect flow `flows.index_corpus` passes its
+tasks instead, to retry I/O and to encode on Dask workers. Does not import Prefect.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from indexer.config import Config
+from indexer.encode.encoder import Encoder, load_encoder
+from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
+from indexer.faults import crash_point
+from indexer.index.keyword import sync_keyword_index
+from indexer.ingest.paths import expand_paths
+from indexer.ingest.pipeline import (
+    BatchPlan,
+    BatchResult,
+    commit_batch,
+    encode_texts_for_index,
+    plan_batch,
+    sync_vector_index,
+)
+from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
+from indexer.store import Store
+
+log = logging.getLogger(__name__)
+
+# Errors that concern the whole run, not one batch: they stop it.
+_FATAL = (ProvenanceMismatch, ModelError, ConfigError)
+_MAX_REJECTIONS = 100  # rejections listed in a run summary (all are in the `rejected` table)
+
+
+def load_model(config: Config) -> Encoder:
+    """The configured encoder (cached per process).
+
+    Args:
+        config: the configuration (its `model` section).
+    Returns:
+        The loaded Encoder.
+    """
+    return load_encoder(config.model)
+
+
+def delete_missing(store: Store, collection: str, seen: set[str]) -> tuple[list[str], list[int]]:
+    """`on_missing: delete`: remove the collection's documents that no file holds any more.
+
+    Args:
+        store: the open store.
+        collection: the collection.
+        seen: every external id the run's files hold (read or rejected).
+    Returns:
+        (deleted external ids, removed chunk ids).
+    """
+    return store.delete_documents(collection, keep=sorted(seen))
+
+
+def publish_indexes(store: Store, config: Config, added, removed,
+                    base_version: int | None = None) -> dict:
+    """Bring the FAISS and keyword indexes in step with the store and publish them.
+
+    Args:
+        store: the open store.
+        config: the configuration (`index` section).
+        added, removed: chunk ids added to / removed from the store by this run.
+        base_version: the store's data_version when the run started.
+    Returns:
+        The vector index info (`sync_vector_index`) plus `keyword`.
+    """
+    return sync_vector_index(store, config, added, removed, base_version) | {
+        "keyword": sync_keyword_index(store)}
+
+
+@dataclass
+class Steps:
+    """An index run's steps; the defaults are the plain functions.
+
+    `submit` true: `encode` returns a future (a Prefect task submitted to a Dask task
+    runner), resolved in order by the writer, with at most `in_flight` batches ahead.
+    """
+
+    load: Callable = load_model
+    encode: Callable = encode_texts_for_index
+    commit: Callable = commit_batch
+    delete_missing: Callable = delete_missing
+    write: Callable = publish_indexes
+    submit: bool = False
+    in_flight: int = 0
+
+
+def run_index(paths: Sequence[str], config: Config, collection: str = "default",
+              fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048,
+              progress: bool = False, *, on_missing: str = "keep", strict: bool = False,
+              steps: Steps | None = None) -> dict:
+    """Index corpus files into the configured store and return the run summary.
+
+    Ids are unique within the run: the first record read with an id wins, later ones (same
+    file or another) are rejected. With `config.roots.data`, files must resolve inside it.
+
+    Args:
+        paths: files or directories (`indexer.ingest.paths.expand_paths`).
+        config: the validated configuration.
+        collection: collection name; external ids are unique within it.
+        fmt: a registered format name, or `auto` (by file name).
+        fields: id/text/title/metadata column mapping (None: id, text, title, the rest as
+            metadata).
+        batch_size: records read and committed per batch.
+        progress: show an encoding progress bar.
+        on_missing: `delete` removes the collection's documents that no file holds any more.
+        strict: a batch with any rejection commits only its rejections (listed under
+            `refused_batches`).
+        steps: the steps to run (None: the plain functions).
+    Returns:
+        The run summary: counts, `deleted`, `failed_batches`, `refused_batches`, the index
+        info, the run id, the first rejections.
+    """
+    steps = steps or Steps()
+    fields = fields or FieldMap()
+    files, refused_files = expand_paths(paths, config.roots.data)
+    id_registry = IdRegistry()
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    run_id = uuid.uuid4().hex[:12]
+    encoder = steps.load(config)
+    total = BatchResult()
+    rejected_rows, failed, deleted, refused = [], [], [], []
+    refused_records = 0
+    delete_skipped: str | None = None
+    seen: set[str] | None = set() if on_missing == "delete" else None
+    with Store(Path(config.store.path)) as store:
+        store.start_run(run_id, "index", started)
+        base_version = store.data_version()
+        try:
+            store.set_provenance(encoder.provenance)
+            pending: deque[tuple[BatchPlan, Any]] = deque()
+            pending_ids: set[str] = set()
+
+            def settle_oldest() -> None:
+                plan, future = pending.popleft()
+                pending_ids.difference_update(r.external_id for r in plan.batch.records)
+                try:
+                    chunks = future.result() if steps.submit else future
+                    total.merge(steps.commit(plan, chunks, store, run_id))
+                    room = max(0, _MAX_REJECTIONS - len(rejected_rows))
+                    rejected_rows.extend(plan.batch.rejected[:room])
+                except _FATAL:
+                    raise
+                except Exception as exc:  # noqa: BLE001  (retried by the task: report, go on)
+                    log.error("batch %s failed: %s", plan.describe(), exc)
+                    failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
+
+            def batches():
+                if refused_files:  # outside roots.data, or no known suffix: recorded, never read
+                    yield Batch(rejected=list(refused_files))
+                for path in files:
+                    yield from read_batches(path, fmt, fields, batch_size, ids=id_registry,
+                                            max_chars=config.long_documents.max_chars)
+
+            for batch in batches():
+                if seen is not None:
+                    seen.update(r.external_id for r in batch.records)
+                    seen.update(r.external_id for r in batch.rejected if r.external_id)
+                    no_id = next((r for r in batch.rejected if r.external_id is None), None)
+                    if delete_skipped is None and no_id is not None:
+                        delete_skipped = f"{no_id.source} row {no_id.row} has no readable id"
+                if strict and batch.rejected:  # commit the rejections, not the documents
+                    refused.append({"batch": BatchPlan(batch, collection, [], [], [], 0,
+                                                       []).describe(),
+                                    "records": len(batch.records),
+                                    "rejected": len(batch.rejected),
+                                    "first_reason": batch.rejected[0].reason})
+                    refused_records += len(batch.records)
+                    batch = Batch(rejected=batch.rejected)
+                ids = [r.external_id for r in batch.records]
+                if pending_ids.intersection(ids):  # same id in a batch not yet written
+                    while pending:
+                        settle_oldest()
+                plan = plan_batch(batch, store, collection)
+                try:
+                    if steps.submit:
+                        future = steps.encode(plan.texts, config, None, False)
+                    else:
+                        future = steps.encode(plan.texts, config, encoder, progress)
+                except _FATAL:
+                    raise
+                except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
+                    log.error("batch %s failed: %s", plan.describe(), exc)
+                    failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
+                    continue
+                pending.append((plan, future))
+                pending_ids.update(ids)
+                while len(pending) > steps.in_flight:
+                    settle_oldest()
+            while pending:
+                settle_oldest()
+            id_registry = None  # every file is read: free the run's ids before the index step
+            removed = list(total.removed)
+            if seen and delete_skipped:
+                log.warning("on_missing: delete skipped: %s, so the documents it held cannot "
+                            "be told apart from deleted ones; fix the input and run again",
+                            delete_skipped)
+            elif seen:
+                deleted, gone = steps.delete_missing(store, collection, seen)
+                removed += gone
+            elif seen is not None:
+                log.warning("on_missing: delete skipped: the files held no documents, and "
+                            "that would empty collection %s", collection)
+            index_info = steps.write(store, config, total.added, removed, base_version)
+        except BaseException as exc:
+            store.record_run(run_id, "index", started, f"failed: {exc!r}"[:500],
+                             total.summary() | {"failed_batches": failed})
+            raise
+        summary = total.summary() | {
+            "read": total.read + refused_records,
+            "deleted": len(deleted),
+            "failed_batches": failed,
+            "refused_batches": refused,
+            "collection": collection,
+            "files": [str(p) for p in files],
+            "index": index_info,
+            "run_id": run_id,
+            **({"delete_skipped": delete_skipped} if seen and delete_skipped else {}),
+            "rejections": [
+                {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
+                for r in rejected_rows[:_MAX_REJECTIONS]
+            ],
+        }
+        crash_point("run.before_record")
+        store.record_run(run_id, "index", started,
+                         "completed" if not failed and not refused else "completed_with_failures",
+                         summary)
+    return summary
+
+
+def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict:
+    """Delete documents from the store, then publish indexes without them.
+
+    Args:
+        config: the configuration.
+        collection: the collection holding the documents.
+        external_ids: the documents' ids.
+    Returns:
+        {"collection", "deleted", "not_found", "chunks_removed", "index", "run_id"}.
+    """
+    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    run_id = uuid.uuid4().hex[:12]
+    with Store(Path(config.store.path)) as store:
+        store.start_run(run_id, "delete", started)
+        base = store.data_version()
+        deleted, removed = store.delete_documents(collection, external_ids=external_ids)
+        index_info = publish_indexes(store, config, [], removed, base)
+        gone = set(deleted)
+        summary = {"collection": collection, "deleted": deleted,
+                   "not_found": sorted({i for i in external_ids if i not in gone}),
+                   "chunks_removed": len(removed), "index": index_info, "run_id": run_id}
+        store.record_run(run_id, "delete", started, "completed", summary)
+    return summary
