@@ -103,11 +103,7 @@ class Filters:
         Returns:
             int64 chunk ids; None when there is no filter.
         """
-        clauses = filter_clauses("d.", collection, where, labels, entities)
-        if clauses is None:
-            return None
-        rows = self.con.execute(CHUNKS_PASSING.format(clauses=clauses.sql), clauses.params)
-        return rows.fetchnumpy()["chunk_id"].astype(np.int64)
+        return self._passing(CHUNKS_PASSING, "d.", "chunk_id", collection, where, labels, entities)
 
     def filter_doc_ids(
         self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
@@ -118,8 +114,12 @@ class Filters:
         Returns:
             int64 doc ids; None when there is no filter.
         """
-        clauses = filter_clauses("", collection, where, labels, entities)
+        return self._passing(DOCS_PASSING, "", "doc_id", collection, where, labels, entities)
+
+    def _passing(self, statement: str, prefix: str, column: str, *filters) -> np.ndarray | None:
+        """Ids (`column`) that `statement` returns under the filters; None without a filter."""
+        clauses = filter_clauses(prefix, *filters)
         if clauses is None:
             return None
-        rows = self.con.execute(DOCS_PASSING.format(clauses=clauses.sql), clauses.params)
-        return rows.fetchnumpy()["doc_id"].astype(np.int64)
+        rows = self.con.execute(statement.format(clauses=clauses.sql), clauses.params)
+        return rows.fetchnumpy()[column].astype(np.int64)

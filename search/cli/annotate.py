@@ -15,6 +15,7 @@ from search.cli.common import (
     config_options,
     handle_errors,
     json_option,
+    parsed_option,
     print_json,
     show_progress,
 )
@@ -42,18 +43,8 @@ def parse_entities(items) -> list[tuple[str, str | None]]:
     return out
 
 
-def label_callback(ctx, param, values):
-    try:
-        return parse_labels(values)
-    except InputError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def entity_callback(ctx, param, values):
-    try:
-        return parse_entities(values)
-    except InputError as exc:
-        raise click.BadParameter(str(exc)) from None
+label_callback = parsed_option(parse_labels)
+entity_callback = parsed_option(parse_entities)
 
 
 @click.command()

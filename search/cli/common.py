@@ -71,6 +71,19 @@ def build_config(
     )
 
 
+def parsed_option(parse: Callable) -> Callable:
+    """A Click callback running `parse` on an option's values; its InputError becomes a usage
+    error (exit 2) naming the option."""
+
+    def callback(ctx, param, values):
+        try:
+            return parse(values)
+        except BertindexError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
 def handle_errors(func: Callable) -> Callable:
     """Turn bertindex errors into a one-line message on stderr and exit code 1."""
 

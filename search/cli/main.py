@@ -12,7 +12,6 @@ from pathlib import Path
 
 import click
 
-from indexer.errors import InputError
 from indexer.ingest.formats import format_names
 from search.cli.annotate import entity_callback, hit_annotations, label_callback
 from search.cli.common import (
@@ -21,6 +20,7 @@ from search.cli.common import (
     encode_options,
     handle_errors,
     json_option,
+    parsed_option,
     print_json,
     show_progress,
 )
@@ -118,10 +118,7 @@ def index_errors(summary: dict) -> list[str]:
 def _parse_where(ctx, param, values):
     from search.query import parse_where
 
-    try:
-        return parse_where(values)
-    except InputError as exc:
-        raise click.BadParameter(str(exc)) from None
+    return parsed_option(parse_where)(ctx, param, values)
 
 
 @main.command()
