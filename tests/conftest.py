@@ -93,3 +93,13 @@ def serve_flows(monkeypatch):
         return served["d"], served["limit"]
 
     return serve
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """One temporary Prefect API for the whole session: starting one costs 8-16 s, so every
+    test that runs a flow shares it (tests/test_cli.py, test_flows.py, test_annotate*.py)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -204,17 +204,14 @@ def test_long_text_windowed_not_truncated(heads):
     assert len(ann.labels) == 1
 
 
-def test_annotate_cli_runs_the_flow(tiny_config, small_corpus, heads, tmp_path):
-    from prefect.testing.utilities import prefect_test_harness
-
+def test_annotate_cli_runs_the_flow(tiny_config, small_corpus, heads, tmp_path, prefect_api):
     run_index([str(small_corpus)], tiny_config, "docs")
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config.model_dump(mode="json")))
     args = ["annotate", "--config", str(config_file), "--json"]
     for h in _head_args(heads):
         args += ["--heads", h]
-    with prefect_test_harness(server_startup_timeout=120):
-        result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["annotated"] == 5 and set(summary["heads"]) == {"clf", "ner"}

@@ -69,9 +69,7 @@ def test_annotate_schedule_errors_name_the_key(tmp_path, schedules, message):
         load_config(path)
 
 
-def test_scheduled_annotate_takes_each_inbox_file_once(tmp_path, tiny_model_dir, heads):  # noqa: F811
-    from prefect.testing.utilities import prefect_test_harness
-
+def test_scheduled_annotate_takes_each_inbox_file_once(tmp_path, tiny_model_dir, heads, prefect_api):  # noqa: F811
     from flows.annotate import annotate_scheduled
     from flows.schedules import plan_deployments
 
@@ -84,8 +82,7 @@ def test_scheduled_annotate_takes_each_inbox_file_once(tmp_path, tiny_model_dir,
                      "inbox": str(inbox), "collection": "tweets"}})
     [plan] = plan_deployments(load_config(config_path), str(config_path), next_runs=2)
     assert plan.next_runs[1] - plan.next_runs[0] == timedelta(seconds=300)
-    with prefect_test_harness(server_startup_timeout=120):
-        first = annotate_scheduled(**plan.parameters)  # what a scheduled run is given
-        again = annotate_scheduled(**plan.parameters)
+    first = annotate_scheduled(**plan.parameters)  # what a scheduled run is given
+    again = annotate_scheduled(**plan.parameters)
     assert (first["annotated"], first["collection"], first["shared_pass"]) == (2, "tweets", True)
     assert (again["annotated"], again["skipped_files"]) == (0, 1)

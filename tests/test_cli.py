@@ -30,14 +30,6 @@ def test_every_command_has_help_text():
         assert "Usage:" in result.output
 
 
-@pytest.fixture(scope="module")
-def harness():
-    """One temporary Prefect API for the module's `bertindex index` runs (it takes seconds)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
 
 def write_config(root, tiny_model_dir):
     config = root / "config.yaml"
@@ -50,7 +42,7 @@ def write_config(root, tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, tiny_model_dir, harness):
+def indexed(tmp_path_factory, tiny_model_dir, prefect_api):
     """A store built by `bertindex index` (the Prefect flow) on a small JSONL corpus."""
     root = tmp_path_factory.mktemp("cli")
     config = write_config(root, tiny_model_dir)
@@ -67,7 +59,7 @@ def indexed(tmp_path_factory, tiny_model_dir, harness):
     return config, json.loads(result.stdout)
 
 
-def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model_dir, harness):
+def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model_dir, prefect_api):
     config = write_config(tmp_path, tiny_model_dir)
     corpus = tmp_path / "docs.jsonl"
     rows = [{"id": "a1", "text": "the cat sat"}, {"id": "a2", "text": "the dog slept"},

@@ -1,7 +1,7 @@
 """Flows in production: retries and failed-batch reports under Prefect, the Dask runner,
 schedules from config.yaml (`flows serve` / `flows list`), `delete` and `status` via the CLI.
 
-One Prefect test harness (temporary API) for the module; one Dask LocalCluster (two worker
+One Prefect test harness (temporary API) for the session (tests/conftest.py); one Dask LocalCluster (two worker
 processes) for the Dask test.
 """
 
@@ -23,14 +23,6 @@ from indexer.ops.consistency import check_store
 from search.cli.main import main
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def write_config(path, tiny_model_dir, store, **sections):
     path.write_text(yaml.safe_dump({
         "model": {"name": str(tiny_model_dir), "dtype": "fp32", "device": "cpu",
@@ -42,7 +34,7 @@ def write_config(path, tiny_model_dir, store, **sections):
     return path
 
 
-def test_failed_batch_is_retried_then_reported(harness, tiny_config, tmp_path, monkeypatch):
+def test_failed_batch_is_retried_then_reported(prefect_api, tiny_config, tmp_path, monkeypatch):
     import flows.index_corpus as flow_module
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 300, seed=2)
@@ -72,7 +64,7 @@ def test_failed_batch_is_retried_then_reported(harness, tiny_config, tmp_path, m
     assert check_store(tiny_config).problems == []
 
 
-def test_dask_runner_gives_the_store_of_the_local_runner(harness, tiny_config, tmp_path):
+def test_dask_runner_gives_the_store_of_the_local_runner(prefect_api, tiny_config, tmp_path):
     from distributed import LocalCluster
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 300, seed=4)
@@ -133,7 +125,7 @@ def test_flows_list_shows_next_runs(scheduled_config):
     assert plans["reindex"]["next_runs"] == []
 
 
-def test_scheduled_index_flow_indexes_sources(harness, scheduled_config, small_corpus):
+def test_scheduled_index_flow_indexes_sources(prefect_api, scheduled_config, small_corpus):
     from flows.schedules import index_sources
 
     config = load_config(scheduled_config)
