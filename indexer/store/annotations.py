@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from indexer.annotate.annotator import Annotation
 from indexer.heads.types.base import RESULT_TYPES, Entity, Label
+from indexer.store.reviews import record_heads
 from indexer.store.store import Store
 
 
@@ -183,6 +184,9 @@ def annotate_store(store: Store, annotator, collection: str | None = None,
     from tqdm import tqdm
 
     versions = annotator.versions()
+    # the review loop validates imported labels against these
+    record_heads(store, [(h.name, h.kind.name, h.labels, str(h.path), h.version)
+                         for h in annotator.heads])
     remove_orphans(store)
     todo = pending_doc_ids(store, versions, collection)
     total = store.count_documents(collection)
