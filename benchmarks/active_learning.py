@@ -215,7 +215,11 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "bertindex-al-cache")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/active_learning.json")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/img/active_learning.png")
+    parser.add_argument("--replot", action="store_true", help="only redraw the plot from --out")
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads(args.out.read_text())["tasks"], args.plot)
+        return
 
     from indexer.config import DEFAULT_MODEL, resolve_model_path
     from indexer.heads.train import TrainSettings, resolve_dtype, set_threads
@@ -300,7 +304,9 @@ def plot(results: dict, path: Path) -> None:
     for ax, (task, r) in zip(axes[0], results.items()):
         for strategy, s in r["test_macro_f1"].items():
             mean, std = np.asarray(s["mean"]), np.asarray(s["std"])
-            ax.plot(r["labels"], mean, marker="o", label=strategy)
+            # two labels: margin = 2 * top - 1 orders exactly as uncertain (the lines coincide)
+            ax.plot(r["labels"], mean, marker="o", label=strategy,
+                    linestyle="--" if strategy == "margin" else "-")
             ax.fill_between(r["labels"], mean - std, mean + std, alpha=0.15)
         ax.set_title(f"TweetEval {task}")
         ax.set_xlabel("labelled training examples")
