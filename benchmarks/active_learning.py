@@ -53,10 +53,11 @@ def avx512_flags() -> list[str]:
 def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
     """{split: (features (n, hidden) float32, labels (n,) int64)} and label names, from the
     .npz cache or one pass of the head-only feature encoder."""
+    from transformers import AutoTokenizer
+
     from indexer.heads.data import read_head_data
     from indexer.heads.train import encode_splits, feature_encoder
     from indexer.heads.types.registry import head_type
-    from transformers import AutoTokenizer
 
     key = hashlib.sha256(f"{task_dir.resolve()}|{settings.base}|{settings.dtype}|"
                          f"{settings.max_length}".encode()).hexdigest()[:16]

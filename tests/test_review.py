@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 
 from indexer.annotate.annotator import Annotation
 from indexer.errors import InputError
@@ -26,7 +27,6 @@ from indexer.review.training import add_reviewed
 from indexer.store import Store
 from indexer.store import reviews as db
 from indexer.store.annotations import write_annotations
-from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
 
 NAMES = ["neg", "pos"]
@@ -53,7 +53,7 @@ def store(annotated, tmp_path):
     """A fresh writable copy of the annotated store per test."""
     import shutil
 
-    config, root = annotated
+    config, _ = annotated
     shutil.copytree(config.store.path, tmp_path / "store")
     with Store(tmp_path / "store") as s:
         docs = s.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
@@ -155,19 +155,21 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
         {"id": "d6", "label": "pos"},
         {"id": "d6", "label": "neg"},  # duplicate: last wins
         {"id": "d2", "label": "pos", "reviewed_at": "yesterday"},
+        {"id": ["d3"], "label": "pos"},  # not text
     ]
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
     before = db.count_reviews(store, "clf")
     s = import_rows(store, read_review_file(path), "clf", "labels.jsonl", reviewer="bob")
     reasons = {r["line"]: r["reason"] for r in s.rejected}
-    assert sorted(reasons) == [2, 3, 4, 5, 6, 10]
+    assert sorted(reasons) == [2, 3, 4, 5, 6, 10, 11]
+    assert "'id' must be text, not list" in reasons[11]
     assert "not one of head 'clf''s labels ['neg', 'pos']" in reasons[2]
     assert "no 'id'" in reasons[3]
     assert "no document 'gone'" in reasons[4] and "deleted since the export" in reasons[4]
     assert "--head clf2" in reasons[5]
     assert "not valid JSON" in reasons[6]
     assert "ISO date-time" in reasons[10]
-    assert (s.rows, s.stored, s.unlabelled, s.changed) == (10, 2, 1, 0)
+    assert (s.rows, s.stored, s.unlabelled, s.changed) == (11, 2, 1, 0)
     assert s.duplicates == [{"id": "d6", "lines": [8, 9], "kept": 9}]
     assert db.count_reviews(store, "clf") == before + 2
     d1, d6 = doc_id(store, "d1"), doc_id(store, "d6")

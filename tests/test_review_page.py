@@ -15,6 +15,8 @@ import pytest
 import yaml
 from browser import console_errors, headless_chromium, screenshot
 from conftest import ROOT
+from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
+from reliability.test_serve_limits import free_port, listeners
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -25,8 +27,6 @@ from indexer.ingest.run import run_index
 from indexer.store import Store
 from indexer.store import reviews as db
 from indexer.store.annotations import write_annotations
-from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
-from reliability.test_serve_limits import free_port, listeners
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned=2"> & "quotes"'
 DOCS = {"h1": (HOSTILE, "pos", 0.51), "h2": ("the dog slept", "neg", 0.60),

@@ -52,8 +52,7 @@ def write_review_file(path: Path, rows: Sequence[dict]) -> None:
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "w", encoding="utf-8", newline="") as fh:
         if fmt == "jsonl":
-            for row in rows:
-                fh.write(json.dumps({k: row.get(k) for k in EXPORT_FIELDS}, ensure_ascii=False) + "\n")
+            fh.writelines(json.dumps({k: row.get(k) for k in EXPORT_FIELDS}, ensure_ascii=False) + "\n" for row in rows)
         else:
             writer = csv.DictWriter(fh, fieldnames=EXPORT_FIELDS, extrasaction="ignore")
             writer.writeheader()

@@ -139,7 +139,7 @@ def _text(fields: Mapping, key: str) -> str | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
-        raise ValueError(f"'{key}' must be text, not {type(value).__name__}")
+        raise TypeError(f"'{key}' must be text, not {type(value).__name__}")
     return value.strip()
 
 
@@ -251,8 +251,8 @@ def _check_row(raw: RawRow, head: str, label_names: list[str], collection: str |
         row_collection = _text(f, "collection") or collection
         who = _text(f, "reviewer") or reviewer
         when = _when(_text(f, "reviewed_at"), now)
-    except ValueError as exc:
-        summary.reject(raw.line, f.get("id"), str(exc))
+    except (TypeError, ValueError) as exc:
+        summary.reject(raw.line, f.get("id") if isinstance(f.get("id"), str) else None, str(exc))
         return None
     if not item_id:
         summary.reject(raw.line, None, "no 'id': every row needs the document id the export wrote")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
+from reliability.support import tiny_model_config
 
 from indexer.annotate.annotator import Annotation
 from indexer.heads.types.base import Label
@@ -14,7 +15,6 @@ from indexer.review.loop import page_review
 from indexer.store import Store
 from indexer.store import reviews as db
 from indexer.store.annotations import write_annotations
-from reliability.support import tiny_model_config
 from search.cli.heads import train
 
 
