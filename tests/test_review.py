@@ -303,3 +303,46 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
     r = runner.invoke(main, ["review", "export", "--head", "clf", "--out", str(tmp_path / "a.txt"),
                              "--config", str(cfg)])
     assert r.exit_code == 1 and ".jsonl or .csv" in r.output
+
+
+# ---- the page's API (the browser test drives the page itself) -----------------------------
+
+
+def test_review_api_answers_and_refusals(store):
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from search.review_page import add_review_routes
+
+    app = FastAPI()
+    add_review_routes(app, store.path)
+    client = TestClient(app)
+    path = store.path
+    r = client.get("/review/api/next", params={"head": "clf"})
+    assert r.status_code == 409 and "try again" in r.json()["detail"]  # the test holds the writer
+    store.close()
+    r = client.get("/review/api/next", params={"head": "clf", "skip": str(doc_id_at(path, "d3"))})
+    assert r.status_code == 200
+    assert r.json()["document"]["id"] == "d1" and r.json()["labels"] == NAMES
+    d1 = r.json()["document"]["doc_id"]
+    assert client.get("/review/api/next", params={"head": "clf", "strategy": "disagree"}).status_code == 400
+    assert client.get("/review/api/next", params={"head": "clf", "skip": "1,x"}).status_code == 400
+    assert client.get("/review/api/next", params={"head": "nope"}).status_code == 400
+    bad = client.post("/review/api/label", json={"head": "clf", "doc_id": d1, "label": "maybe"})
+    assert bad.status_code == 400 and "not one of" in bad.json()["detail"]
+    gone = client.post("/review/api/label", json={"head": "clf", "doc_id": 999999, "label": "pos"})
+    assert gone.status_code == 400 and "no longer in the store" in gone.json()["detail"]
+    ok = client.post("/review/api/label", json={"head": "clf", "doc_id": d1, "label": "pos",
+                                                 "reviewer": "kim"})
+    assert ok.status_code == 200
+    assert client.post("/review/api/undo", json={"head": "clf", "review_id": ok.json()["review_id"]}
+                       ).json() == {"undone": True}
+    page = client.get("/review")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert client.get("/review/static/../../config.yaml").status_code == 404
+    assert client.get("/review/static/review.js").status_code == 200
+
+
+def doc_id_at(path, external_id):
+    with Store(path) as s:
+        return doc_id(s, external_id)
