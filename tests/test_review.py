@@ -297,7 +297,10 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
     r = runner.invoke(main, ["search", "prices", "--label", "clf=neg", "--human", "--mode", "keyword",
                              "--config", str(cfg), "--json"])
     assert r.exit_code == 0, r.output
-    assert [json.loads(x)["id"] for x in r.stdout.splitlines()] == ["d3"]
+    hits = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [h["id"] for h in hits] == ["d3"]
+    assert hits[0]["labels"][0]["label"] == "pos"  # the model's, kept beside the person's
+    assert [(x["head"], x["label"]) for x in hits[0]["reviewed"]] == [("clf", "neg")]
     r = runner.invoke(main, ["search", "x", "--human", "--config", str(cfg)])
     assert r.exit_code == 2
     r = runner.invoke(main, ["review", "export", "--head", "clf", "--out", str(tmp_path / "a.txt"),
