@@ -81,7 +81,8 @@ def import_command(file, head, collection, reviewer, config_path, store_path, as
     """Store the labels of a review file (JSONL or CSV, e.g. saved from a spreadsheet).
 
     Every row is checked; a refused row is reported with its line and reason and the rest are
-    kept. The last row of a duplicated id wins (reported). A person's earlier label is kept in
+    kept (exit code 0, as `index` treats rejected records). The last row of a duplicated id
+    wins (reported). A person's earlier label is kept in
     the history, never overwritten by a model's; search with `--label HEAD=LABEL --human`.
     """
     from indexer.review.run import import_reviews
@@ -97,5 +98,8 @@ def import_command(file, head, collection, reviewer, config_path, store_path, as
                    f"{summary['rejected']} rejected")
     for r in summary["rejections"][:20]:
         click.echo(f"rejected {file}:{r['line']} ({r['id']}): {r['reason']}", err=True)
+    if summary["rejected"] > 20:
+        click.echo(f"... and {summary['rejected'] - 20} more rejected rows (all of them: --json)",
+                   err=True)
     for d in summary["duplicates"][:20]:
         click.echo(f"duplicate id {d['id']} on lines {d['lines']}: line {d['kept']} kept", err=True)
