@@ -11,6 +11,7 @@ import flows  # noqa: F401  (applies the project's Prefect settings)
 from indexer.heads import train as head_train
 from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.train import TrainSettings
+from indexer.review.training import add_reviewed
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
@@ -34,7 +35,13 @@ def train_head(
     test: str | None = None,
     fmt: str = "auto",
     progress: bool = False,
+    reviewed: str | None = None,
+    store: str | None = None,
 ) -> dict:
-    """Fine-tune a head on the base encoder and save it; returns the run receipt."""
+    """Fine-tune a head on the base encoder and save it; returns the run receipt.
+
+    `reviewed`: a head whose human labels in `store` join the train split."""
     splits = read_splits(settings.task, data, validation, test, fmt)
+    if reviewed:
+        splits = add_reviewed(splits, store, reviewed)
     return train(splits, settings, progress)

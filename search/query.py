@@ -118,21 +118,24 @@ class Searcher:
     def search(self, query: str, k: int = 10, collection: str | None = None,
                where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,
                labels: Sequence[tuple[str, str]] = (),
-               entities: Sequence[tuple[str, str | None]] = ()) -> list[SearchHit]:
+               entities: Sequence[tuple[str, str | None]] = (), human: bool = False
+               ) -> list[SearchHit]:
         """Top-k documents for one query.
 
         Args:
             mode: `dense`, `keyword` or `hybrid`; None: `search.mode` of the config.
-            labels: (head, label) filters from `bertindex annotate`, applied inside the search.
+            labels: (head, label) filters, applied inside the search: a person's label
+                (`review import`) where there is one, else the model's (`annotate`).
             entities: (type, text or None) filters, likewise.
+            human: `labels` match a person's labels only.
         """
         return self.search_many([query], k, collection, where, mode, labels=labels,
-                                entities=entities)[0]
+                                entities=entities, human=human)[0]
 
     def search_many(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
                     where: Sequence[tuple[str, str]] = (), mode: str | None = None,
                     vectors: np.ndarray | None = None, *, labels: Sequence = (),
-                    entities: Sequence = ()) -> list[list[SearchHit]]:
+                    entities: Sequence = (), human: bool = False) -> list[list[SearchHit]]:
         """Top-k documents for each query; `vectors` may hold the queries' embeddings already.
 
         Returns:
@@ -140,13 +143,13 @@ class Searcher:
             keyword, the fused score for hybrid).
         """
         ranked = self.rank_documents(queries, k, collection, where, mode, vectors,
-                                     labels=labels, entities=entities)
+                                     labels=labels, entities=entities, human=human)
         return self._hits(ranked)
 
     def rank_documents(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
                        where: Sequence[tuple[str, str]] = (), mode: str | None = None,
                        vectors: np.ndarray | None = None, *, labels: Sequence = (),
-                       entities: Sequence = (),
+                       entities: Sequence = (), human: bool = False,
                        ) -> list[list[RankedDoc]]:
         """Documents per query, best first, before any fetch (a dense or hybrid ranking
         carries each document's best chunk)."""
@@ -159,10 +162,10 @@ class Searcher:
             if vectors is None:
                 vectors = self.encode_queries(queries)
             dense = self.dense_ranked(vectors, depth, collection, where, labels=labels,
-                                      entities=entities)
+                                      entities=entities, human=human)
         if mode != "dense":
             keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
-                                          entities=entities)
+                                          entities=entities, human=human)
         if mode == "dense":
             return [r[:k] for r in dense]
         if mode == "keyword":
@@ -183,11 +186,11 @@ class Searcher:
 
     def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
                      where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
-                     entities: Sequence = ()) -> list[list[RankedDoc]]:
+                     entities: Sequence = (), human: bool = False) -> list[list[RankedDoc]]:
         """k documents per query vector, best first, scored by the cosine of their best chunk."""
         if self.index is None or self.index.ntotal == 0:
             return [[] for _ in range(len(vectors))]
-        allowed = self.store.filter_chunk_ids(collection, where, labels, entities)
+        allowed = self.store.filter_chunk_ids(collection, where, labels, entities, human)
         if allowed is not None and len(allowed) == 0:
             return [[] for _ in range(len(vectors))]
         limit = self.index.ntotal if allowed is None else len(allowed)
@@ -195,9 +198,10 @@ class Searcher:
 
     def keyword_ranked(self, queries: Sequence[str], k: int, collection: str | None = None,
                        where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
-                       entities: Sequence = ()) -> list[list[tuple[int, float]]]:
+                       entities: Sequence = (), human: bool = False
+                       ) -> list[list[tuple[int, float]]]:
         """(doc id, BM25 score) per query, k documents, best first."""
-        allowed = self.store.filter_doc_ids(collection, where, labels, entities)
+        allowed = self.store.filter_doc_ids(collection, where, labels, entities, human)
         return [self.keyword.search(q, k, allowed) for q in queries]
 
     def search_vectors(self, vectors: np.ndarray, k: int = 10, collection: str | None = None,

@@ -1,8 +1,9 @@
 """HTTP JSON API over one store (`bertindex serve`): the model, FAISS and keyword indexes stay
 loaded, so a query costs only encode + search + fetch. Also the client (`remote_search`).
 
-Endpoints: `GET /health`, `POST /search`. Bodies over the configured size, and POST bodies
-without a Content-Length, are refused before they are read. Does not write to the store.
+Endpoints: `GET /health`, `POST /search`, and the review page `/review` (`search.review_page`).
+Bodies over the configured size, and POST bodies without a Content-Length, are refused before
+they are read. Searches do not write to the store (the review page does, one short write each).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES):
         return {"hits": [h.to_dict() for h in hits],
                 "took_ms": round(1000 * (time.perf_counter() - started), 3)}
 
+    from search.review_page import add_review_routes
+
+    add_review_routes(app, searcher.store.path)  # /review (search/review_page.py)
     return _BodyLimit(app, max_body_bytes)
 
 

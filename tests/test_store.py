@@ -67,10 +67,10 @@ def store(tmp_path):
 def test_migrations_from_an_empty_file(tmp_path):
     with Store(tmp_path / "s") as store:
         assert store.side_tables() == ["annotated", "annotations", "entities", "inbox_ledger",
-                                       "rejected", "runs"]
+                                       "rejected", "review_heads", "reviews", "runs"]
         assert store.count_documents() == store.count_chunks() == store.count_vectors() == 0
         assert store.provenance() is None
-        assert store.data_version() == 1  # schema step 2 moved it
+        assert store.data_version() == SCHEMA_VERSION - 1  # each step after 1 moved it
     with duckdb.connect(str(tmp_path / "s" / DB_NAME), read_only=True) as con:
         version = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     assert version == (str(SCHEMA_VERSION),)

@@ -35,6 +35,7 @@ class HeadData:
     label_names: list[str]
     splits: dict[str, list[Example]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # split -> where it was read
+    reviewed: dict | None = None  # human labels added to train (`review.training.add_reviewed`)
 
 
 @dataclass

@@ -96,6 +96,8 @@ def summary(receipt: dict) -> dict:
         "training_seconds": receipt["training_seconds"],
         "examples_per_second": receipt["examples_per_second"],
     }
+    if receipt.get("reviewed"):
+        out["reviewed"] = receipt["reviewed"]
     if receipt.get("baseline"):
         out["baseline"] = {
             "name": receipt["baseline"]["name"],

@@ -386,6 +386,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
             "ner_decode": kind.decode_note,
         },
         "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
+        "reviewed": data.reviewed,  # human labels added to train (`--reviewed`), or None
         "epochs": fitted.history,
         "best_epoch": fitted.best_epoch,
         "best_validation": fitted.best_score,

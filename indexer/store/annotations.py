@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from indexer.annotate.annotator import Annotation
 from indexer.heads.types.base import RESULT_TYPES, Entity, Label
+from indexer.store.reviews import has_reviews, record_heads
 from indexer.store.store import Store
 
 
@@ -110,7 +111,8 @@ def write_annotations(store: Store, docs: Sequence[tuple[int, str, str]],
 
 
 def annotations_by_document(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
-    """{(collection, external id): {"labels": [...], "entities": [...]}} for search results."""
+    """{(collection, external id): {"labels": [...], "entities": [...]}} for search results,
+    plus `reviewed` (people's current labels: head, label, reviewer, reviewed_at) where any."""
     out: dict[tuple[str, str], dict] = {tuple(k): {"labels": [], "entities": []} for k in keys}
     if not keys:
         return out
@@ -134,6 +136,14 @@ def annotations_by_document(store: Store, keys: Sequence[tuple[str, str]]) -> di
             entity = Entity(type=row[3], start=row[4], end=row[5], text=row[6], score=row[7],
                             head=row[2])
             out[(row[0], row[1])][Entity.field].append(entity.out_row(row[8]))
+        if has_reviews(store):  # a person's current label per head, only where there is one
+            for row in con.execute(
+                    "SELECT d.collection, d.external_id, r.head, arg_max(r.label, r.review_id), "
+                    "arg_max(r.reviewer, r.review_id), max(r.reviewed_at)::VARCHAR "
+                    + base + "JOIN reviews r ON r.doc_id = d.doc_id "
+                    "GROUP BY d.collection, d.external_id, r.head ORDER BY r.head").fetchall():
+                out[(row[0], row[1])].setdefault("reviewed", []).append(
+                    {"head": row[2], "label": row[3], "reviewer": row[4], "reviewed_at": row[5]})
     finally:
         con.unregister("hit_keys")
     return out
@@ -183,6 +193,9 @@ def annotate_store(store: Store, annotator, collection: str | None = None,
     from tqdm import tqdm
 
     versions = annotator.versions()
+    # the review loop validates imported labels against these
+    record_heads(store, [(h.name, h.kind.name, h.labels, str(h.path), h.version)
+                         for h in annotator.heads])
     remove_orphans(store)
     todo = pending_doc_ids(store, versions, collection)
     total = store.count_documents(collection)

@@ -17,6 +17,13 @@ DOCS_PASSING = "SELECT doc_id FROM documents WHERE {clauses}"
 COLLECTION_IS = "{prefix}collection = ?"
 METADATA_IS = "json_extract_string({prefix}metadata, ?) = ?"
 LABEL_IS = "{doc} IN (SELECT doc_id FROM annotations WHERE head = ? AND label = ?)"
+# a person's label (the latest review row) ...
+HUMAN_LABEL_IS = ("{doc} IN (SELECT doc_id FROM reviews WHERE head = ? GROUP BY doc_id "
+                  "HAVING arg_max(label, review_id) = ?)")
+# ... else the model's: a reviewed document is never matched by a model label it was corrected from
+EFFECTIVE_LABEL_IS = ("(" + HUMAN_LABEL_IS + " OR (" + LABEL_IS
+                      + " AND {doc} NOT IN (SELECT doc_id FROM reviews WHERE head = ?)))")
+HAS_REVIEWS = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'reviews'"
 ENTITY_TYPE_IS = "{doc} IN (SELECT doc_id FROM entities WHERE type = ?)"
 ENTITY_IS = "{doc} IN (SELECT doc_id FROM entities WHERE type = ? AND lower(text) = lower(?))"
 
@@ -53,15 +60,20 @@ def json_path(field_name: str) -> str:
 
 def filter_clauses(prefix: str, collection: str | None, where: Sequence[tuple[str, str]],
                    labels: Sequence[tuple[str, str]],
-                   entities: Sequence[tuple[str, str | None]]) -> Clauses | None:
+                   entities: Sequence[tuple[str, str | None]], human: bool = False,
+                   reviews: bool = False) -> Clauses | None:
     """Conditions over `documents` columns named with `prefix`.
 
     Args:
         prefix: "d." inside a join, "" on `documents` alone.
         collection: keep one collection.
         where: (metadata field, value) pairs, compared as text.
-        labels: (head, label) pairs from `bertindex annotate`.
+        labels: (head, label) pairs: a person's label (`review import`) where there is
+            one, else the model's (`bertindex annotate`).
         entities: (type, text or None) pairs; text compared case-insensitively.
+        human: `labels` match a person's labels only.
+        reviews: the store has the `reviews` table (schema step 4); without it there are
+            model labels only, and `human` matches nothing.
     Returns:
         The clauses with their parameters; None when there is no filter at all.
     """
@@ -74,7 +86,14 @@ def filter_clauses(prefix: str, collection: str | None, where: Sequence[tuple[st
         out.add(METADATA_IS.format(prefix=prefix), json_path(field_name), value)
     doc = f"{prefix}doc_id"
     for head, label in labels:
-        out.add(LABEL_IS.format(doc=doc), head, label)
+        if not reviews and human:
+            out.add("false")  # a store before step 4 holds no human label
+        elif not reviews:
+            out.add(LABEL_IS.format(doc=doc), head, label)
+        elif human:
+            out.add(HUMAN_LABEL_IS.format(doc=doc), head, label)
+        else:
+            out.add(EFFECTIVE_LABEL_IS.format(doc=doc), head, label, head, label, head)
     for kind, text in entities:
         if text is None:
             out.add(ENTITY_TYPE_IS.format(doc=doc), kind)
@@ -91,6 +110,7 @@ class Filters:
     def filter_chunk_ids(
         self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
         labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+        human: bool = False,
     ) -> np.ndarray | None:
         """Chunk ids of documents that pass every filter.
 
@@ -98,27 +118,31 @@ class Filters:
             collection: keep one collection.
             where: (metadata field, value) pairs, compared as text; values are bound
                 parameters, never SQL.
-            labels: (head, label) pairs from `bertindex annotate`.
+            labels: (head, label) pairs: a person's label where there is one, else the model's.
             entities: (type, text or None) pairs; text compared case-insensitively.
+            human: `labels` match a person's labels only (`search --human`).
         Returns:
             int64 chunk ids; None when there is no filter.
         """
-        return self._passing(CHUNKS_PASSING, "d.", "chunk_id", collection, where, labels, entities)
+        return self._passing(CHUNKS_PASSING, "d.", "chunk_id", collection, where, labels, entities,
+                             human)
 
     def filter_doc_ids(
         self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
         labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+        human: bool = False,
     ) -> np.ndarray | None:
         """Doc ids that pass every filter (arguments as `filter_chunk_ids`).
 
         Returns:
             int64 doc ids; None when there is no filter.
         """
-        return self._passing(DOCS_PASSING, "", "doc_id", collection, where, labels, entities)
+        return self._passing(DOCS_PASSING, "", "doc_id", collection, where, labels, entities, human)
 
     def _passing(self, statement: str, prefix: str, column: str, *filters) -> np.ndarray | None:
         """Ids (`column`) that `statement` returns under the filters; None without a filter."""
-        clauses = filter_clauses(prefix, *filters)
+        reviews = bool(filters[2]) and bool(self.con.execute(HAS_REVIEWS).fetchone()[0])
+        clauses = filter_clauses(prefix, *filters, reviews=reviews)
         if clauses is None:
             return None
         rows = self.con.execute(statement.format(clauses=clauses.sql), clauses.params)

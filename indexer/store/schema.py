@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 
 # -- step 1: documents, chunks, rejects, runs ----------------------------------------------
 CREATE_META = "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
@@ -53,10 +53,30 @@ CREATE_INBOX_LEDGER = """CREATE TABLE inbox_ledger (
             status VARCHAR NOT NULL, run_id VARCHAR, started_at TIMESTAMP,
             finished_at TIMESTAMP, summary JSON)"""
 
+# -- step 4: the review loop (indexer/store/reviews.py). `reviews` only grows: a document's
+# human label for a head is its latest row (highest review_id); an import that changes a label
+# adds a row, so nothing a person stored is overwritten. `review_heads` keeps what `annotate`
+# knew of each head (type, label names, directory) to validate imported labels. review_id is
+# max + 1 under the one writer (no sequence: `reindex` copies side tables, not sequences).
+# `annotations.runner_up`: the second-highest probability (the `margin` strategy; NULL on rows
+# written before step 4).
+CREATE_REVIEWS = """CREATE TABLE reviews (
+            review_id BIGINT PRIMARY KEY, doc_id BIGINT NOT NULL, head VARCHAR NOT NULL,
+            label VARCHAR NOT NULL, reviewer VARCHAR NOT NULL, reviewed_at TIMESTAMP NOT NULL,
+            content_hash VARCHAR NOT NULL, source VARCHAR NOT NULL)"""
+CREATE_REVIEWS_INDEX = "CREATE INDEX reviews_doc_head ON reviews (doc_id, head)"
+CREATE_REVIEW_HEADS = """CREATE TABLE review_heads (
+            head VARCHAR PRIMARY KEY, task VARCHAR NOT NULL, label_names JSON NOT NULL,
+            path VARCHAR, head_version VARCHAR, recorded_at TIMESTAMP NOT NULL)"""
+ADD_RUNNER_UP = "ALTER TABLE annotations ADD COLUMN runner_up DOUBLE"
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
         CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
     2: [CREATE_ANNOTATIONS, CREATE_ENTITIES, CREATE_ANNOTATED, CREATE_INBOX_LEDGER],
+    # 3: near-duplicate groups (issue 14, another branch); numbering reconciled at merge
+    4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS,
+        ADD_RUNNER_UP],
 }
 
 # -- created on demand ----------------------------------------------------------------------
@@ -114,6 +134,7 @@ def apply_migration(con: duckdb.DuckDBPyConnection, step: int) -> None:
         con: a writable connection, in a transaction.
         step: a key of MIGRATIONS.
     """
-    for sql in MIGRATIONS[step]:
+    # a step this branch does not define is skipped, still recorded (merge reconciles numbers)
+    for sql in MIGRATIONS.get(step, []):
         con.execute(sql)
     con.execute(SET_META, ["schema_version", str(step)])

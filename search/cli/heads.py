@@ -76,7 +76,8 @@ def train() -> None:
 
 
 def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, probe_epochs, lr,
-           max_length, batch_size, seed, pooling, as_json, config_path, store_path) -> None:
+           max_length, batch_size, seed, pooling, as_json, config_path, store_path,
+           reviewed=None) -> None:
     from flows.runtime import wait_for_api, warm_up_api
 
     warm_up_api()  # the Prefect API starts while torch and the model load
@@ -93,7 +94,8 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     from flows.train import train_head
 
     wait_for_api()
-    receipt = train_head(settings, str(data), validation, test, fmt, progress=show_progress())
+    receipt = train_head(settings, str(data), validation, test, fmt, progress=show_progress(),
+                         reviewed=reviewed, store=str(cfg.store.path))
     short = summary(receipt)
     if as_json:
         print_json(short)
@@ -106,6 +108,10 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     if short.get("baseline") and short["baseline"]["test"]:
         click.echo(f"baseline ({short['baseline']['name']}) test {metric} {short['baseline']['test'][metric]:.4f}")
     click.echo(f"training {short['training_seconds']:.1f} s, {short['examples_per_second']:.1f} examples/s")
+    if receipt.get("reviewed"):
+        r = receipt["reviewed"]
+        click.echo(f"reviewed ({r['head']}): {r['added_to_train']} added to train, {r['stale']} "
+                   f"left out (text changed since), {r['in_eval']} left out (in validation/test)")
 
 
 class _TrainCommand(click.Command):
@@ -124,6 +130,12 @@ class _TrainCommand(click.Command):
 def _add_train_command(task: str) -> None:
     """`bertindex train TASK` for one registered head type."""
 
+    reviewed = [click.option(
+        "--reviewed", metavar="HEAD",
+        help="Add the documents people labelled for HEAD in the store (`bertindex review "
+             "import`) to the train split (never to validation or test).")] \
+        if task == "classifier" else []
+
     @train.command(task, cls=_TrainCommand)
     @data_options
     @train_options
@@ -132,6 +144,9 @@ def _add_train_command(task: str) -> None:
     @handle_errors
     def command(**options) -> None:
         _train(task, **options)
+
+    for option in reviewed:
+        option(command)
 
 
 for _task in HEAD_TYPE_NAMES:

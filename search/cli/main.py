@@ -131,7 +131,11 @@ def _parse_where(ctx, param, values):
 @click.option("--mode", type=click.Choice(["dense", "keyword", "hybrid"]),
               help="Dense vectors, BM25 keywords, or both fused (default: search.mode, hybrid).")
 @click.option("--label", "labels", multiple=True, metavar="HEAD=LABEL", callback=label_callback,
-              help="Only documents `bertindex annotate` labelled so (repeatable; all must match).")
+              help="Only documents labelled so (repeatable; all must match): a person's label "
+                   "(`bertindex review import`) where there is one, else the model's "
+                   "(`bertindex annotate`).")
+@click.option("--human", is_flag=True,
+              help="--label matches labels people gave (review import, the review page) only.")
 @click.option("--entity", "entities", multiple=True, metavar="TYPE[=TEXT]",
               callback=entity_callback,
               help="Only documents with an entity of TYPE (and TEXT, any case) (repeatable).")
@@ -142,11 +146,13 @@ def _parse_where(ctx, param, values):
 @encode_options
 @json_option
 @handle_errors
-def search(query, k, collection, where, mode, labels, entities, server, config_path, store_path,
-           max_length, long_documents, as_json):
+def search(query, k, collection, where, mode, labels, entities, human, server, config_path,
+           store_path, max_length, long_documents, as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
     if server and (labels or entities):
         raise click.UsageError("--label and --entity are not supported with --server yet")
+    if human and not labels:
+        raise click.UsageError("--human qualifies --label HEAD=LABEL; give one")
     annotations = {}
     if server:
         from search.server import remote_search
@@ -159,7 +165,7 @@ def search(query, k, collection, where, mode, labels, entities, server, config_p
         cfg = build_config(config_path, store_path, max_length, long_documents)
         with Store(cfg.store.path, read_only=True) as store:
             hits = Searcher(cfg, store).search(query, k, collection, where, mode,
-                                               labels=labels, entities=entities)
+                                               labels=labels, entities=entities, human=human)
             if as_json:
                 annotations = hit_annotations(store, hits)
     if as_json:
@@ -289,6 +295,9 @@ def _register_optional_commands() -> None:
     from search.cli.doctor import doctor
 
     main.add_command(doctor)
+    from search.cli.review import review
+
+    main.add_command(review)
     try:
         from search.cli.heads import eval_head, train
     except ImportError:

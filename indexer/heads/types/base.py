@@ -8,6 +8,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -30,12 +31,14 @@ class Label:
     label: str
     score: float  # softmax probability of `label`
     head: str | None = None  # the head's name under `annotate` (None from `predict`)
+    # second-highest probability (review `margin`); not part of a label's identity
+    runner_up: float | None = dataclass_field(default=None, compare=False)
 
     field: ClassVar[str] = "labels"  # `Annotation` attribute and `annotate --out` column
     table: ClassVar[str] = "annotations"  # store table (schema step 2 in `indexer.store.store`)
     table_schema: ClassVar[pa.Schema] = pa.schema([
         ("doc_id", pa.int64()), ("head", pa.string()), ("head_version", pa.string()),
-        ("label", pa.string()), ("probability", pa.float64())])
+        ("label", pa.string()), ("probability", pa.float64()), ("runner_up", pa.float64())])
     out_struct: ClassVar[pa.DataType] = pa.struct([
         ("head", pa.string()), ("head_version", pa.string()), ("label", pa.string()),
         ("probability", pa.float64())])
@@ -43,7 +46,7 @@ class Label:
     def table_row(self, doc_id: int, version: str) -> dict:
         """One row of `table`, columns in `table_schema` order."""
         return {"doc_id": doc_id, "head": self.head, "head_version": version,
-                "label": self.label, "probability": self.score}
+                "label": self.label, "probability": self.score, "runner_up": self.runner_up}
 
     def out_row(self, version: str) -> dict:
         """The JSON-ready item of `annotate --out` files and search results (`out_struct`)."""

@@ -52,7 +52,9 @@ def labels_from_logits(logits: np.ndarray, label_names: Sequence[str],
     """
     probs = softmax(logits)  # (texts, labels)
     best = probs.argmax(axis=1)
-    return [Label(label_names[b], float(p[b]), head) for b, p in zip(best, probs)]
+    second = np.sort(probs, axis=1)[:, -2] if probs.shape[1] > 1 else np.zeros(len(probs))
+    return [Label(label_names[b], float(p[b]), head, float(r))
+            for b, p, r in zip(best, probs, second)]
 
 
 class SequenceClassifier(HeadType):

@@ -1,0 +1,131 @@
+"""The review page of `bertindex serve` (`/review`): one document at a time with the head's
+label and score, a button (and a key) per label, skip and undo. A label is stored as `bertindex
+review import` stores a row (`indexer.review.loop.page_review`: the same checks, one row
+appended to the review history, `source` = `page`); undo deletes the row it just wrote.
+
+Each write opens the live store for the moment it takes (one writer at a time); while another
+process writes (`bertindex index`, `annotate`) the page answers 409 and the click can be
+retried. The page builds every element with `textContent`, so document text is never markup,
+and a Content-Security-Policy allows only its own script and style. Searches see page labels
+after the next published snapshot (any `index`, `annotate` or `review import` run).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexer.errors import BertindexError, InputError, StoreError
+
+STATIC = Path(__file__).parent / "static"
+PAGE_FILES = {"review.html": "text/html; charset=utf-8", "review.js": "text/javascript",
+              "review.css": "text/css"}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+       "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+MAX_SKIPPED = 5_000
+
+
+class LabelRequest(BaseModel):
+    """Body of `POST /review/api/label`."""
+
+    model_config = ConfigDict(extra="forbid")
+    head: str = Field(min_length=1, max_length=200)
+    doc_id: int
+    label: str = Field(min_length=1, max_length=200)
+    reviewer: str | None = Field(None, max_length=200)
+
+
+class UndoRequest(BaseModel):
+    """Body of `POST /review/api/undo`."""
+
+    model_config = ConfigDict(extra="forbid")
+    head: str = Field(min_length=1, max_length=200)
+    review_id: int
+
+
+def add_review_routes(app, store_path: str | Path) -> None:
+    """Add `/review` and its JSON API to a FastAPI app.
+
+    Args:
+        app: the server's FastAPI application.
+        store_path: the store directory (its live `store.duckdb` is written).
+    """
+    from fastapi import HTTPException, Query
+    from fastapi.responses import Response
+
+    from indexer.review.loop import page_review, select_for_review
+    from indexer.review.strategies import STRATEGIES
+    from indexer.store import Store
+    from indexer.store import reviews as db
+
+    lock = threading.Lock()  # one writer connection at a time from this process
+
+    def open_store() -> Store:
+        try:
+            return Store(store_path)
+        except StoreError as exc:
+            raise HTTPException(status_code=409, detail=f"{exc} (try again in a moment)") from None
+
+    def static(name: str) -> Response:
+        body = (STATIC / name).read_bytes()
+        return Response(body, media_type=PAGE_FILES[name],
+                        headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+                                 "Cache-Control": "no-store"})
+
+    @app.get("/review", include_in_schema=False)
+    def review_page() -> Response:
+        return static("review.html")
+
+    @app.get("/review/static/{name}", include_in_schema=False)
+    def review_static(name: str) -> Response:
+        if name not in PAGE_FILES:
+            raise HTTPException(status_code=404, detail="no such file")
+        return static(name)
+
+    @app.get("/review/api/next")
+    def next_document(head: str = Query(min_length=1, max_length=200),
+                      strategy: str = Query("uncertain"), collection: str | None = None,
+                      skip: str = Query("", max_length=100_000)) -> dict:
+        """The next document to label for `head` (None when none is left), its head's labels."""
+        if strategy not in STRATEGIES or strategy == "disagree":
+            raise HTTPException(status_code=400, detail=f"strategy '{strategy}': the page takes "
+                                "uncertain, margin or random")
+        try:
+            skipped = {int(x) for x in skip.split(",") if x.strip()}
+        except ValueError:
+            raise HTTPException(status_code=400, detail="skip: comma-separated doc ids") from None
+        if len(skipped) > MAX_SKIPPED:
+            raise HTTPException(status_code=400, detail=f"more than {MAX_SKIPPED} skipped")
+        with lock, open_store() as store:
+            try:
+                rows = select_for_review(store, head, strategy, n=len(skipped) + 1,
+                                         collection=collection)
+            except InputError as exc:
+                raise HTTPException(status_code=400, detail=str(exc)) from None
+            info = db.head_info(store, head)
+            reviewed = db.count_reviews(store, head)
+        row = next((r for r in rows if r["doc_id"] not in skipped), None)
+        return {"head": head, "labels": info.label_names, "reviewed": reviewed,
+                "document": row and {k: row[k] for k in ("doc_id", "id", "collection", "title",
+                                                        "text", "predicted", "score")}}
+
+    @app.post("/review/api/label")
+    def label_document(request: LabelRequest) -> dict:
+        """Store a person's label, as `review import` would; returns the review id for undo."""
+        with lock, open_store() as store:
+            try:
+                review_id = page_review(store, request.head, request.doc_id, request.label,
+                                        request.reviewer or None)
+            except InputError as exc:
+                raise HTTPException(status_code=400, detail=str(exc)) from None
+            except BertindexError as exc:
+                raise HTTPException(status_code=500, detail=str(exc)) from None
+        return {"review_id": review_id}
+
+    @app.post("/review/api/undo")
+    def undo(request: UndoRequest) -> dict:
+        """Delete the review row the page wrote last."""
+        with lock, open_store() as store:
+            return {"undone": db.delete_review(store, request.head, request.review_id)}

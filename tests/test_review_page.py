@@ -1,0 +1,125 @@
+"""The review page of `bertindex serve` in a real headless browser (Debian chromium): one
+document at a time with the head's label and score, a label by button and by key, skip, undo
+(the stored row goes again), document text shown as text (a <script> in it never runs), the
+server bound to 127.0.0.1, and no console error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from browser import console_errors, headless_chromium, screenshot
+from conftest import ROOT
+from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
+from reliability.test_serve_limits import free_port, listeners
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from indexer.annotate.annotator import Annotation
+from indexer.heads.types.base import Label
+from indexer.ingest.pipeline import sync_vector_index
+from indexer.ingest.run import run_index
+from indexer.store import Store
+from indexer.store import reviews as db
+from indexer.store.annotations import write_annotations
+
+HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned=2"> & "quotes"'
+DOCS = {"h1": (HOSTILE, "pos", 0.51), "h2": ("the dog slept", "neg", 0.60),
+        "h3": ("a great film", "pos", 0.90)}
+
+
+def reviews(store_path) -> list[tuple]:
+    with Store(store_path, read_only=True, snapshot=False) as store:
+        return [tuple(r) for r in store.con.execute(
+            "SELECT d.external_id, r.label, r.reviewer, r.source FROM reviews r "
+            "JOIN documents d USING (doc_id) ORDER BY r.review_id").fetchall()]
+
+
+@pytest.fixture
+def served(tiny_model_dir, tmp_path):
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, (t, _, _) in DOCS.items()))
+    config = tiny_model_config(tiny_model_dir, tmp_path / "store")
+    run_index([str(corpus)], config, collection="docs")
+    with Store(config.store.path) as store:
+        base = store.data_version()
+        docs = store.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
+                                 "ORDER BY doc_id").fetchall()
+        write_annotations(store, [d[:3] for d in docs], [Annotation(labels=[
+            Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])]) for d in docs],
+            {"clf": "v1"})
+        db.record_heads(store, [("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
+        sync_vector_index(store, config, [], [], base)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump()))
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", BERTINDEX_REVIEWER="tester")
+    server = subprocess.Popen([sys.executable, "-m", "search.cli.main", "serve", "--config",
+                               str(path), "--port", str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not listeners(port):
+            assert server.poll() is None, server.stderr.read().decode()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.3)
+        yield port, config.store.path
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_review_page_labels_skips_and_undoes(served, tmp_path):
+    port, store_path = served
+    assert set(listeners(port)) == {"0100007F"}  # 127.0.0.1 only
+    with headless_chromium() as driver:
+        wait = WebDriverWait(driver, 30)
+        driver.get(f"http://127.0.0.1:{port}/review?head=clf")
+
+        def shown() -> str:
+            wait.until(lambda d: not d.find_element(By.ID, "doc").get_attribute("hidden"))
+            return driver.find_element(By.ID, "doc-id").text
+
+        def next_is(external_id: str) -> None:
+            wait.until(lambda d: d.find_element(By.ID, "doc-id").text == external_id
+                       and not d.find_element(By.ID, "doc").get_attribute("hidden"))
+
+        assert shown() == "h1"  # least sure first
+        assert driver.find_element(By.ID, "doc-text").text == HOSTILE  # text, not markup
+        assert driver.execute_script("return window.pwned === undefined")
+        assert not driver.find_elements(By.CSS_SELECTOR, "#doc-text *")
+        assert driver.find_element(By.ID, "predicted").text == "pos"
+        assert driver.find_element(By.ID, "score").text == "0.510"
+        buttons = driver.find_elements(By.CSS_SELECTOR, "#buttons button.label")
+        assert [b.get_attribute("data-label") for b in buttons] == ["neg", "pos"]
+        screenshot(driver, tmp_path / "review.png")
+
+        buttons[0].click()  # h1 -> neg by button
+        next_is("h2")
+        assert reviews(store_path) == [("h1", "neg", "tester", "page")]
+        driver.find_element(By.TAG_NAME, "body").send_keys("u")  # undo: the row goes, h1 back
+        next_is("h1")
+        wait.until(lambda d: "undone" in d.find_element(By.ID, "status").text)
+        assert reviews(store_path) == []
+        driver.find_element(By.TAG_NAME, "body").send_keys("2")  # h1 -> pos by key
+        next_is("h2")
+        driver.find_element(By.ID, "skip").click()  # skip h2
+        next_is("h3")
+        driver.find_element(By.TAG_NAME, "body").send_keys("u")  # undo the skip
+        next_is("h2")
+        driver.find_element(By.TAG_NAME, "body").send_keys("1")
+        next_is("h3")
+        driver.find_element(By.TAG_NAME, "body").send_keys("2")
+        wait.until(lambda d: "nothing left" in d.find_element(By.ID, "status").text)
+        assert reviews(store_path) == [("h1", "pos", "tester", "page"), ("h2", "neg", "tester", "page"),
+                                       ("h3", "pos", "tester", "page")]
+        assert driver.execute_script("return window.pwned === undefined")
+        driver.get(f"http://127.0.0.1:{port}/review?head=nope")
+        wait.until(lambda d: "has not annotated" in d.find_element(By.ID, "status").text)
+        errors = [e for e in console_errors(driver) if "/review/api/next" not in e]
+        assert errors == []
