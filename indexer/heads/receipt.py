@@ -81,7 +81,8 @@ def read_receipt(model_dir: Path) -> dict | None:
 
 
 def summary(receipt: dict) -> dict:
-    """The short form `--json` prints: best epoch, validation/test metric, baseline."""
+    """The short form `--json` prints: best epoch, why training stopped, validation/test
+    metric, baseline, warnings."""
     metric = receipt["metric"]
 
     def pick(scores: dict | None) -> dict | None:
@@ -91,6 +92,10 @@ def summary(receipt: dict) -> dict:
         "task": receipt["task"],
         "out": receipt.get("out"),
         "best_epoch": receipt["best_epoch"],
+        "epochs_run": receipt.get("epochs_run"),
+        "stopped": receipt.get("stopped", {}).get("reason"),
+        "batch_size": receipt["recipe"]["batch_size"],
+        "max_length": receipt["recipe"]["max_length"],
         "validation": pick(receipt["validation"]),
         "test": pick(receipt["test"]),
         "training_seconds": receipt["training_seconds"],
@@ -102,4 +107,5 @@ def summary(receipt: dict) -> dict:
             "validation": pick(receipt["baseline"]["validation"]),
             "test": pick(receipt["baseline"]["test"]),
         }
+    out["warnings"] = [w["message"] for w in receipt.get("warnings", [])]
     return out

@@ -31,6 +31,7 @@ from indexer.ingest.pipeline import (
     sync_vector_index,
 )
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
+from indexer.progress import ProgressArg
 from indexer.store import Store
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class Steps:
 
 def run_index(paths: Sequence[str], config: Config, collection: str = "default",
               fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048,
-              progress: bool = False, *, on_missing: str = "keep", strict: bool = False,
+              progress: ProgressArg = False, *, on_missing: str = "keep", strict: bool = False,
               steps: Steps | None = None) -> dict:
     """Index corpus files into the configured store and return the run summary.
 
