@@ -372,7 +372,7 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
     best_state = None
     name = f"{stage} " if stage else ""
-    of = f"{rule.limit}" if rule.patience is None else f"{rule.limit} max"
+    of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
     best_epoch, best_score = 0, float("-inf")
     stage_started = time.perf_counter()
     epoch = 0
@@ -383,7 +383,7 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
             module.train()
         batches = training_batches(lengths, settings.batch_size, rng)
         loss_sum, seen = 0.0, 0
-        bar = Progress(len(batches), f"{name}epoch {epoch}/{of}", "batch", mode, every_s=60.0,
+        bar = Progress(len(batches), f"{name}epoch {epoch}{of}", "batch", mode, every_s=60.0,
                        leave=True)
         for index in batches:
             loss = step_loss(index)
@@ -420,17 +420,19 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         result.history.append(entry)
         elapsed = time.perf_counter() - stage_started
         per_epoch = elapsed / epoch
+        reason = rule.stop_after(epoch, best_epoch)
         fewest, most = rule.remaining(epoch, best_epoch)
-        if fewest == most:
+        if reason:
+            eta = "done"
+        elif fewest == most:
             eta = f"ETA {clock(most * per_epoch)}"
         else:
             eta = (f"ETA {clock(fewest * per_epoch)} if it stops at epoch {epoch + fewest}, "
                    f"at most {clock(most * per_epoch)}")
-        write_line(f"{name}epoch {epoch}/{of}: train loss {loss_sum / seen:.4f}, validation "
+        write_line(f"{name}epoch {epoch}{of}: train loss {loss_sum / seen:.4f}, validation "
                    f"{metric} {score:.4f}, best {best_score:.4f} (epoch {best_epoch}), "
                    f"elapsed {clock(elapsed)}, {eta}", mode)
         log.info("%sepoch %d: loss %.4f, validation %s %.4f", name, epoch, loss_sum / seen, metric, score)
-        reason = rule.stop_after(epoch, best_epoch)
         if reason:
             break
     if stage is not None:

@@ -152,12 +152,12 @@ def test_per_epoch_lines_when_stderr_is_not_a_terminal(tiny_bert, classifier_jso
     lines = captured.err.strip().splitlines()
     assert [line for line in lines if line.startswith("max length: ")] == [
         "max length: auto: 32, the longest example is 7 tokens (train train[8])"]
-    epoch = re.compile(r"^epoch (\d)/20 max: train loss \d+\.\d{4}, validation macro_f1 \d\.\d{4}, "
-                       r"best \d\.\d{4} \(epoch 1\), elapsed \d+:\d\d, ETA \d+:\d\d")
+    epoch = re.compile(r"^epoch (\d) \(max 20\): train loss \d+\.\d{4}, validation macro_f1 "
+                       r"\d\.\d{4}, best \d\.\d{4} \(epoch 1\), elapsed \d+:\d\d, (ETA \d+:\d\d|done)")
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert [epoch.match(line).group(1) for line in epochs] == ["1", "2", "3"], lines
     assert "if it stops at epoch 3, at most" in epochs[0]  # two more if no gain, 19 at most
-    assert epochs[1].split("ETA ")[1].count(":") == 2
+    assert epochs[1].split("ETA ")[1].count(":") == 2 and epochs[2].endswith(", done")
     assert lines.index(epochs[-1]) + 1 == lines.index(
         "stopped early after epoch 3: validation macro_f1 has not improved for 2 epochs; keeping "
         f"epoch 1 ({epochs[0].split('macro_f1 ')[1][:6]})")
