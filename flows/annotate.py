@@ -73,8 +73,9 @@ def annotate_in_store(annotator: Annotator, config: Config, collection: str | No
 
 
 @task(cache_policy=NONE)
-def annotate_to_file(annotator: Annotator, paths: list[str], out: str) -> dict:
-    return annotate_files(paths, annotator, Path(out))
+def annotate_to_file(annotator: Annotator, paths: list[str], out: str,
+                     progress: ProgressArg = False) -> dict:
+    return annotate_files(paths, annotator, Path(out), progress=progress)
 
 
 class SharedPass:
@@ -171,7 +172,7 @@ def run_annotate(head_args: list[str], config: Config, collection: str | None = 
         summary = run_inbox(Path(inbox), annotator, config, collection or "default", progress,
                             steps)
     elif paths:
-        summary = steps.annotate_files(annotator, paths, out)
+        summary = steps.annotate_files(annotator, paths, out, progress)
     else:
         summary = steps.annotate_store(annotator, config, collection, progress)
     done = time.perf_counter()

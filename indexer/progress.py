@@ -55,6 +55,13 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def _rate(rate: float, unit: str) -> str:
+    """`12.5 doc/s`, or `31.2 s/batch` under one a second."""
+    if 0 < rate < 1:
+        return f"{1 / rate:,.1f} s/{unit}"
+    return f"{rate:,.1f} {unit}/s"
+
+
 def write_line(text: str, mode: ProgressArg, stream: TextIO | None = None) -> None:
     """One line on stderr unless progress is off (through tqdm with bars, so bars stay whole)."""
     mode = as_mode(mode)
@@ -119,7 +126,7 @@ class Progress:
             count += f"/{self.total:,} {self.unit} ({self.done / self.total:.0%})"
         else:
             count += f" {self.unit}"
-        parts.append(f"{rate:,.1f} {self.unit}/s")
+        parts.append(_rate(rate, self.unit))
         parts.append(f"elapsed {clock(elapsed)}")
         if self.total and rate > 0:
             parts.append(f"ETA {clock((self.total - self.done) / rate)}")
@@ -139,5 +146,5 @@ class Progress:
             elapsed = self._now() - self.started
             rate = self.done / elapsed if elapsed > 0 else 0.0
             self._write(f"{self.desc}: done, {self.done:,} {self.unit} in {clock(elapsed)} "
-                        f"({rate:,.1f} {self.unit}/s)")
+                        f"({_rate(rate, self.unit)})")
         self.mode = "off"

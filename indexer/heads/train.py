@@ -3,7 +3,7 @@
 Recipe: AdamW (weight decay 0.01), linear warm-up then linear decay, gradient-norm clip 1.0,
 fixed seed. By default (`epochs="auto"`) it trains until the validation score has not improved
 for `patience` epochs (at most `max_epochs`), with the batch size and max length chosen from the
-data (`heads.schedule`); a fixed epoch count is the seeds' recipe (10 % warm-up over those epochs,
+data (`heads.settings`, `heads.schedule`); a fixed epoch count is the seeds' recipe (10 % warm-up over those epochs,
 32 examples a step, 8 for a tagger). The validation split picks the best epoch, whose state is
 kept; the test split is only scored at the end. Runs on CPU; with dtype bf16 the training forward and
 backward run under bf16 autocast, while weights, optimizer state and every score stay fp32.
@@ -17,8 +17,6 @@ files (see `data`).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import datetime as dt
 import logging
 import os
 import random
@@ -31,133 +29,26 @@ import numpy as np
 import torch
 
 from indexer.config import MAX_POSITIONS
-from indexer.encode.encoder import default_streams
 from indexer.errors import InputError, ModelError
 from indexer.heads.baseline import baseline_warning
 from indexer.heads.data import HeadData, require_splits
-from indexer.heads.features import Encoded, check_lengths, collate, training_batches
+from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
-from indexer.heads.receipt import check_out_dir, package_versions, save_head_dir, weights_sha256
-from indexer.heads.schedule import (
-    AUTO_WARMUP_RATIO,
-    DEFAULT_MAX_EPOCHS,
-    DEFAULT_PATIENCE,
-    WARMUP_RATIO,
-    EpochRule,
-    auto_batch_size,
-    auto_max_length,
-    plan_schedule,
-)
+from indexer.heads.receipt import build_receipt, check_out_dir, save_head_dir
+from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO, EpochRule, plan_schedule
 from indexer.heads.sentence import POOLING_KEY
-from indexer.heads.types.base import HeadType
+from indexer.heads.settings import (
+    DEFAULT_HEAD_ONLY_LR,
+    FEATURE_BATCH_TOKENS,
+    FEATURE_MAX_WASTE,
+    GRAD_CLIP,
+    WEIGHT_DECAY,
+    TrainSettings,
+)
 from indexer.heads.types.registry import head_type
 from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LR = 2e-5
-DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
-WEIGHT_DECAY = 0.01
-GRAD_CLIP = 1.0
-FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per batch (benchmarks/head_feature_budget.py)
-FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """One training run. `task`: a head type's name (`heads.types.registry`). `epochs`
-    "auto": until validation stalls for `patience` epochs, at most `max_epochs`; a number:
-    exactly that many (the seeds' recipe). `lr` None: DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with
-    `head_only`. `batch_size` None: chosen by data size with auto epochs
-    (`schedule.auto_batch_size`), else the head type's `default_batch_size` (32, 8 for a
-    tagger). `max_length` "auto": the smallest multiple of 32 that fits every example."""
-
-    task: str
-    base: Path
-    out: Path
-    head_only: bool = False
-    epochs: int | Literal["auto"] = "auto"
-    lr: float | None = None
-    max_length: int | Literal["auto"] = "auto"
-    batch_size: int | None = None  # None: see above (`resolve`)
-    seed: int = 42
-    threads: int | None = None
-    dtype: Literal["fp32", "bf16"] = "fp32"
-    pooling: Literal["auto", "cls", "mean"] = "auto"
-    probe_epochs: int = 0
-    patience: int = DEFAULT_PATIENCE  # epochs="auto" only
-    max_epochs: int = DEFAULT_MAX_EPOCHS  # epochs="auto" only
-
-    def __post_init__(self) -> None:
-        _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
-        if self.probe_epochs and self.head_only:
-            raise InputError("--probe-epochs warms the head before a full fine-tune; it has no "
-                             "meaning with --head-only (use --epochs)")
-        if self.epochs != "auto" and (not isinstance(self.epochs, int) or self.epochs < 1):
-            raise InputError(f"epochs must be 'auto' or a whole number >= 1, not {self.epochs!r}")
-        if self.max_length != "auto" and (not isinstance(self.max_length, int)
-                                          or not 8 <= self.max_length <= MAX_POSITIONS):
-            raise InputError(f"max length must be 'auto' or 8..{MAX_POSITIONS}, not {self.max_length!r}")
-        if self.patience < 1 or self.max_epochs < 1:
-            raise InputError("patience and max epochs must be >= 1")
-
-    @property
-    def auto_epochs(self) -> bool:
-        return self.epochs == "auto"
-
-    @property
-    def epoch_rule(self) -> EpochRule:
-        if self.auto_epochs:
-            return EpochRule(self.max_epochs, self.patience)
-        return EpochRule(int(self.epochs))
-
-    def resolve(self, encoded: dict[str, Encoded]) -> tuple[TrainSettings, dict]:
-        """These settings with `batch_size` and `max_length` made concrete for this data.
-
-        Returns:
-            (settings, {"batch_size": how it was chosen, "max_length": how it was chosen}).
-        Raises:
-            InputError: an example is longer than the given `max_length` (or than 512).
-        """
-        if self.max_length == "auto":
-            max_length, length_rule = auto_max_length(encoded)
-        else:
-            check_lengths(encoded, self.max_length)
-            max_length, length_rule = self.max_length, "given"
-        n_train = len(encoded["train"]) if "train" in encoded else 0
-        if self.batch_size is not None:
-            batch_size, batch_rule = self.batch_size, "given"
-        elif self.auto_epochs:
-            batch_size = auto_batch_size(n_train, self.kind.default_batch_size)
-            batch_rule = (f"auto: {n_train:,} training examples -> {batch_size} (largest power of "
-                          f"two up to {self.kind.default_batch_size} keeping >= 250 steps an epoch)")
-        else:
-            batch_size = self.kind.default_batch_size
-            batch_rule = f"the {self.task} default with a fixed --epochs"
-        resolved = dataclasses.replace(self, batch_size=batch_size, max_length=max_length)
-        return resolved, {"batch_size": batch_rule, "max_length": length_rule}
-
-    @property
-    def caches_features(self) -> bool:
-        """Runs the frozen backbone once for a head-only stage (`head_only` or `probe_epochs`)."""
-        return self.head_only or self.probe_epochs > 0
-
-    @property
-    def learning_rate(self) -> float:
-        if self.lr is not None:
-            return self.lr
-        return DEFAULT_HEAD_ONLY_LR if self.head_only else DEFAULT_LR
-
-    @property
-    def kind(self) -> HeadType:
-        """The head type being trained."""
-        return head_type(self.task)
-
-    @property
-    def sentence_pooling(self) -> str | None:
-        """Classifier pooling (`auto`: mean with head_only, else cls); None for NER."""
-        return self.kind.pooling(self.pooling, self.head_only)
-
 
 @dataclass
 class FitResult:
@@ -462,70 +353,6 @@ def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], s
     kind = head_type(data.task)
     logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
     return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names)
-
-
-def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, validation: dict,
-                  test: dict | None, baseline: dict | None, threads: int,
-                  choices: dict | None = None, warnings: list[dict] | None = None) -> dict:
-    """Everything needed to trust or redo the run, as a JSON-ready dict.
-
-    Args:
-        settings: resolved (`TrainSettings.resolve`); `choices` says how batch size and max
-            length were chosen, `warnings` what the run should tell its user.
-    """
-    choices = choices or {}
-    n_train = len(data.splits["train"])
-    kind = settings.kind
-    metric = kind.metric
-    receipt = {
-        "task": settings.task,
-        "metric": metric,
-        "out": str(settings.out),
-        "label_names": data.label_names,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "base_model": {"path": str(settings.base), "weights_sha256": weights_sha256(settings.base)},
-        "recipe": {
-            "optimizer": "AdamW", "lr": settings.learning_rate, "weight_decay": WEIGHT_DECAY,
-            "schedule": (f"linear warm-up {AUTO_WARMUP_RATIO if settings.auto_epochs else WARMUP_RATIO:.0%}"
-                         f" of {'--max-epochs' if settings.auto_epochs else 'the'} steps, then linear "
-                         f"decay to 0 ({fitted.schedule})"),
-            "epochs": settings.epochs,
-            "patience": settings.patience if settings.auto_epochs else None,
-            "max_epochs": settings.max_epochs if settings.auto_epochs else None,
-            "batch_size": settings.batch_size, "batch_size_rule": choices.get("batch_size"),
-            "grad_clip": GRAD_CLIP, "seed": settings.seed, "max_length": settings.max_length,
-            "max_length_rule": choices.get("max_length"),
-            "head_only": settings.head_only, "threads": threads,
-            "pooling": settings.sentence_pooling,
-            "autocast": None if settings.head_only else settings.dtype,
-            "probe_epochs": settings.probe_epochs,
-            "probe_lr": DEFAULT_HEAD_ONLY_LR if settings.probe_epochs else None,
-            "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
-                             f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
-                             f"{default_streams(torch.device('cpu'), threads)} stream(s)")
-            if settings.caches_features else None,
-            "scores_dtype": "fp32",
-            "batches": "length-sorted pools of 50 batches, shuffled",
-            "ner_decode": kind.decode_note,
-        },
-        "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
-        "epochs": fitted.history,
-        "epochs_run": fitted.epochs_run,
-        "stopped": {"reason": fitted.stop_reason, "message": fitted.stop_message},
-        "best_epoch": fitted.best_epoch,
-        "best_validation": fitted.best_score,
-        "validation": validation,
-        "test": test,
-        "baseline": baseline,
-        "training_seconds": round(fitted.seconds, 2),
-        "training_cpu_seconds": round(fitted.cpu_seconds, 2),
-        "feature_seconds": round(fitted.feature_seconds, 2) if settings.caches_features else None,
-        "examples_per_second": round(n_train * max(1, fitted.epochs_run) / fitted.seconds, 2),
-        "warnings": warnings or [],
-        "versions": package_versions(),
-    }
-    receipt.update(kind.receipt_fields(validation, test))
-    return receipt
 
 
 def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = False) -> dict:
