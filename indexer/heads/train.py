@@ -50,6 +50,8 @@ from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
 
+LOSS_TIE_DELTA = 1e-3
+
 @dataclass
 class FitResult:
     history: list[dict] = field(default_factory=list)
@@ -244,6 +246,23 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     return result
 
 
+def validation_loss(logits: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
+    """Mean cross-entropy of per-example logits ((C,) or (rows, C)) against their targets."""
+    width = logits[0].shape[-1]
+    x = torch.cat([t.reshape(-1, width) for t in logits]).float()
+    return float(torch.nn.functional.cross_entropy(x, torch.cat([t.reshape(-1) for t in targets])))
+
+
+def better(score: float, loss: float, best_score: float, best_loss: float, ties: bool) -> bool:
+    """Whether an epoch beats the best so far: a higher validation score; with `ties` (auto
+    epochs) also the same score with a validation loss lower by more than LOSS_TIE_DELTA
+    (relative), so a run on a plateau (every example in the majority class, the score flat
+    while the model learns) is not stopped for patience."""
+    if score > best_score:
+        return True
+    return ties and score == best_score and loss < best_loss * (1 - LOSS_TIE_DELTA)
+
+
 def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,
                   val: Encoded, settings: TrainSettings, rng, result: FitResult, mode: str,
                   rule: EpochRule, lr: float, stage: str | None = None) -> None:
@@ -264,7 +283,8 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     best_state = None
     name = f"{stage} " if stage else ""
     of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
-    best_epoch, best_score = 0, float("-inf")
+    best_epoch, best_score, best_loss = 0, float("-inf"), float("inf")
+    val_targets = kind.feature_targets(val)  # per example, the label ids of its logits' rows
     stage_started = time.perf_counter()
     epoch = 0
     while True:
@@ -292,16 +312,18 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         bar.close()
         train_seconds = time.perf_counter() - t0
         model.eval()
-        scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
-        score = scores[metric]
-        if score > best_score:
-            best_score, best_epoch = score, epoch
+        logits = val_logits()
+        scores = score_logits(kind, logits, data.splits["validation"], val, data.label_names)
+        score, val_loss = scores[metric], validation_loss(logits, val_targets)
+        if better(score, val_loss, best_score, best_loss, ties=rule.patience is not None):
+            best_score, best_loss, best_epoch = score, val_loss, epoch
             if stage is None:
                 best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
         entry = {
             "epoch": epoch,
             "train_loss": round(loss_sum / seen, 6),
             "validation": {metric: score},
+            "validation_loss": round(val_loss, 6),
             "lr_end": float(scheduler.get_last_lr()[0]),
             "train_seconds": round(train_seconds, 2),
             "seconds": round(time.perf_counter() - t0, 2),

@@ -75,6 +75,16 @@ def test_epoch_rule():
     assert fixed.remaining(1, 1) == (1, 1)
 
 
+def test_a_plateau_with_falling_validation_loss_is_progress_under_auto_epochs():
+    from indexer.heads.train import better
+
+    assert better(0.5, 0.9, 0.4, 0.1, ties=False)  # a higher score always wins
+    assert better(0.4, 0.5, 0.4, 0.6, ties=True)  # same score, lower loss: auto epochs go on
+    assert not better(0.4, 0.5, 0.4, 0.6, ties=False)  # a fixed --epochs keeps the seeds' rule
+    assert not better(0.4, 0.59995, 0.4, 0.6, ties=True)  # within 0.1 %: no gain
+    assert not better(0.3, 0.1, 0.4, 0.6, ties=True)
+
+
 def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_bert):
     """A toy model whose validation predictions are scripted per epoch (good, best, then
     worse twice): training stops after epoch 4 and the model holds its epoch-2 weights."""
@@ -103,6 +113,7 @@ def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_be
                   settings, np.random.default_rng(0), result, "off", rule=settings.epoch_rule,
                   lr=0.1)
     assert [e["validation"]["macro_f1"] for e in result.history] == pytest.approx([0.5, 1.0, 0.0, 0.0])
+    assert all(e["validation_loss"] > 0 for e in result.history)
     assert (result.epochs_run, result.best_epoch, result.stop_reason) == (4, 2, "patience")
     assert "not improved for 2 epochs; keeping epoch 2" in result.stop_message
     assert not torch.equal(snapshots[1]["weight"], snapshots[3]["weight"])  # it did move on
