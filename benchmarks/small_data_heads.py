@@ -146,7 +146,22 @@ def main() -> None:
     started, load_before = time.time(), load()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT, check=False).stdout.strip()
-    runs = []
+    runs: list[dict] = []
+
+    def write() -> dict:  # after every run: a run cut short by a time limit keeps what it did
+        result = {
+            "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+            "commit": commit, "cpu": cpu_name(),
+            "torch_threads": __import__("torch").get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "load_before": load_before, "load_after": load(),
+            "wall_minutes": round((time.time() - started) / 60, 1),
+            "summary": summarise(runs), "runs": runs,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
     with tempfile.TemporaryDirectory(prefix="small-data-heads-") as tmp:
         for task in tasks:
             for seed in range(args.seeds):
@@ -154,15 +169,7 @@ def main() -> None:
                     print(f"== {task} {recipe} seed {seed} (load {load()})", file=sys.stderr, flush=True)
                     runs.append(run_one(task, recipe, seed, args, Path(tmp)))
                     print(json.dumps(runs[-1]), flush=True)
-    result = {
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "commit": commit, "cpu": cpu_name(), "torch_threads": __import__("torch").get_num_threads(),
-        "load_before": load_before, "load_after": load(),
-        "wall_minutes": round((time.time() - started) / 60, 1),
-        "summary": summarise(runs), "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+                    result = write()
     for row in result["summary"]:
         spread = f"± {row['test_sd']:.4f}" if row["test_sd"] is not None else "(1 seed)"
         base = f", baseline test {row['baseline_test_mean']:.4f}" if "baseline_test_mean" in row else ""
