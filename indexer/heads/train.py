@@ -2,14 +2,14 @@
 
 Recipe: AdamW (weight decay 0.01), linear warm-up then linear decay, gradient-norm clip 1.0,
 fixed seed. By default (`epochs="auto"`) it trains until the validation score has not improved
-for `patience` epochs (at most `max_epochs`), with the batch size and max length chosen from the
-data (`heads.settings`, `heads.schedule`); a fixed epoch count is the seeds' recipe (10 % warm-up over those epochs,
-32 examples a step, 8 for a tagger). The validation split picks the best epoch, whose state is
-kept; the test split is only scored at the end. Runs on CPU; with dtype bf16 the training forward and
-backward run under bf16 autocast, while weights, optimizer state and every score stay fp32.
-`--head-only` runs the frozen backbone once through the index encoder (`indexer.encode.encoder`:
-length-sorted batches under a token budget, bf16 weights where the CPU has them) and trains
-the head on those cached features. What differs between a classifier and a tagger (model
+for `patience` epochs (at most `max_epochs`), with the batch size and max length chosen from
+the data (`heads.settings`, `heads.schedule`); a fixed epoch count is the seeds' recipe (10 %
+warm-up over those epochs, 32 examples a step, 8 for a tagger). The validation split picks the
+best epoch, whose state is kept; the test split is only scored at the end. Runs on CPU; with
+dtype bf16 the training forward and backward run under bf16 autocast, while weights,
+optimizer state and every score stay fp32. `--head-only` runs the frozen backbone once through
+the index encoder (`indexer.encode.encoder`: length-sorted batches under a token budget, bf16
+weights where the CPU has them) and trains the head on those cached features. What differs between a classifier and a tagger (model
 class, loss, head layers, features, metric) is the head type's (`heads.types`). Does not read
 files (see `data`).
 """
@@ -50,7 +50,8 @@ from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
 
-LOSS_TIE_DELTA = 1e-3
+LOSS_TIE_DELTA = 1e-3  # auto epochs: an equal score counts as progress with a 0.1 % lower loss
+
 
 @dataclass
 class FitResult:
