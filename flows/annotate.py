@@ -35,6 +35,7 @@ from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, sync_v
 from indexer.ingest.readers import document_text
 from indexer.ingest.run import Steps as IndexSteps
 from indexer.ingest.run import run_index
+from indexer.progress import ProgressArg
 from indexer.store import Store
 from indexer.store.annotations import (
     annotate_store,
@@ -62,7 +63,7 @@ def load_annotator(head_args: list[str], config: Config) -> Annotator:
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
 def annotate_in_store(annotator: Annotator, config: Config, collection: str | None,
-                      progress: bool) -> dict:
+                      progress: ProgressArg) -> dict:
     """Annotate what is missing, then publish a snapshot with the new labels."""
     with Store(Path(config.store.path)) as store:
         base = store.data_version()
@@ -72,8 +73,9 @@ def annotate_in_store(annotator: Annotator, config: Config, collection: str | No
 
 
 @task(cache_policy=NONE)
-def annotate_to_file(annotator: Annotator, paths: list[str], out: str) -> dict:
-    return annotate_files(paths, annotator, Path(out))
+def annotate_to_file(annotator: Annotator, paths: list[str], out: str,
+                     progress: ProgressArg = False) -> dict:
+    return annotate_files(paths, annotator, Path(out), progress=progress)
 
 
 class SharedPass:
@@ -90,7 +92,7 @@ class SharedPass:
         self.annotator = annotator
         self.annotated = 0
 
-    def encode(self, texts: list[str], config: Config, encoder, progress: bool):
+    def encode(self, texts: list[str], config: Config, encoder, progress: ProgressArg):
         return self.annotator.annotate_and_embed(texts)
 
     def commit(self, plan: BatchPlan, encoded, store: Store, run_id: str) -> BatchResult:
@@ -109,7 +111,7 @@ class SharedPass:
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def index_file(path: str, config: Config, collection: str, progress: bool,
+def index_file(path: str, config: Config, collection: str, progress: ProgressArg,
                shared: SharedPass | None = None) -> dict:
     steps = shared.index_steps() if shared is not None else None
     return run_index([path], config, collection, progress=progress, steps=steps)
@@ -130,7 +132,7 @@ class Steps:
 @flow(name="annotate", log_prints=False)
 def annotate_flow(head_args: list[str], config: Config, collection: str | None = None,
              paths: list[str] | None = None, out: str | None = None, inbox: str | None = None,
-             progress: bool = False) -> dict:
+             progress: ProgressArg = False) -> dict:
     """Run heads over the store, files (`paths` + `out`) or an inbox folder; see the module."""
     steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
     return run_annotate(head_args, config, collection, paths, out, inbox, progress, steps=steps)
@@ -150,7 +152,7 @@ def annotate_scheduled(config_path: str | None, store_path: str, heads: list[str
 
 def run_annotate(head_args: list[str], config: Config, collection: str | None = None,
                  paths: list[str] | None = None, out: str | None = None,
-                 inbox: str | None = None, progress: bool = False, *,
+                 inbox: str | None = None, progress: ProgressArg = False, *,
                  steps: Steps | None = None) -> dict:
     """The flow's story, also callable without Prefect.
 
@@ -170,7 +172,7 @@ def run_annotate(head_args: list[str], config: Config, collection: str | None = 
         summary = run_inbox(Path(inbox), annotator, config, collection or "default", progress,
                             steps)
     elif paths:
-        summary = steps.annotate_files(annotator, paths, out)
+        summary = steps.annotate_files(annotator, paths, out, progress)
     else:
         summary = steps.annotate_store(annotator, config, collection, progress)
     done = time.perf_counter()
@@ -223,7 +225,7 @@ def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
 
 
 def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: str,
-              progress: bool, steps: Steps) -> dict:
+              progress: ProgressArg, steps: Steps) -> dict:
     """Index and annotate each file of the inbox not yet 'done' in the ledger."""
     run_id = uuid.uuid4().hex[:12]
     files, rejections = [], []

@@ -18,6 +18,7 @@ from indexer.errors import ConfigError
 from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, encode_texts_for_index
 from indexer.ingest.readers import FieldMap
 from indexer.ingest.run import Steps, delete_missing, load_model, publish_indexes, run_index
+from indexer.progress import ProgressArg
 from indexer.store import ChunkRows, Store
 
 
@@ -27,7 +28,7 @@ def load_model_task(config: Config):
 
 
 @task(cache_policy=NONE)
-def encode_batch(texts: list[str], config: Config, encoder=None, progress: bool = False
+def encode_batch(texts: list[str], config: Config, encoder=None, progress: ProgressArg = False
                  ) -> ChunkRows:
     """Window and encode one batch's texts (no I/O; on a Dask worker with `runner: dask`,
     which loads the configured encoder once per worker process)."""
@@ -58,7 +59,7 @@ def index_corpus(
     fmt: str = "auto",
     fields: FieldMap | None = None,
     batch_size: int = 2048,
-    progress: bool = False,
+    progress: ProgressArg = False,
     on_missing: str = "keep",
     strict: bool = False,
 ) -> dict:
@@ -90,7 +91,7 @@ def flow_for(config: Config):
     return index_corpus.with_options(task_runner=runner)
 
 
-def index_source(config: Config, source: SourceConfig, progress: bool = False) -> dict:
+def index_source(config: Config, source: SourceConfig, progress: ProgressArg = False) -> dict:
     """Index one configured source (`sources:` in config.yaml) with the configured runner."""
     fields = FieldMap(id_field=source.fields.id, text_field=source.fields.text,
                       title_field=source.fields.title,

@@ -16,11 +16,12 @@ from indexer.config import Config
 from indexer.encode.encoder import load_encoder
 from indexer.index.keyword import sync_keyword_index
 from indexer.ops.reindex import reindex_store
+from indexer.progress import ProgressArg
 from indexer.store import Store
 
 
 @task(cache_policy=NONE, retries=1, retry_delay_seconds=5)
-def reindex_task(config: Config, batch_size: int, progress: bool) -> dict:
+def reindex_task(config: Config, batch_size: int, progress: ProgressArg) -> dict:
     return run_reindex(config, batch_size, progress)
 
 
@@ -30,7 +31,7 @@ def reindex(config: Config, batch_size: int = 2048) -> dict:
     return reindex_task(config, batch_size, False)
 
 
-def run_reindex(config: Config, batch_size: int = 2048, progress: bool = False) -> dict:
+def run_reindex(config: Config, batch_size: int = 2048, progress: ProgressArg = False) -> dict:
     """The flow's work without Prefect (what `bertindex reindex` runs).
 
     Returns:

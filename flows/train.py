@@ -11,6 +11,7 @@ import flows  # noqa: F401  (applies the project's Prefect settings)
 from indexer.heads import train as head_train
 from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.train import TrainSettings
+from indexer.progress import ProgressArg
 from indexer.review.training import add_reviewed
 
 
@@ -22,7 +23,7 @@ def read_splits(task_name: str, data: str, validation: str | None, test: str | N
 
 
 @task(cache_policy=NO_CACHE)
-def train(splits: HeadData, settings: TrainSettings, progress: bool) -> dict:
+def train(splits: HeadData, settings: TrainSettings, progress: ProgressArg) -> dict:
     """The library's one training path; not retried (a failed fit is not an I/O hiccup)."""
     return head_train.train_head(splits, settings, progress=progress)
 
@@ -34,7 +35,7 @@ def train_head(
     validation: str | None = None,
     test: str | None = None,
     fmt: str = "auto",
-    progress: bool = False,
+    progress: ProgressArg = False,
     reviewed: str | None = None,
     store: str | None = None,
 ) -> dict:

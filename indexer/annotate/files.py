@@ -18,6 +18,7 @@ from indexer.errors import InputError
 from indexer.heads.types.base import RESULT_TYPES
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import FieldMap, Record, read_batches
+from indexer.progress import Progress, ProgressArg
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -36,14 +37,15 @@ def annotation_fields(a: Annotation, versions: dict[str, str]) -> dict:
 
 
 def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
-                   fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048
-                   ) -> dict:
+                   fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048,
+                   progress: ProgressArg = False) -> dict:
     """Write every good record of `paths` with its labels and entities to `out`, in order.
 
     Args:
         out: `.jsonl` (the record's own fields, then `labels` and `entities`) or `.parquet`
             (id, title, text, metadata as JSON, labels, entities). Written to a temporary
             name, then renamed: an interrupted run leaves no half file.
+        progress: a progress mode (`indexer.progress`); records, rate (no total: no ETA).
     Returns:
         {"read", "annotated", "rejected", "rejections" (first 100), "out", "heads"}.
     """
@@ -65,6 +67,7 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
     out.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     parquet = out.name.endswith(".parquet")
+    bar = Progress(None, "annotating", "record", progress)
     try:
         writer = pq.ParquetWriter(tmp, PARQUET_SCHEMA) if parquet else open(tmp, "w", encoding="utf-8")  # noqa: SIM115
         try:
@@ -77,8 +80,10 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
                 else:
                     writer.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
                 count += len(rows)
+                bar.update(len(rows))
         finally:
             writer.close()
+            bar.close()
         os.replace(tmp, out)
     finally:
         if tmp.exists():

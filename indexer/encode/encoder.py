@@ -11,7 +11,6 @@ import functools
 import hashlib
 import json
 import logging
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ import torch
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
+from indexer.progress import Progress, ProgressArg
 
 log = logging.getLogger(__name__)
 
@@ -238,12 +238,12 @@ class Encoder:
         return [self.cls_id, *ids, self.sep_id]
 
     # -- forward ------------------------------------------------------------------------
-    def encode_ids(self, sequences: Sequence[Sequence[int]], progress: bool = False) -> np.ndarray:
+    def encode_ids(self, sequences: Sequence[Sequence[int]], progress: ProgressArg = False) -> np.ndarray:
         """Encode token id sequences that already carry their special tokens.
 
         Args:
             sequences: each at most `max_length` ids, e.g. `wrap(window)`.
-            progress: show a progress bar on stderr.
+            progress: a progress mode (`indexer.progress`): bar, lines or off (True: bar).
         Returns:
             (len(sequences), dim) float32, in input order.
         """
@@ -253,7 +253,7 @@ class Encoder:
         return out
 
     def token_states(self, sequences: Sequence[Sequence[int]], keep: Sequence[Sequence[int]] | None = None,
-                     progress: bool = False) -> list[np.ndarray]:
+                     progress: ProgressArg = False) -> list[np.ndarray]:
         """The last layer's token states, batched like `encode_ids` (no pooling).
 
         Args:
@@ -289,7 +289,7 @@ class Encoder:
             )
         return plan_batches(lengths, self.config.batch_tokens, self.config.max_waste)
 
-    def _run(self, sequences: Sequence[Sequence[int]], forward, progress: bool):
+    def _run(self, sequences: Sequence[Sequence[int]], forward, progress: ProgressArg):
         """Yield (positions, float32 array) per batch, `streams` batches in flight at once.
 
         `forward(ids, mask)` runs on right-padded batches; each stream enters inference mode
@@ -330,7 +330,7 @@ class Encoder:
         vectors = pool(outputs, mask, self.config.pooling)  # (batch, dim) float32
         return l2_normalize(vectors) if self.config.normalize else vectors
 
-    def encode_texts(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+    def encode_texts(self, texts: Sequence[str], progress: ProgressArg = False) -> np.ndarray:
         """Encode short texts, one vector each, truncated to `max_length` tokens.
 
         For documents that may run past `max_length`, use `indexer.ingest.chunking` instead, which
@@ -341,13 +341,8 @@ class Encoder:
         return self.encode_ids(seqs, progress=progress)
 
 
-def _progress(total: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total, unit="seq", desc="encoding", file=sys.stderr,
-        disable=not enabled or total == 0, leave=False,
-    )
+def _progress(total: int, mode: ProgressArg):
+    return Progress(total, "encoding", "seq", mode)
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,9 +1,10 @@
-"""The run receipt beside a saved head, provenance of the base model, and the atomic write
-of the model directory (temp folder, then rename: an interrupted run leaves no half model).
+"""The run receipt beside a saved head (`build_receipt`), provenance of the base model, and the
+atomic write of the model directory (temp folder, then rename: an interrupted run leaves no half model).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -11,8 +12,22 @@ import platform
 import shutil
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer.errors import InputError
+from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO
+from indexer.heads.settings import (
+    DEFAULT_HEAD_ONLY_LR,
+    FEATURE_BATCH_TOKENS,
+    FEATURE_MAX_WASTE,
+    GRAD_CLIP,
+    WEIGHT_DECAY,
+    TrainSettings,
+)
+
+if TYPE_CHECKING:
+    from indexer.heads.data import HeadData
+    from indexer.heads.train import FitResult
 
 RECEIPT = "run-receipt.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
@@ -81,7 +96,8 @@ def read_receipt(model_dir: Path) -> dict | None:
 
 
 def summary(receipt: dict) -> dict:
-    """The short form `--json` prints: best epoch, validation/test metric, baseline."""
+    """The short form `--json` prints: best epoch, why training stopped, validation/test
+    metric, baseline, warnings."""
     metric = receipt["metric"]
 
     def pick(scores: dict | None) -> dict | None:
@@ -91,6 +107,10 @@ def summary(receipt: dict) -> dict:
         "task": receipt["task"],
         "out": receipt.get("out"),
         "best_epoch": receipt["best_epoch"],
+        "epochs_run": receipt.get("epochs_run"),
+        "stopped": receipt.get("stopped", {}).get("reason"),
+        "batch_size": receipt["recipe"]["batch_size"],
+        "max_length": receipt["recipe"]["max_length"],
         "validation": pick(receipt["validation"]),
         "test": pick(receipt["test"]),
         "training_seconds": receipt["training_seconds"],
@@ -104,4 +124,74 @@ def summary(receipt: dict) -> dict:
             "validation": pick(receipt["baseline"]["validation"]),
             "test": pick(receipt["baseline"]["test"]),
         }
+    out["warnings"] = [w["message"] for w in receipt.get("warnings", [])]
     return out
+
+
+def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, validation: dict,
+                  test: dict | None, baseline: dict | None, threads: int,
+                  choices: dict | None = None, warnings: list[dict] | None = None) -> dict:
+    """Everything needed to trust or redo the run, as a JSON-ready dict.
+
+    Args:
+        settings: resolved (`TrainSettings.resolve`); `choices` says how batch size and max
+            length were chosen, `warnings` what the run should tell its user.
+    """
+    import torch
+
+    from indexer.encode.encoder import default_streams
+
+    choices = choices or {}
+    n_train = len(data.splits["train"])
+    kind = settings.kind
+    metric = kind.metric
+    receipt = {
+        "task": settings.task,
+        "metric": metric,
+        "out": str(settings.out),
+        "label_names": data.label_names,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "base_model": {"path": str(settings.base), "weights_sha256": weights_sha256(settings.base)},
+        "recipe": {
+            "optimizer": "AdamW", "lr": settings.learning_rate, "weight_decay": WEIGHT_DECAY,
+            "schedule": (f"linear warm-up {AUTO_WARMUP_RATIO if settings.auto_epochs else WARMUP_RATIO:.0%}"
+                         f" of {'--max-epochs' if settings.auto_epochs else 'the'} steps, then linear "
+                         f"decay to 0 ({fitted.schedule})"),
+            "epochs": settings.epochs,
+            "patience": settings.patience if settings.auto_epochs else None,
+            "max_epochs": settings.max_epochs if settings.auto_epochs else None,
+            "batch_size": settings.batch_size, "batch_size_rule": choices.get("batch_size"),
+            "grad_clip": GRAD_CLIP, "seed": settings.seed, "max_length": settings.max_length,
+            "max_length_rule": choices.get("max_length"),
+            "head_only": settings.head_only, "threads": threads,
+            "pooling": settings.sentence_pooling,
+            "autocast": None if settings.head_only else settings.dtype,
+            "probe_epochs": settings.probe_epochs,
+            "probe_lr": DEFAULT_HEAD_ONLY_LR if settings.probe_epochs else None,
+            "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
+                             f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
+                             f"{default_streams(torch.device('cpu'), threads)} stream(s)")
+            if settings.caches_features else None,
+            "scores_dtype": "fp32",
+            "batches": "length-sorted pools of 50 batches, shuffled",
+            "ner_decode": kind.decode_note,
+        },
+        "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
+        "reviewed": data.reviewed,  # human labels added to train (`--reviewed`), or None
+        "epochs": fitted.history,
+        "epochs_run": fitted.epochs_run,
+        "stopped": {"reason": fitted.stop_reason, "message": fitted.stop_message},
+        "best_epoch": fitted.best_epoch,
+        "best_validation": fitted.best_score,
+        "validation": validation,
+        "test": test,
+        "baseline": baseline,
+        "training_seconds": round(fitted.seconds, 2),
+        "training_cpu_seconds": round(fitted.cpu_seconds, 2),
+        "feature_seconds": round(fitted.feature_seconds, 2) if settings.caches_features else None,
+        "examples_per_second": round(n_train * max(1, fitted.epochs_run) / fitted.seconds, 2),
+        "warnings": warnings or [],
+        "versions": package_versions(),
+    }
+    receipt.update(kind.receipt_fields(validation, test))
+    return receipt

@@ -1,12 +1,15 @@
 """Fine-tune a classifier or NER head on the encoder and save it as a transformers model dir.
 
-Recipe: AdamW (weight decay 0.01), linear warm-up over the first 10% of steps then linear
-decay, gradient-norm clip 1.0, fixed seed. The validation split picks the best epoch; the
-test split is only scored at the end. Runs on CPU; with dtype bf16 the training forward and
-backward run under bf16 autocast, while weights, optimizer state and every score stay fp32.
-`--head-only` runs the frozen backbone once through the index encoder (`indexer.encode.encoder`:
-length-sorted batches under a token budget, bf16 weights where the CPU has them) and trains
-the head on those cached features. What differs between a classifier and a tagger (model
+Recipe: AdamW (weight decay 0.01), linear warm-up then linear decay, gradient-norm clip 1.0,
+fixed seed. By default (`epochs="auto"`) it trains until the validation score has not improved
+for `patience` epochs (at most `max_epochs`), with the batch size and max length chosen from
+the data (`heads.settings`, `heads.schedule`); a fixed epoch count is the seeds' recipe (10 %
+warm-up over those epochs, 32 examples a step, 8 for a tagger). The validation split picks the
+best epoch, whose state is kept; the test split is only scored at the end. Runs on CPU; with
+dtype bf16 the training forward and backward run under bf16 autocast, while weights,
+optimizer state and every score stay fp32. `--head-only` runs the frozen backbone once through
+the index encoder (`indexer.encode.encoder`: length-sorted batches under a token budget, bf16
+weights where the CPU has them) and trains the head on those cached features. What differs between a classifier and a tagger (model
 class, loss, head layers, features, metric) is the head type's (`heads.types`). Does not read
 files (see `data`).
 """
@@ -14,7 +17,6 @@ files (see `data`).
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import logging
 import os
 import random
@@ -25,77 +27,30 @@ from typing import Literal
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from indexer.encode.encoder import default_streams
+from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError, ModelError
+from indexer.heads.baseline import baseline_warning
 from indexer.heads.data import HeadData, require_splits
-from indexer.heads.features import Encoded, check_lengths, collate, training_batches
+from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
-from indexer.heads.receipt import check_out_dir, package_versions, save_head_dir, weights_sha256
+from indexer.heads.receipt import build_receipt, check_out_dir, save_head_dir
+from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO, EpochRule, plan_schedule
 from indexer.heads.sentence import POOLING_KEY
-from indexer.heads.types.base import HeadType
+from indexer.heads.settings import (
+    DEFAULT_HEAD_ONLY_LR,
+    FEATURE_BATCH_TOKENS,
+    FEATURE_MAX_WASTE,
+    GRAD_CLIP,
+    WEIGHT_DECAY,
+    TrainSettings,
+)
 from indexer.heads.types.registry import head_type
+from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LR = 2e-5
-DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
-WARMUP_RATIO = 0.1
-WEIGHT_DECAY = 0.01
-GRAD_CLIP = 1.0
-FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per batch (benchmarks/head_feature_budget.py)
-FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """One training run. `task`: a head type's name (`heads.types.registry`). `lr` None:
-    DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with `head_only`; `batch_size` None: the head type's
-    `default_batch_size` (32 sentences, 8 for a tagger)."""
-
-    task: str
-    base: Path
-    out: Path
-    head_only: bool = False
-    epochs: int = 2
-    lr: float | None = None
-    max_length: int = 128
-    batch_size: int | None = None  # None: the head type's default_batch_size
-    seed: int = 42
-    threads: int | None = None
-    dtype: Literal["fp32", "bf16"] = "fp32"
-    pooling: Literal["auto", "cls", "mean"] = "auto"
-    probe_epochs: int = 0
-
-    def __post_init__(self) -> None:
-        _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
-        if self.batch_size is None:
-            object.__setattr__(self, "batch_size", self.kind.default_batch_size)
-        if self.probe_epochs and self.head_only:
-            raise InputError("--probe-epochs warms the head before a full fine-tune; it has no "
-                             "meaning with --head-only (use --epochs)")
-
-    @property
-    def caches_features(self) -> bool:
-        """Runs the frozen backbone once for a head-only stage (`head_only` or `probe_epochs`)."""
-        return self.head_only or self.probe_epochs > 0
-
-    @property
-    def learning_rate(self) -> float:
-        if self.lr is not None:
-            return self.lr
-        return DEFAULT_HEAD_ONLY_LR if self.head_only else DEFAULT_LR
-
-    @property
-    def kind(self) -> HeadType:
-        """The head type being trained."""
-        return head_type(self.task)
-
-    @property
-    def sentence_pooling(self) -> str | None:
-        """Classifier pooling (`auto`: mean with head_only, else cls); None for NER."""
-        return self.kind.pooling(self.pooling, self.head_only)
+LOSS_TIE_DELTA = 1e-3  # auto epochs: an equal score counts as progress with a 0.1 % lower loss
 
 
 @dataclass
@@ -103,6 +58,10 @@ class FitResult:
     history: list[dict] = field(default_factory=list)
     best_epoch: int = 0
     best_score: float = float("-inf")
+    epochs_run: int = 0  # of the main stage (not the probe)
+    stop_reason: str = ""  # "patience", "max_epochs" or "epochs"
+    stop_message: str = ""
+    schedule: str = ""
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
     feature_seconds: float = 0.0
@@ -171,12 +130,11 @@ def load_base(settings: TrainSettings, label_names: list[str]):
     return model, tokenizer
 
 
-def encode_splits(tokenizer, data: HeadData, max_length: int) -> dict[str, Encoded]:
-    """Tokenise every split and refuse over-long examples before any training starts."""
+def encode_splits(tokenizer, data: HeadData) -> dict[str, Encoded]:
+    """Tokenise every split, whole (`TrainSettings.resolve` then refuses over-long examples
+    before any training starts)."""
     kind = head_type(data.task)
-    encoded = {split: kind.encode(tokenizer, examples) for split, examples in data.splits.items()}
-    check_lengths(encoded, max_length)
-    return encoded
+    return {split: kind.encode(tokenizer, examples) for split, examples in data.splits.items()}
 
 
 def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_TOKENS):
@@ -188,7 +146,8 @@ def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_T
 
     pooling = settings.sentence_pooling or "cls"  # NER reads token states, not a pooled vector
     config = ModelConfig(name=str(settings.base), pooling=pooling, normalize=pooling == "mean",
-                         max_length=max(8, settings.max_length), batch_tokens=batch_tokens,
+                         max_length=max(8, settings.max_length) if isinstance(settings.max_length, int)
+                         else MAX_POSITIONS, batch_tokens=batch_tokens,
                          max_waste=FEATURE_MAX_WASTE, device="cpu", dtype=settings.dtype)
     return Encoder(config)
 
@@ -231,36 +190,38 @@ def _head_only_steps(model, train: Encoded, val: Encoded, settings: TrainSetting
     return modules, step_loss, val_logits, seconds
 
 
-def _linear_warmup_decay(step: int, warmup: int, total: int) -> float:
-    """lr multiplier: linear from 1/warmup to 1 over `warmup` steps, then linear to 0."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
-
-
 def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings: TrainSettings,
-        progress: bool = False) -> FitResult:
-    """Train for `settings.epochs`, score validation after each, load the best epoch's state.
+        progress: ProgressArg = False) -> FitResult:
+    """Train by `settings.epoch_rule`, score validation after each epoch, load the best
+    epoch's state.
 
     With `head_only` the backbone is frozen and run once: its features are cached and only
     the head trains on them (an order of magnitude less work). With `probe_epochs` (a full
     fine-tune only), that head-only stage runs first for `probe_epochs` at the head-only
     rate, then the whole model fine-tunes from the fitted head (LP-FT); the best epoch is
     picked among the fine-tuning epochs, the probe's scores are kept in the history.
+    `settings` must be resolved (`TrainSettings.resolve`): a concrete batch size.
+
+    Args:
+        progress: a progress mode (`indexer.progress`): a bar per epoch, or one line per epoch
+            (and one a minute within long epochs), or nothing.
     """
     require_splits(data, "train", "validation")
+    if settings.batch_size is None:
+        raise ValueError("fit() needs resolved settings (TrainSettings.resolve)")
     started, cpu_started = time.perf_counter(), time.process_time()
     seed_everything(settings.seed)
     train, val = encoded["train"], encoded["validation"]
     rng = np.random.default_rng(settings.seed)
     result = FitResult()
+    mode = as_mode(progress)
 
     if settings.caches_features:
         modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, settings)
         probe = not settings.head_only
         _train_epochs(model, modules, step_loss, val_logits, np.ones(len(train), dtype=np.int64),
-                      data, val, settings, rng, result, progress,
-                      epochs=settings.probe_epochs if probe else settings.epochs,
+                      data, val, settings, rng, result, mode,
+                      rule=EpochRule(settings.probe_epochs) if probe else settings.epoch_rule,
                       lr=DEFAULT_HEAD_ONLY_LR if probe else settings.learning_rate,
                       stage="probe" if probe else None)
     if not settings.head_only:
@@ -276,7 +237,7 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
             return model_logits(settings.kind, model, val, pad_id, settings.batch_size * 2)
 
         _train_epochs(model, [model], full_loss, full_val_logits, train.lengths, data, val,
-                      settings, rng, result, progress, epochs=settings.epochs,
+                      settings, rng, result, mode, rule=settings.epoch_rule,
                       lr=settings.learning_rate)
     model.eval()
     for p in model.parameters():
@@ -286,33 +247,57 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     return result
 
 
-def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,
-                  val: Encoded, settings: TrainSettings, rng, result: FitResult, progress: bool,
-                  epochs: int, lr: float, stage: str | None = None) -> None:
-    """AdamW over the parameters that require grad for `epochs`, validation after each.
+def validation_loss(logits: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
+    """Mean cross-entropy of per-example logits ((C,) or (rows, C)) against their targets."""
+    width = logits[0].shape[-1]
+    x = torch.cat([t.reshape(-1, width) for t in logits]).float()
+    return float(torch.nn.functional.cross_entropy(x, torch.cat([t.reshape(-1) for t in targets])))
 
-    Without `stage`, the best epoch's state is tracked in `result` and loaded at the end;
-    a `stage` (the LP-FT probe) only appends its epochs to the history under that name.
+
+def better(score: float, loss: float, best_score: float, best_loss: float, ties: bool) -> bool:
+    """Whether an epoch beats the best so far: a higher validation score; with `ties` (auto
+    epochs) also the same score with a validation loss lower by more than LOSS_TIE_DELTA
+    (relative), so a run on a plateau (every example in the majority class, the score flat
+    while the model learns) is not stopped for patience."""
+    if score > best_score:
+        return True
+    return ties and score == best_score and loss < best_loss * (1 - LOSS_TIE_DELTA)
+
+
+def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,
+                  val: Encoded, settings: TrainSettings, rng, result: FitResult, mode: str,
+                  rule: EpochRule, lr: float, stage: str | None = None) -> None:
+    """AdamW over the parameters that require grad, epochs by `rule`, validation after each.
+
+    Without `stage`, the best epoch's state is tracked in `result` and loaded at the end, and
+    `rule` may stop early; a `stage` (the LP-FT probe) only appends its epochs to the history
+    under that name.
     """
     kind = settings.kind
     metric = kind.metric
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY)
     steps_per_epoch = -(-len(lengths) // settings.batch_size)
-    total = steps_per_epoch * epochs
-    warmup = int(WARMUP_RATIO * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _linear_warmup_decay(s, warmup, total))
+    ratio = AUTO_WARMUP_RATIO if rule.patience is not None else WARMUP_RATIO
+    schedule = plan_schedule(steps_per_epoch, rule.limit, ratio)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
     best_state = None
     name = f"{stage} " if stage else ""
-    for epoch in range(1, epochs + 1):
+    of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
+    best_epoch, best_score, best_loss = 0, float("-inf"), float("inf")
+    val_targets = kind.feature_targets(val)  # per example, the label ids of its logits' rows
+    stage_started = time.perf_counter()
+    epoch = 0
+    while True:
+        epoch += 1
         t0 = time.perf_counter()
         for module in modules:
             module.train()
         batches = training_batches(lengths, settings.batch_size, rng)
         loss_sum, seen = 0.0, 0
-        bar = tqdm(batches, desc=f"{name}epoch {epoch}/{epochs}", unit="batch",
-                   disable=not progress, leave=True, dynamic_ncols=True)
-        for index in bar:
+        bar = Progress(len(batches), f"{name}epoch {epoch}{of}", "batch", mode, every_s=60.0,
+                       leave=True)
+        for index in batches:
             loss = step_loss(index)
             if not torch.isfinite(loss):
                 raise ModelError(f"{name}epoch {epoch}: the loss became {loss.item()}; lower --lr")
@@ -323,26 +308,65 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
             optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.item() * len(index)
             seen += len(index)
-            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", refresh=False)
+            bar.set_postfix(f"loss {loss_sum / seen:.4f}")
+            bar.update()
+        bar.close()
         train_seconds = time.perf_counter() - t0
         model.eval()
-        scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
+        logits = val_logits()
+        scores = score_logits(kind, logits, data.splits["validation"], val, data.label_names)
+        score, val_loss = scores[metric], validation_loss(logits, val_targets)
+        if better(score, val_loss, best_score, best_loss, ties=rule.patience is not None):
+            best_score, best_loss, best_epoch = score, val_loss, epoch
+            if stage is None:
+                best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
         entry = {
             "epoch": epoch,
             "train_loss": round(loss_sum / seen, 6),
-            "validation": {metric: scores[metric]},
+            "validation": {metric: score},
+            "validation_loss": round(val_loss, 6),
+            "lr_end": float(scheduler.get_last_lr()[0]),
             "train_seconds": round(train_seconds, 2),
             "seconds": round(time.perf_counter() - t0, 2),
         }
         if stage:
             entry["stage"] = stage
         result.history.append(entry)
-        log.info("%sepoch %d: loss %.4f, validation %s %.4f", name, epoch, loss_sum / seen, metric,
-                 scores[metric])
-        if stage is None and scores[metric] > result.best_score:
-            result.best_score, result.best_epoch = scores[metric], epoch
-            best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
-    if best_state is not None and result.best_epoch != epochs:
+        elapsed = time.perf_counter() - stage_started
+        per_epoch = elapsed / epoch
+        reason = rule.stop_after(epoch, best_epoch)
+        fewest, most = rule.remaining(epoch, best_epoch)
+        if reason:
+            eta = "done"
+        elif fewest == most:
+            eta = f"ETA {clock(most * per_epoch)}"
+        else:
+            eta = (f"ETA {clock(fewest * per_epoch)} if it stops at epoch {epoch + fewest}, "
+                   f"at most {clock(most * per_epoch)}")
+        write_line(f"{name}epoch {epoch}{of}: train loss {loss_sum / seen:.4f}, validation "
+                   f"{metric} {score:.4f}, best {best_score:.4f} (epoch {best_epoch}), "
+                   f"elapsed {clock(elapsed)}, {eta}", mode)
+        log.info("%sepoch %d: loss %.4f, validation %s %.4f", name, epoch, loss_sum / seen, metric, score)
+        if reason:
+            break
+    if stage is not None:
+        return
+    result.best_score, result.best_epoch = best_score, best_epoch
+    result.epochs_run, result.stop_reason = epoch, reason
+    result.schedule = schedule.describe()
+    if reason == "patience":
+        result.stop_message = (f"stopped early after epoch {epoch}: validation {metric} has not "
+                               f"improved for {rule.patience} epochs; keeping epoch {best_epoch} "
+                               f"({best_score:.4f})")
+    elif reason == "max_epochs":
+        result.stop_message = (f"reached --max-epochs {rule.limit} (validation {metric} still "
+                               f"improving within the last {rule.patience} epochs); keeping epoch "
+                               f"{best_epoch} ({best_score:.4f})")
+    else:
+        result.stop_message = (f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
+                               f"{best_epoch} ({best_score:.4f})")
+    write_line(result.stop_message, mode)
+    if best_state is not None and best_epoch != epoch:
         model.load_state_dict(best_state)
 
 
@@ -354,65 +378,19 @@ def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], s
     return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names)
 
 
-def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, validation: dict,
-                  test: dict | None, baseline: dict | None, threads: int) -> dict:
-    """Everything needed to trust or redo the run, as a JSON-ready dict."""
-    n_train = len(data.splits["train"])
-    kind = settings.kind
-    metric = kind.metric
-    receipt = {
-        "task": settings.task,
-        "metric": metric,
-        "out": str(settings.out),
-        "label_names": data.label_names,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "base_model": {"path": str(settings.base), "weights_sha256": weights_sha256(settings.base)},
-        "recipe": {
-            "optimizer": "AdamW", "lr": settings.learning_rate, "weight_decay": WEIGHT_DECAY,
-            "schedule": f"linear warm-up {WARMUP_RATIO:.0%} of steps, then linear decay to 0",
-            "epochs": settings.epochs, "batch_size": settings.batch_size, "grad_clip": GRAD_CLIP,
-            "seed": settings.seed, "max_length": settings.max_length,
-            "head_only": settings.head_only, "threads": threads,
-            "pooling": settings.sentence_pooling,
-            "autocast": None if settings.head_only else settings.dtype,
-            "probe_epochs": settings.probe_epochs,
-            "probe_lr": DEFAULT_HEAD_ONLY_LR if settings.probe_epochs else None,
-            "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
-                             f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
-                             f"{default_streams(torch.device('cpu'), threads)} stream(s)")
-            if settings.caches_features else None,
-            "scores_dtype": "fp32",
-            "batches": "length-sorted pools of 50 batches, shuffled",
-            "ner_decode": kind.decode_note,
-        },
-        "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
-        "reviewed": data.reviewed,  # human labels added to train (`--reviewed`), or None
-        "epochs": fitted.history,
-        "best_epoch": fitted.best_epoch,
-        "best_validation": fitted.best_score,
-        "validation": validation,
-        "test": test,
-        "baseline": baseline,
-        "training_seconds": round(fitted.seconds, 2),
-        "training_cpu_seconds": round(fitted.cpu_seconds, 2),
-        "feature_seconds": round(fitted.feature_seconds, 2) if settings.caches_features else None,
-        "examples_per_second": round(n_train * settings.epochs / fitted.seconds, 2),
-        "versions": package_versions(),
-    }
-    receipt.update(kind.receipt_fields(validation, test))
-    return receipt
-
-
-def train_head(data: HeadData, settings: TrainSettings, progress: bool = False) -> dict:
-    """Load base → encode (refuse over-long) → fit → score → baseline → save; the one training
-    path (`bertindex train` runs it through the `train_head` flow).
+def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = False) -> dict:
+    """Load base → encode → choose batch size and max length (refuse over-long) → fit → score
+    → baseline → save; the one training path (`bertindex train` runs it through the
+    `train_head` flow).
 
     Args:
         data: the labelled splits (`data.read_head_data`), with train and validation.
         settings: the run; `settings.out` must be new, empty, or an earlier head.
-        progress: show a progress bar per epoch (stderr).
+        progress: a progress mode (`indexer.progress`): "bar" (a bar per epoch), "lines" (a
+            line per epoch, for logs), "off"; True is "bar".
     Returns:
-        The run receipt, as saved beside the head (`receipt.RECEIPT`).
+        The run receipt, as saved beside the head (`receipt.RECEIPT`). Its `warnings` hold
+        the baseline warning (also logged) when the head does not beat the baseline.
     """
     if data.task != settings.task:
         raise InputError(f"the data were read for '{data.task}', the settings say '{settings.task}'")
@@ -420,11 +398,21 @@ def train_head(data: HeadData, settings: TrainSettings, progress: bool = False) 
     check_out_dir(Path(settings.out))
     threads = set_threads(settings.threads)
     model, tokenizer = load_base(settings, data.label_names)
-    encoded = encode_splits(tokenizer, data, settings.max_length)
+    encoded = encode_splits(tokenizer, data)
+    settings, choices = settings.resolve(encoded)
+    for key in ("max_length", "batch_size"):
+        if choices[key] != "given":
+            write_line(f"{key.replace('_', ' ')}: {choices[key]}", progress)
     fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
     validation = score_split(model, tokenizer, data, encoded, "validation")
     test = score_split(model, tokenizer, data, encoded, "test") if "test" in data.splits else None
     baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed)
-    receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads)
+    metric = settings.kind.metric
+    warning = baseline_warning(metric, validation[metric], baseline, len(data.splits["validation"]),
+                               {"auto_epochs": settings.auto_epochs, "head_only": settings.head_only})
+    if warning:
+        log.warning("%s", warning["message"])
+    receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads, choices,
+                            [warning] if warning else [])
     save_head_dir(model, tokenizer, receipt, Path(settings.out))
     return receipt

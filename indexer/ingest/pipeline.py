@@ -19,6 +19,7 @@ from indexer.errors import ProvenanceMismatch, VectorIndexError
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
+from indexer.progress import ProgressArg
 from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class BatchResult:
 
 
 def encode_documents(
-    encoder: Encoder, texts: list[str], config: Config, progress: bool = False
+    encoder: Encoder, texts: list[str], config: Config, progress: ProgressArg = False
 ) -> tuple[list[int], ChunkRows]:
     """Window and encode texts.
 
@@ -133,7 +134,7 @@ def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
 
 
 def encode_texts_for_index(texts: list[str], config: Config, encoder: Encoder | None = None,
-                           progress: bool = False) -> ChunkRows:
+                           progress: ProgressArg = False) -> ChunkRows:
     """Window and encode texts; a pure function of its inputs, so any worker can run it.
 
     Args:
@@ -167,7 +168,7 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
 
 def index_batch(
     batch: Batch, store: Store, encoder: Encoder, config: Config, collection: str,
-    run_id: str, progress: bool = False,
+    run_id: str, progress: ProgressArg = False,
 ) -> BatchResult:
     """Store one batch: unchanged documents are skipped, new and changed ones encoded.
 

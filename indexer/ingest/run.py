@@ -31,6 +31,7 @@ from indexer.ingest.pipeline import (
     sync_vector_index,
 )
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
+from indexer.progress import Progress, ProgressArg, as_mode
 from indexer.store import Store
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class Steps:
 
 def run_index(paths: Sequence[str], config: Config, collection: str = "default",
               fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048,
-              progress: bool = False, *, on_missing: str = "keep", strict: bool = False,
+              progress: ProgressArg = False, *, on_missing: str = "keep", strict: bool = False,
               steps: Steps | None = None) -> dict:
     """Index corpus files into the configured store and return the run summary.
 
@@ -114,7 +115,8 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
         fields: id/text/title/metadata column mapping (None: id, text, title, the rest as
             metadata).
         batch_size: records read and committed per batch.
-        progress: show an encoding progress bar.
+        progress: a progress mode (`indexer.progress`): "bar", an encoding bar per batch;
+            "lines", a line every 30 s with documents done, rate and the file being read.
         on_missing: `delete` removes the collection's documents that no file holds any more.
         strict: a batch with any rejection commits only its rejections (listed under
             `refused_batches`).
@@ -135,6 +137,9 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
     refused_records = 0
     delete_skipped: str | None = None
     seen: set[str] | None = set() if on_missing == "delete" else None
+    mode = as_mode(progress)
+    encode_progress = mode if mode == "bar" else "off"  # lines: one reporter for the whole run
+    run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
     with Store(Path(config.store.path)) as store:
         store.start_run(run_id, "index", started)
         base_version = store.data_version()
@@ -149,6 +154,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
                 try:
                     chunks = future.result() if steps.submit else future
                     total.merge(steps.commit(plan, chunks, store, run_id))
+                    run_bar.update(len(plan.batch.records))
                     room = max(0, _MAX_REJECTIONS - len(rejected_rows))
                     rejected_rows.extend(plan.batch.rejected[:room])
                 except _FATAL:
@@ -160,7 +166,8 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
             def batches():
                 if refused_files:  # outside roots.data, or no known suffix: recorded, never read
                     yield Batch(rejected=list(refused_files))
-                for path in files:
+                for i, path in enumerate(files, start=1):
+                    run_bar.set_postfix(f"file {i}/{len(files)}")
                     yield from read_batches(path, fmt, fields, batch_size, ids=id_registry,
                                             max_chars=config.long_documents.max_chars)
 
@@ -188,7 +195,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
                     if steps.submit:
                         future = steps.encode(plan.texts, config, None, False)
                     else:
-                        future = steps.encode(plan.texts, config, encoder, progress)
+                        future = steps.encode(plan.texts, config, encoder, encode_progress)
                 except _FATAL:
                     raise
                 except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
@@ -201,6 +208,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
                     settle_oldest()
             while pending:
                 settle_oldest()
+            run_bar.close()
             id_registry = None  # every file is read: free the run's ids before the index step
             removed = list(total.removed)
             if seen and delete_skipped:

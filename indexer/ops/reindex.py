@@ -24,6 +24,7 @@ from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
 from indexer.index.versions import fsync_dir, write_pointer
 from indexer.ingest.pipeline import encode_texts_for_index, sync_vector_index
 from indexer.ingest.readers import document_text
+from indexer.progress import ProgressArg
 from indexer.store import DB_NAME, WRITE_KEYS, ChunkRows, Store, WriterLock
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ GENERATION_DIR = Path("generations") / "next"
 
 
 def reindex_store(config: Config, encoder: Encoder, batch_size: int = 2048,
-                  progress: bool = False) -> dict:
+                  progress: ProgressArg = False) -> dict:
     """Bring the store to `encoder`: a new generation when the encoder differs, else an index
     rebuilt from the stored vectors.
 
@@ -64,7 +65,7 @@ def _rebuild(store: Store, config: Config) -> dict:
 
 
 def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size: int,
-                      progress: bool) -> tuple[str, int, int, dict]:
+                      progress: ProgressArg) -> tuple[str, int, int, dict]:
     """Encode every live document into the next generation; publish (not switch) its index."""
     gen_path = live.path / GENERATION_DIR
     run_id = uuid.uuid4().hex[:12]

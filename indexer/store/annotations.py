@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from indexer.annotate.annotator import Annotation
 from indexer.heads.types.base import RESULT_TYPES, Entity, Label
+from indexer.progress import Progress, ProgressArg
 from indexer.store.reviews import has_reviews, record_heads
 from indexer.store.store import Store
 
@@ -179,7 +180,7 @@ def ledger(store: Store) -> list[dict]:
 
 # -- the run over the store ---------------------------------------------------------------
 def annotate_store(store: Store, annotator, collection: str | None = None,
-                   batch_rows: int = 4096, progress: bool = False) -> dict:
+                   batch_rows: int = 4096, progress: ProgressArg = False) -> dict:
     """Annotate every document that misses one of the annotator's heads at its version.
 
     Already annotated documents (same head version, same text) are skipped, so a second run
@@ -189,8 +190,6 @@ def annotate_store(store: Store, annotator, collection: str | None = None,
         {"documents", "annotated", "skipped", "labels", "entities", "heads", "dtype"}.
     """
     from collections import deque
-
-    from tqdm import tqdm
 
     versions = annotator.versions()
     # the review loop validates imported labels against these
@@ -207,7 +206,7 @@ def annotate_store(store: Store, annotator, collection: str | None = None,
             yield [t for _, t, _ in docs]
 
     n_labels = n_entities = 0
-    bar = tqdm(total=len(todo), unit="doc", desc="annotating", disable=not progress, leave=False)
+    bar = Progress(len(todo), "annotating", "doc", progress)
     for batch in annotator.annotate_chunks(texts()):
         docs = buffered.popleft()
         write_annotations(store, docs, batch, versions)

@@ -115,9 +115,9 @@ def print_json(obj: object) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False, default=str))
 
 
-def show_progress() -> bool:
-    """Progress bars only when stderr is a terminal (or BERTINDEX_PROGRESS=1)."""
-    forced = os.environ.get("BERTINDEX_PROGRESS")
-    if forced is not None:
-        return forced == "1"
-    return sys.stderr.isatty()
+def show_progress() -> str:
+    """The progress mode (`indexer.progress.progress_mode`): a bar when stderr is a terminal,
+    plain lines a log can read when it is not; BERTINDEX_PROGRESS=0|1|lines overrides."""
+    from indexer.progress import progress_mode
+
+    return progress_mode(sys.stderr)

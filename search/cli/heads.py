@@ -25,6 +25,27 @@ from search.cli.common import (
 FORMAT_CHOICES = ["auto", "json", "jsonl", "parquet", "conll", "tweeteval"]
 
 
+class AutoOrInt(click.ParamType):
+    """`auto` or a whole number in [low, high]."""
+
+    name = "auto|integer"
+
+    def __init__(self, low: int, high: int):
+        self.low, self.high = low, high
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            number = value
+        else:
+            try:
+                number = int(value)
+            except ValueError:
+                self.fail(f"{value!r} is not 'auto' or a whole number", param, ctx)
+        if number != "auto" and not self.low <= number <= self.high:
+            self.fail(f"{number} is not 'auto' or in the range {self.low}<=x<={self.high}", param, ctx)
+        return number
+
+
 def data_options(func: Callable) -> Callable:
     """--data PATH [--validation PATH] [--test PATH] [--format ...]."""
     for decorator in reversed([
@@ -49,17 +70,28 @@ def train_options(func: Callable) -> Callable:
         click.option("--base", help="Base encoder directory (default: the configured model.name)."),
         click.option("--head-only", is_flag=True,
                      help="Freeze the backbone and train only the head (features computed once)."),
-        click.option("--epochs", type=click.IntRange(1, 100), default=2, show_default=True,
-                     help="Training epochs; the best one on validation is kept."),
+        click.option("--epochs", type=AutoOrInt(1, 100), default="auto", show_default=True,
+                     help="auto: train until validation stops improving for --patience epochs (at "
+                          "most --max-epochs); a number: exactly that many (--epochs 2 is the "
+                          "seeds' recipe). The best epoch on validation is kept."),
+        click.option("--patience", type=click.IntRange(1, 100),
+                     help="--epochs auto: stop after this many epochs without a better validation "
+                          "score (default 2)."),
+        click.option("--max-epochs", type=click.IntRange(1, 100),
+                     help="--epochs auto: at most this many epochs (default 20)."),
         click.option("--probe-epochs", type=click.IntRange(0, 100), default=0, show_default=True,
                      help="Full fine-tune only: first train the head alone on frozen features for "
                           "this many epochs (LP-FT), then fine-tune everything from it."),
         click.option("--lr", type=click.FloatRange(0, 1, min_open=True),
                      help="Learning rate (default 2e-5; 1e-3 with --head-only)."),
-        click.option("--max-length", type=click.IntRange(8, 512), default=128, show_default=True,
-                     help="Longest example in tokens; longer ones are refused, never truncated."),
+        click.option("--max-length", type=AutoOrInt(8, 512), default="auto", show_default=True,
+                     help="Longest example in tokens. auto: the smallest multiple of 32 that fits "
+                          "every example of every split; a number refuses longer ones (nothing "
+                          "is ever truncated)."),
         click.option("--batch-size", type=click.IntRange(1, 4096),
-                     help="Examples per training step (default 32; 8 for ner)."),
+                     help="Examples per training step. Default with --epochs auto: by data size "
+                          "(8 for a few thousand examples, up to 32, 8 for ner); with a fixed "
+                          "--epochs: 32, 8 for ner."),
         click.option("--seed", type=int, default=42, show_default=True, help="Random seed."),
         click.option("--pooling", type=click.Choice(["auto", "cls", "mean"]), default="auto", show_default=True,
                      help="Classifier input: [CLS] -> pooler (what transformers' pipeline computes), or the "
@@ -75,9 +107,9 @@ def train() -> None:
     """Fine-tune a head on the encoder: a sentence classifier or a BIO NER tagger."""
 
 
-def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, probe_epochs, lr,
-           max_length, batch_size, seed, pooling, as_json, config_path, store_path,
-           reviewed=None) -> None:
+def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, patience,
+           max_epochs, probe_epochs, lr, max_length, batch_size, seed, pooling, as_json, config_path,
+           store_path, reviewed=None) -> None:
     from flows.runtime import wait_for_api, warm_up_api
 
     warm_up_api()  # the Prefect API starts while torch and the model load
@@ -85,11 +117,15 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     from indexer.heads.receipt import summary
     from indexer.heads.train import TrainSettings, resolve_dtype
 
+    if epochs != "auto" and (patience is not None or max_epochs is not None):
+        raise click.UsageError("--patience and --max-epochs apply to --epochs auto only")
+    stop = {k: v for k, v in (("patience", patience), ("max_epochs", max_epochs)) if v is not None}
     cfg = build_config(config_path, store_path)
     settings = TrainSettings(
         task=task, base=resolve_model_path(base or cfg.model.name), out=Path(out),
         head_only=head_only, epochs=epochs, probe_epochs=probe_epochs, lr=lr, max_length=max_length,
         batch_size=batch_size, seed=seed, dtype=resolve_dtype(cfg.model.dtype), pooling=pooling,
+        **stop,
     )
     from flows.train import train_head
 
@@ -102,6 +138,8 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
         return
     metric = receipt["metric"]
     click.echo(f"saved {task} head to {out}")
+    click.echo(f"{receipt['stopped']['message']}; batch size {short['batch_size']}, max length "
+               f"{short['max_length']}")
     click.echo(f"best epoch {short['best_epoch']}: validation {metric} {short['validation'][metric]:.4f}")
     if short["test"]:
         click.echo(f"test {metric} {short['test'][metric]:.4f}")

@@ -97,3 +97,27 @@ def test_cli_flow_and_library_train_the_same_head(cli, tiny_bert, ner_conll, tmp
                                                 batch_size=2, lr=5e-3, dtype="fp32"))
     assert _stable(by_cli) == _stable(json.loads(json.dumps(by_library)))
     assert by_cli["recipe"]["ner_decode"].startswith("bio") and "entity_counts" in by_cli
+
+
+def test_train_defaults_write_epoch_lines_a_log_can_read(cli, tiny_bert, classifier_json, tmp_path):
+    """No flags: --epochs auto and --max-length auto; stderr (not a terminal) gets one line per
+    epoch and the stop line; --patience with a fixed --epochs is a usage error."""
+    runner = CliRunner()
+    out = tmp_path / "head"
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+                                 "--base", str(tiny_bert), "--lr", "1e-12", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["epochs_run"], summary["best_epoch"], summary["stopped"]) == (3, 1, "patience")
+    assert summary["max_length"] == 32 and summary["batch_size"] == 8
+    assert summary["warnings"] and "baseline" in summary["warnings"][0]
+    epochs = [line for line in result.stderr.splitlines() if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epochs] == [f"epoch {i} (max 20)" for i in (1, 2, 3)]
+    assert "stopped early after epoch 3" in result.stderr
+    assert "max length: auto: 32" in result.stderr
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+                                 "--base", str(tiny_bert), "--epochs", "2", "--patience", "3"])
+    assert result.exit_code == 2 and "--epochs auto only" in result.output
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+                                 "--epochs", "many"])
+    assert result.exit_code == 2 and "'many' is not 'auto' or a whole number" in result.output

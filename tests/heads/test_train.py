@@ -189,7 +189,18 @@ def test_probe_epochs_for_a_tagger(tiny_bert, ner_conll, tmp_path):
     AutoModelForTokenClassification.from_pretrained(tmp_path / "ner")
 
 
-def test_batch_size_defaults_by_task(tiny_bert, tmp_path):
-    assert TrainSettings("classifier", tiny_bert, tmp_path).batch_size == 32
-    assert TrainSettings("ner", tiny_bert, tmp_path).batch_size == 8
-    assert TrainSettings("ner", tiny_bert, tmp_path, batch_size=16).batch_size == 16
+def test_batch_size_defaults(tiny_bert, tmp_path):
+    """A fixed --epochs keeps the seeds' 32 / 8; auto epochs choose by data size."""
+    from indexer.heads.features import Encoded
+
+    def encoded(n: int) -> dict:
+        return {"train": Encoded([str(i) for i in range(n)], [[2, 3]] * n, [0] * n)}
+
+    fixed = TrainSettings("classifier", tiny_bert, tmp_path, epochs=2)
+    assert fixed.resolve(encoded(3000))[0].batch_size == 32
+    assert TrainSettings("ner", tiny_bert, tmp_path, epochs=2).resolve(encoded(3000))[0].batch_size == 8
+    auto = TrainSettings("classifier", tiny_bert, tmp_path)
+    assert [auto.resolve(encoded(n))[0].batch_size for n in (100, 3000, 5000, 12000)] == [8, 8, 16, 32]
+    assert TrainSettings("ner", tiny_bert, tmp_path).resolve(encoded(14041))[0].batch_size == 8
+    given = TrainSettings("ner", tiny_bert, tmp_path, batch_size=16).resolve(encoded(10))
+    assert given[0].batch_size == 16 and given[1]["batch_size"] == "given"
