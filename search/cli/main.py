@@ -116,7 +116,7 @@ def index_errors(summary: dict) -> list[str]:
 
 
 def _parse_where(ctx, param, values):
-    from search.query import parse_where
+    from search.filters import parse_where
 
     return parsed_option(parse_where)(ctx, param, values)
 
@@ -145,13 +145,12 @@ def _parse_where(ctx, param, values):
 def search(query, k, collection, where, mode, labels, entities, server, config_path, store_path,
            max_length, long_documents, as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
-    if server and (labels or entities):
-        raise click.UsageError("--label and --entity are not supported with --server yet")
     annotations = {}
     if server:
         from search.server import remote_search
 
-        hits = remote_search(server, query, k, collection, where, mode)
+        hits = remote_search(server, query, k, collection, where, mode, labels=labels,
+                             entities=entities)
     else:
         from indexer.store import Store
         from search.query import Searcher
@@ -166,12 +165,23 @@ def search(query, k, collection, where, mode, labels, entities, server, config_p
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
                         "text": h.text, "metadata": h.metadata, "collection": h.collection,
-                        **annotations.get((h.collection, h.id), {})})
+                        "scores": hit_scores(h), **annotations.get((h.collection, h.id), {})})
         return
     if not hits:
         click.echo("no hits", err=True)
         return
     _print_table(hits)
+
+
+def hit_scores(hit) -> dict:
+    """Why a hit ranks where it does: the cosine of its best chunk (`dense`), its BM25 score
+    (`keyword`), each null when that side did not rank it among its candidates, and the score
+    it was ranked by (`fused`: the fusion in hybrid mode, else the one side's score)."""
+    def rounded(value):
+        return None if value is None else round(value, 6)
+
+    return {"dense": rounded(hit.dense), "keyword": rounded(hit.keyword),
+            "fused": rounded(hit.score)}
 
 
 def _print_table(hits) -> None:
