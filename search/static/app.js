@@ -21,6 +21,12 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+function clearResults() {
+  $("hits").replaceChildren();
+  $("summary").textContent = "";
+  $("prev").disabled = $("next").disabled = true;
+}
+
 function say(text, kind) {
   const box = $("message");
   box.textContent = text;
@@ -174,14 +180,25 @@ async function refreshFacets() {
 }
 
 async function run() {
+  document.body.dataset.busy = "1"; // tests wait for it to go
+  try {
+    await search();
+  } finally {
+    delete document.body.dataset.busy;
+  }
+}
+
+async function search() {
   renderActiveFilters();
   const query = state.query;
   if (!query.trim()) {
+    clearResults();
     say("Type a query first: the search box is empty.");
-    refreshFacets();
+    await refreshFacets();
     return;
   }
   if (query.length > MAX_QUERY) {
+    clearResults();
     say(`The query is ${query.length.toLocaleString("en")} characters long; at most ${MAX_QUERY.toLocaleString("en")} are searched. Shorten it.`);
     return;
   }
@@ -195,8 +212,7 @@ async function run() {
       refreshFacets(),
     ]);
   } catch (err) {
-    $("summary").textContent = "";
-    $("hits").replaceChildren();
+    clearResults();
     say(err.message);
     return;
   }
