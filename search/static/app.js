@@ -90,10 +90,22 @@ function renderActiveFilters() {
   state.entities.forEach((entity, i) => chip(`entity ${entity}`, () => state.entities.splice(i, 1)));
 }
 
+const EXCERPT = 600; // characters of the matching window shown, from just before its first match
+
 function highlighted(text, spans) {
   const out = el("p", { class: "window" });
+  spans = spans || [];
+  if (text.length > EXCERPT) {
+    let from = spans.length ? Math.max(0, spans[0][0] - 120) : 0;
+    from = Math.min(from, text.length - EXCERPT);
+    const cut = text.lastIndexOf(" ", from) > from - 20 ? Math.max(0, text.lastIndexOf(" ", from)) : from;
+    const to = cut + EXCERPT;
+    spans = spans.filter(([a, b]) => a >= cut && b <= to).map(([a, b]) => [a - cut, b - cut]);
+    text = (cut > 0 ? "… " : "") + text.slice(cut, to) + (to < text.length ? " …" : "");
+    if (cut > 0) spans = spans.map(([a, b]) => [a + 2, b + 2]);
+  }
   let at = 0;
-  for (const [start, end] of spans || []) {
+  for (const [start, end] of spans) {
     if (start < at) continue;
     out.append(document.createTextNode(text.slice(at, start)));
     out.append(el("mark", {}, text.slice(start, end)));
