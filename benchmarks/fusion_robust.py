@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pickle
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,11 +73,62 @@ def score(side, fuse) -> dict:
     return retrieval_scores(run, qrels)
 
 
+def _top_z(ranked, depth: int = 100) -> float:
+    scores = [x for _, x in ranked[:depth]]
+    if len(scores) < 2:
+        return 0.0
+    mean = sum(scores) / len(scores)
+    std = (sum((x - mean) ** 2 for x in scores) / len(scores)) ** 0.5
+    return (scores[0] - mean) / std if std > 0 else 0.0
+
+
+def adaptive(dr, kr, prior: float = 0.5, norm=fusion.weighted):
+    """Per-query weights: each side's prior times how far its top score stands out (z)."""
+    zd, zk = prior * _top_z(dr), (1 - prior) * _top_z(kr)
+    w = zd / (zd + zk) if zd + zk > 0 else prior
+    return norm([dr, kr], [w, 1 - w])
+
+
+def per_query_ndcg(side, fuse) -> np.ndarray:
+    ids, qrels, dense, keyword, external = side
+    out = []
+    for q, dr, kr in zip(ids, dense, keyword):
+        judged = qrels[q]
+        gains = [judged.get(external[d], 0) for d, _ in fuse(dr, kr)[:10]]
+        ideal = sorted(judged.values(), reverse=True)[:10]
+        idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+        out.append(sum(g / math.log2(i + 2) for i, g in enumerate(gains)) / idcg if idcg else 0.0)
+    return np.asarray(out)
+
+
+def dense_leaning_choice(side, fuses: dict, family: str, samples: int = 2000) -> dict:
+    """The rule behind the default weight: among `family`'s weights, the most dense-leaning
+    one whose paired-bootstrap 95 % interval of (its nDCG@10 - the best weight's) still
+    reaches 0 on the tuning queries, i.e. not significantly worse than the optimum."""
+    names = sorted((n for n in fuses if n.startswith(family + "_w")),
+                   key=lambda n: float(n.rsplit("_w", 1)[1]))
+    scores = {n: per_query_ndcg(side, fuses[n]) for n in names}
+    best = max(names, key=lambda n: scores[n].mean())
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, len(scores[best]), (samples, len(scores[best])))
+    intervals = {}
+    for n in names:
+        diff = scores[n] - scores[best]
+        low, high = np.percentile(diff[draws].mean(axis=1), [2.5, 97.5])
+        intervals[n] = [round(float(diff.mean()), 4), round(float(low), 4), round(float(high), 4)]
+    chosen = max((n for n in names if intervals[n][2] >= 0), key=lambda n: float(n.rsplit("_w", 1)[1]))
+    return {"best": best, "chosen": chosen, "difference_to_best_and_95ci": intervals}
+
+
 def candidates() -> dict:
     """name -> fuse(dense, keyword) for every candidate; the tuned families take a parameter."""
     out = {"dense": lambda dr, kr: dr, "keyword": lambda dr, kr: kr}
     for k in (10, 20, 60, 100):
         out[f"rrf_k{k}"] = lambda dr, kr, k=k: fusion.rrf([dr, kr], k=k)
+    for w in (0.6, 0.7):
+        out[f"rrf60dense_w{w}"] = lambda dr, kr, w=w: fusion.rrf([dr, kr], k=60, weights=[w, 1 - w])
+    for w in (0.4, 0.5, 0.6, 0.7):
+        out[f"adaptive_w{w}"] = lambda dr, kr, w=w: adaptive(dr, kr, w)
     for w in [round(0.05 * i, 2) for i in range(6, 17)]:
         out[f"minmax_w{w}"] = lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w])
         out[f"zscore_w{w}"] = lambda dr, kr, w=w: fusion.zscore([dr, kr], [w, 1 - w])
@@ -101,9 +155,11 @@ def main() -> None:
         family = name.rsplit("_", 1)[0] if "_" in name else name
         if family not in families or value > tuned[families[family]]:
             families[family] = name
+    rule = {family: dense_leaning_choice(sets[tune_set][tune_split], fuses, family)
+            for family in ("minmax", "zscore")}
     default = SearchConfig()
     report: dict = {"tuned_on": args.tune, "tuning_ndcg@10": tuned,
-                    "chosen_per_family": families,
+                    "chosen_per_family": families, "dense_leaning_rule": rule,
                     "default": {"fusion": default.fusion, "dense_weight": default.dense_weight,
                                 "rrf_k": default.rrf_k},
                     "sets": {}}

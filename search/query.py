@@ -187,7 +187,8 @@ class Searcher:
         cfg = self.config.search
         if cfg.fusion == "rrf":
             return fusion.rrf([dense, keyword], k=cfg.rrf_k)
-        return fusion.weighted([dense, keyword], [cfg.dense_weight, 1.0 - cfg.dense_weight])
+        combine = fusion.zscore if cfg.fusion == "zscore" else fusion.weighted
+        return combine([dense, keyword], [cfg.dense_weight, 1.0 - cfg.dense_weight])
 
     def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
                      where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),

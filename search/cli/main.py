@@ -184,16 +184,23 @@ def hit_scores(hit) -> dict:
             "fused": rounded(hit.score)}
 
 
+def _side(value) -> str:
+    return f"{value:6.3f}" if value is not None else f"{'-':>6}"
+
+
 def _print_table(hits) -> None:
     id_width = min(max(len(h.id) for h in hits), 40)
-    click.echo(f"{'rank':>4}  {'score':>6}  {'id':<{id_width}}  title / snippet")
+    both = any(h.dense is not None for h in hits) and any(h.keyword is not None for h in hits)
+    sides = f"  {'dense':>6}  {'bm25':>6}" if both else ""  # hybrid: why each ranks there
+    click.echo(f"{'rank':>4}  {'score':>6}{sides}  {'id':<{id_width}}  title / snippet")
     for h in hits:
         snippet = " ".join(h.text[h.chunk_start:h.chunk_end].split())
         if h.chunk_start > 0:  # a later window: mark the cut
             snippet = "… " + snippet
         title = (h.title or "").strip()
         line = f"{title} | {snippet}" if title else snippet
-        click.echo(f"{h.rank:>4}  {h.score:6.3f}  {h.id[:id_width]:<{id_width}}  "
+        sides = f"  {_side(h.dense)}  {_side(h.keyword)}" if both else ""
+        click.echo(f"{h.rank:>4}  {h.score:6.3f}{sides}  {h.id[:id_width]:<{id_width}}  "
                    f"{textwrap.shorten(line, 90, placeholder=' …')}")
 
 
