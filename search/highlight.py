@@ -54,3 +54,21 @@ def highlight_spans(text: str, query: str, limit: int = 200) -> list[tuple[int, 
             if len(spans) >= limit:
                 break
     return spans
+
+
+def excerpt(text: str, query: str, limit: int = 1500) -> tuple[str, list[tuple[int, int]]]:
+    """At most `limit` characters of `text` from just before its first query word, and the
+    spans of query words in that excerpt (a keyword-only hit's window is its whole text).
+
+    Returns:
+        (excerpt, spans relative to the excerpt).
+    """
+    if len(text) <= limit:
+        return text, highlight_spans(text, query)
+    first = highlight_spans(text, query, limit=1)
+    start = max(0, min(first[0][0] - 200, len(text) - limit)) if first else 0
+    if start:
+        space = text.find(" ", start)
+        start = space + 1 if 0 <= space < start + 40 else start
+    part = text[start:start + limit]
+    return part, highlight_spans(part, query)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.errors import BertindexError, InputError, RemoteError
 from search.filters import parse_entities, parse_labels
-from search.highlight import highlight_spans
+from search.highlight import excerpt
 from search.query import Searcher, SearchHit
 
 log = logging.getLogger(__name__)
@@ -153,9 +153,8 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES):
             if request.annotations:
                 row.update(found.get((hit.collection, hit.id), {"labels": [], "entities": []}))
             if request.highlight:
-                window = hit.text[hit.chunk_start:hit.chunk_end]
-                row["window"] = window
-                row["highlights"] = highlight_spans(window, request.query)
+                row["window"], row["highlights"] = excerpt(
+                    hit.text[hit.chunk_start:hit.chunk_end], request.query)
             out.append(row)
         return {"hits": out, "offset": request.offset,
                 "mode": request.mode or searcher.config.search.mode,

@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-
 from browser import console_errors, headless_chromium, screenshot
+
 from indexer.annotate.annotator import Annotation
 from indexer.config import Config
 from indexer.heads.types.base import Entity, Label

@@ -12,7 +12,7 @@ from indexer.ingest.pipeline import sync_vector_index
 from indexer.ingest.run import run_index
 from indexer.store import Store
 from indexer.store.annotations import write_annotations
-from search.highlight import highlight_spans, stem
+from search.highlight import excerpt, highlight_spans, stem
 from search.query import Searcher
 
 
@@ -137,3 +137,8 @@ def test_highlight_spans():
     assert highlight_spans(text, "the of a") == []
     assert stem("parsing") == stem("parse") == stem("parser") == "pars"
     assert highlight_spans("<script>alert(1)</script>", "script") == [(1, 7), (18, 24)]
+    long = "lorem ipsum " * 300 + "the gzip format " + "dolor sit " * 300
+    part, spans = excerpt(long, "gzip", limit=500)
+    assert len(part) <= 500 and [part[a:b] for a, b in spans] == ["gzip"]
+    assert part.startswith("lorem") and spans[0][0] <= 200
+    assert excerpt("short gzip text", "gzip") == ("short gzip text", [(6, 10)])
