@@ -44,6 +44,12 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 300) -> None:
     raise SystemExit("server did not become ready")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ask(conn: http.client.HTTPConnection, text: str, k: int, mode: str) -> dict:
     body = json.dumps({"query": text, "k": k, "mode": mode})
     conn.request("POST", "/search", body, {"Content-Type": "application/json"})
@@ -54,10 +60,12 @@ def ask(conn: http.client.HTTPConnection, text: str, k: int, mode: str) -> dict:
     return json.loads(payload)
 
 
-def sequential(port: int, texts: list[str], k: int, mode: str) -> dict:
+def sequential(port: int, texts: list[str], k: int, mode: str, pid: int) -> dict:
     conn = http.client.HTTPConnection(HOST, port, timeout=60)
     rtt, server = [], []
     for i, text in enumerate([texts[0]] * 10 + texts):  # 10 warm-up queries
+        if i == 10:
+            cpu = cpu_seconds(pid)
         t = time.perf_counter()
         answer = ask(conn, text, k, mode)
         if i >= 10:
@@ -66,11 +74,13 @@ def sequential(port: int, texts: list[str], k: int, mode: str) -> dict:
     conn.close()
     return {"p50_ms": round(float(np.percentile(rtt, 50)) * 1000, 2),
             "p99_ms": round(float(np.percentile(rtt, 99)) * 1000, 2),
-            "server_p50_ms": round(float(np.percentile(server, 50)), 2)}
+            "server_p50_ms": round(float(np.percentile(server, 50)), 2),
+            # CPU the server spent per query: what a quiet core would take, whatever the load
+            "server_cpu_ms_per_query": round(1000 * (cpu_seconds(pid) - cpu) / len(texts), 2)}
 
 
 def load(port: int, texts: list[str], k: int, clients: int, requests: int, seconds: float,
-         mode: str = "hybrid") -> dict:
+         pid: int, mode: str = "hybrid") -> dict:
     """`clients` threads, each on its own connection, until `requests` answers or `seconds`."""
     lock = threading.Lock()
     state = {"next": 0, "done": 0}
@@ -102,13 +112,16 @@ def load(port: int, texts: list[str], k: int, clients: int, requests: int, secon
         conn.close()
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    cpu = cpu_seconds(pid)
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(seconds + 120)
     wall = time.perf_counter() - started
-    return {"clients": clients, "answered": state["done"], "errors": len(errors),
+    cpu = cpu_seconds(pid) - cpu
+    return {"clients": clients, "server_cpu_ms_per_query": round(1000 * cpu / max(1, state["done"]), 2),
+            "server_cores_busy": round(cpu / wall, 2), "answered": state["done"], "errors": len(errors),
             "first_errors": errors[:3], "seconds": round(wall, 2),
             "queries_per_s": round(state["done"] / wall, 2),
             "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 2) if latencies else None,
@@ -153,12 +166,12 @@ def main() -> None:
     try:
         wait_ready(args.port, proc)
         for mode in filter(None, args.modes.split(",")):
-            report[mode] = sequential(args.port, texts[: args.n], args.k, mode)
+            report[mode] = sequential(args.port, texts[: args.n], args.k, mode, proc.pid)
             print(mode, report[mode], file=sys.stderr)
         levels = []
         for clients in (int(c) for c in args.clients.split(",") if c):
             levels.append(load(args.port, texts, args.k, clients, args.load_requests,
-                               args.load_seconds))
+                               args.load_seconds, proc.pid))
             print("load", levels[-1], file=sys.stderr)
         if levels:
             report["load"] = levels
