@@ -14,11 +14,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Literal
 
@@ -86,13 +87,46 @@ def _one_line(exc) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES):
+def thread_pinner(threads: int | None) -> Callable[[], None]:
+    """A function that, called first thing in a worker thread, caps the OpenMP threads torch
+    and FAISS use from that thread.
+
+    `torch.set_num_threads` and `faiss.omp_set_num_threads` set the calling thread's OpenMP
+    team size only: a query on one of FastAPI's pool threads otherwise forks a team of one
+    thread per core whose spinning doubled the CPU a query cost (28 -> 17 ms on SciFact with
+    the cap, `benchmarks/serve_latency.py`).
+
+    Args:
+        threads: the cap; None: what the calling (main) thread has now.
+    """
+    import faiss
+
+    torch = sys.modules.get("torch")  # pinned only where the query path loaded it
+    if threads is None:
+        threads = torch.get_num_threads() if torch is not None else faiss.omp_get_max_threads()
+    local = threading.local()
+
+    def pin() -> None:
+        if getattr(local, "threads", None) == threads:
+            return
+        if torch is not None:
+            torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+        local.threads = threads
+
+    return pin
+
+
+def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
+               threads: int | None = None):
     """The FastAPI application serving `searcher`.
 
     Args:
         searcher: a loaded Searcher. With its store open read-only, queries run side by side
             (one DuckDB cursor per thread); a writable store is queried one at a time.
         max_body_bytes: larger request bodies get 413 without being read.
+        threads: CPU threads one query may use in torch and FAISS (None: as the calling
+            thread).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.exceptions import RequestValidationError
@@ -106,6 +140,7 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES):
     else:
         serial = threading.Lock()
     searcher.warm()  # model, keyword index and chunk map now, not on the first requests
+    pin_threads = thread_pinner(threads)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, exc) -> JSONResponse:
@@ -137,6 +172,7 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES):
         `bertindex search --json`, its side scores (`dense`, `keyword`) and, when asked,
         `labels`, `entities`, `window` and `highlights`."""
         started = time.perf_counter()
+        pin_threads()
         try:
             filters = request.parsed()
             with serial:

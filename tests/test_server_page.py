@@ -142,3 +142,32 @@ def test_highlight_spans():
     assert len(part) <= 500 and [part[a:b] for a, b in spans] == ["gzip"]
     assert part.startswith("lorem") and spans[0][0] <= 200
     assert excerpt("short gzip text", "gzip") == ("short gzip text", [(6, 10)])
+
+
+def test_worker_threads_get_the_thread_cap():
+    """A query on a pool thread must not fork an OpenMP team per core (their spinning doubled
+    a query's CPU): the pinner caps FAISS (and torch, when loaded) in the calling thread."""
+    import threading
+
+    import faiss
+
+    from search.server import thread_pinner
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    try:
+        seen = {}
+
+        def worker(pin):
+            if pin is not None:
+                pin()
+            seen[pin is not None] = faiss.omp_get_max_threads()
+
+        pin = thread_pinner(1)
+        for p in (None, pin):
+            thread = threading.Thread(target=worker, args=(p,))
+            thread.start()
+            thread.join()
+        assert seen == {False: 2, True: 1}
+    finally:
+        faiss.omp_set_num_threads(before)

@@ -42,6 +42,6 @@ def serve(host, port, max_request_bytes, threads, config_path, store_path):
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path, read_only=True) as store:
         store.set_threads(threads)
-        app = create_app(Searcher(cfg, store), max_request_bytes)
+        app = create_app(Searcher(cfg, store), max_request_bytes, threads)
         click.echo(f"serving {cfg.store.path} on http://{host}:{port}", err=True)
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
