@@ -4,8 +4,8 @@ loaded, so a query costs only encode + search + fetch. Also the client (`remote_
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
 `POST /facets`. Bodies over the configured size, and POST bodies without a Content-Length, are
 refused before they are read. Queries run side by side on a thread pool: each thread queries
-the read-only store through its own DuckDB cursor, and torch, FAISS, tantivy and DuckDB release
-the GIL while they compute. Does not write to the store.
+the read-only store through its own DuckDB cursor, and torch, FAISS and DuckDB release the GIL
+while they compute. Does not write to the store.
 """
 
 from __future__ import annotations
