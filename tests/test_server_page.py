@@ -115,8 +115,9 @@ def test_bad_requests_get_one_line_messages(client):
 def test_queries_run_side_by_side_with_the_same_answers(client):
     queries = ["the cat", "gzip data", "parse arguments", "red apple", "sofa dog", "python"]
     modes = ["hybrid", "dense", "keyword"]
-    requests = [{"query": q, "k": 3, "mode": m, "annotations": True}
-                for q in queries for m in modes] * 4
+    filters = [{}, {"where": {"kind": "code"}}, {"labels": ["kind=pet"]}]  # FAISS selectors too
+    requests = [{"query": q, "k": 3, "mode": m, "annotations": True, **f}
+                for q in queries for m in modes for f in filters] * 2
     serial = [client.post("/search", json=r).json()["hits"] for r in requests]
     with ThreadPoolExecutor(8) as pool:
         parallel = list(pool.map(lambda r: client.post("/search", json=r).json()["hits"],
