@@ -1,9 +1,13 @@
-"""Query latency through `bertindex serve`: starts the server on a store, sends BEIR queries one
-at a time over one keep-alive connection, reports p50/p99 round trip (encode + search + fetch
-metadata + HTTP) per mode.
+"""Query latency and throughput through `bertindex serve`: starts the server on a store (on
+127.0.0.1 only), then (1) sends BEIR queries one at a time over one keep-alive connection and
+reports p50/p99 round trip (encode + search + fetch + HTTP) per mode, and (2) runs a bounded
+load test per client count: each client thread sends hybrid queries over its own keep-alive
+connection until `--load-requests` answers are in or `--load-seconds` have passed, whichever
+comes first; reports throughput, p50/p99 latency, errors, and the throughput ratio of the
+most clients to one client, all measured in this one run.
 
-    .venv/bin/python benchmarks/serve_latency.py --store /tmp/bertindex-scifact \
-        --queries ../shared/data/scifact/queries.jsonl -n 500
+    python benchmarks/serve_latency.py --store /tmp/bertindex-scifact \
+        --queries ../shared/data/scifact/queries.jsonl -n 500 --clients 1,16
 """
 
 from __future__ import annotations
@@ -11,23 +15,27 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
+import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"  # the load test talks to this machine only
 
 
-def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 180) -> None:
+def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"server exited with {proc.returncode}")
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn = http.client.HTTPConnection(HOST, port, timeout=2)
             conn.request("GET", "/health")
             if conn.getresponse().status == 200:
                 return
@@ -36,44 +44,148 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 180) -> None:
     raise SystemExit("server did not become ready")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ask(conn: http.client.HTTPConnection, text: str, k: int, mode: str) -> dict:
+    body = json.dumps({"query": text, "k": k, "mode": mode})
+    conn.request("POST", "/search", body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    payload = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"HTTP {response.status}: {payload[:200]!r}")
+    return json.loads(payload)
+
+
+def sequential(port: int, texts: list[str], k: int, mode: str, pid: int) -> dict:
+    conn = http.client.HTTPConnection(HOST, port, timeout=60)
+    rtt, server = [], []
+    for i, text in enumerate([texts[0]] * 10 + texts):  # 10 warm-up queries
+        if i == 10:
+            cpu = cpu_seconds(pid)
+        t = time.perf_counter()
+        answer = ask(conn, text, k, mode)
+        if i >= 10:
+            rtt.append(time.perf_counter() - t)
+            server.append(answer["took_ms"])
+    conn.close()
+    return {"p50_ms": round(float(np.percentile(rtt, 50)) * 1000, 2),
+            "p99_ms": round(float(np.percentile(rtt, 99)) * 1000, 2),
+            "server_p50_ms": round(float(np.percentile(server, 50)), 2),
+            # CPU the server spent per query: what a quiet core would take, whatever the load
+            "server_cpu_ms_per_query": round(1000 * (cpu_seconds(pid) - cpu) / len(texts), 2)}
+
+
+def load(port: int, texts: list[str], k: int, clients: int, requests: int, seconds: float,
+         pid: int, mode: str = "hybrid") -> dict:
+    """`clients` threads, each on its own connection, until `requests` answers or `seconds`."""
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0}
+    latencies: list[float] = []
+    errors: list[str] = []
+    deadline = time.perf_counter() + seconds
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(HOST, port, timeout=60)
+        while time.perf_counter() < deadline:
+            with lock:
+                if state["next"] >= requests:
+                    break
+                i = state["next"]
+                state["next"] += 1
+            t = time.perf_counter()
+            try:
+                ask(conn, texts[i % len(texts)], k, mode)
+            except (OSError, RuntimeError, http.client.HTTPException) as exc:
+                with lock:
+                    errors.append(str(exc))
+                conn.close()
+                conn = http.client.HTTPConnection(HOST, port, timeout=60)
+                continue
+            elapsed = time.perf_counter() - t
+            with lock:
+                latencies.append(elapsed)
+                state["done"] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    cpu = cpu_seconds(pid)
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 120)
+    wall = time.perf_counter() - started
+    cpu = cpu_seconds(pid) - cpu
+    return {"clients": clients, "server_cpu_ms_per_query": round(1000 * cpu / max(1, state["done"]), 2),
+            "server_cores_busy": round(cpu / wall, 2), "answered": state["done"], "errors": len(errors),
+            "first_errors": errors[:3], "seconds": round(wall, 2),
+            "queries_per_s": round(state["done"] / wall, 2),
+            "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 2) if latencies else None,
+            "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 2) if latencies else None}
+
+
+def cpu_name() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                 if line.startswith("model name")), "?")
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    return f"{name}, {os.cpu_count()} cores" + (", avx512" if "avx512f" in flags else "") + (
+        ", avx512_bf16" if "avx512_bf16" in flags else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
     parser.add_argument("--queries", type=Path, default=ROOT.parent / "shared/data/scifact/queries.jsonl")
-    parser.add_argument("-n", type=int, default=500)
+    parser.add_argument("-n", type=int, default=500, help="sequential queries per mode")
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--port", type=int, default=8799)
     parser.add_argument("--modes", default="hybrid,dense,keyword")
+    parser.add_argument("--clients", default="1,16", help="client counts of the load test")
+    parser.add_argument("--load-requests", type=int, default=600)
+    parser.add_argument("--load-seconds", type=float, default=60)
+    parser.add_argument("--code", type=Path, default=ROOT,
+                        help="checkout whose server to start (e.g. an older one, for a before/after)")
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     texts = [json.loads(line)["text"] for line in args.queries.open()]
-    texts = (texts * (args.n // len(texts) + 1))[: args.n]
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/bertindex"), "serve", "--store", args.store,
-                             "--port", str(args.port)])
-    report = {"store": args.store, "queries": len(texts), "k": args.k}
+    texts = (texts * (args.n // len(texts) + 1))[: max(args.n, args.load_requests)]
+    env = dict(os.environ, PYTHONPATH=str(args.code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "search.cli.main", "serve", "--store",
+                             args.store, "--host", HOST, "--port", str(args.port)], env=env)
+    report: dict = {"code": str(args.code), "store": args.store, "queries": args.n, "k": args.k, "cpu": cpu_name(),
+                    "load_before": os.getloadavg()}
     try:
         wait_ready(args.port, proc)
-        conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=30)
-        for mode in args.modes.split(","):
-            rtt, server = [], []
-            for i, text in enumerate([texts[0]] * 10 + texts):  # 10 warm-up queries
-                body = json.dumps({"query": text, "k": args.k, "mode": mode})
-                t = time.perf_counter()
-                conn.request("POST", "/search", body, {"Content-Type": "application/json"})
-                answer = json.loads(conn.getresponse().read())
-                if i >= 10:
-                    rtt.append(time.perf_counter() - t)
-                    server.append(answer["took_ms"])
-            report[mode] = {
-                "p50_ms": round(float(np.percentile(rtt, 50)) * 1000, 2),
-                "p99_ms": round(float(np.percentile(rtt, 99)) * 1000, 2),
-                "server_p50_ms": round(float(np.percentile(server, 50)), 2),
-            }
+        for mode in filter(None, args.modes.split(",")):
+            report[mode] = sequential(args.port, texts[: args.n], args.k, mode, proc.pid)
             print(mode, report[mode], file=sys.stderr)
+        levels = []
+        for clients in (int(c) for c in args.clients.split(",") if c):
+            levels.append(load(args.port, texts, args.k, clients, args.load_requests,
+                               args.load_seconds, proc.pid))
+            print("load", levels[-1], file=sys.stderr)
+        if levels:
+            report["load"] = levels
+            report["throughput_ratio"] = round(levels[-1]["queries_per_s"]
+                                               / levels[0]["queries_per_s"], 2)
     finally:
         proc.terminate()
         proc.wait(10)
-    print(json.dumps(report, indent=1))
+    report["load_after"] = os.getloadavg()
+    text = json.dumps(report, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -18,18 +18,46 @@ import numpy as np
 from indexer.errors import InputError
 
 
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """Judgements of a BEIR qrels file: `query-id <tab> corpus-id <tab> score` rows, with or
+    without a header line (BEIR's files have one; e.g. the msmarco-subset's has none).
+
+    A first line whose score column is not an integer is the header, whatever its names; any
+    other row must have three columns and an integer score.
+
+    Raises:
+        InputError: a malformed row, naming the file and line.
+    """
+    qrels: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8") as fh:
+        for number, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
+            if not row or not any(cell.strip() for cell in row):
+                continue
+            score = row[2].strip() if len(row) >= 3 else ""
+            if number == 1 and len(row) >= 3 and not _is_int(score):
+                continue  # the header line
+            if len(row) < 3 or not _is_int(score):
+                raise InputError(f"{path}:{number}: expected `query-id<TAB>corpus-id<TAB>score` "
+                                 f"with an integer score, got {chr(9).join(row)[:80]!r}")
+            qrels.setdefault(row[0].strip(), {})[row[1].strip()] = int(score)
+    return qrels
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_beir_queries(folder: Path, split: str = "test") -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     """Queries that have judgements in `qrels/<split>.tsv`, and those judgements."""
     qrels_path = folder / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
         raise InputError(f"{qrels_path} not found; a BEIR folder holds corpus.jsonl, "
                          "queries.jsonl and qrels/<split>.tsv")
-    qrels: dict[str, dict[str, int]] = {}
-    with qrels_path.open() as fh:
-        for row in csv.reader(fh, delimiter="\t"):
-            if not row or row[0] == "query-id":
-                continue
-            qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    qrels = read_qrels(qrels_path)
     queries_path = next((p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.is_file()), None)
     if queries_path is None:
         raise InputError(f"{folder}: queries.jsonl not found")

@@ -5,6 +5,7 @@ set; the documents' metadata comes from the store.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -30,6 +31,8 @@ class SearchHit:
     metadata: dict
     chunk_start: int
     chunk_end: int
+    dense: float | None = None  # cosine of the best chunk, when the dense side ranked it
+    keyword: float | None = None  # BM25, when the keyword side ranked it
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -38,22 +41,15 @@ class SearchHit:
 @dataclass(frozen=True)
 class RankedDoc:
     """A document in a ranking, before its text is fetched: its score and, from a dense
-    search, the chunk that scored best (None from a keyword-only ranking)."""
+    search, the chunk that scored best (None from a keyword-only ranking); `dense` and
+    `keyword` are the side scores behind a fused score (None: that side did not rank it
+    among its candidates)."""
 
     doc_id: int
     score: float
     chunk_id: int | None = None
-
-
-def parse_where(items: Sequence[str]) -> list[tuple[str, str]]:
-    """`FIELD=VALUE` strings -> pairs; the value may itself contain '='."""
-    pairs = []
-    for item in items:
-        field_name, sep, value = item.partition("=")
-        if not sep or not field_name:
-            raise InputError(f"--where '{item}' must look like FIELD=VALUE")
-        pairs.append((field_name, value))
-    return pairs
+    dense: float | None = None
+    keyword: float | None = None
 
 
 MODES = ("dense", "keyword", "hybrid")
@@ -105,6 +101,15 @@ class Searcher:
             self._encoder = load_encoder(self.config.model)
             self.store.check_provenance(self._encoder.provenance, QUERY_KEYS)
         return self._encoder
+
+    def warm(self) -> None:
+        """Load now what the first queries would load: the model, the keyword index's
+        searcher and the chunk -> document map (a server does this before it listens)."""
+        self.encoder  # noqa: B018
+        if self.index is not None and self.index.ntotal:
+            self._doc_of(np.zeros(0, np.int64))
+        with contextlib.suppress(VectorIndexError):  # no keyword index: keyword searches say so
+            self.keyword.searcher  # noqa: B018
 
     @property
     def keyword(self) -> KeywordIndex:
@@ -169,12 +174,15 @@ class Searcher:
         if mode == "dense":
             return [r[:k] for r in dense]
         if mode == "keyword":
-            return [[RankedDoc(d, s) for d, s in r][:k] for r in keyword]
+            return [[RankedDoc(d, s, keyword=s) for d, s in r[:k]] for r in keyword]
         out = []
         for dense_r, keyword_r in zip(dense, keyword):
-            chunk_of = {m.doc_id: m.chunk_id for m in dense_r}
+            by_doc = {m.doc_id: m for m in dense_r}
+            bm25 = dict(keyword_r)
             fused = self.fuse([(m.doc_id, m.score) for m in dense_r], keyword_r)
-            out.append([RankedDoc(d, s, chunk_of.get(d)) for d, s in fused[:k]])
+            out.append([RankedDoc(d, s, by_doc[d].chunk_id if d in by_doc else None,
+                                  by_doc[d].score if d in by_doc else None, bm25.get(d))
+                        for d, s in fused[:k]])
         return out
 
     def fuse(self, dense: fusion.Ranked, keyword: fusion.Ranked) -> list[tuple[int, float]]:
@@ -182,7 +190,8 @@ class Searcher:
         cfg = self.config.search
         if cfg.fusion == "rrf":
             return fusion.rrf([dense, keyword], k=cfg.rrf_k)
-        return fusion.weighted([dense, keyword], [cfg.dense_weight, 1.0 - cfg.dense_weight])
+        combine = fusion.zscore if cfg.fusion == "zscore" else fusion.weighted
+        return combine([dense, keyword], [cfg.dense_weight, 1.0 - cfg.dense_weight])
 
     def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
                      where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
@@ -223,7 +232,8 @@ class Searcher:
                 if h is None:  # keyword index already past (or behind) the published snapshot
                     continue
                 hits.append(SearchHit(len(hits) + 1, float(m.score), h.external_id, h.collection,
-                                      h.title, h.text, h.metadata, h.start_char, h.end_char))
+                                      h.title, h.text, h.metadata, h.start_char, h.end_char,
+                                      m.dense, m.keyword))
             out.append(hits)
         return out
 
@@ -256,7 +266,7 @@ class Searcher:
             best: dict[int, RankedDoc] = {}
             for c, d, s in zip(chunk_ids.tolist(), doc_ids.tolist(), chunk_scores.tolist()):
                 if d not in best:  # results come best first
-                    best[d] = RankedDoc(d, s, c)
+                    best[d] = RankedDoc(d, s, c, dense=s)
             if len(best) >= k or fetch >= limit:
                 return list(best.values())[:k]
             fetch = min(limit, fetch * 4)

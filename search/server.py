@@ -1,25 +1,34 @@
 """HTTP JSON API over one store (`bertindex serve`): the model, FAISS and keyword indexes stay
 loaded, so a query costs only encode + search + fetch. Also the client (`remote_search`).
 
-Endpoints: `GET /health`, `POST /search`, and the review page `/review` (`search.review_page`).
-Bodies over the configured size, and POST bodies without a Content-Length, are refused before
-they are read. Searches do not write to the store (the review page does, one short write each).
+Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
+`POST /facets`, and the review page `/review` (`search.review_page`). Bodies over the
+configured size, and POST bodies without a Content-Length, are refused before they are
+read. Queries run side by side on a thread pool: each thread queries the read-only store
+through its own DuckDB cursor, and torch, FAISS and DuckDB release the GIL while they
+compute. Searches do not write to the store (the review page does, one short write each).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import resources
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.errors import BertindexError, InputError, RemoteError
+from search.filters import parse_entities, parse_labels
+from search.highlight import excerpt
 from search.query import Searcher, SearchHit
 
 log = logging.getLogger(__name__)
@@ -28,60 +37,195 @@ DEFAULT_PORT = 8765
 MAX_BODY_BYTES = 16_384  # a query of a few thousand characters plus filters fits easily
 MAX_QUERY_CHARS = 4_000
 MAX_K = 1_000
+# the page's files (package data); nothing else under static/ is served
+STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css"}
+PAGE_HEADERS = {  # the page runs only its own script: injected markup could not execute
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; object-src 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
 
 
-class SearchRequest(BaseModel):
-    """The body of `POST /search`; unknown fields are refused (422)."""
+class Filters(BaseModel):
+    """Filters shared by `POST /search` and `POST /facets`; unknown fields are refused (422)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    k: int = Field(10, ge=1, le=MAX_K)
-    mode: Literal["dense", "keyword", "hybrid"] | None = None
     collection: str | None = None
     where: dict[str, str] = Field(default_factory=dict,
                                   description="metadata field -> value; all must match")
+    labels: list[str] = Field(default_factory=list, max_length=50,
+                              description="`HEAD=LABEL` from `bertindex annotate`; all must match")
+    entities: list[str] = Field(default_factory=list, max_length=50,
+                                description="`TYPE` or `TYPE=TEXT`; all must match")
+
+    def parsed(self) -> dict:
+        """Keyword arguments for `Searcher.search` / `Store.facet_counts` (InputError on a
+        malformed label or entity string)."""
+        return {"collection": self.collection, "where": list(self.where.items()),
+                "labels": parse_labels(self.labels), "entities": parse_entities(self.entities)}
 
 
-def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES):
+class SearchRequest(Filters):
+    """The body of `POST /search`."""
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    k: int = Field(10, ge=1, le=MAX_K)
+    offset: int = Field(0, ge=0, le=MAX_K, description="skip this many hits (the next page)")
+    mode: Literal["dense", "keyword", "hybrid"] | None = None
+    annotations: bool = Field(False, description="add each hit's labels and entities")
+    highlight: bool = Field(False, description="add each hit's matching window and the spans "
+                                               "of it that hold query words")
+
+
+def _one_line(exc) -> str:
+    """A request validation error as one line: `field: problem; field: problem`."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    return "; ".join(parts) or "invalid request"
+
+
+def thread_pinner(threads: int | None) -> Callable[[], None]:
+    """A function that, called first thing in a worker thread, caps the OpenMP threads torch
+    and FAISS use from that thread.
+
+    `torch.set_num_threads` and `faiss.omp_set_num_threads` set the calling thread's OpenMP
+    team size only: a query on one of FastAPI's pool threads otherwise forks a team of one
+    thread per core whose spinning doubled the CPU a query cost (28 -> 17 ms on SciFact with
+    the cap, `benchmarks/serve_latency.py`).
+
+    Args:
+        threads: the cap; None: what the calling (main) thread has now.
+    """
+    import faiss
+
+    torch = sys.modules.get("torch")  # pinned only where the query path loaded it
+    if threads is None:
+        threads = torch.get_num_threads() if torch is not None else faiss.omp_get_max_threads()
+    local = threading.local()
+
+    def pin() -> None:
+        if getattr(local, "threads", None) == threads:
+            return
+        if torch is not None:
+            torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+        local.threads = threads
+
+    return pin
+
+
+def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
+               threads: int | None = None):
     """The FastAPI application serving `searcher`.
 
     Args:
-        searcher: a loaded Searcher (its store open read-only).
+        searcher: a loaded Searcher. With its store open read-only, queries run side by side
+            (one DuckDB cursor per thread); a writable store is queried one at a time.
         max_body_bytes: larger request bodies get 413 without being read.
+        threads: CPU threads one query may use in torch and FAISS (None: as the calling
+            thread).
     """
     from fastapi import FastAPI, HTTPException
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
 
     app = FastAPI(title="bertindex", description="Search one bertindex store.")
-    lock = threading.Lock()  # one DuckDB connection and one torch model: one query at a time
-    searcher.encoder  # load the model now, not on the first request  # noqa: B018
+    store = searcher.store
+    if store.read_only:
+        store.share_across_threads()
+        serial = contextlib.nullcontext()
+    else:
+        serial = threading.Lock()
+    searcher.warm()  # model, keyword index and chunk map now, not on the first requests
+    pin_threads = thread_pinner(threads)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, exc) -> JSONResponse:
+        return JSONResponse({"detail": _one_line(exc)}, status_code=422)
+
+    @app.get("/", include_in_schema=False)
+    def page() -> Response:
+        """The search page."""
+        return Response(_static("index.html"), media_type="text/html; charset=utf-8",
+                        headers=PAGE_HEADERS)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        if name not in STATIC_FILES:
+            raise HTTPException(status_code=404, detail=f"no file {name!r}")
+        return Response(_static(name), media_type=STATIC_FILES[name] + "; charset=utf-8",
+                        headers=PAGE_HEADERS)
 
     @app.get("/health")
     def health() -> dict:
         """Liveness and what is loaded."""
         ntotal = searcher.index.ntotal if searcher.index is not None else 0
-        return {"status": "ok", "store": str(searcher.store.path), "vectors": ntotal,
+        return {"status": "ok", "store": str(store.path), "vectors": ntotal,
                 "mode": searcher.config.search.mode}
 
     @app.post("/search")
-    async def search(request: SearchRequest) -> dict:  # inline: no thread hop, one at a time
-        """Top-k documents for one query; the same fields as `bertindex search --json`."""
+    def search(request: SearchRequest) -> dict:  # a plain def: FastAPI runs it on its pool
+        """Top-k documents for one query (after `offset`); each hit has the fields of
+        `bertindex search --json`, its side scores (`dense`, `keyword`) and, when asked,
+        `labels`, `entities`, `window` and `highlights`."""
         started = time.perf_counter()
+        pin_threads()
         try:
-            with lock:
-                hits = searcher.search(request.query, request.k, request.collection,
-                                       list(request.where.items()), request.mode)
+            filters = request.parsed()
+            with serial:
+                hits = searcher.search(request.query, request.k + request.offset,
+                                       mode=request.mode, **filters)[request.offset:]
+                found = _annotations(store, hits) if request.annotations else {}
         except InputError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
         except BertindexError as exc:
             raise HTTPException(status_code=500, detail=str(exc)) from None
-        return {"hits": [h.to_dict() for h in hits],
+        out = []
+        for hit in hits:
+            row = hit.to_dict()
+            if request.annotations:
+                row.update(found.get((hit.collection, hit.id), {"labels": [], "entities": []}))
+            if request.highlight:
+                row["window"], row["highlights"] = excerpt(
+                    hit.text[hit.chunk_start:hit.chunk_end], request.query)
+            out.append(row)
+        return {"hits": out, "offset": request.offset,
+                "mode": request.mode or searcher.config.search.mode,
                 "took_ms": round(1000 * (time.perf_counter() - started), 3)}
+
+    @app.post("/facets")
+    def facets(request: Filters) -> dict:
+        """Documents per collection, label and entity type among those passing the filters."""
+        try:
+            filters = request.parsed()
+            with serial:
+                return store.facet_counts(**filters)
+        except InputError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from None
+        except BertindexError as exc:
+            raise HTTPException(status_code=500, detail=str(exc)) from None
 
     from search.review_page import add_review_routes
 
     add_review_routes(app, searcher.store.path)  # /review (search/review_page.py)
     return _BodyLimit(app, max_body_bytes)
+
+
+def _static(name: str) -> bytes:
+    return resources.files("search").joinpath("static", name).read_bytes()
+
+
+def _annotations(store, hits: Sequence[SearchHit]) -> dict:
+    """{(collection, id): {"labels", "entities"}} of the hits (empty for an old store)."""
+    from indexer.store.annotations import annotations_by_document, has_annotations
+
+    if not hits or not has_annotations(store):
+        return {}
+    return annotations_by_document(store, [(h.collection, h.id) for h in hits])
 
 
 class _BodyLimit:
@@ -116,14 +260,16 @@ class _BodyLimit:
 
 def remote_search(url: str, query: str, k: int = 10, collection: str | None = None,
                   where: Sequence[tuple[str, str]] = (), mode: str | None = None,
-                  timeout: float = 30.0) -> list[SearchHit]:
+                  timeout: float = 30.0, *, labels: Sequence[tuple[str, str]] = (),
+                  entities: Sequence[tuple[str, str | None]] = ()) -> list[SearchHit]:
     """Ask a running `bertindex serve` at `url` (e.g. http://127.0.0.1:8765).
 
     Raises:
         RemoteError: the server is unreachable or answered with an error.
     """
     payload = {"query": query, "k": k, "collection": collection, "where": dict(where),
-               "mode": mode}
+               "mode": mode, "labels": [f"{h}={lb}" for h, lb in labels],
+               "entities": [t if x is None else f"{t}={x}" for t, x in entities]}
     data = json.dumps(payload).encode()
     request = urllib.request.Request(url.rstrip("/") + "/search", data=data, method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -136,4 +282,6 @@ def remote_search(url: str, query: str, k: int = 10, collection: str | None = No
     except (urllib.error.URLError, OSError) as exc:
         raise RemoteError(f"cannot reach {url} ({exc}); start a server with `bertindex serve "
                           "--store DIR` or drop --server") from None
-    return [SearchHit(**h) for h in answer["hits"]]
+    names = {f.name for f in dataclasses.fields(SearchHit)}
+    return [SearchHit(**{key: value for key, value in h.items() if key in names})
+            for h in answer["hits"]]

@@ -57,6 +57,34 @@ def weighted(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple
     return _sorted(fused)
 
 
+def zscore(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple[int, float]]:
+    """Weighted sum of per-query standardised scores: Σ_lists weight · (s - min) / std.
+
+    Each list is scaled by the spread of its own scores (standard deviation over its
+    results) instead of their range, so one outlying top score does not squash the rest; an
+    id missing from a list gets that list's lowest value (0), as in `weighted`.
+
+    Args:
+        rankings: ranked (id, score) lists, higher score better.
+        weights: one weight per list.
+    Returns:
+        (id, fused score), best first, every id of every list once.
+    """
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
+    fused: dict[int, float] = {}
+    for ranked, weight in zip(rankings, weights):
+        if not ranked:
+            continue
+        scores = [s for _, s in ranked]
+        low, mean = min(scores), sum(scores) / len(scores)
+        std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+        for item, score in ranked:
+            norm = (score - low) / std if std > 0 else 1.0
+            fused[item] = fused.get(item, 0.0) + weight * norm
+    return _sorted(fused)
+
+
 def _sorted(fused: dict[int, float]) -> list[tuple[int, float]]:
     order = {item: i for i, item in enumerate(fused)}  # first seen wins ties
     return sorted(fused.items(), key=lambda pair: (-pair[1], order[pair[0]]))

@@ -218,13 +218,15 @@ class VectorIndex:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)
 
-    def _live_selector(self):
-        """IDSelector of the ids not deleted (built once per set of deleted ids)."""
+    def _live_selector(self) -> tuple:
+        """(deleted ids, their IDSelectorBatch, the IDSelectorNot of it: the ids not deleted),
+        built once per set of deleted ids. Callers hold the whole tuple while they search: the
+        Not selector points at the Batch one, and another thread may replace the cache."""
         cached = getattr(self, "_live", None)
         if cached is None or cached[0] is not self.deleted:
             batch = faiss.IDSelectorBatch(self.deleted)
             cached = self._live = (self.deleted, batch, faiss.IDSelectorNot(batch))
-        return cached[2]
+        return cached
 
     def _exact_among(self, queries: np.ndarray, k: int, allowed: np.ndarray):
         """Exact search over the `allowed` ids' stored vectors (full vectors, or the
@@ -246,12 +248,17 @@ class VectorIndex:
         return (self.tuning or {}).get("k_factor") or self.config.refine_factor
 
     def _search_params(self, allowed: np.ndarray | None):
-        selector = None
+        # every object the C++ side points to rides on the returned parameters, so that
+        # concurrent searches (the server's threads) never free one another's selectors
+        selector, keep = None, []
         if allowed is not None:
-            self._selector_ids = np.ascontiguousarray(allowed, dtype=np.int64)  # kept alive
-            selector = faiss.IDSelectorBatch(self._selector_ids)
+            ids = np.ascontiguousarray(allowed, dtype=np.int64)
+            selector = faiss.IDSelectorBatch(ids)
+            keep += [ids, selector]
         elif len(self.deleted):
-            selector = self._live_selector()
+            live = self._live_selector()
+            selector = live[2]
+            keep.append(live)
         default = parse_spec(self.spec).search_param
         if self.tuning is not None:
             param, value = self.tuning["param"], self.tuning["value"]
@@ -264,6 +271,7 @@ class VectorIndex:
         else:
             params = faiss.SearchParameters()
             params.sel = selector
+            params.keep_alive = keep
             return params
         if allowed is not None:
             # the search keeps only passing ids: widen it by the share that fails (≤ 16×)
@@ -275,10 +283,11 @@ class VectorIndex:
         if k_factor is not None and selector is not None:
             # IndexRefine reads a selector only from its first pass's parameters, which see
             # the IDMap's internal ids; the IDMap translates only a top-level selector
-            self._translated = (selector, faiss.IDSelectorTranslated(self.index.id_map,
-                                                                     selector))
-            selector = self._translated[1]
-        return search_params(param, value, selector, k_factor)
+            selector = faiss.IDSelectorTranslated(self.index.id_map, selector)
+            keep.append(selector)
+        params = search_params(param, value, selector, k_factor)
+        params.keep_alive = keep
+        return params
 
     # -- files --------------------------------------------------------------------------
     def save(self, store_dir: Path, data_version: int | None = None,

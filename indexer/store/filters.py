@@ -147,3 +147,46 @@ class Filters:
             return None
         rows = self.con.execute(statement.format(clauses=clauses.sql), clauses.params)
         return rows.fetchnumpy()[column].astype(np.int64)
+
+    def facet_counts(
+        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+    ) -> dict:
+        """Documents per collection, per (head, label) and per entity type, among the documents
+        that pass the filters (arguments as `filter_chunk_ids`; the collection count ignores
+        `collection` so every collection stays choosable).
+
+        Returns:
+            {"collections": {name: n}, "labels": {head: {label: n}}, "entities": {type: n}};
+            a store without annotation tables has empty label and entity counts.
+        """
+        def passing(keep_collection: bool) -> tuple[str, list[str]]:
+            clauses = filter_clauses("", collection if keep_collection else None, where, labels,
+                                     entities)
+            if clauses is None:
+                return "SELECT doc_id FROM documents", []
+            return DOCS_PASSING.format(clauses=clauses.sql), clauses.params
+
+        sql, params = passing(False)
+        out: dict = {"collections": {}, "labels": {}, "entities": {}}
+        for name, count in self.con.execute(
+                "SELECT collection, count(*) FROM documents WHERE doc_id IN "
+                f"({sql}) GROUP BY collection ORDER BY collection", params).fetchall():
+            out["collections"][name] = int(count)
+        tables = {row[0] for row in self.con.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_name IN ('annotations', 'entities')").fetchall()}
+        sql, params = passing(True)
+        if "annotations" in tables:
+            for head, label, count in self.con.execute(
+                    "SELECT head, label, count(DISTINCT doc_id) FROM annotations WHERE doc_id IN "
+                    f"({sql}) GROUP BY head, label ORDER BY head, count(DISTINCT doc_id) DESC, "
+                    "label", params).fetchall():
+                out["labels"].setdefault(head, {})[label] = int(count)
+        if "entities" in tables:
+            for kind, count in self.con.execute(
+                    "SELECT type, count(DISTINCT doc_id) FROM entities WHERE doc_id IN "
+                    f"({sql}) GROUP BY type ORDER BY count(DISTINCT doc_id) DESC, type",
+                    params).fetchall():
+                out["entities"][kind] = int(count)
+        return out

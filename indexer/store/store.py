@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,6 +81,8 @@ class Store(DocumentWrites, SideTables, Vectors, DocumentReads, Filters, RunLog,
         self.version: str | None = None
         self._lock: WriterLock | None = None
         self._bound_views = itertools.count()  # names of registered Arrow views
+        self._threads: threading.local | None = None  # per-thread cursors, once shared
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
         if read_only and snapshot:
             opened = open_current_snapshot(self.path)
             if opened is not None:
@@ -151,9 +154,43 @@ class Store(DocumentWrites, SideTables, Vectors, DocumentReads, Filters, RunLog,
                     self._bump_data_version()  # the published snapshot has the old schema
 
     # -- connection -------------------------------------------------------------------------
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection: the one opened, or after `share_across_threads` a cursor of
+        it per calling thread (a DuckDB connection runs one query at a time)."""
+        local = self._threads
+        if local is None:
+            return self._con
+        cursor = getattr(local, "cursor", None)
+        if cursor is None:
+            with self._cursor_lock:
+                cursor = local.cursor = self._con.cursor()
+                self._cursors.append(cursor)
+        return cursor
+
+    @con.setter
+    def con(self, value: duckdb.DuckDBPyConnection) -> None:
+        self._con = value
+
+    def share_across_threads(self) -> None:
+        """Let several threads query this read-only store at once: each thread gets its own
+        cursor on the same database (same snapshot, same buffer pool) on first use.
+
+        Raises:
+            StoreError: the store is open for writing (one writer, one connection).
+        """
+        if not self.read_only:
+            raise StoreError(f"{self.path}: only a read-only store is shared across threads")
+        self._cursor_lock = threading.Lock()
+        self._threads = threading.local()
+
     def close(self) -> None:
-        """Close the connection and release the writer lock."""
-        self.con.close()
+        """Close the connection (and any per-thread cursors) and release the writer lock."""
+        for cursor in self._cursors:
+            cursor.close()
+        self._cursors.clear()
+        self._threads = None
+        self._con.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None

@@ -9,7 +9,6 @@ import sys
 
 import click
 
-from indexer.errors import InputError
 from search.cli.common import (
     build_config,
     config_options,
@@ -19,29 +18,7 @@ from search.cli.common import (
     print_json,
     show_progress,
 )
-
-
-def parse_labels(items) -> list[tuple[str, str]]:
-    """`HEAD=LABEL` strings -> pairs."""
-    out = []
-    for item in items:
-        head, sep, label = item.partition("=")
-        if not sep or not head or not label:
-            raise InputError(f"--label '{item}' must look like HEAD=LABEL (e.g. offensive=offensive)")
-        out.append((head, label))
-    return out
-
-
-def parse_entities(items) -> list[tuple[str, str | None]]:
-    """`TYPE` or `TYPE=TEXT` strings -> (type, text or None)."""
-    out = []
-    for item in items:
-        kind, sep, text = item.partition("=")
-        if not kind or (sep and not text):
-            raise InputError(f"--entity '{item}' must look like TYPE or TYPE=TEXT (e.g. LOC=Paris)")
-        out.append((kind, text if sep else None))
-    return out
-
+from search.filters import parse_entities, parse_labels
 
 label_callback = parsed_option(parse_labels)
 entity_callback = parsed_option(parse_entities)

@@ -116,7 +116,7 @@ def index_errors(summary: dict) -> list[str]:
 
 
 def _parse_where(ctx, param, values):
-    from search.query import parse_where
+    from search.filters import parse_where
 
     return parsed_option(parse_where)(ctx, param, values)
 
@@ -149,15 +149,16 @@ def _parse_where(ctx, param, values):
 def search(query, k, collection, where, mode, labels, entities, human, server, config_path,
            store_path, max_length, long_documents, as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
-    if server and (labels or entities):
-        raise click.UsageError("--label and --entity are not supported with --server yet")
+    if server and human:
+        raise click.UsageError("--human is not supported with --server yet")
     if human and not labels:
         raise click.UsageError("--human qualifies --label HEAD=LABEL; give one")
     annotations = {}
     if server:
         from search.server import remote_search
 
-        hits = remote_search(server, query, k, collection, where, mode)
+        hits = remote_search(server, query, k, collection, where, mode, labels=labels,
+                             entities=entities)
     else:
         from indexer.store import Store
         from search.query import Searcher
@@ -172,7 +173,7 @@ def search(query, k, collection, where, mode, labels, entities, human, server, c
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
                         "text": h.text, "metadata": h.metadata, "collection": h.collection,
-                        **annotations.get((h.collection, h.id), {})})
+                        "scores": hit_scores(h), **annotations.get((h.collection, h.id), {})})
         return
     if not hits:
         click.echo("no hits", err=True)
@@ -180,16 +181,34 @@ def search(query, k, collection, where, mode, labels, entities, human, server, c
     _print_table(hits)
 
 
+def hit_scores(hit) -> dict:
+    """Why a hit ranks where it does: the cosine of its best chunk (`dense`), its BM25 score
+    (`keyword`), each null when that side did not rank it among its candidates, and the score
+    it was ranked by (`fused`: the fusion in hybrid mode, else the one side's score)."""
+    def rounded(value):
+        return None if value is None else round(value, 6)
+
+    return {"dense": rounded(hit.dense), "keyword": rounded(hit.keyword),
+            "fused": rounded(hit.score)}
+
+
+def _side(value) -> str:
+    return f"{value:6.3f}" if value is not None else f"{'-':>6}"
+
+
 def _print_table(hits) -> None:
     id_width = min(max(len(h.id) for h in hits), 40)
-    click.echo(f"{'rank':>4}  {'score':>6}  {'id':<{id_width}}  title / snippet")
+    both = any(h.dense is not None for h in hits) and any(h.keyword is not None for h in hits)
+    sides = f"  {'dense':>6}  {'bm25':>6}" if both else ""  # hybrid: why each ranks there
+    click.echo(f"{'rank':>4}  {'score':>6}{sides}  {'id':<{id_width}}  title / snippet")
     for h in hits:
         snippet = " ".join(h.text[h.chunk_start:h.chunk_end].split())
         if h.chunk_start > 0:  # a later window: mark the cut
             snippet = "… " + snippet
         title = (h.title or "").strip()
         line = f"{title} | {snippet}" if title else snippet
-        click.echo(f"{h.rank:>4}  {h.score:6.3f}  {h.id[:id_width]:<{id_width}}  "
+        sides = f"  {_side(h.dense)}  {_side(h.keyword)}" if both else ""
+        click.echo(f"{h.rank:>4}  {h.score:6.3f}{sides}  {h.id[:id_width]:<{id_width}}  "
                    f"{textwrap.shorten(line, 90, placeholder=' …')}")
 
 

@@ -1,4 +1,5 @@
-"""`bertindex serve`: a long-lived HTTP JSON API that keeps the model and indexes loaded.
+"""`bertindex serve`: a long-lived HTTP server (JSON API and search page) that keeps the
+model and indexes loaded.
 
 Thin layer over `search.server`; binds 127.0.0.1 unless told otherwise.
 """
@@ -18,13 +19,15 @@ from search.cli.common import build_config, config_options, handle_errors
 @click.option("--max-request-bytes", default=16_384, show_default=True,
               type=click.IntRange(256), help="Larger request bodies are refused (413).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
-              help="CPU threads per query (torch, FAISS); one is fastest for single queries.")
+              help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by side.")
 @config_options
 @handle_errors
 def serve(host, port, max_request_bytes, threads, config_path, store_path):
-    """Serve searches over HTTP (POST /search, GET /health) with the model kept loaded.
+    """Serve searches over HTTP with the model kept loaded: a search page at /, and
+    POST /search, POST /facets, GET /health.
 
-    Query it with `bertindex search QUERY --server http://HOST:PORT`.
+    Open http://HOST:PORT/ in a browser, or query it with
+    `bertindex search QUERY --server http://HOST:PORT`.
     """
     import faiss
     import torch
@@ -42,6 +45,6 @@ def serve(host, port, max_request_bytes, threads, config_path, store_path):
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path, read_only=True) as store:
         store.set_threads(threads)
-        app = create_app(Searcher(cfg, store), max_request_bytes)
+        app = create_app(Searcher(cfg, store), max_request_bytes, threads)
         click.echo(f"serving {cfg.store.path} on http://{host}:{port}", err=True)
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
