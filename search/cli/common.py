@@ -84,6 +84,13 @@ def parsed_option(parse: Callable) -> Callable:
     return callback
 
 
+def where_callback(ctx, param, values):
+    """`--where FIELD=VALUE` values parsed into filters (search.filters.parse_where)."""
+    from search.filters import parse_where
+
+    return parsed_option(parse_where)(ctx, param, values)
+
+
 def handle_errors(func: Callable) -> Callable:
     """Turn bertindex errors into a one-line message on stderr and exit code 1."""
 

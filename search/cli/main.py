@@ -20,9 +20,9 @@ from search.cli.common import (
     encode_options,
     handle_errors,
     json_option,
-    parsed_option,
     print_json,
     show_progress,
+    where_callback,
 )
 
 
@@ -115,18 +115,12 @@ def index_errors(summary: dict) -> list[str]:
     return lines
 
 
-def _parse_where(ctx, param, values):
-    from search.filters import parse_where
-
-    return parsed_option(parse_where)(ctx, param, values)
-
-
 @main.command()
 @click.argument("query")
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 10000),
               help="Number of documents to return.")
 @click.option("--collection", help="Search one collection only.")
-@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=_parse_where,
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=where_callback,
               help="Metadata filter (repeatable; all must match), applied inside the search.")
 @click.option("--mode", type=click.Choice(["dense", "keyword", "hybrid"]),
               help="Dense vectors, BM25 keywords, or both fused (default: search.mode, hybrid).")

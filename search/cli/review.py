@@ -14,17 +14,11 @@ from search.cli.common import (
     config_options,
     handle_errors,
     json_option,
-    parsed_option,
     print_json,
+    where_callback,
 )
 
 STRATEGY_CHOICES = ["uncertain", "margin", "disagree", "random"]
-
-
-def _parse_where(ctx, param, values):
-    from search.query import parse_where
-
-    return parsed_option(parse_where)(ctx, param, values)
 
 
 @click.group()
@@ -41,7 +35,7 @@ def review() -> None:
 @click.option("--n", "n", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
               help="Documents to export.")
 @click.option("--collection", help="Only this collection.")
-@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=_parse_where,
+@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=where_callback,
               help="Metadata filter (repeatable; all must match).")
 @click.option("--other", metavar="HEAD", help="The second head of --strategy disagree.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --strategy random.")
