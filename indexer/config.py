@@ -92,7 +92,7 @@ class ModelConfig(_Strict):
             return self
         from indexer.encode.st_layout import model_defaults
 
-        found = model_defaults(model_dir)  # ValueError: reported as a config error
+        found = model_defaults(model_dir, unset)  # ValueError: reported as a config error
         for key in unset & found.keys():
             object.__setattr__(self, key, found[key])
         if found.get("include_prompt") is False and (self.query_prompt or self.document_prompt):

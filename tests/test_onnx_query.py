@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 import yaml
-
 from conftest import ROOT
+
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_encoder import (
     ENCODERS_DIR,
@@ -22,6 +22,7 @@ from indexer.encode.onnx_encoder import (
     export_encoder,
 )
 from indexer.encode.provenance import file_sha256
+from indexer.errors import ModelError
 from indexer.index.versions import current_version, version_dir
 from indexer.ingest.run import run_index
 from indexer.store import Store
@@ -135,10 +136,12 @@ def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
     assert len(lines) == 2 and lines[1] == "TORCH", lines
     assert "sha256" in lines[0] and "torch" in lines[0]
     assert json.loads(result.stdout.splitlines()[0])["id"] == "b1"
-    # required: an error naming the file, exit 1
-    strict = _config_file(indexed, tmp_path / "s.yaml", query_encoder="onnx")
-    result = _cli(args[:4] + ["--config", str(strict)], tmp_path)
-    assert result.returncode == 1 and "search.query_encoder is onnx" in result.stderr
-    os.remove(model_file)
-    with Store(indexed.store.path, read_only=True) as store, pytest.raises(Unavailable):
-        OnnxEncoder.open(store.path, record, indexed.model, store.provenance())
+    # `onnx` required: an error naming the file and the fix
+    strict = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        with pytest.raises(ModelError, match="search.query_encoder is onnx but .*model.onnx "
+                           "differs from the sha256"):
+            Searcher(strict, store).search("cat", 3)
+        os.remove(model_file)
+        with pytest.raises(Unavailable, match="FileNotFoundError"):
+            OnnxEncoder.open(store.path, record, indexed.model, store.provenance())

@@ -2,7 +2,8 @@
 
 sentence-transformers saves, beside the HF weights: `modules.json` (the module chain:
 Transformer, Pooling, Normalize, …), `1_Pooling/config.json` (which pooling),
-`sentence_bert_config.json` (`max_seq_length`) and `config_sentence_transformers.json`
+`sentence_bert_config.json` (`max_seq_length`; newer versions: the tokenizer's
+`model_max_length`) and `config_sentence_transformers.json`
 (`prompts`, `default_prompt_name`, `similarity_fn_name`). A plain HF directory has none of
 them and gets bertindex's own defaults. Keys given in config.yaml win over these
 (`indexer.config.ModelConfig`). Imports neither torch nor sentence-transformers.
@@ -11,11 +12,13 @@ them and gets bertindex's own defaults. Keys given in config.yaml win over these
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "sentence_bert_config.json"
 ST_MODEL_FILE = "config_sentence_transformers.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 MAX_POSITIONS = 512
 
 # 1_Pooling/config.json flags -> the mode's name; bertindex runs `mean` and `cls`
@@ -39,11 +42,13 @@ def _read(path: Path):
         raise ValueError(f"{path} is not readable JSON ({exc}); repair or remove it") from None
 
 
-def model_defaults(model_dir: Path) -> dict:
+def model_defaults(model_dir: Path, keys: Collection[str] = ("pooling",)) -> dict:
     """The `model.*` settings a sentence-transformers directory declares.
 
     Args:
         model_dir: a local model directory.
+        keys: the settings wanted (a pooling mode bertindex cannot run is an error only
+            when `pooling` is one of them: config.yaml may set its own).
     Returns:
         A subset of {"pooling", "normalize", "max_length", "query_prompt",
         "document_prompt"}, plus "include_prompt": False when the pooling leaves prompt
@@ -83,16 +88,22 @@ def model_defaults(model_dir: Path) -> dict:
         if pool_config.get("pooling_mode"):  # newer files name it directly
             modes = [str(pool_config["pooling_mode"]).replace("mean_tokens", "mean")
                      .replace("cls_token", "cls")]
-        if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
-            raise ValueError(f"{pool_file} asks for {' + '.join(modes) or 'no'} pooling; "
-                             f"bertindex pools with one of {', '.join(SUPPORTED_POOLING)}: set "
-                             "model.pooling in config.yaml to override")
-        out["pooling"] = modes[0]
+        if "pooling" in keys:
+            if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
+                raise ValueError(f"{pool_file} asks for {' + '.join(modes) or 'no'} pooling; "
+                                 f"bertindex pools with one of {', '.join(SUPPORTED_POOLING)}: "
+                                 "set model.pooling in config.yaml to override")
+            out["pooling"] = modes[0]
         include_prompt = pool_config.get("include_prompt", True)
+    # sentence-transformers < 5 writes max_seq_length here; later versions leave it to the
+    # tokenizer's model_max_length
+    length = None
     if (model_dir / ST_CONFIG_FILE).is_file():
         length = _read(model_dir / ST_CONFIG_FILE).get("max_seq_length")
-        if isinstance(length, int) and length >= 8:
-            out["max_length"] = min(length, MAX_POSITIONS)
+    if length is None and (model_dir / TOKENIZER_CONFIG_FILE).is_file():
+        length = _read(model_dir / TOKENIZER_CONFIG_FILE).get("model_max_length")
+    if isinstance(length, int) and 8 <= length <= 1_000_000:  # HF writes 1e30 for "none"
+        out["max_length"] = min(length, MAX_POSITIONS)
     prompts = config.get("prompts") or {}
     default = prompts.get(config.get("default_prompt_name") or "", "")
     out["query_prompt"] = prompts.get("query", default)
