@@ -34,6 +34,12 @@ QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
 
 
 @pytest.fixture
+def tiny_config(tiny_config):
+    """The tiny model with the default query encoder (`auto`)."""
+    return tiny_config.with_overrides(**{"search.query_encoder": "auto"})
+
+
+@pytest.fixture
 def indexed(tiny_config, small_corpus):
     run_index([str(small_corpus)], tiny_config, collection="c")
     return tiny_config
