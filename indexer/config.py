@@ -50,7 +50,9 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    """The encoder and how its output becomes one vector per text."""
+    """The encoder and how its output becomes one vector per text. A sentence-transformers
+    model directory's own settings (pooling, Normalize, max_seq_length, prompts) are the
+    defaults of `pooling`, `normalize`, `max_length` and the prompts; keys set here win."""
 
     name: str = Field(DEFAULT_MODEL, description="HF model directory, or the packaged default")
     pooling: Literal["mean", "cls", "pooler", "last4"] = Field(
@@ -72,10 +74,12 @@ class ModelConfig(_Strict):
         "native bf16 (AVX512-BF16/AMX), fp32 elsewhere; `fp16` is CUDA only")
     query_prompt: str = Field(
         "", description="text put before every query before it is encoded (e5: `query: `, bge: "
-        "an instruction); default: the model's own (see below), else none")
+        "an instruction); default: the model directory's `prompts.query` "
+        "(config_sentence_transformers.json), else none")
     document_prompt: str = Field(
         "", description="text put before every document window before it is encoded (e5: "
-        "`passage: `); default: the model's own (see below), else none")
+        "`passage: `); default: the model directory's `prompts.document` (or `passage`), else "
+        "none")
 
     @model_validator(mode="after")
     def _authors_defaults(self) -> ModelConfig:
