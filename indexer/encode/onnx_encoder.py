@@ -342,9 +342,11 @@ def load_query_encoder(config: Config, store, index):
 
     mode = config.search.query_encoder
     if mode != "torch":
-        record = getattr(index, "query_encoder", None) if index is not None else None
         try:
-            encoder = OnnxEncoder.open(store.path, record, config.model, store.provenance())
+            if index is None:
+                raise Unavailable(f"the store {store.path} has no index version yet")
+            encoder = OnnxEncoder.open(store.path, index.query_encoder, config.model,
+                                       store.provenance())
         except Unavailable as exc:
             fix = (f"index into --store {store.path} again to export it (unchanged documents "
                    "are skipped)")
