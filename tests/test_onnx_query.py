@@ -151,3 +151,6 @@ def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
         os.remove(model_file)
         with pytest.raises(Unavailable, match="FileNotFoundError"):
             OnnxEncoder.open(store.path, record, indexed.model, store.provenance())
+        with pytest.raises(Unavailable, match="outside"):
+            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, indexed.model,
+                             store.provenance())

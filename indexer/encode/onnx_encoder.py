@@ -238,8 +238,11 @@ class OnnxEncoder:
         if not record:
             raise Unavailable("the index version names no ONNX query encoder")
         store_dir = Path(store_dir)
-        model_file = store_dir / record["path"]
+        model_file = store_dir / str(record.get("path", ""))
         folder = model_file.parent
+        if folder.parent.resolve() != (store_dir / ENCODERS_DIR).resolve():
+            raise Unavailable(f"the index version names {model_file}, outside "
+                              f"{store_dir / ENCODERS_DIR}")
         try:
             info = json.loads((folder / INFO_FILE).read_text())
             st = model_file.stat()
