@@ -154,3 +154,14 @@ def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
         with pytest.raises(Unavailable, match="outside"):
             OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, indexed.model,
                              store.provenance())
+
+
+def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):
+    """Indexing in bf16 (the `auto` dtype on CPUs with native bf16) still exports fp32, from
+    the model directory's weights: the ONNX queries equal the fp32 torch ones."""
+    bf16 = Encoder(tiny_config.model.model_copy(update={"dtype": "bf16"}))
+    record = export_encoder(bf16, tmp_path)
+    onnx = OnnxEncoder.open(tmp_path, record, tiny_config.model, bf16.provenance)
+    want = Encoder(tiny_config.model).encode_texts(QUERIES)
+    assert np.abs(onnx.encode_texts(QUERIES) - want).max() < 1e-5
+    assert np.abs(bf16.encode_texts(QUERIES) - want).max() > 1e-4  # bf16 itself is not fp32
