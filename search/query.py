@@ -95,11 +95,12 @@ class Searcher:
 
     @property
     def encoder(self):
+        """The query encoder (`search.query_encoder`): the index version's ONNX export, or
+        the torch model."""
         if self._encoder is None:
-            from indexer.encode.encoder import load_encoder
+            from indexer.encode.onnx_encoder import load_query_encoder
 
-            self._encoder = load_encoder(self.config.model)
-            self.store.check_provenance(self._encoder.provenance, QUERY_KEYS)
+            self._encoder = load_query_encoder(self.config, self.store, self.index)
         return self._encoder
 
     def warm(self) -> None:
@@ -118,7 +119,7 @@ class Searcher:
         return self._keyword
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.encoder.encode_texts(list(queries))
+        return self.encoder.encode_queries(list(queries))
 
     def search(self, query: str, k: int = 10, collection: str | None = None,
                where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,

@@ -39,12 +39,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tiny_config(tiny_model_dir, tmp_path):
-    """A Config using the tiny model in fp32 on CPU, with a store under tmp_path."""
+    """A Config using the tiny model in fp32 on CPU, with a store under tmp_path.
+
+    Queries are encoded with torch and index runs write no ONNX export (about a second per
+    store): tests/test_onnx_query.py sets `search.query_encoder: auto`, the default.
+    """
     from indexer.config import Config
 
     return Config().with_overrides(**{
         "model.name": str(tiny_model_dir), "model.dtype": "fp32", "model.device": "cpu",
         "model.max_length": 16, "long_documents.stride": 4, "store.path": str(tmp_path / "store"),
+        "search.query_encoder": "torch",
     })
 
 

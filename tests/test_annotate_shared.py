@@ -76,6 +76,10 @@ def test_shared_pass_is_refused_with_the_reason(tiny_config, heads, tmp_path):  
         return out
 
     assert "truncate" in reason(tiny_config.with_overrides(**{"long_documents.mode": "truncate"}))
+    # the index's windows start with the document prompt, the heads' do not
+    prompted = tiny_config.with_overrides(**{"model.document_prompt": "query"})
+    assert "document_prompt" in build_annotator(_head_args(heads), prompted).share_embedding(
+        Encoder(prompted.model), prompted)
     # the heads cap the stride at max_length // 4 = 4 tokens; the index would use 5
     assert "stride 4" in reason(tiny_config.with_overrides(**{"long_documents.stride": 5}))
     # a fully fine-tuned head: its backbone weights are no longer the encoder's

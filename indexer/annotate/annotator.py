@@ -314,6 +314,9 @@ class Annotator:
             None when shared; otherwise why not (the index then runs its own pass).
         """
         docs = config.long_documents
+        if encoder.document_prefix:
+            return ("model.document_prompt is set: the index's windows start with it, the "
+                    "heads' do not")
         if docs.mode != "chunk":
             return ("long_documents.mode is truncate: the index keeps each text's first window "
                     "while the heads read them all")

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +18,11 @@ import torch
 
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.encode.pooling import l2_normalize, pool
+from indexer.encode.provenance import (
+    Provenance,
+    model_display_name,
+    weights_hash,
+)
 from indexer.errors import ModelError
 from indexer.progress import Progress, ProgressArg
 
@@ -28,30 +30,6 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024  # sequences per forward pass, whatever the token budget allows
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What produced a vector. Stored with vectors and with every index, checked on use."""
-
-    model_name: str
-    weights_hash: str
-    pooling: str
-    normalize: bool
-    max_length: int
-    dim: int
-    dtype: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def mismatches(self, other: Provenance, keys: Iterable[str]) -> list[str]:
-        """Keys whose values differ, as `key: self != other` strings."""
-        return [
-            f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"
-            for k in keys
-            if getattr(self, k) != getattr(other, k)
-        ]
 
 
 def cpu_has_bf16() -> bool:
@@ -84,31 +62,6 @@ def choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in _DTYPES.items()}[dtype]
-
-
-@functools.lru_cache(maxsize=8)
-def weights_hash(model_dir: Path) -> str:
-    """sha256 of the weight files (safetensors or bin), first 16 hex digits."""
-    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
-    if not files:
-        raise ModelError(f"{model_dir}: no *.safetensors or *.bin weight file found")
-    digest = hashlib.sha256()
-    for path in files:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def model_display_name(model_dir: Path, configured: str) -> str:
-    """A readable model name: the configured one, or the HF `_name_or_path` when it is a path."""
-    if not Path(configured).is_dir():
-        return configured
-    try:
-        name = json.loads((model_dir / "config.json").read_text()).get("_name_or_path")
-    except (OSError, ValueError):
-        name = None
-    return name or model_dir.name
 
 
 def plan_batches(lengths: Sequence[int], batch_tokens: int,
@@ -209,7 +162,12 @@ class Encoder:
             max_length=config.max_length,
             dim=self.dim,
             dtype=dtype_name(self.dtype),
+            document_prompt=config.document_prompt,
+            query_prompt=config.query_prompt,
         )
+        # the document prompt's tokens, put after [CLS] in every window (`make_windows`)
+        self.document_prefix = (self.tokenize([config.document_prompt])[0]
+                                if config.document_prompt else [])
         log.info(
             "encoder %s on %s in %s (dim %d)",
             self.provenance.model_name, self.device, self.provenance.dtype, self.dim,
@@ -339,6 +297,11 @@ class Encoder:
         room = self.config.max_length - 2
         seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
         return self.encode_ids(seqs, progress=progress)
+
+    def encode_queries(self, queries: Sequence[str], progress: bool = False) -> np.ndarray:
+        """Encode search queries: `model.query_prompt` + query, as `encode_texts`."""
+        prompt = self.config.query_prompt
+        return self.encode_texts([prompt + q for q in queries] if prompt else queries, progress)
 
 
 def _progress(total: int, mode: ProgressArg):

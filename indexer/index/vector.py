@@ -27,7 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.config import IndexConfig
-from indexer.encode.encoder import Provenance
+from indexer.encode.provenance import Provenance
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
 from indexer.faults import crash_point
 from indexer.index.auto import (
@@ -102,6 +102,8 @@ class VectorIndex:
         # ids deleted but still stored in an index that cannot remove them (HNSW): never
         # returned by a search, not counted in `ntotal`
         self.deleted = np.zeros(0, np.int64)
+        # the ONNX query encoder this version names ({"path", "sha256", …}; None: none)
+        self.query_encoder: dict | None = None
 
     @classmethod
     def build(cls, spec: str, provenance: Provenance, config: IndexConfig,
@@ -314,7 +316,7 @@ class VectorIndex:
         info = {"spec": self.spec, "ntotal": self.ntotal, "provenance": self.provenance.to_dict(),
                 "data_version": data_version, "tuning": self.tuning,
                 "memory_bytes": (tmp / INDEX_FILE).stat().st_size,
-                "deleted": len(self.deleted)}
+                "deleted": len(self.deleted), "query_encoder": self.query_encoder}
         if len(self.deleted):
             np.save(tmp / DELETED_FILE, self.deleted)
             _fsync_file(tmp / DELETED_FILE)
@@ -374,6 +376,7 @@ class VectorIndex:
                               f"({reason}); {fix}") from None
         out = cls(index, info["spec"], provenance, config, info.get("data_version"), version)
         out.tuning = info.get("tuning")
+        out.query_encoder = info.get("query_encoder")
         if info.get("deleted"):
             try:
                 out.deleted = np.load(folder / DELETED_FILE).astype(np.int64)

@@ -42,14 +42,23 @@ def window_spans(n_tokens: int, room: int, stride: int, mode: str) -> list[tuple
 def make_windows(
     token_ids: Sequence[int], offsets: Sequence[tuple[int, int]], text_len: int,
     cls_id: int, sep_id: int, max_length: int, stride: int, mode: str,
+    prefix: Sequence[int] = (),
 ) -> list[Window]:
-    """Windows of one text, each wrapped as [CLS] … [SEP], with their character spans."""
-    room = max_length - 2
+    """Windows of one text, each wrapped as [CLS] prefix … [SEP], with their character spans.
+
+    `prefix`: token ids put before every window's text (the document prompt), in its room.
+    """
+    room = max_length - 2 - len(prefix)
+    if room <= stride:
+        raise ValueError(f"the document prompt takes {len(prefix)} of model.max_length "
+                         f"{max_length} tokens, leaving {room} for text, not more than "
+                         f"long_documents.stride {stride}; shorten model.document_prompt, lower "
+                         "the stride or raise model.max_length")
     windows = []
     for start, end in window_spans(len(token_ids), room, stride, mode):
         if end > start:
             first, last = offsets[start][0], offsets[end - 1][1]
         else:  # text with no tokens at all
             first, last = 0, text_len
-        windows.append(Window([cls_id, *token_ids[start:end], sep_id], first, last))
+        windows.append(Window([cls_id, *prefix, *token_ids[start:end], sep_id], first, last))
     return windows

@@ -15,6 +15,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
+from indexer.encode.onnx_encoder import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
@@ -70,6 +71,7 @@ def encode_documents(
         windows = make_windows(
             tok, off, len(text), encoder.cls_id, encoder.sep_id,
             config.model.max_length, config.long_documents.stride, config.long_documents.mode,
+            prefix=encoder.document_prefix,
         )
         for ordinal, w in enumerate(windows):
             owners.append(pos)
@@ -212,8 +214,10 @@ def sync_vector_index(store: Store, config: Config, added, removed,
             current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
         except (VectorIndexError, ProvenanceMismatch) as exc:
             log.warning("%s; rebuilding from the stored vectors", exc)
+    query_encoder = export_for_index(store.path, config, provenance)
     if (current is not None and current.data_version == data_version
-            and current.ntotal == total):
+            and current.ntotal == total
+            and (current.query_encoder == query_encoder or query_encoder is None)):
         return {"version": None, "spec": current.spec, "ntotal": total, "rebuilt": False}
     added = np.unique(np.asarray(added, dtype=np.int64))
     removed = np.asarray(removed, dtype=np.int64)
@@ -238,6 +242,7 @@ def sync_vector_index(store: Store, config: Config, added, removed,
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "
             "(chunks without a stored vector); run `bertindex doctor` to see which"
         )
+    index.query_encoder = query_encoder
     version = index.save(store.path, data_version, extra=store.write_snapshot)
     return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
+from indexer.encode.onnx_encoder import export_for_index
 from indexer.faults import crash_point
 from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
 from indexer.index.versions import fsync_dir, write_pointer
@@ -95,6 +96,7 @@ def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size:
                                                gen.iter_vectors, count)
         gen.record_run(run_id, "reindex", started, "completed",
                        {"encoded": encoded, "documents": len(live_hashes)})
+        index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
         version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot,
                              switch=False)
         info = {"spec": spec, "ntotal": index.ntotal, "rebuilt": True}

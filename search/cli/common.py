@@ -109,13 +109,15 @@ def handle_errors(func: Callable) -> Callable:
 def setup_logging() -> None:
     level = os.environ.get("BERTINDEX_LOG", "WARNING").upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
+    # transformers reads these when (if) it is imported: a search that encodes with the ONNX
+    # export never imports it (importing it here cost most of a cold search's second)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
 
 
 def print_json(obj: object) -> None:

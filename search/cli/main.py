@@ -245,7 +245,7 @@ def eval_beir(folder, split, modes, config_path, store_path, max_length, long_do
             searcher = Searcher(cfg, store, encoder)
             ids = list(queries)
             texts = [queries[q] for q in ids]
-            vectors = encoder.encode_texts(texts)
+            vectors = encoder.encode_queries(texts)
             per_mode = {}
             for mode in modes or ("dense", "keyword", "hybrid"):
                 results = searcher.search_many(texts, 100, mode=mode, vectors=vectors)

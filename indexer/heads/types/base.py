@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from indexer.errors import InputError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch only in annotations: a search reading labels never imports it
+    import torch
+
     from indexer.heads.features import Encoded
 
 

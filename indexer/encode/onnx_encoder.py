@@ -1,0 +1,367 @@
+"""The encoder as an ONNX file: exported once per store and model when an index version is
+written, and run with onnxruntime + `tokenizers` to encode queries without torch.
+
+Layout: `<store>/encoders/<weights hash>-<pooling>/` holds `model.onnx` (the transformer in
+fp32: token states in, token states (or the pooler output) out), `tokenizer.json` and
+`encoder.json` (what it was exported from, its sha256). Each index version's provenance.json
+names the file and its sha256 (`query_encoder`); a search checks both before it uses the file.
+Pooling and normalisation run in numpy, as `indexer.encode.pooling` does them in torch.
+
+`export_encoder` needs torch (imported there); `OnnxEncoder` and `load_query_encoder` import
+neither torch nor transformers unless they fall back to the torch encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from indexer.config import Config, ModelConfig, resolve_model_path
+from indexer.encode.provenance import Provenance, file_sha256, weight_stats, weights_hash
+from indexer.errors import ModelError
+from indexer.index.versions import fsync_dir
+
+log = logging.getLogger(__name__)
+
+ENCODERS_DIR = "encoders"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+INFO_FILE = "encoder.json"
+OPSET = 17
+QUERY_BATCH = 64  # queries per onnxruntime call
+# provenance keys the export and the store's vectors must agree on (as QUERY_KEYS, less
+# `normalize`, which numpy applies from the configuration)
+EXPORT_KEYS = ("weights_hash", "pooling", "dim")
+
+
+class Unavailable(Exception):
+    """The ONNX query encoder cannot be used; the message says why."""
+
+
+def encoder_dir(store_dir: str | Path, provenance: Provenance) -> Path:
+    return Path(store_dir) / ENCODERS_DIR / f"{provenance.weights_hash}-{provenance.pooling}"
+
+
+def _output_kind(pooling: str) -> str:
+    return {"pooler": "pooler", "last4": "last4"}.get(pooling, "states")
+
+
+# -- export (torch) ---------------------------------------------------------------------------
+def export_encoder(encoder, store_dir: str | Path) -> dict:
+    """Export `encoder`'s model (fp32, whatever dtype it runs in) under the store, once.
+
+    Args:
+        encoder: an `indexer.encode.encoder.Encoder`.
+        store_dir: the store directory.
+    Returns:
+        The record an index version keeps: {"path" (relative to the store), "sha256",
+        "tokenizer_sha256"}.
+    """
+    import torch
+
+    folder = encoder_dir(store_dir, encoder.provenance)
+    existing = _valid_record(Path(store_dir), folder)
+    if existing is not None:
+        return existing
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        model = encoder.model
+        if encoder.dtype != torch.float32 or encoder.device.type != "cpu":
+            from transformers import AutoModel
+
+            model = AutoModel.from_pretrained(encoder.model_dir, dtype=torch.float32,
+                                              attn_implementation="eager").eval()
+        kind = _output_kind(encoder.config.pooling)
+        # eval: the exporter puts the module back in the mode it found it in, dropout included
+        wrapper = _export_wrapper(model, kind).eval()
+        ids = torch.tensor([[encoder.cls_id, encoder.pad_id, encoder.pad_id, encoder.sep_id]] * 2)
+        mask = torch.ones_like(ids)
+        mask[1, 2:] = 0
+        axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
+                "output": {0: "batch"} if kind == "pooler" else {0: "batch", 1: "tokens"}}
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer notes on shapes; the test checks padding
+            torch.onnx.export(wrapper, (ids, mask), str(tmp / MODEL_FILE),
+                              input_names=["input_ids", "attention_mask"],
+                              output_names=["output"], dynamic_axes=axes, opset_version=OPSET,
+                              dynamo=False)
+        encoder.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))
+        info = {
+            "provenance": {k: getattr(encoder.provenance, k)
+                           for k in ("model_name", "weights_hash", "pooling", "dim")},
+            "output": kind,
+            "max_positions": int(getattr(model.config, "max_position_embeddings", 512)),
+            "cls_id": encoder.cls_id, "sep_id": encoder.sep_id, "pad_id": encoder.pad_id,
+            "sha256": file_sha256(tmp / MODEL_FILE),
+            "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
+            # the weights it came from: a search trusts the hash while these are unchanged
+            "weights": {"dir": str(encoder.model_dir), "files": weight_stats(encoder.model_dir)},
+            "opset": OPSET, "torch": torch.__version__,
+        }
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
+        for name in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE):
+            with open(tmp / name, "rb") as fh:
+                os.fsync(fh.fileno())
+        fsync_dir(tmp)
+        shutil.rmtree(folder, ignore_errors=True)  # an export that failed its check
+        os.replace(tmp, folder)
+        fsync_dir(folder.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("exported the query encoder to %s", folder / MODEL_FILE)
+    return _record(Path(store_dir), folder, info)
+
+
+def _record(store_dir: Path, folder: Path, info: dict) -> dict:
+    st = (folder / MODEL_FILE).stat()
+    return {"path": str((folder / MODEL_FILE).relative_to(store_dir)), "sha256": info["sha256"],
+            "tokenizer_sha256": info["tokenizer_sha256"],
+            # a search hashes the file again only when these changed (hashing costs 0.1 s)
+            "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _valid_record(store_dir: Path, folder: Path) -> dict | None:
+    """The record of an earlier, intact export in `folder`; None when there is none."""
+    try:
+        info = json.loads((folder / INFO_FILE).read_text())
+        if (file_sha256(folder / MODEL_FILE) != info["sha256"]
+                or file_sha256(folder / TOKENIZER_FILE) != info["tokenizer_sha256"]):
+            return None
+    except (OSError, ValueError, KeyError):
+        return None
+    return _record(store_dir, folder, info)
+
+
+def _wrapper_class():
+    import torch
+
+    class ExportWrapper(torch.nn.Module):
+        """The transformer with the one output its pooling reads."""
+
+        def __init__(self, model, kind: str):
+            super().__init__()
+            self.model, self.kind = model, kind
+
+        def forward(self, input_ids, attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=torch.zeros_like(input_ids),
+                             output_hidden_states=self.kind == "last4")
+            if self.kind == "pooler":
+                return out.pooler_output
+            if self.kind == "last4":
+                return torch.cat(out.hidden_states[-4:], dim=-1)
+            return out.last_hidden_state
+
+    return ExportWrapper
+
+
+def _export_wrapper(model, kind: str):
+    return _wrapper_class()(model, kind)
+
+
+def export_for_index(store_dir: str | Path, config: Config, provenance: Provenance,
+                     encoder=None) -> dict | None:
+    """The ONNX export an index version records: reused when intact, else made now.
+
+    None (and a warning) when `search.query_encoder` is `torch`, the configured model is not
+    the one the vectors were made with, or the export fails: searches then use torch.
+
+    Args:
+        provenance: the stored vectors' provenance.
+        encoder: the loaded Encoder, if any (else loaded when an export must be made).
+    """
+    if config.search.query_encoder == "torch":
+        return None
+    existing = _valid_record(Path(store_dir), encoder_dir(store_dir, provenance))
+    if existing is not None:
+        return existing
+    try:
+        if encoder is None:
+            from indexer.encode.encoder import load_encoder
+
+            encoder = load_encoder(config.model)
+        diffs = encoder.provenance.mismatches(provenance, EXPORT_KEYS)
+        if diffs:
+            log.warning("no ONNX query encoder exported: the configured model is not the "
+                        "stored vectors' (%s)", "; ".join(diffs))
+            return None
+        return export_encoder(encoder, store_dir)
+    except Exception as exc:  # noqa: BLE001 - an optional artefact: indexing goes on
+        log.warning("ONNX export of the query encoder failed (%s: %s); searches will load "
+                    "torch", type(exc).__name__, str(exc)[:200])
+        return None
+
+
+# -- runtime (no torch) -----------------------------------------------------------------------
+class OnnxEncoder:
+    """Encodes texts with an exported model: `tokenizers` + onnxruntime + numpy pooling.
+
+    Matches `Encoder.encode_texts` / `encode_queries` (fp32 torch) within float rounding.
+    """
+
+    def __init__(self, folder: Path, info: dict, config: ModelConfig, model_file: Path,
+                 provenance: Provenance):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.folder, self.info, self.config = folder, info, config
+        self.provenance = provenance
+        self.dim = provenance.dim
+        self.cls_id, self.sep_id, self.pad_id = info["cls_id"], info["sep_id"], info["pad_id"]
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = min(4, os.cpu_count() or 1)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(model_file), options,
+                                            providers=["CPUExecutionProvider"])
+
+    @classmethod
+    def open(cls, store_dir: str | Path, record: dict | None, config: ModelConfig,
+             stored: Provenance | None) -> OnnxEncoder:
+        """The export an index version names, checked against it and the stored vectors.
+
+        Raises:
+            Unavailable: no export, a file missing or changed, or an export of other weights.
+        """
+        if not record:
+            raise Unavailable("the index version names no ONNX query encoder")
+        store_dir = Path(store_dir)
+        model_file = store_dir / str(record.get("path", ""))
+        folder = model_file.parent
+        if folder.parent.resolve() != (store_dir / ENCODERS_DIR).resolve():
+            raise Unavailable(f"the index version names {model_file}, outside "
+                              f"{store_dir / ENCODERS_DIR}")
+        try:
+            info = json.loads((folder / INFO_FILE).read_text())
+            st = model_file.stat()
+            if ([st.st_size, st.st_mtime_ns] != [record.get("size"), record.get("mtime_ns")]
+                    and file_sha256(model_file) != record.get("sha256")):
+                raise Unavailable(f"{model_file} differs from the sha256 its index version "
+                                  "records")
+            if file_sha256(folder / TOKENIZER_FILE) != record.get("tokenizer_sha256"):
+                raise Unavailable(f"{folder / TOKENIZER_FILE} differs from the sha256 its "
+                                  "index version records")
+        except (OSError, ValueError, KeyError) as exc:
+            raise Unavailable(f"{folder}: {type(exc).__name__}: {exc}") from None
+        exported = info["provenance"]
+        if stored is not None:
+            diffs = [f"{k}: {exported[k]!r} != {getattr(stored, k)!r}" for k in EXPORT_KEYS
+                     if exported[k] != getattr(stored, k)]
+            if diffs:
+                raise Unavailable(f"{model_file} was exported from another encoder than the "
+                                  f"stored vectors' (export != store: {'; '.join(diffs)})")
+        if config.max_length > info["max_positions"]:
+            raise ModelError(f"model.max_length {config.max_length} exceeds the model's "
+                             f"{info['max_positions']} positions")
+        provenance = Provenance(
+            model_name=exported["model_name"],
+            weights_hash=_configured_weights_hash(config, info),
+            pooling=config.pooling, normalize=config.normalize, max_length=config.max_length,
+            dim=exported["dim"],
+            dtype="fp32", document_prompt=config.document_prompt,
+            query_prompt=config.query_prompt,
+        )
+        try:
+            return cls(folder, info, config, model_file, provenance)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors: fall back
+            raise Unavailable(f"onnxruntime cannot load {model_file}: {str(exc)[:200]}") from None
+
+    # -- encoding ---------------------------------------------------------------------------
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """One vector per text, truncated to `max_length` tokens, as `Encoder.encode_texts`."""
+        room = self.config.max_length - 2
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        seqs = [[self.cls_id, *e.ids[:room], self.sep_id] for e in encodings]
+        out = np.zeros((len(seqs), self.dim), dtype=np.float32)
+        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+        for start in range(0, len(order), QUERY_BATCH):
+            rows = order[start:start + QUERY_BATCH]
+            width = len(seqs[rows[0]])
+            ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                ids[r, :len(seqs[i])] = seqs[i]
+                mask[r, :len(seqs[i])] = 1
+            (states,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
+            out[rows] = self._pool(states.astype(np.float32), mask)
+        return out
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """`model.query_prompt` + query, encoded as `encode_texts`."""
+        prompt = self.config.query_prompt
+        return self.encode_texts([prompt + q for q in queries] if prompt else queries)
+
+    def _pool(self, states: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """numpy twin of `indexer.encode.pooling.pool` + `l2_normalize`."""
+        if self.info["output"] == "pooler":
+            vectors = states
+        elif self.config.pooling == "cls":
+            vectors = states[:, 0]
+        else:  # mean, and last4 (the last four layers concatenated, then averaged)
+            m = mask[:, :, None].astype(np.float32)
+            vectors = (states * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        if self.config.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.maximum(norms, 1e-12)
+        return vectors.astype(np.float32)
+
+
+def _configured_weights_hash(config: ModelConfig, info: dict) -> str:
+    """The configured model's weights hash: the export's when the configured directory is
+    the one it was exported from with the same weight files (size, mtime), else hashed now."""
+    model_dir = resolve_model_path(config.name)
+    recorded = info.get("weights") or {}
+    if (str(model_dir) == recorded.get("dir")
+            and weight_stats(model_dir) == recorded.get("files")):
+        return info["provenance"]["weights_hash"]
+    return weights_hash(model_dir)
+
+
+def load_query_encoder(config: Config, store, index):
+    """The encoder a search uses for its queries (`search.query_encoder`).
+
+    `auto`: the ONNX export the index version names when it checks out, else the torch
+    encoder with one line on stderr saying why; `onnx`: the export or an error; `torch`: the
+    torch encoder. Either way the configured model must be the stored vectors' (else
+    ProvenanceMismatch, as before).
+
+    Args:
+        store: the open Store.
+        index: the loaded VectorIndex (None: no index yet).
+    """
+    from indexer.store import QUERY_KEYS
+
+    mode = config.search.query_encoder
+    if mode != "torch":
+        try:
+            if index is None:
+                raise Unavailable(f"the store {store.path} has no index version yet")
+            encoder = OnnxEncoder.open(store.path, index.query_encoder, config.model,
+                                       store.provenance())
+        except Unavailable as exc:
+            fix = (f"index into --store {store.path} again to export it (unchanged documents "
+                   "are skipped)")
+            if mode == "onnx":
+                raise ModelError(f"search.query_encoder is onnx but {exc}; {fix}, or set "
+                                 "search.query_encoder to auto") from None
+            log.warning("%s: encoding the query with torch (slower start); %s", exc, fix)
+        else:
+            store.check_provenance(encoder.provenance, QUERY_KEYS)
+            return encoder
+    from indexer.encode.encoder import load_encoder
+
+    encoder = load_encoder(config.model)
+    store.check_provenance(encoder.provenance, QUERY_KEYS)
+    return encoder

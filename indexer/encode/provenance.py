@@ -1,0 +1,94 @@
+"""What produced a vector (`Provenance`) and the model facts it is made of: the weights' hash,
+a readable model name, the hidden width. Imports neither torch nor transformers, so a process
+that only searches (the ONNX query path) can check provenance without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from indexer.errors import ModelError
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What produced a vector. Stored with vectors and with every index, checked on use.
+
+    `query_prompt` / `document_prompt`: the text put before each query / document before it
+    is tokenised ("" = none); older stores that predate them read as "".
+    """
+
+    model_name: str
+    weights_hash: str
+    pooling: str
+    normalize: bool
+    max_length: int
+    dim: int
+    dtype: str
+    document_prompt: str = ""
+    query_prompt: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def mismatches(self, other: Provenance, keys: Iterable[str]) -> list[str]:
+        """Keys whose values differ, as `key: self != other` strings."""
+        return [
+            f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"
+            for k in keys
+            if getattr(self, k) != getattr(other, k)
+        ]
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The weight files a hash covers: every *.safetensors, else every *.bin."""
+    return sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+
+
+def weight_stats(model_dir: Path) -> list[list]:
+    """[name, size, mtime_ns] of each weight file: a cheap check that the files a recorded
+    hash was computed from are still the same."""
+    out = []
+    for path in weight_files(model_dir):
+        st = path.stat()
+        out.append([path.name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def weights_hash(model_dir: Path) -> str:
+    """sha256 of the weight files (safetensors or bin), first 16 hex digits."""
+    files = weight_files(model_dir)
+    if not files:
+        raise ModelError(f"{model_dir}: no *.safetensors or *.bin weight file found")
+    digest = hashlib.sha256()
+    for path in files:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def file_sha256(path: Path) -> str:
+    """Full sha256 hex digest of one file."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_display_name(model_dir: Path, configured: str) -> str:
+    """A readable model name: the configured one, or the HF `_name_or_path` when it is a path."""
+    if not Path(configured).is_dir():
+        return configured
+    try:
+        name = json.loads((model_dir / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError):
+        name = None
+    return name or model_dir.name

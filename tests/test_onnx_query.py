@@ -1,0 +1,167 @@
+"""The ONNX query encoder: exported when an index version is written, named with its sha256
+in the version's provenance, equal to the torch encoder (fp32) on ids, order and scores, used
+by a CLI search that never imports torch, and replaced by torch with one stderr line when the
+export is missing or changed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from conftest import ROOT
+
+from indexer.encode.encoder import Encoder
+from indexer.encode.onnx_encoder import (
+    ENCODERS_DIR,
+    MODEL_FILE,
+    OnnxEncoder,
+    Unavailable,
+    export_encoder,
+)
+from indexer.encode.provenance import file_sha256
+from indexer.errors import ModelError
+from indexer.index.versions import current_version, version_dir
+from indexer.ingest.run import run_index
+from indexer.store import Store
+from search.query import Searcher
+
+QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
+           "compress a file with gzip and write data to the big city by train",
+           "zzz unknownword", "red apple green pear blue river"]
+
+
+@pytest.fixture
+def tiny_config(tiny_config):
+    """The tiny model with the default query encoder (`auto`)."""
+    return tiny_config.with_overrides(**{"search.query_encoder": "auto"})
+
+
+@pytest.fixture
+def indexed(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config, collection="c")
+    return tiny_config
+
+
+def _version_info(store_path):
+    folder = version_dir(store_path, current_version(store_path))
+    return json.loads((folder / "provenance.json").read_text())
+
+
+def test_index_exports_once_and_records_sha256(indexed, small_corpus):
+    store = indexed.store.path
+    record = _version_info(store)["query_encoder"]
+    model_file = os.path.join(store, record["path"])
+    assert record["path"].startswith(ENCODERS_DIR + "/") and record["path"].endswith(MODEL_FILE)
+    assert file_sha256(type(small_corpus)(model_file)) == record["sha256"]
+    mtime = os.stat(model_file).st_mtime_ns
+    # a second run with nothing new publishes nothing and exports nothing again
+    summary = run_index([str(small_corpus)], indexed, collection="c")
+    assert summary["index"]["version"] is None
+    assert os.stat(model_file).st_mtime_ns == mtime
+
+
+def test_query_encoder_torch_writes_no_export(tiny_config, small_corpus):
+    cfg = tiny_config.with_overrides(**{"search.query_encoder": "torch"})
+    run_index([str(small_corpus)], cfg, collection="c")
+    assert _version_info(cfg.store.path)["query_encoder"] is None
+    assert not os.path.exists(os.path.join(cfg.store.path, ENCODERS_DIR))
+
+
+def test_onnx_search_equals_torch_fp32(indexed):
+    torch_cfg = indexed.with_overrides(**{"search.query_encoder": "torch"})
+    onnx_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        fast, slow = Searcher(onnx_cfg, store), Searcher(torch_cfg, store)
+        assert isinstance(fast.encoder, OnnxEncoder) and isinstance(slow.encoder, Encoder)
+        # batched: queries of different lengths share a padded batch
+        a, b = fast.encode_queries(QUERIES), slow.encode_queries(QUERIES)
+        assert np.abs(a - b).max() < 1e-5
+        for mode in ("dense", "hybrid"):
+            for q in QUERIES:
+                x = fast.search(q, 5, mode=mode)
+                y = slow.search(q, 5, mode=mode)
+                assert [h.id for h in x] == [h.id for h in y], (mode, q)
+                assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-4)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "pooler", "last4"])
+def test_every_pooling_exports_equal(tiny_config, tmp_path, pooling):
+    cfg = tiny_config.with_overrides(**{"model.pooling": pooling, "model.normalize": False})
+    encoder = Encoder(cfg.model)
+    record = export_encoder(encoder, tmp_path)
+    onnx = OnnxEncoder.open(tmp_path, record, cfg.model, encoder.provenance)
+    want = encoder.encode_texts(QUERIES)
+    assert np.abs(onnx.encode_texts(QUERIES) - want).max() < 1e-4 * max(1, np.abs(want).max())
+
+
+def _cli(args, cwd, env_extra=None):
+    code = ("import sys\nfrom search.cli.main import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code or 0\n"
+            "else:\n    code = 0\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _config_file(cfg, path, **search):
+    data = {"model": {k: getattr(cfg.model, k) for k in ("name", "dtype", "device", "max_length")},
+            "long_documents": {"stride": 4}, "search": search}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cli_search_never_imports_torch(indexed, tmp_path):
+    config = _config_file(indexed, tmp_path / "c.yaml")
+    result = _cli(["search", "parse command line arguments", "--store", indexed.store.path,
+                   "--config", str(config), "--json", "-k", "3"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == ["NO-TORCH"]
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    assert hits and hits[0]["id"] == "b1"
+
+
+def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
+    record = _version_info(indexed.store.path)["query_encoder"]
+    model_file = os.path.join(indexed.store.path, record["path"])
+    with open(model_file, "r+b") as fh:  # a changed byte: its sha256 no longer matches
+        fh.seek(200)
+        byte = fh.read(1)
+        fh.seek(200)
+        fh.write(bytes([byte[0] ^ 1]))
+    config = _config_file(indexed, tmp_path / "c.yaml")
+    args = ["search", "parse command line arguments", "--store", indexed.store.path,
+            "--config", str(config), "--json", "-k", "3"]
+    result = _cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[1] == "TORCH", lines
+    assert "sha256" in lines[0] and "torch" in lines[0]
+    assert json.loads(result.stdout.splitlines()[0])["id"] == "b1"
+    # `onnx` required: an error naming the file and the fix
+    strict = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        with pytest.raises(ModelError, match="search.query_encoder is onnx but .*model.onnx "
+                           "differs from the sha256"):
+            Searcher(strict, store).search("cat", 3)
+        os.remove(model_file)
+        with pytest.raises(Unavailable, match="FileNotFoundError"):
+            OnnxEncoder.open(store.path, record, indexed.model, store.provenance())
+        with pytest.raises(Unavailable, match="outside"):
+            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, indexed.model,
+                             store.provenance())
+
+
+def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):
+    """Indexing in bf16 (the `auto` dtype on CPUs with native bf16) still exports fp32, from
+    the model directory's weights: the ONNX queries equal the fp32 torch ones."""
+    bf16 = Encoder(tiny_config.model.model_copy(update={"dtype": "bf16"}))
+    record = export_encoder(bf16, tmp_path)
+    onnx = OnnxEncoder.open(tmp_path, record, tiny_config.model, bf16.provenance)
+    want = Encoder(tiny_config.model).encode_texts(QUERIES)
+    assert np.abs(onnx.encode_texts(QUERIES) - want).max() < 1e-5
+    assert np.abs(bf16.encode_texts(QUERIES) - want).max() > 1e-4  # bf16 itself is not fp32
