@@ -66,11 +66,12 @@ def store(tmp_path):
 
 def test_migrations_from_an_empty_file(tmp_path):
     with Store(tmp_path / "s") as store:
-        assert store.side_tables() == ["annotated", "annotations", "entities", "inbox_ledger",
-                                       "rejected", "runs"]
+        assert store.side_tables() == ["annotated", "annotations", "dedup_members",
+                                       "dedup_state", "entities", "inbox_ledger", "rejected",
+                                       "runs"]
         assert store.count_documents() == store.count_chunks() == store.count_vectors() == 0
         assert store.provenance() is None
-        assert store.data_version() == 1  # schema step 2 moved it
+        assert store.data_version() == 2  # schema steps 2 and 3 moved it
     with duckdb.connect(str(tmp_path / "s" / DB_NAME), read_only=True) as con:
         version = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     assert version == (str(SCHEMA_VERSION),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # -- step 1: documents, chunks, rejects, runs ----------------------------------------------
 CREATE_META = "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
@@ -53,10 +53,22 @@ CREATE_INBOX_LEDGER = """CREATE TABLE inbox_ledger (
             status VARCHAR NOT NULL, run_id VARCHAR, started_at TIMESTAMP,
             finished_at TIMESTAMP, summary JSON)"""
 
+# -- step 3: near-duplicate waves (indexer/store/dedup.py). One row per document the grouping
+# has seen (a singleton is its own group); `group_id` is the smallest doc id of its group, so
+# the group's first document. `dedup_state` keeps each collection's parameters and last run.
+CREATE_DEDUP_MEMBERS = """CREATE TABLE dedup_members (
+            doc_id BIGINT NOT NULL, collection VARCHAR NOT NULL, group_id BIGINT NOT NULL,
+            content_hash VARCHAR NOT NULL, deduped_at TIMESTAMP NOT NULL)"""
+CREATE_DEDUP_STATE = """CREATE TABLE dedup_state (
+            collection VARCHAR PRIMARY KEY, threshold DOUBLE NOT NULL,
+            min_jaccard DOUBLE NOT NULL, min_size INTEGER NOT NULL, neighbours INTEGER NOT NULL,
+            built_at TIMESTAMP, updated_at TIMESTAMP, summary JSON)"""
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
         CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
     2: [CREATE_ANNOTATIONS, CREATE_ENTITIES, CREATE_ANNOTATED, CREATE_INBOX_LEDGER],
+    3: [CREATE_DEDUP_MEMBERS, CREATE_DEDUP_STATE],
 }
 
 # -- created on demand ----------------------------------------------------------------------

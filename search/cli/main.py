@@ -135,6 +135,9 @@ def _parse_where(ctx, param, values):
 @click.option("--entity", "entities", multiple=True, metavar="TYPE[=TEXT]",
               callback=entity_callback,
               help="Only documents with an entity of TYPE (and TEXT, any case) (repeatable).")
+@click.option("--unique", is_flag=True,
+              help="Collapse each near-duplicate group (`bertindex dedup`) to its best-ranked "
+                   "member, shown with the group's size.")
 @click.option("--server", metavar="URL",
               help="Ask a running `bertindex serve` (e.g. http://127.0.0.1:8765) instead of "
                    "loading the model and index here.")
@@ -142,12 +145,13 @@ def _parse_where(ctx, param, values):
 @encode_options
 @json_option
 @handle_errors
-def search(query, k, collection, where, mode, labels, entities, server, config_path, store_path,
-           max_length, long_documents, as_json):
+def search(query, k, collection, where, mode, labels, entities, unique, server, config_path,
+           store_path, max_length, long_documents, as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
-    if server and (labels or entities):
-        raise click.UsageError("--label and --entity are not supported with --server yet")
+    if server and (labels or entities or unique):
+        raise click.UsageError("--label, --entity and --unique are not supported with --server yet")
     annotations = {}
+    sizes: dict = {}
     if server:
         from search.server import remote_search
 
@@ -158,23 +162,29 @@ def search(query, k, collection, where, mode, labels, entities, server, config_p
 
         cfg = build_config(config_path, store_path, max_length, long_documents)
         with Store(cfg.store.path, read_only=True) as store:
-            hits = Searcher(cfg, store).search(query, k, collection, where, mode,
-                                               labels=labels, entities=entities)
+            searcher = Searcher(cfg, store)
+            if unique:
+                hits, sizes = searcher.search_unique(query, k, collection, where, mode,
+                                                     labels=labels, entities=entities)
+            else:
+                hits = searcher.search(query, k, collection, where, mode, labels=labels,
+                                       entities=entities)
             if as_json:
                 annotations = hit_annotations(store, hits)
     if as_json:
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
                         "text": h.text, "metadata": h.metadata, "collection": h.collection,
+                        **({"group_size": sizes.get((h.collection, h.id), 1)} if unique else {}),
                         **annotations.get((h.collection, h.id), {})})
         return
     if not hits:
         click.echo("no hits", err=True)
         return
-    _print_table(hits)
+    _print_table(hits, sizes if unique else None)
 
 
-def _print_table(hits) -> None:
+def _print_table(hits, sizes: dict | None = None) -> None:
     id_width = min(max(len(h.id) for h in hits), 40)
     click.echo(f"{'rank':>4}  {'score':>6}  {'id':<{id_width}}  title / snippet")
     for h in hits:
@@ -183,6 +193,8 @@ def _print_table(hits) -> None:
             snippet = "… " + snippet
         title = (h.title or "").strip()
         line = f"{title} | {snippet}" if title else snippet
+        if sizes is not None:
+            line = f"[x{sizes.get((h.collection, h.id), 1)}] {line}"
         click.echo(f"{h.rank:>4}  {h.score:6.3f}  {h.id[:id_width]:<{id_width}}  "
                    f"{textwrap.shorten(line, 90, placeholder=' …')}")
 
@@ -289,6 +301,10 @@ def _register_optional_commands() -> None:
     from search.cli.doctor import doctor
 
     main.add_command(doctor)
+    from search.cli.streams import dedup, report
+
+    main.add_command(report)
+    main.add_command(dedup)
     try:
         from search.cli.heads import eval_head, train
     except ImportError:
