@@ -212,3 +212,23 @@ def test_search_unique_collapses_a_wave(tiny_config, tmp_path):
     assert [h.id.startswith("w") for h in hits].count(True) == 1
     assert len(hits) == 3 and sizes[("c", hits[0].id)] == 4
     assert {h.id for h in hits[1:]} == {"o1", "o2"}
+
+
+def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
+    """Above FLAT_LIMIT the candidates come from 8-bit IVF codes and are rescored from the
+    stored float32 vectors: the groups must be the same as the exact path's."""
+    import indexer.dedup.neighbours as neighbours
+
+    e = basis()
+    rng = np.random.default_rng(3)
+    filler = [(f"f{i}", f"filler {i}", unit(rng.standard_normal(DIM).astype(np.float32)), {})
+              for i in range(200)]
+    ids = add_docs(config, wave_docs(e) + filler)
+    exact = run_dedup(config, "c")
+    with Store(config.store.path, read_only=True, snapshot=False) as store:
+        want = store.dedup_groups_of(ids)
+    monkeypatch.setattr(neighbours, "FLAT_LIMIT", 10)
+    approx = run_dedup(config, "c", rebuild=True)
+    with Store(config.store.path, read_only=True, snapshot=False) as store:
+        got = store.dedup_groups_of(ids)
+    assert got == want and approx["pairs"] == exact["pairs"] == 3

@@ -233,7 +233,7 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
     if reason:
         pairs = all_pairs(lambda: store.iter_first_vectors(collection), len(doc_ids),
                           store.provenance().dim, params.threshold, params.neighbours,
-                          chunk_doc, store.fetch_vectors)
+                          chunk_doc)
         pairs = text_filter(store, pairs, params.min_jaccard)
         groups, regroup = group_all(doc_ids, pairs), {}
         written = doc_ids
