@@ -47,8 +47,8 @@ ENTITIES = """
                CASE WHEN po.docs > 0 THEN coalesce(p.n, 0) / po.docs ELSE 0 END AS prev_share,
                po.docs IS NOT NULL AS has_prev
         FROM agg c JOIN {order} o ON o.ord = c.ord
-        LEFT JOIN {order} po ON po.ord = c.ord - 1 AND o.timed
-        LEFT JOIN agg p ON p.ord = c.ord - 1 AND p.type = c.type AND p.text = c.text AND o.timed),
+        LEFT JOIN {order} po ON po.ord = c.ord - 1
+        LEFT JOIN agg p ON p.ord = c.ord - 1 AND p.type = c.type AND p.text = c.text),
     ranked AS (
         SELECT *, row_number() OVER (PARTITION BY ord, type ORDER BY n DESC, text) AS r_top,
                row_number() OVER (PARTITION BY ord ORDER BY share - prev_share DESC, n DESC,
@@ -115,7 +115,8 @@ class Trends:
         Args:
             buckets: `doc_buckets` output with nulls replaced by UNKNOWN.
             order: (bucket, documents) in report order (ord = position).
-            timed: buckets are consecutive times (entity change against the previous one).
+            timed: buckets are consecutive times (the caller ignores the previous-bucket
+                figures otherwise).
             heads: only these heads (None: all).
             top: entities per type and bucket; rising: rising entities per bucket;
             waves: largest waves per bucket (of groups of at least `min_size`); bins: score
@@ -130,8 +131,7 @@ class Trends:
         order_table = pa.table({
             "bucket": pa.array([b for b, _ in order], pa.string()),
             "ord": pa.array(range(len(order)), pa.int64()),
-            "docs": pa.array([float(n) for _, n in order], pa.float64()),
-            "timed": pa.array([timed] * len(order), pa.bool_())})
+            "docs": pa.array([float(n) for _, n in order], pa.float64())})
         out = {"labels": [], "histogram": [], "entities": [], "waves": []}
         with self.bound(heads or [], pa.string()) as head_ref:
             con.register("report_buckets", buckets)
