@@ -119,22 +119,26 @@ class Copier:
         return " ".join(out.split()), ops
 
 
-def encode(texts: list[str], cache: Path) -> tuple[np.ndarray, object]:
+def encode(texts: list[str], cache: Path, part: int = 4000) -> tuple[np.ndarray, object]:
+    """Vectors of `texts`, encoded `part` at a time, each part cached (a killed run resumes)."""
     from indexer.config import Config
     from indexer.encode.encoder import load_encoder
 
     cfg = Config().with_overrides(**{"model.max_length": 128, "long_documents.stride": 16})
     encoder = load_encoder(cfg.model)
-    key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
-    path = cache / f"tweets-{key}.npy"
-    if path.is_file():
-        return np.load(path), encoder.provenance
-    t = time.perf_counter()
-    vectors = encoder.encode_texts(texts).astype(np.float32)
-    print(f"encoded {len(texts)} texts in {time.perf_counter() - t:.0f}s", file=sys.stderr)
     cache.mkdir(parents=True, exist_ok=True)
-    np.save(path, vectors)
-    return vectors, encoder.provenance
+    out = []
+    for s in range(0, len(texts), part):
+        chunk = texts[s:s + part]
+        key = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:16]
+        path = cache / f"tweets-{key}.npy"
+        if not path.is_file():
+            t = time.perf_counter()
+            np.save(path, encoder.encode_texts(chunk).astype(np.float32))
+            print(f"encoded {s + len(chunk)}/{len(texts)} ({time.perf_counter() - t:.0f}s, load "
+                  f"{os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+        out.append(np.load(path))
+    return np.concatenate(out), encoder.provenance
 
 
 def batches_of(vectors: np.ndarray, size: int = 65536):

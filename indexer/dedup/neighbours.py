@@ -25,6 +25,7 @@ NPROBE = 8  # IVF lists visited per document (copies sit in the same list or the
 SQ8_SLACK = 0.02  # 8-bit codes misplace a cosine by less than this: candidates then rechecked
 TRAIN_SAMPLE = 65536  # vectors sampled to train the IVF lists (bounded memory)
 MAX_LISTS = 4096
+KMEANS_ITERATIONS = 10  # lists only route the search: coarse centroids are enough
 QUERY_BATCH = 4096
 
 
@@ -83,6 +84,7 @@ def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit,
                                           faiss.METRIC_INNER_PRODUCT)
+    index.cp.niter = KMEANS_ITERATIONS
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     index.nprobe = min(NPROBE, nlist)
     return index
