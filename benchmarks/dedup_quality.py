@@ -225,7 +225,7 @@ def main() -> None:
     sweep_s = time.perf_counter() - t
     grid = []
     docs = np.arange(n)
-    for threshold in np.round(np.arange(FLOOR, 0.99, 0.02), 2):
+    for threshold in np.round(np.arange(FLOOR, 0.97, 0.02), 2):
         for min_j in (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
             keep = (cand.score >= threshold) & (jac >= min_j)
             groups = group_all(docs, Pairs(cand.a[keep], cand.b[keep], cand.score[keep], n))

@@ -127,16 +127,24 @@ def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
 
 
 def group_all(doc_ids: np.ndarray, pairs: Pairs) -> np.ndarray:
-    """Group id (smallest doc id of its component) of each doc id, linked by the pairs."""
-    uf = UnionFind()
-    for a, b in zip(pairs.a.tolist(), pairs.b.tolist()):
-        uf.union(a, b)
-    label = {}
-    for members in uf.components().values():
-        low = min(members)
-        for m in members:
-            label[m] = low
-    return np.array([label.get(int(d), int(d)) for d in doc_ids], dtype=np.int64)
+    """Group id (smallest doc id of its component) of each doc id, linked by the pairs.
+
+    Args:
+        doc_ids: ascending doc ids; every pair's ends are among them.
+        pairs: the links.
+    Returns:
+        int64 group ids aligned with `doc_ids`.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = len(doc_ids)
+    a, b = np.searchsorted(doc_ids, pairs.a), np.searchsorted(doc_ids, pairs.b)
+    graph = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(n, n))
+    count, component = connected_components(graph, directed=False)
+    lowest = np.full(count, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(lowest, component, doc_ids)
+    return lowest[component]
 
 
 def group_new(new_docs: np.ndarray, pairs: Pairs, group_of: dict[int, int]
