@@ -185,8 +185,8 @@ class ScheduleConfig(_Strict):
     folder: str | None = Field(
         None, description="report only: the folder `report.html` and `report.json` are written "
         "to after each annotate run")
-    by: str = Field("week", description="report only: bucket by `day`, `week`, `month` or a "
-                    "metadata field (as --by)")
+    by: str | None = Field(None, description="report only: bucket by `day`, `week` (the "
+                           "default), `month` or a metadata field (as --by)")
 
     @model_validator(mode="after")
     def _one_trigger(self) -> ScheduleConfig:
@@ -281,8 +281,10 @@ class Config(_Strict):
             elif not timed:
                 raise ValueError(f"schedules.{flow_name}: give exactly one of 'cron' (e.g. "
                                  "'0 * * * *') and 'interval' (seconds)")
-            elif schedule.folder is not None:
-                raise ValueError(f"schedules.{flow_name}.folder: only report takes folder")
+            else:
+                for key in ("folder", "by"):
+                    if getattr(schedule, key) is not None:
+                        raise ValueError(f"schedules.{flow_name}.{key}: only report takes {key}")
             if schedule.sources is not None and flow_name != "index_corpus":
                 raise ValueError(f"schedules.{flow_name}.sources: only index_corpus takes sources")
             for key in ("heads", "inbox", "collection"):

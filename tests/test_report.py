@@ -151,7 +151,9 @@ def test_scheduled_report_files_and_status(store_config, tmp_path):
 
 def test_report_schedule_config_checks():
     ok = Config.model_validate({"schedules": {"report": {"folder": "out"}}})
-    assert ok.schedules["report"].by == "week"
+    assert ok.schedules["report"].folder == "out"
+    with pytest.raises(Exception, match="only report takes by"):
+        Config.model_validate({"schedules": {"reindex": {"interval": 60, "by": "day"}}})
     with pytest.raises(Exception, match="needs 'folder:'"):
         Config.model_validate({"schedules": {"report": {}}})
     with pytest.raises(Exception, match="runs after each annotate run"):

@@ -165,7 +165,8 @@ def write_scheduled_report(config: Config) -> dict | None:
     with Store(Path(config.store.path)) as store:
         store.start_run(run_id, "report", started)
         try:
-            report = build_report(store, config, schedule.collection, schedule.heads, schedule.by)
+            report = build_report(store, config, schedule.collection, schedule.heads,
+                                  schedule.by or "week")
             files = write_report_files(report, Path(schedule.folder).expanduser())
         except Exception as exc:
             store.record_run(run_id, "report", started, "failed", {"error": str(exc)})
