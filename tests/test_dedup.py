@@ -217,7 +217,7 @@ def test_search_unique_collapses_a_wave(tiny_config, tmp_path):
 def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
     """Above FLAT_LIMIT the candidates come from 8-bit IVF codes and are rescored from the
     stored float32 vectors: the groups must be the same as the exact path's."""
-    import indexer.dedup.neighbours as neighbours
+    from indexer.dedup import neighbours
 
     e = basis()
     rng = np.random.default_rng(3)

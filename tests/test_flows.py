@@ -206,7 +206,7 @@ def test_index_and_annotate_flows_keep_dedup_and_the_report_current(harness, tin
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"w{i}", "text": "the cat sat on the mat",
-                                          "t": "2024-01-0{}".format(i + 1)}) + "\n"
+                                          "t": f"2024-01-0{i + 1}"}) + "\n"
                               for i in range(3)))
     config = tiny_config.with_overrides(**{"dedup.min_size": 2})
     flow_for(config)([str(corpus)], config, "c")
