@@ -88,6 +88,7 @@ def test_hand_made_near_copies_are_grouped(config):
     ids = add_docs(config, wave_docs(e))
     summary = run_dedup(config, "c")
     assert summary["mode"] == "full" and summary["searched"] == 6
+    assert summary["index"]["rebuilt"] is False  # the index is saved again, not rebuilt
     with Store(config.store.path, read_only=True, snapshot=False) as store:
         groups = store.dedup_groups_of(ids)
         listed = store.dedup_groups("c", min_size=2, time_field="t")

@@ -211,6 +211,7 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
             known = ", ".join(c["collection"] for c in store.collection_counts()) or "none"
             raise StoreError(f"collection '{collection}' has no stored vectors in {path}; "
                              f"nothing was changed (collections: {known})")
+        base = store.data_version()
         run_id = uuid.uuid4().hex[:12]
         store.start_run(run_id, "dedup", begun)
         try:
@@ -223,7 +224,8 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
         if publish:
             from indexer.ingest.pipeline import sync_vector_index
 
-            summary["index"] = sync_vector_index(store, config, [], [], None)
+            # nothing added or removed since `base`: the index is saved again, not rebuilt
+            summary["index"] = sync_vector_index(store, config, [], [], base)
     return summary
 
 

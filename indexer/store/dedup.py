@@ -260,7 +260,7 @@ class DedupTables:
         if not groups:
             return []
         every = sorted({int(d) for g in groups for d in g[3]})
-        info = self._member_info(every, time_field)
+        info = self._member_info(every, time_field, collection)
         labels = self._member_labels(every)
         out = []
         for group_id, size, first_doc, doc_ids in groups:
@@ -282,11 +282,11 @@ class DedupTables:
             })
         return out
 
-    def _member_info(self, doc_ids: list[int], time_field: str | None
+    def _member_info(self, doc_ids: list[int], time_field: str | None, collection: str
                      ) -> dict[int, tuple[str, str, datetime | None]]:
         """{doc id: (external id, text, time)}: the time field's value, else ingestion time."""
         times = DOC_TIMES if time_field else "SELECT NULL::BIGINT AS doc_id, NULL::TIMESTAMP AS t"
-        params = [json_path(time_field), None, None] if time_field else []
+        params = [json_path(time_field), collection, collection] if time_field else []
         if time_field:
             self.con.execute(SET_UTC)
         with self.bound(doc_ids) as wanted:
