@@ -11,7 +11,9 @@ Modules, one concept each: `store` (the facade, connection, transactions, data v
 `documents` (content hash and document writes), `side_tables` (annotations, runs, ... by
 name), `vectors` (vectors and provenance), `reads` (documents read back), `filters` (search
 filters as bound SQL), `runs` (run log and status counts), `checks` (integrity), `rows`
-(row dataclasses), `annotations` (labels, entities and the inbox ledger).
+(row dataclasses), `annotations` (labels, entities and the inbox ledger), `dedup`
+(near-duplicate groups: `Store.dedup_groups_of`), `trends` (the report's aggregates),
+`timefield` (a metadata field read as a time).
 """
 
 from indexer.store.documents import content_hash
