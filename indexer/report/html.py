@@ -76,36 +76,32 @@ def figures(report: dict) -> list[tuple[str, str, list, dict]]:
                     {"barmode": "stack", "xaxis": {"type": "category", "title": report["by"]},
                      "yaxis": {"title": "share", "tickformat": ".0%", "range": [0, 1]},
                      "margin": {"t": 20}}))
-    totals: dict[tuple[str, str], int] = {}
-    last_change: dict[tuple[str, str], int | None] = {}
-    for b in buckets:
-        for etype, items in b["entities"].items():
-            for e in items:
-                key = (etype, e["text"])
-                totals[key] = totals.get(key, 0) + e["count"]
-                last_change[key] = e["change"]
-    top = sorted(totals, key=lambda k: (-totals[k], k))[:15]
+    timed = [b for b in buckets if b["bucket"] != UNKNOWN]
+    latest = timed[-1] if timed else None
+    top = sorted(((etype, e) for etype, items in (latest or {"entities": {}})["entities"].items()
+                  for e in items), key=lambda x: (-x[1]["count"], x[1]["text"]))[:15]
     if top:
-        out.append(("entities", ("Top entities (documents mentioning them; bar colour: change in "
-                    "the last bucket they were top in)"),
+        changes = [e["change"] for _, e in top][::-1]
+        previous = timed[-2]["bucket"] if len(timed) > 1 and report["time_field"] else None
+        heading = f"Top entities in {latest['bucket']}" + (
+            f" (change against {previous})" if previous else "")
+        out.append(("entities", heading,
                     [{"type": "bar", "orientation": "h",
-                      "y": [f"{t} ({ty})" for ty, t in top][::-1],
-                      "x": [totals[k] for k in top][::-1],
-                      "text": [("" if last_change[k] is None else f"{last_change[k]:+d}")
-                               for k in top][::-1],
+                      "y": [f"{e['text']} ({etype})" for etype, e in top][::-1],
+                      "x": [e["count"] for _, e in top][::-1],
+                      "text": ["" if c is None else f"{c:+d}" for c in changes],
                       "textposition": "outside",
-                      "marker": {"color": [("#bbb" if last_change[k] is None else
-                                            "#54a24b" if last_change[k] >= 0 else "#e45756")
-                                           for k in top][::-1]}}],
+                      "marker": {"color": ["#bbb" if c is None else "#54a24b" if c >= 0
+                                           else "#e45756" for c in changes]},
+                      "hovertemplate": "%{y}: %{x} documents (%{text})"}],
                     {"margin": {"t": 20, "l": 200}, "xaxis": {"title": "documents"}}))
     bins = report["bins"]
     edges = [round(i / bins, 3) for i in range(bins)]
     for i, (head, per_label) in enumerate(sorted(report["histograms"].items())):
         out.append((f"scores-{i}", f"Score histogram per label: {head}",
                     [{"type": "bar", "name": lab, "x": [e + 0.5 / bins for e in edges],
-                      "y": counts, "width": 1 / bins * 0.9, "opacity": 0.7}
-                     for lab, counts in sorted(per_label.items())],
-                    {"barmode": "overlay", "xaxis": {"title": "score", "range": [0, 1]},
+                      "y": counts} for lab, counts in sorted(per_label.items())],
+                    {"barmode": "group", "xaxis": {"title": "score", "range": [0, 1]},
                      "yaxis": {"title": "documents"}, "margin": {"t": 20}}))
     return out
 
@@ -122,9 +118,9 @@ def _waves_table(report: dict) -> str:
             "<th>representative text</th></tr>" + "".join(rows) + "</table>")
 
 
-def _rising_table(report: dict) -> str:
+def _rising_table(report: dict, last: int = 6) -> str:
     rows = []
-    for b in report["buckets"]:
+    for b in [b for b in report["buckets"] if b["rising"]][-last:][::-1]:  # latest first
         for r in b["rising"][:5]:
             rows.append(f"<tr><td>{html.escape(b['bucket'])}</td><td>{html.escape(r['text'])}</td>"
                         f"<td>{html.escape(r['type'])}</td><td>{r['count']}</td>"
@@ -146,7 +142,7 @@ def render_html(report: dict) -> str:
     parts = []
     for div_id, heading, data, layout in figures(report):
         parts.append(f"<h2>{html.escape(heading)}</h2>" + _figure(div_id, data, layout))
-    parts.append("<h2>Rising entities</h2>" + _rising_table(report))
+    parts.append("<h2>Rising entities (latest buckets first)</h2>" + _rising_table(report))
     parts.append("<h2>Largest near-duplicate waves</h2>" + _waves_table(report))
     scope = report["collection"] or "all collections"
     by = report["by"] + (f" of {report['time_field']}" if report["time_field"] else "")
