@@ -233,3 +233,26 @@ def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
     with Store(config.store.path, read_only=True, snapshot=False) as store:
         got = store.dedup_groups_of(ids)
     assert got == want and approx["pairs"] == exact["pairs"] == 3
+
+
+def test_cli_search_unique_shows_group_sizes(tiny_config, tmp_path):
+    import yaml
+
+    from indexer.ingest.run import run_index
+
+    rows = [{"id": f"w{i}", "text": "the cat sat on the mat"} for i in range(3)]
+    rows += [{"id": "o1", "text": "parse command line arguments in python"}]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_index([str(corpus)], tiny_config, collection="c")
+    run_dedup(tiny_config, "c", threshold=0.99)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config.model_dump()))
+    result = CliRunner().invoke(main, ["search", "the cat sat on the mat", "--unique", "-k", "2",
+                                       "--mode", "dense", "--json", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    hits = [json.loads(x) for x in result.output.strip().splitlines()]
+    assert [h["group_size"] for h in hits] == [3, 1] and hits[1]["id"] == "o1"
+    table = CliRunner().invoke(main, ["search", "the cat sat on the mat", "--unique", "-k", "2",
+                                      "--mode", "dense", "--config", str(cfg)])
+    assert "[x3]" in table.output
