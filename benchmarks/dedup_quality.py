@@ -187,7 +187,7 @@ def main() -> None:
 
     from indexer.dedup.groups import UnionFind, group_all, run_dedup
     from indexer.dedup.neighbours import Pairs, all_pairs
-    from indexer.dedup.text import jaccard, word_set
+    from indexer.dedup.text import MIN_SHARED_WORDS, jaccard, word_set
 
     ids, texts = load_tweets(args.limit)
     n0 = len(texts)
@@ -222,12 +222,15 @@ def main() -> None:
                      (np.arange(n), np.arange(n)))
     words = [word_set(x) for x in all_texts]
     jac = np.array([jaccard(words[a], words[b]) for a, b in zip(cand.a, cand.b)])
+    shared = np.array([len(words[a] & words[b]) for a, b in zip(cand.a, cand.b)])
+    equal = np.array([words[a] == words[b] for a, b in zip(cand.a, cand.b)])
     sweep_s = time.perf_counter() - t
     grid = []
     docs = np.arange(n)
     for threshold in np.round(np.arange(FLOOR, 0.97, 0.02), 2):
         for min_j in (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
-            keep = (cand.score >= threshold) & (jac >= min_j)
+            text_ok = equal | ((jac >= min_j) & (shared >= MIN_SHARED_WORDS))
+            keep = (cand.score >= threshold) & (text_ok if min_j > 0 else True)
             groups = group_all(docs, Pairs(cand.a[keep], cand.b[keep], cand.score[keep], n))
             grid.append({"threshold": float(threshold), "min_jaccard": min_j,
                          **pair_scores(groups, family, half, 0)})

@@ -256,3 +256,14 @@ def test_cli_search_unique_shows_group_sizes(tiny_config, tmp_path):
     table = CliRunner().invoke(main, ["search", "the cat sat on the mat", "--unique", "-k", "2",
                                       "--mode", "dense", "--config", str(cfg)])
     assert "[x3]" in table.output
+
+
+def test_short_comments_sharing_two_words_are_not_copies():
+    from indexer.dedup.text import same_words
+
+    assert not same_words(word_set("@user she is"), word_set("@user Yeah she is"), 0.5)
+    assert same_words(word_set("@user @user"), word_set("RT @user: 🔥 #tag"), 0.5)  # both empty
+    assert same_words(word_set("big news about the flood"),
+                      word_set("RT @user: BIG news about the flood!! https://t.co/x"), 0.9)
+    assert not same_words(word_set("big news about the flood"),
+                          word_set("big news about the fire today"), 0.6)  # 4/7

@@ -23,7 +23,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
-from indexer.dedup.text import jaccard, word_set
+from indexer.dedup.text import same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
 from indexer.store import QUERY_KEYS, Store
 
@@ -116,13 +116,13 @@ def check_store(path: Path, collection: str) -> None:
 
 
 def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
-    """Keep the pairs whose normalised word sets overlap by at least `min_jaccard`."""
+    """Keep the pairs whose normalised words pass `same_words` (0: keep every pair)."""
     if min_jaccard <= 0 or not len(pairs.a):
         return pairs
     texts = store.texts_of(np.concatenate([pairs.a, pairs.b]))
     words = {d: word_set(t) for d, t in texts.items()}
-    keep = np.array([jaccard(words.get(int(a), frozenset()), words.get(int(b), frozenset()))
-                     >= min_jaccard for a, b in zip(pairs.a, pairs.b)], dtype=bool)
+    keep = np.array([same_words(words.get(int(a), frozenset()), words.get(int(b), frozenset()),
+                                min_jaccard) for a, b in zip(pairs.a, pairs.b)], dtype=bool)
     return Pairs(pairs.a[keep], pairs.b[keep], pairs.score[keep], pairs.searched)
 
 
