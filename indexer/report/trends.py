@@ -73,18 +73,14 @@ def build_report(store: Store, config: Config, collection: str | None = None,
         raise InputError(f"no document in {where} has the metadata field '{field}' ({option}); "
                          "give a field your documents carry (see `bertindex search --json`, "
                          "`metadata`)")
-    table = store.doc_buckets(collection, by, time_field if timed else None, start, end)
-    table = table.set_column(1, "bucket", table.column("bucket").fill_null(UNKNOWN))
-    counts: dict[str, int] = {}
-    for b in table.column("bucket").to_pylist():
-        counts[b] = counts.get(b, 0) + 1
-    names = sorted((b for b in counts if b != UNKNOWN),
-                   key=(lambda b: b) if timed else (lambda b: (-counts[b], b)))
-    if UNKNOWN in counts:
-        names.append(UNKNOWN)
-    order = [(b, counts[b]) for b in names]
-    agg = store.trend_aggregates(table, order, timed, heads, top=top, rising=rising, waves=waves,
-                                 min_size=config.dedup.min_size, bins=bins)
+    with store.bucketed(collection, by, time_field if timed else None, start, end) as counts:
+        names = sorted((b for b in counts if b != UNKNOWN),
+                       key=(lambda b: b) if timed else (lambda b: (-counts[b], b)))
+        if UNKNOWN in counts:
+            names.append(UNKNOWN)
+        order = [(b, counts[b]) for b in names]
+        agg = store.trend_aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
+                                     min_size=config.dedup.min_size, bins=bins)
     buckets = {b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [],
                    "waves": []} for b, n in order}
     for bucket, head, label, count, mean in agg["labels"]:

@@ -7,20 +7,20 @@ from __future__ import annotations
 import duckdb
 
 SET_UTC = "SET TimeZone = 'UTC'"  # strings without an offset are UTC
-# `{value}` is a SQL expression (a JSON extract with a bound path), never input text
+# over columns `v` (the raw text) and `num` (TRY_CAST(v AS DOUBLE), computed once)
 TIME_OF = """(CASE
-    WHEN {value} IS NULL THEN NULL
-    WHEN TRY_CAST({value} AS DOUBLE) IS NOT NULL THEN epoch_ms(CAST(
-        CASE WHEN abs(TRY_CAST({value} AS DOUBLE)) >= 1e11 THEN TRY_CAST({value} AS DOUBLE)
-             ELSE TRY_CAST({value} AS DOUBLE) * 1000 END AS BIGINT))
-    ELSE CAST(TRY_CAST({value} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) END)"""
+    WHEN v IS NULL THEN NULL
+    WHEN num IS NOT NULL THEN epoch_ms(CAST(CASE WHEN abs(num) >= 1e11 THEN num
+                                                 ELSE num * 1000 END AS BIGINT))
+    ELSE CAST(TRY_CAST(v AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) END)"""
 COUNT_WITH_FIELD = ("SELECT count(*) FROM documents WHERE (?::VARCHAR IS NULL OR collection = ?) "
                     "AND json_extract(metadata, ?) IS NOT NULL")
 # doc_id, the raw value and its time, of a collection's documents (or all): binds
 # (path, collection, collection)
-DOC_TIMES = ("SELECT doc_id, v AS raw, " + TIME_OF.format(value="v") + " AS t FROM ("
+DOC_TIMES = ("SELECT doc_id, v AS raw, " + TIME_OF + " AS t FROM ("
+             "SELECT doc_id, v, TRY_CAST(v AS DOUBLE) AS num FROM ("
              "SELECT doc_id, json_extract_string(metadata, ?) AS v FROM documents "
-             "WHERE (?::VARCHAR IS NULL OR collection = ?))")
+             "WHERE (?::VARCHAR IS NULL OR collection = ?)))")
 
 
 def json_path(field: str) -> str:
