@@ -12,9 +12,8 @@ import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,36 +21,13 @@ import torch
 
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.encode.pooling import l2_normalize, pool
+from indexer.encode.provenance import Provenance
 from indexer.errors import ModelError
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024  # sequences per forward pass, whatever the token budget allows
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What produced a vector. Stored with vectors and with every index, checked on use."""
-
-    model_name: str
-    weights_hash: str
-    pooling: str
-    normalize: bool
-    max_length: int
-    dim: int
-    dtype: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def mismatches(self, other: Provenance, keys: Iterable[str]) -> list[str]:
-        """Keys whose values differ, as `key: self != other` strings."""
-        return [
-            f"{k}: {getattr(self, k)!r} != {getattr(other, k)!r}"
-            for k in keys
-            if getattr(self, k) != getattr(other, k)
-        ]
 
 
 def cpu_has_bf16() -> bool:

@@ -27,7 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.config import IndexConfig
-from indexer.encode.encoder import Provenance
+from indexer.encode.provenance import Provenance
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
 from indexer.faults import crash_point
 from indexer.index.auto import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from indexer.encode.encoder import Provenance
+from indexer.encode.provenance import Provenance
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.store.schema import INSERT_META, create_vectors_sql, read_meta
 
