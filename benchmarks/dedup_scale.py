@@ -1,6 +1,6 @@
 """Near-duplicate grouping at scale: `--n` stored 384-dim vectors grouped by `bertindex dedup`'s
 own code (`run_dedup`, full run, then an incremental run after adding `--add` documents), in a
-child process whose wall time and peak resident memory (`ru_maxrss`) are reported.
+child process whose wall time and peak resident memory (`VmHWM`) are reported.
 
 Vectors: real all-MiniLM-L6-v2 embeddings of TweetEval tweets (the `dedup_quality.py` cache,
 else a seeded sample encoded here) as centres, each generated vector a centre plus Gaussian
@@ -75,6 +75,15 @@ def write_docs(store, rng: np.random.Generator, prng: random.Random, start: int,
             doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, v), [], "gen")
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: reset by exec, unlike `ru_maxrss`, which a
+    child inherits from the parent it was forked from)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
     """One measured step in this process; prints one JSON line."""
     from indexer.config import Config
@@ -82,7 +91,7 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
     from indexer.store import Store
 
     cfg = Config().with_overrides(**{"store.path": str(store_dir), "index.spec": SPEC})
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_before = peak_rss_mb()
     t = time.perf_counter()
     if step == "add":
         from indexer.ingest.pipeline import sync_vector_index
@@ -98,8 +107,8 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
         summary = run_dedup(cfg, "gen", publish=False)
         out = {"step": step, "seconds": round(time.perf_counter() - t, 1),
                "summary": summary}
-    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    out["rss_after_imports_mb"] = round(rss_before, 1)  # torch, transformers, faiss, duckdb
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["rss_after_imports_mb"] = rss_before  # python, faiss, duckdb, pyarrow, scipy
     print(json.dumps(out, default=str), flush=True)
 
 
