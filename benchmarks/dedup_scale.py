@@ -104,7 +104,7 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
             sync_vector_index(store, cfg, [], [], base)  # the index flow's publish
         out = {"step": "add", "seconds": round(time.perf_counter() - t, 1)}
     else:
-        summary = run_dedup(cfg, "gen", publish=False)
+        summary = run_dedup(cfg, "gen", rebuild=step == "full", publish=False)
         out = {"step": step, "seconds": round(time.perf_counter() - t, 1),
                "summary": summary}
     out["peak_rss_mb"] = peak_rss_mb()
