@@ -100,7 +100,7 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
         with Store(store_dir) as store:
             base = store.data_version()
             n = store.count_documents()
-            write_docs(store, np.random.default_rng(1), random.Random(1), n, add, centre)
+            write_docs(store, np.random.default_rng(n), random.Random(n), n, add, centre)
             sync_vector_index(store, cfg, [], [], base)  # the index flow's publish
         out = {"step": "add", "seconds": round(time.perf_counter() - t, 1)}
     else:
