@@ -169,13 +169,13 @@ def main() -> None:
         store, _ = open_latest(store_dir)
         with store:  # months read better on a page than 53 weeks
             monthly = build_report(store, cfg, by="month", time_field="posted_at")
-        page = args.html.with_suffix(".html")
+        page = work / "report.html"
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(render_html(monthly), encoding="utf-8")
         out["html_s"] = round(time.perf_counter() - t, 3)
         out["html_mb"] = round(page.stat().st_size / 2**20, 2)
         with headless_chromium(width=1100, height=2600) as driver:
-            driver.get(page.as_uri())
+            driver.get(page.resolve().as_uri())
             time.sleep(2)
             out["console_errors"] = console_errors(driver)
             screenshot(driver, args.html)
