@@ -236,12 +236,13 @@ class DedupConfig(_Strict):
     """Near-duplicate waves (`bertindex dedup`): documents whose stored vectors are this close,
     joined by single linkage. Defaults chosen on TweetEval copies (docs/guides/trends-and-dedup.md)."""
 
-    threshold: float = Field(0.9, gt=0, le=1, description="cosine of two documents' stored "
+    threshold: float = Field(0.5, gt=0, le=1, description="cosine of two documents' stored "
                              "vectors at and above which they may be copies (as --threshold)")
     min_jaccard: float = Field(
-        0.5, ge=0, le=1, description="and the Jaccard overlap of their normalised words (no "
-        "retweet prefix, URLs, mentions, hashtags, case, punctuation, emoji) at least this; 0 "
-        "turns the text check off")
+        0.6, ge=0, le=1, description="and the Jaccard overlap of their normalised words (no "
+        "retweet prefix, URLs, mentions, hashtags, case, punctuation, emoji) at least this, "
+        "with at least 3 words shared unless the word sets are equal; 0 turns the text check "
+        "off")
     min_size: int = Field(3, ge=2, description="smallest group listed as a wave (as --min-size)")
     neighbours: int = Field(32, ge=1, le=1024,
                             description="nearest neighbours looked at per document")
