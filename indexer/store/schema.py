@@ -56,10 +56,11 @@ CREATE_INBOX_LEDGER = """CREATE TABLE inbox_ledger (
 # -- step 3: near-duplicate waves (indexer/store/dedup.py). One row per document the grouping
 # has seen (a singleton is its own group); `group_id` is the smallest doc id of its group, so
 # the group's first document. `dedup_state` keeps each collection's parameters and last run.
-CREATE_DEDUP_MEMBERS = """CREATE TABLE dedup_members (
+# IF NOT EXISTS: a later step may repeat them for files that recorded step 3 without its tables.
+CREATE_DEDUP_MEMBERS = """CREATE TABLE IF NOT EXISTS dedup_members (
             doc_id BIGINT NOT NULL, collection VARCHAR NOT NULL, group_id BIGINT NOT NULL,
             content_hash VARCHAR NOT NULL, deduped_at TIMESTAMP NOT NULL)"""
-CREATE_DEDUP_STATE = """CREATE TABLE dedup_state (
+CREATE_DEDUP_STATE = """CREATE TABLE IF NOT EXISTS dedup_state (
             collection VARCHAR PRIMARY KEY, threshold DOUBLE NOT NULL,
             min_jaccard DOUBLE NOT NULL, min_size INTEGER NOT NULL, neighbours INTEGER NOT NULL,
             built_at TIMESTAMP, updated_at TIMESTAMP, summary JSON)"""
