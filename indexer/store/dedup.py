@@ -19,26 +19,27 @@ import pyarrow as pa
 
 from indexer.store.timefield import DOC_TIMES, SET_UTC, json_path
 
-# first chunk (ordinal 0) of each document of a collection: the document's vector
-FIRST_CHUNKS = ("SELECT d.doc_id, c.chunk_id FROM documents d JOIN chunks c "
-                "ON c.doc_id = d.doc_id AND c.ordinal = 0 WHERE d.collection = ? ORDER BY d.doc_id")
+# first chunk (ordinal 0) of each document of a collection: the document's vector. Content
+# hashes are compared as 64-bit hash() values, so the joins hold integers, not strings (the
+# writer's DuckDB memory is capped), and nothing is sorted here (numpy sorts the ids).
+COLLECTION_DOCS = "SELECT doc_id, hash(content_hash) AS h FROM documents WHERE collection = ?"
+GROUPED_DOCS = "SELECT doc_id, hash(content_hash) AS h FROM dedup_members WHERE collection = ?"
+FIRST_CHUNKS = ("SELECT c.doc_id, c.chunk_id FROM chunks c WHERE c.ordinal = 0 AND c.doc_id IN "
+                "(SELECT doc_id FROM documents WHERE collection = ?)")
 PENDING_FIRST_CHUNKS = (
-    "SELECT d.doc_id, c.chunk_id FROM documents d JOIN chunks c ON c.doc_id = d.doc_id "
-    "AND c.ordinal = 0 WHERE d.collection = ? AND NOT EXISTS (SELECT 1 FROM dedup_members m "
-    "WHERE m.doc_id = d.doc_id AND m.content_hash = d.content_hash) ORDER BY d.doc_id")
+    "SELECT c.doc_id, c.chunk_id FROM chunks c JOIN (" + COLLECTION_DOCS + ") d "
+    "ON d.doc_id = c.doc_id WHERE c.ordinal = 0 AND NOT EXISTS (SELECT 1 FROM ("
+    + GROUPED_DOCS + ") m WHERE m.doc_id = d.doc_id AND m.h = d.h)")
 SEEN_FIRST_CHUNKS = (
-    "SELECT c.chunk_id FROM dedup_members m JOIN documents d ON d.doc_id = m.doc_id "
-    "AND d.content_hash = m.content_hash JOIN chunks c ON c.doc_id = m.doc_id AND c.ordinal = 0 "
-    "WHERE m.collection = ? ORDER BY c.chunk_id")
+    "SELECT c.chunk_id FROM chunks c JOIN (" + COLLECTION_DOCS + ") d ON d.doc_id = c.doc_id "
+    "JOIN (" + GROUPED_DOCS + ") m ON m.doc_id = d.doc_id AND m.h = d.h WHERE c.ordinal = 0")
 COUNT_COLLECTION_VECTORS = (
     "SELECT count(*) FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id "
     "JOIN documents d ON d.doc_id = c.doc_id WHERE d.collection = ?")
 STREAM_FIRST_VECTORS = (
-    "SELECT c.doc_id, v.chunk_id, v.embedding FROM vectors v JOIN chunks c "
-    "ON c.chunk_id = v.chunk_id AND c.ordinal = 0 JOIN documents d ON d.doc_id = c.doc_id "
-    "WHERE d.collection = ?")
+    "SELECT c.doc_id, v.chunk_id, v.embedding FROM vectors v JOIN (" + FIRST_CHUNKS + ") c "
+    "ON c.chunk_id = v.chunk_id")
 SELECT_TEXTS = "SELECT doc_id, coalesce(title || ' ', '') || text FROM documents WHERE doc_id IN {ids}"
-SELECT_HASHES = "SELECT doc_id, content_hash FROM documents WHERE doc_id IN {ids}"
 SELECT_GROUPS_OF = "SELECT doc_id, group_id FROM dedup_members WHERE doc_id IN {ids}"
 SELECT_STATE = ("SELECT threshold, min_jaccard, min_size, neighbours, built_at, updated_at, summary "
                 "FROM dedup_state WHERE collection = ?")
@@ -49,7 +50,8 @@ DELETE_COLLECTION_MEMBERS = "DELETE FROM dedup_members WHERE collection = ?"
 DELETE_MEMBERS_OF = "DELETE FROM dedup_members WHERE doc_id IN {ids}"
 REGROUP = ("UPDATE dedup_members SET group_id = r.new_group FROM {view} r "
            "WHERE dedup_members.collection = ? AND dedup_members.group_id = r.old_group")
-INSERT_MEMBERS = "INSERT INTO dedup_members SELECT * FROM {view}"
+INSERT_MEMBERS = ("INSERT INTO dedup_members SELECT v.doc_id, ?, v.group_id, d.content_hash, ? "
+                  "FROM {view} v JOIN documents d ON d.doc_id = v.doc_id")
 HAS_DEDUP = ("SELECT count(*) FROM information_schema.tables WHERE table_name = 'dedup_members'")
 # groups of at least `min_size` members, largest first: binds (collection, min_size, limit)
 SELECT_GROUPS = """
@@ -99,14 +101,18 @@ class DedupTables:
         Returns:
             (doc ids ascending, their first chunk ids), int64 and aligned.
         """
-        sql = PENDING_FIRST_CHUNKS if pending_only else FIRST_CHUNKS
-        rows = self.con.execute(sql, [collection]).fetchnumpy()
-        return rows["doc_id"].astype(np.int64), rows["chunk_id"].astype(np.int64)
+        if pending_only:
+            rows = self.con.execute(PENDING_FIRST_CHUNKS, [collection, collection]).fetchnumpy()
+        else:
+            rows = self.con.execute(FIRST_CHUNKS, [collection]).fetchnumpy()
+        doc_ids, chunk_ids = rows["doc_id"].astype(np.int64), rows["chunk_id"].astype(np.int64)
+        order = np.argsort(doc_ids)
+        return doc_ids[order], chunk_ids[order]
 
     def seen_first_chunks(self, collection: str) -> np.ndarray:
         """First chunk ids (ascending) of the documents already grouped with their current text."""
-        return self.con.execute(SEEN_FIRST_CHUNKS, [collection]).fetchnumpy()["chunk_id"].astype(
-            np.int64)
+        found = self.con.execute(SEEN_FIRST_CHUNKS, [collection, collection]).fetchnumpy()
+        return np.sort(found["chunk_id"].astype(np.int64))
 
     def iter_first_vectors(self, collection: str, batch_rows: int = 65536
                            ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -206,15 +212,9 @@ class DedupTables:
         """
         now = _now()
         ids = np.asarray(doc_ids, dtype=np.int64)
-        with self.bound(ids) as wanted:
-            hashes = dict(self.con.execute(SELECT_HASHES.format(ids=wanted)).fetchall())
-        members = pa.table({
-            "doc_id": pa.array(ids, pa.int64()),
-            "collection": pa.array([collection] * len(ids), pa.string()),
-            "group_id": pa.array(np.asarray(group_ids, dtype=np.int64), pa.int64()),
-            "content_hash": pa.array([hashes[int(d)] for d in ids], pa.string()),
-            "deduped_at": pa.array([now] * len(ids), pa.timestamp("us")),
-        })
+        members = pa.table({"doc_id": pa.array(ids, pa.int64()),
+                            "group_id": pa.array(np.asarray(group_ids, dtype=np.int64),
+                                                 pa.int64())})
         previous = self.dedup_state(collection)
         built = now if full or previous is None else previous["built_at"]
         with self.transaction():
@@ -232,7 +232,12 @@ class DedupTables:
                 finally:
                     self.con.unregister("dedup_regroup")
             if len(ids):
-                self._insert_view(INSERT_MEMBERS, members)
+                self.con.register("dedup_new_members", members)
+                try:
+                    self.con.execute(INSERT_MEMBERS.format(view="dedup_new_members"),
+                                     [collection, now])
+                finally:
+                    self.con.unregister("dedup_new_members")
             self.con.execute(UPSERT_STATE, [
                 collection, state["threshold"], state["min_jaccard"], state["min_size"],
                 state["neighbours"], built, now, json.dumps(state.get("summary", {}),
