@@ -13,6 +13,7 @@ rebuild.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -115,14 +116,28 @@ def check_store(path: Path, collection: str) -> None:
                          f"collection '{collection}' once the reindex has finished")
 
 
+TEXT_CHUNK = 1_000_000  # pairs checked at a time
+
+
 def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
-    """Keep the pairs whose normalised words pass `same_words` (0: keep every pair)."""
+    """Keep the pairs whose normalised words pass `same_words` (0: keep every pair).
+
+    Each document's words are kept once, as a tuple of interned strings (a fraction of a set's
+    memory), and the pairs are checked a million at a time.
+    """
     if min_jaccard <= 0 or not len(pairs.a):
         return pairs
-    texts = store.texts_of(np.concatenate([pairs.a, pairs.b]))
-    words = {d: word_set(t) for d, t in texts.items()}
-    keep = np.array([same_words(words.get(int(a), frozenset()), words.get(int(b), frozenset()),
-                                min_jaccard) for a, b in zip(pairs.a, pairs.b)], dtype=bool)
+    ends = np.unique(np.concatenate([pairs.a, pairs.b]))
+    words = {d: tuple(sys.intern(w) for w in word_set(t))
+             for d, t in store.texts_of(ends).items()}
+    keep = np.zeros(len(pairs.a), dtype=bool)
+    empty = ()
+    for start in range(0, len(pairs.a), TEXT_CHUNK):
+        a = pairs.a[start:start + TEXT_CHUNK].tolist()
+        b = pairs.b[start:start + TEXT_CHUNK].tolist()
+        keep[start:start + len(a)] = [
+            same_words(frozenset(words.get(x, empty)), frozenset(words.get(y, empty)),
+                       min_jaccard) for x, y in zip(a, b)]
     return Pairs(pairs.a[keep], pairs.b[keep], pairs.score[keep], pairs.searched)
 
 
