@@ -27,6 +27,7 @@ TRAIN_SAMPLE = 65536  # vectors sampled to train the IVF lists (bounded memory)
 MAX_LISTS = 4096
 KMEANS_ITERATIONS = 10  # lists only route the search: coarse centroids are enough
 QUERY_BATCH = 4096
+PAIR_CHUNK = 65536  # candidate pairs rescored at a time
 
 
 @dataclass
@@ -74,8 +75,12 @@ def _exact_pairs(a: np.ndarray, b: np.ndarray, vectors_of: Callable[[np.ndarray]
         return np.zeros(0, np.float32)
     ends = np.unique(np.concatenate([a, b]))
     vectors = vectors_of(ends)  # rows in ascending chunk id order
-    va, vb = vectors[np.searchsorted(ends, a)], vectors[np.searchsorted(ends, b)]
-    return np.einsum("ij,ij->i", va, vb).astype(np.float32)
+    ia, ib = np.searchsorted(ends, a), np.searchsorted(ends, b)
+    out = np.empty(len(a), np.float32)
+    for s in range(0, len(a), PAIR_CHUNK):  # (PAIR_CHUNK, dim) rows at a time, not all pairs
+        out[s:s + PAIR_CHUNK] = np.einsum("ij,ij->i", vectors[ia[s:s + PAIR_CHUNK]],
+                                          vectors[ib[s:s + PAIR_CHUNK]])
+    return out
 
 
 def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
