@@ -24,6 +24,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
+from flows.streams import keep_dedup_current, write_report
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.files import annotate_files
 from indexer.config import Config
@@ -135,7 +136,9 @@ def annotate_flow(head_args: list[str], config: Config, collection: str | None =
              progress: ProgressArg = False) -> dict:
     """Run heads over the store, files (`paths` + `out`) or an inbox folder; see the module."""
     steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
-    return run_annotate(head_args, config, collection, paths, out, inbox, progress, steps=steps)
+    summary = run_annotate(head_args, config, collection, paths, out, inbox, progress,
+                           steps=steps)
+    return summary | after_annotate(config, stored=not paths)
 
 
 @flow(name="annotate_scheduled", log_prints=False)
@@ -147,7 +150,16 @@ def annotate_scheduled(config_path: str | None, store_path: str, heads: list[str
 
     config = load_config(config_path).with_overrides(**{"store.path": store_path})
     steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
-    return run_annotate(heads, config, collection, inbox=inbox, steps=steps)
+    summary = run_annotate(heads, config, collection, inbox=inbox, steps=steps)
+    return summary | after_annotate(config, stored=True)
+
+
+def after_annotate(config: Config, stored: bool) -> dict:
+    """Once the store's documents are annotated: dedup groups brought up to date, then the
+    scheduled report written (nothing when only files were annotated)."""
+    if not stored:
+        return {}
+    return {"dedup": keep_dedup_current(config), "report": write_report(config)}
 
 
 def run_annotate(head_args: list[str], config: Config, collection: str | None = None,

@@ -13,6 +13,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
+from flows.streams import keep_dedup_current
 from indexer.config import Config, SourceConfig
 from indexer.errors import ConfigError
 from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, encode_texts_for_index
@@ -71,8 +72,10 @@ def index_corpus(
                   encode=encode_batch.submit if distributed else encode_batch,
                   commit=commit, delete_missing=delete_missing_task, write=write_index,
                   submit=distributed, in_flight=config.dask.in_flight if distributed else 0)
-    return run_index(paths, config, collection, fmt, fields, batch_size, progress,
-                     on_missing=on_missing, strict=strict, steps=steps)
+    summary = run_index(paths, config, collection, fmt, fields, batch_size, progress,
+                        on_missing=on_missing, strict=strict, steps=steps)
+    summary["dedup"] = keep_dedup_current(config)
+    return summary
 
 
 def flow_for(config: Config):

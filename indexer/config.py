@@ -231,6 +231,7 @@ class SourceConfig(_Strict):
 
 
 SCHEDULED_FLOWS = ("index_corpus", "annotate", "reindex")
+AFTER_ANNOTATE = ("report",)  # schedules entries that run after each annotate run, untimed
 
 
 class ScheduleConfig(_Strict):
@@ -243,17 +244,24 @@ class ScheduleConfig(_Strict):
     sources: list[str] | None = Field(
         None, description="index_corpus only: the sources to index (default: all)")
     heads: list[str] | None = Field(
-        None, description="annotate only: head directories, `DIR` or `NAME=DIR` (as --heads)")
+        None, description="annotate: head directories, `DIR` or `NAME=DIR` (as --heads); "
+        "report: head names whose labels are shown (default: all)")
     inbox: str | None = Field(
         None, description="annotate only: the folder whose new files are indexed and annotated "
         "(as --inbox); unset: annotate the stored documents that miss a head")
     collection: str | None = Field(
-        None, description="annotate only: the collection (inbox: default 'default'; store: "
-        "default all)")
+        None, description="annotate and report: the collection (annotate inbox: default "
+        "'default'; otherwise default all)")
+
+    folder: str | None = Field(
+        None, description="report only: the folder `report.html` and `report.json` are written "
+        "to after each annotate run")
+    by: str | None = Field(None, description="report only: bucket by `day`, `week` (the "
+                           "default), `month` or a metadata field (as --by)")
 
     @model_validator(mode="after")
     def _one_trigger(self) -> ScheduleConfig:
-        if (self.cron is None) == (self.interval is None):
+        if self.cron is not None and self.interval is not None:
             raise ValueError("give exactly one of 'cron' (e.g. '0 * * * *') and 'interval' "
                              "(seconds)")
         if self.cron is not None:
@@ -285,6 +293,35 @@ class DaskConfig(_Strict):
     in_flight: int = Field(4, ge=1, description="batches encoding at once, ahead of the writer")
 
 
+class DocumentFieldsConfig(_Strict):
+    """Metadata fields with a meaning for every collection."""
+
+    time: str | None = Field(
+        None, description="metadata field holding a document's time (ISO 8601 string with any "
+        "UTC offset, or epoch seconds/milliseconds): `report` buckets by it, `dedup` gives a "
+        "group's first and last time from it (unset: `report` needs --time-field, `dedup` "
+        "uses the ingestion time)")
+
+
+class DedupConfig(_Strict):
+    """Near-duplicate waves (`bertindex dedup`): documents whose stored vectors are this close,
+    joined by single linkage. Defaults chosen on TweetEval copies (docs/guides/trends-and-dedup.md)."""
+
+    threshold: float = Field(0.5, gt=0, le=1, description="cosine of two documents' stored "
+                             "vectors at and above which they may be copies (as --threshold)")
+    min_jaccard: float = Field(
+        0.6, ge=0, le=1, description="and the Jaccard overlap of their normalised words (no "
+        "retweet prefix, URLs, mentions, hashtags, case, punctuation, emoji) at least this, "
+        "with at least 3 words shared unless the word sets are equal; 0 turns the text check "
+        "off")
+    min_size: int = Field(3, ge=2, description="smallest group listed as a wave (as --min-size)")
+    neighbours: int = Field(32, ge=1, le=1024,
+                            description="nearest neighbours looked at per document")
+    keep_current: bool = Field(
+        True, description="the index and annotate flows place new documents into the groups of "
+        "every collection `bertindex dedup` has grouped")
+
+
 class Config(_Strict):
     model: ModelConfig = ModelConfig()
     long_documents: LongDocumentsConfig = LongDocumentsConfig()
@@ -296,17 +333,37 @@ class Config(_Strict):
         "local", description="`local`: encode in this process; `dask`: encode batches on the "
         "cluster under `dask`")
     dask: DaskConfig = DaskConfig()
+    fields: DocumentFieldsConfig = DocumentFieldsConfig()
+    dedup: DedupConfig = DedupConfig()
     sources: dict[str, SourceConfig] = {}
-    schedules: dict[Literal["index_corpus", "annotate", "reindex"], ScheduleConfig] = {}
+    schedules: dict[Literal["index_corpus", "annotate", "reindex", "report"],
+                    ScheduleConfig] = {}
 
     @model_validator(mode="after")
     def _schedules_name_sources(self) -> Config:
         for flow_name, schedule in self.schedules.items():
+            timed = schedule.cron is not None or schedule.interval is not None
+            if flow_name in AFTER_ANNOTATE:
+                if timed:
+                    raise ValueError(f"schedules.{flow_name} runs after each annotate run: "
+                                     "remove 'cron'/'interval'")
+                if not schedule.folder:
+                    raise ValueError(f"schedules.{flow_name} needs 'folder:' (where "
+                                     "report.html and report.json are written)")
+            elif not timed:
+                raise ValueError(f"schedules.{flow_name}: give exactly one of 'cron' (e.g. "
+                                 "'0 * * * *') and 'interval' (seconds)")
+            else:
+                for key in ("folder", "by"):
+                    if getattr(schedule, key) is not None:
+                        raise ValueError(f"schedules.{flow_name}.{key}: only report takes {key}")
             if schedule.sources is not None and flow_name != "index_corpus":
                 raise ValueError(f"schedules.{flow_name}.sources: only index_corpus takes sources")
             for key in ("heads", "inbox", "collection"):
-                if getattr(schedule, key) is not None and flow_name != "annotate":
-                    raise ValueError(f"schedules.{flow_name}.{key}: only annotate takes {key}")
+                takes = ("annotate", "report") if key != "inbox" else ("annotate",)
+                if getattr(schedule, key) is not None and flow_name not in takes:
+                    raise ValueError(f"schedules.{flow_name}.{key}: only "
+                                     f"{' and '.join(takes)} take {key}")
         annotate_schedule = self.schedules.get("annotate")
         if annotate_schedule is not None and not annotate_schedule.heads:
             raise ValueError("schedules.annotate needs 'heads:' (head directories, as "

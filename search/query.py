@@ -152,6 +152,42 @@ class Searcher:
                                      labels=labels, entities=entities, human=human)
         return self._hits(ranked)
 
+    def search_unique(self, query: str, k: int = 10, collection: str | None = None,
+                      where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,
+                      labels: Sequence = (), entities: Sequence = (), human: bool = False
+                      ) -> tuple[list[SearchHit], dict[tuple[str, str], int]]:
+        """Top-k documents with each near-duplicate group (`bertindex dedup`) collapsed to its
+        best-ranked member; documents never grouped stand alone.
+
+        Returns:
+            (hits, {(collection, id): size of the hit's group}).
+        """
+        depth = k * 4
+        while True:
+            ranked = self.rank_documents([query], depth, collection, where, mode,
+                                         labels=labels, entities=entities, human=human)[0]
+            group_of = self.store.dedup_groups_of(m.doc_id for m in ranked)
+            kept, seen = [], set()
+            for m in ranked:
+                group = group_of.get(m.doc_id, ("alone", m.doc_id))
+                if group not in seen:
+                    seen.add(group)
+                    kept.append(m)
+            if len(kept) >= k or len(ranked) < depth:
+                break
+            depth *= 4
+        kept = kept[:k]
+        sizes = self.store.dedup_group_sizes(group_of[m.doc_id] for m in kept
+                                             if m.doc_id in group_of)
+        hits = self._hits([kept])[0]
+        by_doc = {m.doc_id: m for m in kept}
+        refs = self.store.fetch_documents(list(by_doc))
+        out = {}
+        for doc_id, ref in refs.items():
+            group = group_of.get(doc_id)
+            out[(ref.collection, ref.external_id)] = sizes.get(group, 1) if group else 1
+        return hits, out
+
     def rank_documents(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
                        where: Sequence[tuple[str, str]] = (), mode: str | None = None,
                        vectors: np.ndarray | None = None, *, labels: Sequence = (),

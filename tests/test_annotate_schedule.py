@@ -58,7 +58,7 @@ def test_flows_serve_registers_the_annotate_inbox_deployment(tmp_path, tiny_mode
     ({"annotate": {"interval": 60, "heads": []}}, "schedules.annotate needs 'heads:'"),
     ({"reindex": {"interval": 60, "inbox": "drop"}}, "schedules.reindex.inbox: only annotate"),
     ({"annotate": {"interval": 60, "heads": ["h"], "folder": "x"}},
-     "unknown key 'schedules.annotate.folder'"),
+     "schedules.annotate.folder: only report takes folder"),
 ])
 def test_annotate_schedule_errors_name_the_key(tmp_path, schedules, message):
     from indexer.errors import ConfigError

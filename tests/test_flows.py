@@ -186,3 +186,35 @@ def test_schedule_config_errors_name_the_key(tmp_path, schedules, message):
     path.write_text(yaml.safe_dump({"schedules": schedules}))
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+def test_index_and_annotate_flows_keep_dedup_and_the_report_current(harness, tiny_config,
+                                                                     tmp_path):
+    """Once a collection is grouped, the index flow places new documents (incrementally) and
+    the annotate flow brings the groups up to date and writes the scheduled report."""
+    from flows.annotate import after_annotate
+    from indexer.dedup.groups import run_dedup
+    from indexer.store import Store
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"w{i}", "text": "the cat sat on the mat",
+                                          "t": f"2024-01-0{i + 1}"}) + "\n"
+                              for i in range(3)))
+    config = tiny_config.with_overrides(**{"dedup.min_size": 2})
+    flow_for(config)([str(corpus)], config, "c")
+    run_dedup(config, "c", threshold=0.99)
+    corpus.write_text(corpus.read_text() + json.dumps({"id": "w9", "text": "the cat sat on "
+                                                       "the mat", "t": "2024-01-09"}) + "\n")
+    summary = flow_for(config)([str(corpus)], config, "c")
+    assert summary["dedup"]["c"]["mode"] == "incremental"
+    assert summary["dedup"]["c"]["searched"] == 1
+    with Store(config.store.path, read_only=True, snapshot=False) as store:
+        assert store.dedup_group_counts("c", 2) == (1, 4)
+    data = config.model_dump()
+    data["fields"]["time"] = "t"
+    data["schedules"] = {"report": {"folder": str(tmp_path / "reports")}}
+    from indexer.config import Config
+
+    out = after_annotate(Config.model_validate(data), stored=True)
+    assert out["dedup"]["c"]["searched"] == 0 and out["report"]["buckets"] == 2
+    assert (tmp_path / "reports" / "report.html").is_file()

@@ -14,6 +14,23 @@ from indexer.errors import StoreError
 from indexer.index.versions import current_version, version_dir
 from indexer.store import Store
 
+LAST_OF = ("index", "dedup", "report")  # `status` says when each last ran
+
+
+def open_latest(path: Path) -> tuple[Store, bool]:
+    """The store read-only at its latest state: the live file, or the published snapshot while
+    a writer holds it.
+
+    Returns:
+        (the open Store, whether a writer is running).
+    """
+    try:
+        return Store(path, read_only=True, snapshot=False), False
+    except StoreError as exc:
+        if not (path / "store.duckdb").is_file() or "cannot open" not in str(exc):
+            raise
+        return Store(path, read_only=True), True  # locked by the writer
+
 
 def store_status(config: Config, runs: int = 5) -> dict:
     """Status of the configured store.
@@ -22,17 +39,11 @@ def store_status(config: Config, runs: int = 5) -> dict:
         {"store", "writer_active", "data_version", "collections": [{collection, documents,
         chunks, vectors}], "index": {version, spec, ntotal, data_version, provenance} | None,
         "annotations": {head: n}, "runs": [{run_id, kind, started_at, finished_at, status,
-        ...counts}]}.
+        ...counts}], "last": {kind: the last run of that kind (index, dedup, report)
+        or None}}.
     """
     path = Path(config.store.path)
-    writer_active = False
-    try:
-        store = Store(path, read_only=True, snapshot=False)  # the live file: latest runs
-    except StoreError as exc:
-        if not (path / "store.duckdb").is_file() or "cannot open" not in str(exc):
-            raise
-        writer_active = True  # locked by the writer: read the published snapshot
-        store = Store(path, read_only=True)
+    store, writer_active = open_latest(path)
     with store:
         info = {
             "store": str(path),
@@ -42,6 +53,7 @@ def store_status(config: Config, runs: int = 5) -> dict:
             "index": _index_info(path),
             "annotations": store.annotation_counts(),
             "runs": store.last_runs(runs),
+            "last": {kind: store.last_run_of(kind) for kind in LAST_OF},
         }
     for run in info["runs"]:
         if run["status"] == "running" and not writer_active:

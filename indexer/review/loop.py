@@ -30,10 +30,9 @@ REJECTIONS_SHOWN = 1000  # rejected rows kept in an import summary
 
 
 def dedup_groups(store: Store, doc_ids: Sequence[int]) -> dict[int, int]:
-    """doc id -> near-duplicate group id, when the store groups near-duplicates."""
-    # issue 14 adds Store.dedup_groups_of; until both land, a store without it groups nothing
-    groups_of = getattr(store, "dedup_groups_of", None)
-    return dict(groups_of([int(d) for d in doc_ids])) if groups_of is not None else {}
+    """doc id -> near-duplicate group id (`bertindex dedup`); documents never grouped are
+    left out, so a store nobody ran `dedup` on groups nothing."""
+    return dict(store.dedup_groups_of([int(d) for d in doc_ids]))
 
 
 def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: int = 200,

@@ -12,7 +12,8 @@ Modules, one concept each: `store` (the facade, connection, transactions, data v
 name), `vectors` (vectors and provenance), `reads` (documents read back), `filters` (search
 filters as bound SQL), `runs` (run log and status counts), `checks` (integrity), `rows`
 (row dataclasses), `annotations` (labels, entities and the inbox ledger), `reviews` (people's
-labels: the review loop).
+labels: the review loop), `dedup` (near-duplicate groups: `Store.dedup_groups_of`), `trends`
+(the report's aggregates), `timefield` (a metadata field read as a time).
 """
 
 from indexer.store.documents import content_hash

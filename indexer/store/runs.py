@@ -15,6 +15,8 @@ START_RUN = "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, NULL, 'running', NULL)
 RECORD_RUN = "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_LAST_RUNS = ("SELECT run_id, kind, started_at, finished_at, status, summary FROM runs "
                     "ORDER BY started_at DESC LIMIT ?")
+SELECT_LAST_OF_KIND = ("SELECT run_id, started_at, finished_at, status, summary FROM runs "
+                      "WHERE kind = ? ORDER BY started_at DESC LIMIT 1")
 RUN_SUMMARY_KEYS = ("read", "encoded", "deleted", "failed_batches")  # shown by `status`
 COUNT_DOCUMENTS = "SELECT count(*) FROM documents"
 COUNT_COLLECTION = "SELECT count(*) FROM documents WHERE collection = ?"
@@ -77,6 +79,18 @@ class RunLog:
                         "finished_at": finished, "status": status,
                         **{k: info[k] for k in RUN_SUMMARY_KEYS if k in info}})
         return out
+
+    def last_run_of(self, kind: str) -> dict | None:
+        """The latest run of one kind (`index`, `annotate`, `dedup`, `report`, ...).
+
+        Returns:
+            {run_id, started_at, finished_at, status, summary} or None when none ran.
+        """
+        row = self.con.execute(SELECT_LAST_OF_KIND, [kind]).fetchone()
+        if row is None:
+            return None
+        return {"run_id": row[0], "started_at": row[1], "finished_at": row[2], "status": row[3],
+                "summary": json.loads(row[4]) if row[4] else {}}
 
     def collection_counts(self) -> list[dict]:
         """Documents, chunks and stored vectors per collection.

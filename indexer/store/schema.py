@@ -53,6 +53,17 @@ CREATE_INBOX_LEDGER = """CREATE TABLE inbox_ledger (
             status VARCHAR NOT NULL, run_id VARCHAR, started_at TIMESTAMP,
             finished_at TIMESTAMP, summary JSON)"""
 
+# -- step 3: near-duplicate waves (indexer/store/dedup.py). One row per document the grouping
+# has seen (a singleton is its own group); `group_id` is the smallest doc id of its group, so
+# the group's first document. `dedup_state` keeps each collection's parameters and last run.
+CREATE_DEDUP_MEMBERS = """CREATE TABLE IF NOT EXISTS dedup_members (
+            doc_id BIGINT NOT NULL, collection VARCHAR NOT NULL, group_id BIGINT NOT NULL,
+            content_hash VARCHAR NOT NULL, deduped_at TIMESTAMP NOT NULL)"""
+CREATE_DEDUP_STATE = """CREATE TABLE IF NOT EXISTS dedup_state (
+            collection VARCHAR PRIMARY KEY, threshold DOUBLE NOT NULL,
+            min_jaccard DOUBLE NOT NULL, min_size INTEGER NOT NULL, neighbours INTEGER NOT NULL,
+            built_at TIMESTAMP, updated_at TIMESTAMP, summary JSON)"""
+
 # -- step 4: the review loop (indexer/store/reviews.py). `reviews` only grows: a document's
 # human label for a head is its latest row (highest review_id); an import that changes a label
 # adds a row, so nothing a person stored is overwritten. `review_heads` keeps what `annotate`
@@ -74,6 +85,8 @@ MIGRATIONS: dict[int, list[str]] = {
     1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
         CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
     2: [CREATE_ANNOTATIONS, CREATE_ENTITIES, CREATE_ANNOTATED, CREATE_INBOX_LEDGER],
+    3: [CREATE_DEDUP_MEMBERS, CREATE_DEDUP_STATE],
+
     # 3: near-duplicate groups (issue 14, another branch); numbering reconciled at merge
     4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS,
         ADD_RUNNER_UP],
@@ -134,7 +147,6 @@ def apply_migration(con: duckdb.DuckDBPyConnection, step: int) -> None:
         con: a writable connection, in a transaction.
         step: a key of MIGRATIONS.
     """
-    # a step this branch does not define is skipped, still recorded (merge reconciles numbers)
-    for sql in MIGRATIONS.get(step, []):
+    for sql in MIGRATIONS[step]:
         con.execute(sql)
     con.execute(SET_META, ["schema_version", str(step)])

@@ -27,6 +27,7 @@ import pyarrow as pa
 from indexer.errors import StoreError
 from indexer.index.versions import SNAPSHOT_FILE, version_dir
 from indexer.store.checks import Checks
+from indexer.store.dedup import DedupTables
 from indexer.store.documents import DocumentWrites
 from indexer.store.filters import Filters
 from indexer.store.lock import WriterLock
@@ -41,6 +42,7 @@ from indexer.store.schema import (
 )
 from indexer.store.side_tables import SideTables
 from indexer.store.snapshot import copy_snapshot, open_current_snapshot
+from indexer.store.trends import Trends
 from indexer.store.vectors import Vectors
 
 if TYPE_CHECKING:
@@ -57,7 +59,8 @@ SET_THREADS = "SET threads TO {threads}"
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 
 
-class Store(DocumentWrites, SideTables, Vectors, DocumentReads, Filters, RunLog, Checks):
+class Store(DocumentWrites, SideTables, Vectors, DocumentReads, Filters, RunLog, Checks,
+            DedupTables, Trends):
     """A store directory: `store.duckdb` plus `index/` versions beside it.
 
     Args:

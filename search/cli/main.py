@@ -133,6 +133,9 @@ def index_errors(summary: dict) -> list[str]:
 @click.option("--entity", "entities", multiple=True, metavar="TYPE[=TEXT]",
               callback=entity_callback,
               help="Only documents with an entity of TYPE (and TEXT, any case) (repeatable).")
+@click.option("--unique", is_flag=True,
+              help="Collapse each near-duplicate group (`bertindex dedup`) to its best-ranked "
+                   "member, shown with the group's size.")
 @click.option("--server", metavar="URL",
               help="Ask a running `bertindex serve` (e.g. http://127.0.0.1:8765) instead of "
                    "loading the model and index here.")
@@ -140,14 +143,15 @@ def index_errors(summary: dict) -> list[str]:
 @encode_options
 @json_option
 @handle_errors
-def search(query, k, collection, where, mode, labels, entities, human, server, config_path,
-           store_path, max_length, long_documents, as_json):
+def search(query, k, collection, where, mode, labels, entities, human, unique, server,
+           config_path, store_path, max_length, long_documents, as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
-    if server and human:
-        raise click.UsageError("--human is not supported with --server yet")
+    if server and (human or unique):
+        raise click.UsageError("--human and --unique are not supported with --server yet")
     if human and not labels:
         raise click.UsageError("--human qualifies --label HEAD=LABEL; give one")
     annotations = {}
+    sizes: dict = {}
     if server:
         from search.server import remote_search
 
@@ -159,20 +163,27 @@ def search(query, k, collection, where, mode, labels, entities, human, server, c
 
         cfg = build_config(config_path, store_path, max_length, long_documents)
         with Store(cfg.store.path, read_only=True) as store:
-            hits = Searcher(cfg, store).search(query, k, collection, where, mode,
-                                               labels=labels, entities=entities, human=human)
+            searcher = Searcher(cfg, store)
+            if unique:
+                hits, sizes = searcher.search_unique(query, k, collection, where, mode,
+                                                     labels=labels, entities=entities, human=human)
+            else:
+                hits = searcher.search(query, k, collection, where, mode, labels=labels,
+                                       entities=entities, human=human)
             if as_json:
                 annotations = hit_annotations(store, hits)
     if as_json:
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
                         "text": h.text, "metadata": h.metadata, "collection": h.collection,
-                        "scores": hit_scores(h), **annotations.get((h.collection, h.id), {})})
+                        "scores": hit_scores(h),
+                        **({"group_size": sizes.get((h.collection, h.id), 1)} if unique else {}),
+                        **annotations.get((h.collection, h.id), {})})
         return
     if not hits:
         click.echo("no hits", err=True)
         return
-    _print_table(hits)
+    _print_table(hits, sizes if unique else None)
 
 
 def hit_scores(hit) -> dict:
@@ -190,7 +201,7 @@ def _side(value) -> str:
     return f"{value:6.3f}" if value is not None else f"{'-':>6}"
 
 
-def _print_table(hits) -> None:
+def _print_table(hits, sizes: dict | None = None) -> None:
     id_width = min(max(len(h.id) for h in hits), 40)
     both = any(h.dense is not None for h in hits) and any(h.keyword is not None for h in hits)
     sides = f"  {'dense':>6}  {'bm25':>6}" if both else ""  # hybrid: why each ranks there
@@ -201,6 +212,8 @@ def _print_table(hits) -> None:
             snippet = "… " + snippet
         title = (h.title or "").strip()
         line = f"{title} | {snippet}" if title else snippet
+        if sizes is not None:
+            line = f"[x{sizes.get((h.collection, h.id), 1)}] {line}"
         sides = f"  {_side(h.dense)}  {_side(h.keyword)}" if both else ""
         click.echo(f"{h.rank:>4}  {h.score:6.3f}{sides}  {h.id[:id_width]:<{id_width}}  "
                    f"{textwrap.shorten(line, 90, placeholder=' …')}")
@@ -311,6 +324,10 @@ def _register_optional_commands() -> None:
     from search.cli.review import review
 
     main.add_command(review)
+    from search.cli.streams import dedup, report
+
+    main.add_command(report)
+    main.add_command(dedup)
     try:
         from search.cli.heads import eval_head, train
     except ImportError:
