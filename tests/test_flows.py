@@ -148,7 +148,8 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
 
     with Store(cfg.store.path) as store:
         for doc_id in store.document_hashes():  # a1 first: doc ids follow reading order
-            store.con.execute("INSERT INTO annotations VALUES (?, 'topic', 'h1', 'x', 0.5)",
+            store.con.execute("INSERT INTO annotations (doc_id, head, head_version, label, probability) "
+                              "VALUES (?, 'topic', 'h1', 'x', 0.5)",
                               [doc_id])
     result = runner.invoke(main, ["delete", "--id", "a1", "--id", "zz", "--collection", "news",
                                   "--config", str(config), "--json"])
@@ -188,7 +189,7 @@ def test_schedule_config_errors_name_the_key(tmp_path, schedules, message):
         load_config(path)
 
 
-def test_index_and_annotate_flows_keep_dedup_and_the_report_current(harness, tiny_config,
+def test_index_and_annotate_flows_keep_dedup_and_the_report_current(prefect_api, tiny_config,
                                                                      tmp_path):
     """Once a collection is grouped, the index flow places new documents (incrementally) and
     the annotate flow brings the groups up to date and writes the scheduled report."""
