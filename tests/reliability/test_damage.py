@@ -21,6 +21,7 @@ from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.index.versions import SNAPSHOT_FILE
 from indexer.ingest.run import run_index
 from indexer.store import Store
+from indexer.store.schema import SCHEMA_VERSION
 from reliability.damage_support import index_store, search_results
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
@@ -130,17 +131,18 @@ def test_store_of_a_newer_schema(indexed):
     is changed."""
     live = indexed.store / "store.duckdb"
     snapshot = indexed.version_dir() / SNAPSHOT_FILE
+    newer = str(SCHEMA_VERSION + 1)
     for db in (live, snapshot):
         with duckdb.connect(str(db)) as con:
-            con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+            con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [newer])
     code, stderr = cli_search(indexed)
-    assert_one_line_error(code, stderr, snapshot, "newer bertindex", "schema 3", "upgrade")
+    assert_one_line_error(code, stderr, snapshot, "newer bertindex", f"schema {newer}", "upgrade")
     with pytest.raises(StoreError) as err:
         run_index([str(indexed.corpus)], indexed.config)
     assert str(live) in str(err.value) and "nothing was changed" in str(err.value)
     with duckdb.connect(str(live), read_only=True) as con:
         assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                           ).fetchone()[0] == "3"
+                           ).fetchone()[0] == newer
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # no new run
 
 
