@@ -22,7 +22,8 @@ def store_status(config: Config, runs: int = 5) -> dict:
         {"store", "writer_active", "data_version", "collections": [{collection, documents,
         chunks, vectors}], "index": {version, spec, ntotal, data_version, provenance} | None,
         "annotations": {head: n}, "runs": [{run_id, kind, started_at, finished_at, status,
-        ...counts}]}.
+        ...counts}], "encoder": the path `model.dtype` takes on this machine and why
+        (`indexer.encode.encoder.describe_path`)}.
     """
     path = Path(config.store.path)
     writer_active = False
@@ -43,6 +44,9 @@ def store_status(config: Config, runs: int = 5) -> dict:
             "annotations": store.annotation_counts(),
             "runs": store.last_runs(runs),
         }
+    from indexer.encode.encoder import describe_path
+
+    info["encoder"] = describe_path(config.model)
     for run in info["runs"]:
         if run["status"] == "running" and not writer_active:
             run["status"] = "interrupted"  # nobody holds the store: that run was killed

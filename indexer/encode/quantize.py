@@ -1,0 +1,93 @@
+"""int8 encoder: torch dynamic quantisation of a BERT's linear layers, some kept in fp32.
+
+Dynamic quantisation stores each chosen `nn.Linear`'s weights as int8 (per output channel or
+per tensor) and quantises its input per batch at run time; everything else (embeddings,
+attention, layer norms, GELU) stays fp32. Which layers may be quantised without losing quality
+is a property of the model, so a variant is chosen by measurement (`benchmarks/int8_quality.py`)
+and `dtype: auto` only picks int8 for a model whose check record says it passed
+(`INT8_CHECK_FILE` beside the model, see `indexer.encode.int8_check`).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Int8Variant:
+    """One way to quantise: which linear layers stay fp32 and how weights are scaled.
+
+    Args:
+        name: short label used in check records and benchmark tables.
+        keep_fp32: regular expressions over module names (`encoder.layer.3.output.dense`);
+            a linear layer whose name matches any of them stays fp32.
+        per_channel: one weight scale per output channel (else one per tensor).
+    """
+
+    name: str
+    keep_fp32: tuple[str, ...] = ()
+    per_channel: bool = True
+
+    def kept(self, module_name: str) -> bool:
+        return any(re.search(p, module_name) for p in self.keep_fp32)
+
+
+FFN_OUT = r"layer\.\d+\.output\.dense$"         # BertOutput: the FFN's second linear (after GELU)
+ATTN_OUT = r"attention\.output\.dense$"         # BertSelfOutput
+POOLER = r"^pooler\."
+
+VARIANTS = {
+    v.name: v for v in (
+        Int8Variant("all-per-tensor", (POOLER,), per_channel=False),
+        Int8Variant("all", (POOLER,)),
+        Int8Variant("keep-ffn-out", (POOLER, FFN_OUT)),
+        Int8Variant("keep-ffn-attn-out", (POOLER, FFN_OUT, ATTN_OUT)),
+        Int8Variant("keep-first-last", (POOLER, r"layer\.0\.", r"layer\.{last}\.")),
+        Int8Variant("keep-ffn-out-first-last", (POOLER, FFN_OUT, r"layer\.0\.", r"layer\.{last}\.")),
+    )
+}
+DEFAULT_VARIANT = "keep-ffn-out"
+
+
+def _resolve(variant: Int8Variant, model: nn.Module) -> Int8Variant:
+    """Fill `{last}` with the model's last layer index."""
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
+    return Int8Variant(variant.name, tuple(p.replace("{last}", str(max(layers - 1, 0)))
+                                           for p in variant.keep_fp32), variant.per_channel)
+
+
+def quantizable(model: nn.Module, variant: Int8Variant) -> list[str]:
+    """Names of the linear layers this variant turns into int8."""
+    variant = _resolve(variant, model)
+    return [name for name, m in model.named_modules()
+            if isinstance(m, nn.Linear) and not variant.kept(name)]
+
+
+def quantize_int8(model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT) -> nn.Module:
+    """A dynamically quantised copy of an fp32 model (the original is left untouched).
+
+    Raises:
+        ValueError: an unknown variant name, or a model that is not fp32.
+    """
+    from torch.ao.quantization import (
+        default_dynamic_qconfig,
+        per_channel_dynamic_qconfig,
+        quantize_dynamic,
+    )
+
+    if isinstance(variant, str):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown int8 variant {variant!r}; one of {', '.join(VARIANTS)}")
+        variant = VARIANTS[variant]
+    if next(model.parameters()).dtype != torch.float32:
+        raise ValueError("int8 quantisation starts from an fp32 model")
+    qconfig = per_channel_dynamic_qconfig if variant.per_channel else default_dynamic_qconfig
+    names = quantizable(model, variant)
+    if "x86" in torch.backends.quantized.supported_engines:
+        torch.backends.quantized.engine = "x86"
+    return quantize_dynamic(copy.deepcopy(model), {n: qconfig for n in names}, dtype=torch.qint8)
