@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
 
-from indexer.machine import add_emulate_option, reexec_emulated  # noqa: E402
+from indexer.machine import add_emulate_option, reexec_emulated
 
 
 def load_passages(limit: int | None) -> list[str]:

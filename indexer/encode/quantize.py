@@ -32,6 +32,7 @@ class Int8Variant:
     name: str
     keep_fp32: tuple[str, ...] = ()
     per_channel: bool = True
+    per_token: bool = False  # activations scaled per token (`Int8Linear`), not per tensor
 
     def kept(self, module_name: str) -> bool:
         return any(re.search(p, module_name) for p in self.keep_fp32)
@@ -49,6 +50,8 @@ VARIANTS = {
         Int8Variant("keep-ffn-attn-out", (POOLER, FFN_OUT, ATTN_OUT)),
         Int8Variant("keep-first-last", (POOLER, r"layer\.0\.", r"layer\.{last}\.")),
         Int8Variant("keep-ffn-out-first-last", (POOLER, FFN_OUT, r"layer\.0\.", r"layer\.{last}\.")),
+        Int8Variant("per-token", (POOLER,), per_token=True),
+        Int8Variant("per-token-keep-ffn-out", (POOLER, FFN_OUT), per_token=True),
     )
 }
 DEFAULT_VARIANT = "keep-ffn-out"
@@ -58,7 +61,8 @@ def _resolve(variant: Int8Variant, model: nn.Module) -> Int8Variant:
     """Fill `{last}` with the model's last layer index."""
     layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
     return Int8Variant(variant.name, tuple(p.replace("{last}", str(max(layers - 1, 0)))
-                                           for p in variant.keep_fp32), variant.per_channel)
+                                           for p in variant.keep_fp32), variant.per_channel,
+                       variant.per_token)
 
 
 def quantizable(model: nn.Module, variant: Int8Variant) -> list[str]:
@@ -86,8 +90,47 @@ def quantize_int8(model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT
         variant = VARIANTS[variant]
     if next(model.parameters()).dtype != torch.float32:
         raise ValueError("int8 quantisation starts from an fp32 model")
+    if variant.per_token:
+        return _per_token(copy.deepcopy(model), quantizable(model, variant))
     qconfig = per_channel_dynamic_qconfig if variant.per_channel else default_dynamic_qconfig
     names = quantizable(model, variant)
     if "x86" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "x86"
     return quantize_dynamic(copy.deepcopy(model), {n: qconfig for n in names}, dtype=torch.qint8)
+
+
+class Int8Linear(nn.Module):
+    """A linear layer in int8: weights per output channel, activations per token (row), both
+    symmetric, multiplied by `torch._int_mm` (int8 x int8 -> int32) and scaled back to fp32.
+
+    Per-token scales keep one outlier token from flattening every other token's values, the
+    weakness of per-tensor dynamic quantisation on BERT's FFN inputs.
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
+        self.register_buffer("weight_t", torch.round(weight / scale[:, None]).clamp(-127, 127)
+                             .to(torch.int8).t().contiguous())
+        self.register_buffer("weight_scale", scale)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(),
+                                                                  requires_grad=False)
+        self.out_features = linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127
+        q = torch.round(rows / scale).to(torch.int8)
+        out = torch._int_mm(q, self.weight_t).float().mul_(scale).mul_(self.weight_scale)
+        if self.bias is not None:
+            out.add_(self.bias)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def _per_token(model: nn.Module, names: list[str]) -> nn.Module:
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, Int8Linear(getattr(parent, child)))
+    return model
