@@ -93,7 +93,8 @@ def main() -> int:
         del bf16
     for name in args.variants or list(VARIANTS):
         variant = VARIANTS[name]
-        encoder.model = quantize_int8(fp32_model, variant)
+        encoder.model = fp32_model
+        encoder.model = quantize_int8(fp32_model, variant, calibration=encoder.calibrate)
         encoder.encode_ids(seqs[:32])
         vecs, t = timed()
         cos = (vecs * reference).sum(axis=1)

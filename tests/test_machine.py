@@ -88,7 +88,10 @@ def test_int8_vectors_compare_with_fp32_ones(tiny_model_dir):
     config = {"name": str(tiny_model_dir), "device": "cpu", "max_length": 32}
     fp32 = Encoder(ModelConfig(dtype="fp32", **config))
     int8 = Encoder(ModelConfig(dtype="int8", **config))
-    assert any("quantized" in type(m).__module__ for m in int8.model.modules())
+    from indexer.encode.quantize import Int8Linear
+
+    assert int8.path.variant == "per-token"
+    assert any(isinstance(m, Int8Linear) for m in int8.model.modules())
     a, b = fp32.encode_texts(TEXTS), int8.encode_texts(TEXTS)
     cos = (a * b).sum(axis=1)
     assert cos.min() > 0.9 and cos.mean() > 0.97, cos  # a random model with wide weights
@@ -117,6 +120,24 @@ def test_quantize_keeps_the_chosen_layers_fp32(tiny_model_dir):
     assert type(model.encoder.layer[0].intermediate.dense) is torch.nn.Linear  # a copy
     with pytest.raises(ValueError, match="unknown int8 variant"):
         quantize_int8(model, "nope")
+    with pytest.raises(ValueError, match="needs calibration"):
+        quantize_int8(model, "smooth")
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+def test_int8_linear_is_close_to_the_fp32_one_whatever_the_outliers(smooth):
+    from indexer.encode.quantize import Int8Linear
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    x = torch.randn(3, 10, 64)
+    x[..., 5] *= 40  # one outlier channel, as BERT's layer-norm outputs have
+    q = Int8Linear(layer, x.reshape(-1, 64).abs().amax(dim=0) if smooth else None)
+    y, ref = q(x), layer(x)
+    assert y.shape == ref.shape
+    cos = torch.nn.functional.cosine_similarity(y.reshape(-1, 48), ref.reshape(-1, 48), dim=1)
+    assert cos.min() > (0.999 if smooth else 0.99), cos.min()
+    assert q.weight_t.dtype == torch.int8
 
 
 def test_machine_info_and_the_flop_count(monkeypatch):

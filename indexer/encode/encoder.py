@@ -260,7 +260,8 @@ class Encoder:
             raise ModelError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is required")
         self.model.eval().to(self.device)
         if self.path.dtype == "int8":
-            self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT)
+            self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT,
+                                       calibration=self.calibrate)
         limit = getattr(self.model.config, "max_position_embeddings", 512)
         if config.max_length > limit:
             raise ModelError(
@@ -286,6 +287,27 @@ class Encoder:
             self.provenance.model_name, self.device, self.provenance.dtype, self.dim,
             self.path.reason,
         )
+
+    def calibrate(self, model, passages: int = 64) -> None:
+        """Run `model` over a fixed sample of Python standard-library docstrings (present on
+        every machine), the calibration of the smoothed int8 variants."""
+        import itertools
+
+        from indexer.ingest.stdlib_corpus import iter_passages
+
+        texts = [p["text"] for p in itertools.islice(iter_passages(), 0, passages * 20, 20)]
+        room = self.config.max_length - 2
+        seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
+        for start in range(0, len(seqs), 16):
+            batch = seqs[start:start + 16]
+            width = max(len(s) for s in batch)
+            ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, seq in enumerate(batch):
+                ids[row, :len(seq)] = torch.as_tensor(seq)
+                mask[row, :len(seq)] = 1
+            model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                  token_type_ids=torch.zeros_like(ids).to(self.device))
 
     # -- tokenisation -------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], offsets: bool = False):

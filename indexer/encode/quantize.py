@@ -1,8 +1,11 @@
-"""int8 encoder: torch dynamic quantisation of a BERT's linear layers, some kept in fp32.
+"""int8 encoder: a BERT's linear layers in int8, some kept in fp32.
 
-Dynamic quantisation stores each chosen `nn.Linear`'s weights as int8 (per output channel or
-per tensor) and quantises its input per batch at run time; everything else (embeddings,
-attention, layer norms, GELU) stays fp32. Which layers may be quantised without losing quality
+Two schemes. torch's dynamic quantisation (`torch.ao.quantization.quantize_dynamic`, FBGEMM)
+stores each chosen `nn.Linear`'s weights as int8 (per output channel or per tensor) and
+quantises its input per tensor at run time. `Int8Linear` (the `per-token` variants) scales
+inputs per token and weights per output channel and multiplies with `torch._int_mm`,
+optionally after SmoothQuant-style smoothing from a calibration run. Everything else
+(embeddings, attention, layer norms, GELU, pooling) stays fp32. Which layers may be quantised without losing quality
 is a property of the model, so a variant is chosen by measurement (`benchmarks/int8_quality.py`)
 and `dtype: auto` only picks int8 for a model whose check record says it passed
 (`INT8_CHECK_FILE` beside the model, see `indexer.encode.int8_check`).
@@ -33,6 +36,7 @@ class Int8Variant:
     keep_fp32: tuple[str, ...] = ()
     per_channel: bool = True
     per_token: bool = False  # activations scaled per token (`Int8Linear`), not per tensor
+    smooth: float | None = None  # SmoothQuant alpha: move activation outliers into the weights
 
     def kept(self, module_name: str) -> bool:
         return any(re.search(p, module_name) for p in self.keep_fp32)
@@ -52,9 +56,11 @@ VARIANTS = {
         Int8Variant("keep-ffn-out-first-last", (POOLER, FFN_OUT, r"layer\.0\.", r"layer\.{last}\.")),
         Int8Variant("per-token", (POOLER,), per_token=True),
         Int8Variant("per-token-keep-ffn-out", (POOLER, FFN_OUT), per_token=True),
+        Int8Variant("smooth", (POOLER,), per_token=True, smooth=0.5),
+        Int8Variant("smooth-keep-ffn-out", (POOLER, FFN_OUT), per_token=True, smooth=0.5),
     )
 }
-DEFAULT_VARIANT = "keep-ffn-out"
+DEFAULT_VARIANT = "per-token"  # the variant that passed the gates (docs/guides/cpus.md)
 
 
 def _resolve(variant: Int8Variant, model: nn.Module) -> Int8Variant:
@@ -62,7 +68,7 @@ def _resolve(variant: Int8Variant, model: nn.Module) -> Int8Variant:
     layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
     return Int8Variant(variant.name, tuple(p.replace("{last}", str(max(layers - 1, 0)))
                                            for p in variant.keep_fp32), variant.per_channel,
-                       variant.per_token)
+                       variant.per_token, variant.smooth)
 
 
 def quantizable(model: nn.Module, variant: Int8Variant) -> list[str]:
@@ -72,11 +78,17 @@ def quantizable(model: nn.Module, variant: Int8Variant) -> list[str]:
             if isinstance(m, nn.Linear) and not variant.kept(name)]
 
 
-def quantize_int8(model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT) -> nn.Module:
+def quantize_int8(model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT,
+                  calibration=None) -> nn.Module:
     """A dynamically quantised copy of an fp32 model (the original is left untouched).
 
+    Args:
+        calibration: for a `smooth` variant, a callable that runs the fp32 model over a few
+            typical batches (`model` as its argument); each linear layer's input channels'
+            largest absolute values seen there set its smoothing scales.
     Raises:
-        ValueError: an unknown variant name, or a model that is not fp32.
+        ValueError: an unknown variant name, a model that is not fp32, or a `smooth` variant
+            without calibration.
     """
     from torch.ao.quantization import (
         default_dynamic_qconfig,
@@ -91,7 +103,13 @@ def quantize_int8(model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT
     if next(model.parameters()).dtype != torch.float32:
         raise ValueError("int8 quantisation starts from an fp32 model")
     if variant.per_token:
-        return _per_token(copy.deepcopy(model), quantizable(model, variant))
+        names = quantizable(model, variant)
+        amax = None
+        if variant.smooth is not None:
+            if calibration is None:
+                raise ValueError(f"int8 variant {variant.name} needs calibration batches")
+            amax = input_amax(model, names, calibration)
+        return _per_token(copy.deepcopy(model), names, amax, variant.smooth)
     qconfig = per_channel_dynamic_qconfig if variant.per_channel else default_dynamic_qconfig
     names = quantizable(model, variant)
     if "x86" in torch.backends.quantized.supported_engines:
@@ -107,9 +125,17 @@ class Int8Linear(nn.Module):
     weakness of per-tensor dynamic quantisation on BERT's FFN inputs.
     """
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, act_amax: torch.Tensor | None = None,
+                 alpha: float = 0.5):
         super().__init__()
         weight = linear.weight.detach().float()
+        inv_smooth = None
+        if act_amax is not None:  # SmoothQuant: x W^T = (x / s) (W s)^T
+            w_amax = weight.abs().amax(dim=0).clamp(min=1e-5)
+            smooth = (act_amax.clamp(min=1e-5) ** alpha / w_amax ** (1 - alpha)).clamp(min=1e-5)
+            weight = weight * smooth[None, :]
+            inv_smooth = 1.0 / smooth
+        self.register_buffer("inv_smooth", inv_smooth)
         scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
         self.register_buffer("weight_t", torch.round(weight / scale[:, None]).clamp(-127, 127)
                              .to(torch.int8).t().contiguous())
@@ -120,6 +146,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
+        if self.inv_smooth is not None:
+            rows = rows * self.inv_smooth
         scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127
         q = torch.round(rows / scale).to(torch.int8)
         out = torch._int_mm(q, self.weight_t).float().mul_(scale).mul_(self.weight_scale)
@@ -128,9 +156,34 @@ class Int8Linear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def _per_token(model: nn.Module, names: list[str]) -> nn.Module:
+def input_amax(model: nn.Module, names: list[str], calibration) -> dict[str, torch.Tensor]:
+    """Per input channel, the largest absolute value each named linear layer sees while
+    `calibration(model)` runs."""
+    amax: dict[str, torch.Tensor] = {}
+    hooks = []
+
+    def hook(name):
+        def record(_module, args):
+            seen = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0).float()
+            amax[name] = torch.maximum(amax[name], seen) if name in amax else seen
+        return record
+
+    for name in names:
+        hooks.append(model.get_submodule(name).register_forward_pre_hook(hook(name)))
+    try:
+        with torch.inference_mode():
+            calibration(model)
+    finally:
+        for h in hooks:
+            h.remove()
+    return amax
+
+
+def _per_token(model: nn.Module, names: list[str], amax: dict | None = None,
+               alpha: float | None = None) -> nn.Module:
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int8Linear(getattr(parent, child)))
+        act = amax.get(name) if amax is not None else None
+        setattr(parent, child, Int8Linear(getattr(parent, child), act, alpha or 0.5))
     return model
