@@ -140,6 +140,15 @@ def test_int8_linear_is_close_to_the_fp32_one_whatever_the_outliers(smooth):
     assert q.weight_t.dtype == torch.int8
 
 
+@pytest.mark.parametrize("flags, levels", [("avx2,fma", 63), ("avx2,avx512f,avx512_vnni", 127)])
+def test_int8_weights_stay_under_the_int16_sums_without_vnni(monkeypatch, flags, levels):
+    from indexer.encode.quantize import Int8Linear
+
+    monkeypatch.setenv(machine.FEATURES_ENV, flags)
+    q = Int8Linear(torch.nn.Linear(16, 8))
+    assert q.weight_levels == levels and int(q.weight_t.abs().max()) == levels
+
+
 def test_machine_info_and_the_flop_count(monkeypatch):
     from transformers import BertConfig
 

@@ -123,11 +123,21 @@ class Int8Linear(nn.Module):
 
     Per-token scales keep one outlier token from flattening every other token's values, the
     weakness of per-tensor dynamic quantisation on BERT's FFN inputs.
+
+    Weights use 127 levels each side on CPUs with int8 dot-product instructions (VNNI, AMX)
+    and 63 elsewhere: without VNNI, oneDNN multiplies int8 pairs into saturating int16 sums
+    (`vpmaddubsw`), which overflow for 8-bit weights (measured: `torch._int_mm` inexact under
+    `ONEDNN_MAX_CPU_ISA=AVX2` with 127, exact with 63).
     """
 
     def __init__(self, linear: nn.Linear, act_amax: torch.Tensor | None = None,
-                 alpha: float = 0.5):
+                 alpha: float = 0.5, weight_levels: int | None = None):
         super().__init__()
+        if weight_levels is None:
+            from indexer.machine import has_vnni
+
+            weight_levels = 127 if has_vnni() else 63
+        self.weight_levels = weight_levels
         weight = linear.weight.detach().float()
         inv_smooth = None
         if act_amax is not None:  # SmoothQuant: x W^T = (x / s) (W s)^T
@@ -136,8 +146,9 @@ class Int8Linear(nn.Module):
             weight = weight * smooth[None, :]
             inv_smooth = 1.0 / smooth
         self.register_buffer("inv_smooth", inv_smooth)
-        scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127
-        self.register_buffer("weight_t", torch.round(weight / scale[:, None]).clamp(-127, 127)
+        scale = weight.abs().amax(dim=1).clamp(min=1e-8) / weight_levels
+        self.register_buffer("weight_t", torch.round(weight / scale[:, None])
+                             .clamp(-weight_levels, weight_levels)
                              .to(torch.int8).t().contiguous())
         self.register_buffer("weight_scale", scale)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(),
