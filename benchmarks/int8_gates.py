@@ -94,7 +94,6 @@ def main() -> int:
     labels = (tweets_dir / "test_labels.txt").read_text().split()
     tweets = tweets[:len(labels)]
     gold_off = np.asarray([int(x) for x in labels])
-    head = AutoModelForSequenceClassification.from_pretrained(args.head).eval()
 
     encoder = Encoder(ModelConfig(dtype="fp32", device="cpu", max_length=256))
     fp32_model = encoder.model
@@ -121,7 +120,7 @@ def main() -> int:
     print("passages/s", {k: round(v, 1) for k, v in speed.items()}, flush=True)
 
     metrics: dict[str, dict] = {}
-    vectors = {}
+    vectors, tweet_vectors = {}, {}
     for name, model in (("fp32", fp32_model), ("int8", int8_model)):
         encoder.model = model
         d = encoder.encode_texts(docs)
@@ -129,14 +128,16 @@ def main() -> int:
         top = np.argsort(-(q @ d.T), axis=1)[:, :100]
         run = {qid: [doc_ids[j] for j in row] for qid, row in zip(qids, top)}
         a, b = encoder.encode_texts(left), encoder.encode_texts(right)
-        t = encoder.encode_texts(tweets)
+        vectors[name] = d
+        tweet_vectors[name] = encoder.encode_texts(tweets)
+        metrics[name] = {"scifact_ndcg@10": retrieval_scores(run, qrels)["ndcg@10"],
+                         "sts_spearman": round(spearman((a * b).sum(axis=1), gold_sts), 5)}
+        print(name, metrics[name], flush=True)
+    head = AutoModelForSequenceClassification.from_pretrained(args.head).eval()
+    for name, t in tweet_vectors.items():
         with torch.inference_mode():
             pred = head_logits(head, torch.from_numpy(t)).argmax(dim=1).numpy()
-        vectors[name] = d
-        metrics[name] = {"scifact_ndcg@10": retrieval_scores(run, qrels)["ndcg@10"],
-                         "sts_spearman": round(spearman((a * b).sum(axis=1), gold_sts), 5),
-                         "offensive_macro_f1": round(macro_f1(gold_off, pred), 5)}
-        print(name, metrics[name], flush=True)
+        metrics[name]["offensive_macro_f1"] = round(macro_f1(gold_off, pred), 5)
     cos = (vectors["fp32"] * vectors["int8"]).sum(axis=1)
     gates = {"min_cosine": {"value": round(float(cos.min()), 5),
                             "mean": round(float(cos.mean()), 5), "limit": GATES["min_cosine"],
