@@ -49,6 +49,23 @@ def timed(fn):
     return out, time.perf_counter() - start, time.process_time() - cpu
 
 
+def profile(encoder, texts: list[str]) -> dict:
+    """Share of CPU time per operator (the top 8), one stream on one thread."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    encoder.encode_texts(texts[:8])
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        encoder.encode_texts(texts)
+    torch.set_num_threads(threads)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]
+    return {e.key: round(e.self_cpu_time_total / total, 3) for e in top}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="passages (default: all 5,183)")
@@ -57,6 +74,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' default")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--profile", action="store_true",
+                        help="also: CPU share per operator of each dtype, one stream on one "
+                             "thread, over the first 64 passages (torch profiler)")
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
@@ -113,6 +133,12 @@ def main() -> int:
                           "cpu_time_ratio": round(cpu_rate / ref_cpu, 2),
                           "min_cosine": round(cos, 5), "limit_share": share,
                           "matmul_peak_gflops": peaks[dtype], "path": encoder.path.to_dict()}
+    if args.profile:
+        results["profile_one_thread"] = {
+            dtype: profile(Encoder(ModelConfig(dtype=dtype, device="cpu", max_length=args.max_length,
+                                               streams=1)), texts[:64])
+            for dtype in args.dtype}
+        print(json.dumps(results["profile_one_thread"]))
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(results))
     if args.out:
