@@ -123,7 +123,8 @@ def matmul_peak(dtype: str = "fp32", m: int = 4096, k: int = 384, n: int = 1536,
     """GFLOP/s of this machine's matmul in `dtype` (fp32, bf16 or int8) on all torch threads.
 
     The shape is a BERT-small linear layer over a batch of tokens (tokens x hidden @ hidden x
-    4 hidden); int8 is torch's dynamically quantised linear (what `dtype: int8` runs). Best of
+    4 hidden); int8 is `Int8Linear` (per-token int8 via `torch._int_mm`, what `dtype: int8`
+    runs, its quantise and rescale steps included). Best of
     repeated runs over about `seconds`, so a busy machine lowers it less than it lowers a mean.
     """
     import torch
@@ -131,10 +132,9 @@ def matmul_peak(dtype: str = "fp32", m: int = 4096, k: int = 384, n: int = 1536,
     torch.manual_seed(0)
     a = torch.randn(m, k)
     if dtype == "int8":
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        from indexer.encode.quantize import Int8Linear
 
-        layer = quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(k, n, bias=False)),
-                                 {"0": per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        layer = Int8Linear(torch.nn.Linear(k, n, bias=False))
 
         def step():
             return layer(a)
