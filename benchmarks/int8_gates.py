@@ -64,6 +64,8 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0, help="SciFact abstracts (0: all 5,183)")
     parser.add_argument("--speed-sample", type=int, default=500)
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--head-wait", type=int, default=0,
+                        help="seconds to wait for --head to appear (trained beside this run)")
     parser.add_argument("--out", type=Path, default=None)
     add_emulate_option(parser)
     args = parser.parse_args()
@@ -133,12 +135,20 @@ def main() -> int:
         metrics[name] = {"scifact_ndcg@10": retrieval_scores(run, qrels)["ndcg@10"],
                          "sts_spearman": round(spearman((a * b).sum(axis=1), gold_sts), 5)}
         print(name, metrics[name], flush=True)
+    cos = (vectors["fp32"] * vectors["int8"]).sum(axis=1)
+    print(f"min cosine {cos.min():.5f}, mean {cos.mean():.5f}", flush=True)
+    deadline = time.time() + args.head_wait
+    while not (args.head / "config.json").is_file() and time.time() < deadline:
+        time.sleep(10)  # a head still being trained beside this run
+    if not (args.head / "config.json").is_file():
+        print(f"{args.head}: no head (config.json) found; train one with `bertindex train "
+              "classifier --data .../tweeteval/offensive --head-only --out DIR`", file=sys.stderr)
+        return 1
     head = AutoModelForSequenceClassification.from_pretrained(args.head).eval()
     for name, t in tweet_vectors.items():
         with torch.inference_mode():
             pred = head_logits(head, torch.from_numpy(t)).argmax(dim=1).numpy()
         metrics[name]["offensive_macro_f1"] = round(macro_f1(gold_off, pred), 5)
-    cos = (vectors["fp32"] * vectors["int8"]).sum(axis=1)
     gates = {"min_cosine": {"value": round(float(cos.min()), 5),
                             "mean": round(float(cos.mean()), 5), "limit": GATES["min_cosine"],
                             "passed": bool(cos.min() >= GATES["min_cosine"])}}

@@ -288,14 +288,14 @@ class Encoder:
             self.path.reason,
         )
 
-    def calibrate(self, model, passages: int = 64) -> None:
+    def calibrate(self, model, passages: int = 32) -> None:
         """Run `model` over a fixed sample of Python standard-library docstrings (present on
         every machine), the calibration of the smoothed int8 variants."""
         import itertools
 
         from indexer.ingest.stdlib_corpus import iter_passages
 
-        texts = [p["text"] for p in itertools.islice(iter_passages(), 0, passages * 20, 20)]
+        texts = [p["text"] for p in itertools.islice(iter_passages(), 0, passages * 8, 8)]
         room = self.config.max_length - 2
         seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
         for start in range(0, len(seqs), 16):
