@@ -186,3 +186,23 @@ def test_status_shows_the_encoder_path(monkeypatch, tmp_path, tiny_model_dir, sm
     enc = json.loads(out.stdout)["encoder"]
     assert (enc["dtype"], enc["isa_class"], enc["configured"]) == ("fp32", "avx2", "auto")
     assert "no native bf16" in enc["reason"] and enc["emulated"]
+
+
+def test_auto_runs_the_recorded_smoothed_variant(monkeypatch, tmp_path):
+    """A passed record naming the calibrated variant: `auto` loads it (calibrating on stdlib
+    docstrings) and its vectors stay close to fp32."""
+    from tests.conftest import build_tiny_bert
+
+    from indexer.encode.quantize import Int8Linear
+
+    model = build_tiny_bert(tmp_path / "m", layers=2)
+    record(model, {"avx2": {"passed": True, "speed": {"fp32": 1.0, "int8": 1.3}}}, "smooth")
+    monkeypatch.setenv(machine.FEATURES_ENV, "avx2")
+    config = {"name": str(model), "device": "cpu", "max_length": 32}
+    int8 = Encoder(ModelConfig(dtype="auto", **config))
+    assert (int8.provenance.dtype, int8.path.variant) == ("int8", "smooth")
+    layers = [m for m in int8.model.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.inv_smooth is not None and m.weight_levels == 63 for m in layers)
+    a = Encoder(ModelConfig(dtype="fp32", **config)).encode_texts(TEXTS)
+    cos = (a * int8.encode_texts(TEXTS)).sum(axis=1)
+    assert cos.mean() > 0.97, cos

@@ -259,9 +259,6 @@ class Encoder:
         if not self.tokenizer.is_fast:
             raise ModelError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is required")
         self.model.eval().to(self.device)
-        if self.path.dtype == "int8":
-            self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT,
-                                       calibration=self.calibrate)
         limit = getattr(self.model.config, "max_position_embeddings", 512)
         if config.max_length > limit:
             raise ModelError(
@@ -271,6 +268,9 @@ class Encoder:
         self.cls_id = self.tokenizer.cls_token_id
         self.sep_id = self.tokenizer.sep_token_id
         self.pad_id = self.tokenizer.pad_token_id or 0
+        if self.path.dtype == "int8":
+            self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT,
+                                       calibration=self.calibrate)
         hidden = self.model.config.hidden_size
         self.dim = hidden * 4 if config.pooling == "last4" else hidden
         self.provenance = Provenance(
