@@ -9,7 +9,7 @@ truncated abstracts over its wall time: start-up, reading and writing included, 
 `--emulate avx2`: both processes run with the kernels limited to AVX2 and the CPU flags
 overridden (figures marked emulated).
 
-Usage: python benchmarks/index_end_to_end.py [--docs 1500] [--repeat 1] [--emulate avx2]
+Usage: python benchmarks/index_end_to_end.py [--docs 1500] [--repeat 1] [--emulate avx2] [--dtype int8]
        [--out benchmarks/results/index_end_to_end.json]
 """
 
@@ -42,6 +42,8 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=1500)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--dtype", default=None,
+                        help="model.dtype for bertindex (default: the config's, auto)")
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
@@ -59,14 +61,20 @@ def main() -> int:
         for _ in range(args.repeat):
             store = Path(tmp) / "store"
             shutil.rmtree(store, ignore_errors=True)
+            extra = []
+            if args.dtype:
+                config = Path(tmp) / "config.yaml"
+                config.write_text(f"model:\n  dtype: {args.dtype}\n")
+                extra = ["--config", str(config)]
             ours.append(run([str(BIN / "bertindex"), "index", str(corpus), "--store", str(store),
-                             "--max-length", "256", "--long-documents", "truncate", "--json"]))
+                             "--max-length", "256", "--long-documents", "truncate", "--json",
+                             *extra]))
             out = Path(tmp) / "reference"
             shutil.rmtree(out, ignore_errors=True)
             theirs.append(run([sys.executable, str(ROOT / "benchmarks" / "reference_st_index.py"),
                                str(corpus), str(out), "--max-length", "256"]))
     best_ours, best_theirs = min(ours), min(theirs)
-    machine, path, flops = describe(args.docs)
+    machine, path, flops = describe(args.docs, args.dtype)
     peak = machine["matmul_peak_gflops"][path["dtype"]]
     print(f"documents {args.docs}")
     print(f"bertindex index (whole process):            {best_ours:7.1f} s")
@@ -92,7 +100,7 @@ def main() -> int:
     return 0
 
 
-def describe(docs: int) -> tuple[dict, dict, float]:
+def describe(docs: int, dtype: str | None) -> tuple[dict, dict, float]:
     """(machine, the encoder path `bertindex index` takes, encoding FLOPs of the corpus)."""
     from transformers import AutoConfig, AutoTokenizer
 
@@ -101,6 +109,8 @@ def describe(docs: int) -> tuple[dict, dict, float]:
     from indexer.machine import encode_flops, machine_info
 
     config = Config().model
+    if dtype:
+        config = config.model_copy(update={"dtype": dtype})
     path = describe_path(config)
     model_dir = resolve_model_path(config.name)
     texts = []
