@@ -70,6 +70,8 @@ def test_auto_picks_int8_only_with_a_passed_faster_check_for_this_class(monkeypa
     assert choose_path("auto", CPU, model).dtype == "bf16"  # passed, but bf16 is faster here
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,avx_vnni")
     assert choose_path("auto", CPU, model).dtype == "fp32"  # no record for avx2-vnni
+    record(model, {"avx2-vnni": {"passed": True, "speed": {"fp32": 1.0, "int8": 1.05}}})
+    assert choose_path("auto", CPU, model).dtype == "fp32"  # passed, but not 10 % faster
     record(model, {"avx2-vnni": {"passed": False, "speed": {"fp32": 1.0, "int8": 1.9},
                                  "gates": {"min_cosine": {"passed": False}}}})
     path = choose_path("auto", CPU, model)
@@ -90,7 +92,7 @@ def test_int8_vectors_compare_with_fp32_ones(tiny_model_dir):
     int8 = Encoder(ModelConfig(dtype="int8", **config))
     from indexer.encode.quantize import Int8Linear
 
-    assert int8.path.variant == "per-token"
+    assert int8.path.variant == "smooth"
     assert any(isinstance(m, Int8Linear) for m in int8.model.modules())
     a, b = fp32.encode_texts(TEXTS), int8.encode_texts(TEXTS)
     cos = (a * b).sum(axis=1)

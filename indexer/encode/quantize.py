@@ -60,7 +60,7 @@ VARIANTS = {
         Int8Variant("smooth-keep-ffn-out", (POOLER, FFN_OUT), per_token=True, smooth=0.5),
     )
 }
-DEFAULT_VARIANT = "per-token"  # the variant that passed the gates (docs/guides/cpus.md)
+DEFAULT_VARIANT = "smooth"  # the variant that passed the gates (docs/guides/cpus.md)
 
 
 def _resolve(variant: Int8Variant, model: nn.Module) -> Int8Variant:
