@@ -21,7 +21,10 @@ threads, batches filled up to the token budget whatever their lengths.
 encoder's pass shared with the head, then with separate passes (and how close the two
 stores' vectors and labels are). `--profile`: CPU share per operator, one stream on one
 thread. Always: tokenising, padding and DuckDB-write costs (`overheads`).
-Usage: python benchmarks/annotate_throughput.py [--limit 2000] [--batch-size 32] [--threads 2]
+The JSON names the machine (`indexer.machine.machine_info`: CPU, ISA flags, libraries,
+threads, matmul peaks), whether it was emulated (`--emulate avx2`), and each side's share of
+the matmul limit for the one-classifier case (encoding FLOPs of the tweets over wall time).
+Usage: python benchmarks/annotate_throughput.py [--limit 2000] [--emulate avx2] [--out FILE] [--batch-size 32] [--threads 2]
        [--head DIR] [--streams N] [--max-waste F|none] [--skip-ner] [--inbox] [--profile]
 """
 
@@ -40,6 +43,9 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from indexer.machine import add_emulate_option, reexec_emulated
+
 TWEETEVAL = ROOT.parent / "shared" / "data" / "tweeteval"
 HEADS = Path("/tmp/heads")
 
@@ -209,7 +215,10 @@ def main() -> int:
                         help="also time the whole `annotate --inbox` path (one pass vs two)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile one stream on one thread: CPU share per operator")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    add_emulate_option(parser)
     args = parser.parse_args()
+    reexec_emulated(args.emulate)
     if not TWEETEVAL.is_dir():
         print(f"{TWEETEVAL} not found: this benchmark reads ../shared/data/tweeteval", file=sys.stderr)
         return 1
@@ -280,6 +289,19 @@ def main() -> int:
         same = sum(a.labels[0].label == b.labels[0].label for a, b in zip(anns, fp32)) / len(texts)
         report["one_classifier"] |= {"bertindex_fp32_docs_per_s": round(len(texts) / wall32, 1),
                                      "bf16_vs_fp32_label_agreement": round(same, 4)}
+    from transformers import AutoTokenizer
+
+    from indexer.machine import encode_flops, limit_share, machine_info
+
+    lengths = [min(len(i), 510) + 2 for i in AutoTokenizer.from_pretrained(clf_dir)(
+        texts, add_special_tokens=False)["input_ids"]]
+    flops = encode_flops(AutoConfig.from_pretrained(clf_dir), lengths)
+    report["machine"] = machine_info(["fp32", dtype])
+    peaks = report["machine"]["matmul_peak_gflops"]
+    report["one_classifier"] |= {
+        "gflop_per_doc": round(flops / len(texts) / 1e9, 4),
+        "bertindex_limit_share": limit_share(flops, wall, peaks[dtype]),
+        "pipeline_fp32_limit_share": limit_share(flops, ref_wall, peaks["fp32"])}
     print(json.dumps(report["one_classifier"]), file=sys.stderr)
 
     if not args.skip_ner:
@@ -304,6 +326,9 @@ def main() -> int:
         report["profile_one_stream"] = profile(texts, clf_dir, warm)
     report["load_average_1min"] = {"min": min(LOADS), "max": max(LOADS)}
     print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 

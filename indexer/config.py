@@ -69,9 +69,12 @@ class ModelConfig(_Strict):
         "None = one per torch thread on CPU (at most 8), one on CUDA")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="`auto`: CUDA when torch sees it, else the CPU")
-    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="`auto`: bf16 on CUDA with bf16 support (else fp16) and on CPUs with "
-        "native bf16 (AVX512-BF16/AMX), fp32 elsewhere; `fp16` is CUDA only")
+    dtype: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
+        "auto", description="`auto`: bf16 on CUDA with bf16 support (else fp16); on a CPU int8 "
+        "where the model has a passed int8 check for this CPU's ISA class that ran faster, else "
+        "bf16 with native bf16 (AVX512-BF16/AMX), else fp32 (`bertindex status` shows the "
+        "choice and why; `BERTINDEX_CPU_FEATURES` overrides the CPU flags read); `fp16` is "
+        "CUDA only; `int8`: dynamic int8 linear layers on CPU (see the CPU guide)")
     query_prompt: str = Field(
         "", description="text put before every query before it is encoded (e5: `query: `, bge: "
         "an instruction); default: the model directory's `prompts.query` "

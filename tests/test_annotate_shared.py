@@ -90,6 +90,9 @@ def test_shared_pass_is_refused_with_the_reason(tiny_config, heads, tmp_path):  
         tuned.bert.encoder.layer[0].output.dense.bias.add_(0.01)
     tuned_dir = _save_head(tuned, heads["clf"], tmp_path / "tuned")
     assert "head-only" in reason(tiny_config, [f"tuned={tuned_dir}"])
+    # an int8 index encoder: the heads' fp32 pass is not what it computes
+    encoder = Encoder(tiny_config.model.model_copy(update={"dtype": "int8"}))
+    assert "encodes in int8" in reason(tiny_config)
 
 
 def _store_contents(store_path):

@@ -324,6 +324,10 @@ class Annotator:
             return (f"the heads read windows of {self.max_length} tokens with stride "
                     f"{self.stride}, the index {encoder.config.max_length} with stride "
                     f"{docs.stride}")
+        path = getattr(encoder, "path", None)
+        if path is not None and path.dtype == "int8":
+            return (f"the index encodes in int8, the heads run in {self.dtype_name}: the "
+                    "index's vectors come from its own pass")
         if (self.device, self.dtype) != (encoder.device, encoder.dtype):
             return (f"the heads run in {self.dtype_name} on {self.device}, the index in "
                     f"{dtype_name(encoder.dtype)} on {encoder.device}")

@@ -11,18 +11,22 @@ import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from indexer import machine
 from indexer.config import ModelConfig, resolve_model_path
+from indexer.encode import int8_check
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.encode.provenance import (
     Provenance,
     model_display_name,
     weights_hash,
 )
+from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
 from indexer.errors import ModelError
 from indexer.progress import Progress, ProgressArg
 
@@ -33,12 +37,11 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def cpu_has_bf16() -> bool:
-    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX).
+
+    Reads `indexer.machine.cpu_flags`, which `BERTINDEX_CPU_FEATURES` overrides.
+    """
+    return machine.has_bf16()
 
 
 def choose_device(device: str) -> torch.device:
@@ -49,15 +52,81 @@ def choose_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """`auto`: bf16 on CUDA with bf16 (else fp16) and on CPUs with native bf16; fp32 otherwise."""
+@dataclass(frozen=True)
+class EncoderPath:
+    """How the encoder runs here: `dtype` (fp32, bf16, fp16 or int8), the int8 variant, and
+    why `dtype: auto` (or the configured dtype) led there."""
+
+    dtype: str
+    reason: str
+    variant: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_path(dtype: str, device: torch.device, model_dir: Path | None = None) -> EncoderPath:
+    """The encoder path for `model.dtype` on this device (and, for int8, this model).
+
+    `auto` on CUDA: bf16 where supported, else fp16. On a CPU: int8 where the model has a
+    passed int8 check record for this CPU's ISA class that was faster than the path `auto`
+    would otherwise take; else bf16 with native bf16 (AVX512-BF16/AMX); else fp32.
+    """
+    if dtype == "fp16" and device.type == "cpu":
+        raise ModelError("fp16 is not supported on CPU; use fp32, bf16 or int8")
+    if dtype == "int8":
+        if device.type != "cpu":
+            raise ModelError("int8 runs on CPU only; use model.device cpu, or dtype auto on CUDA")
+        record = int8_check.find(model_dir) if model_dir is not None else None
+        verdict = int8_check.verdict(record, machine.isa_class())
+        if not verdict.passed:
+            log.warning("int8 on this model: %s; vectors may differ from fp32 more than the "
+                        "quality gates allow", verdict.why)
+        return EncoderPath("int8", f"configured; {verdict.why}",
+                           verdict.variant or DEFAULT_VARIANT)
     if dtype != "auto":
-        if device.type == "cpu" and dtype == "fp16":
-            raise ModelError("fp16 is not supported on CPU; use fp32 or bf16")
-        return _DTYPES[dtype]
+        if dtype not in _DTYPES:
+            raise ModelError(f"unknown model.dtype {dtype!r}; one of auto, fp32, bf16, fp16, int8")
+        return EncoderPath(dtype, "configured")
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_bf16() else torch.float32
+        bf16 = torch.cuda.is_bf16_supported()
+        return EncoderPath("bf16" if bf16 else "fp16",
+                           "auto on CUDA: " + ("bf16 supported" if bf16 else "no bf16, fp16"))
+    flags, source = machine.cpu_flags()
+    native = [f for f in machine.BF16_FLAGS if f in flags]
+    fallback = "bf16" if native else "fp32"
+    why = (f"auto on CPU: native bf16 ({', '.join(native)})" if native
+           else "auto on CPU: no native bf16 (no avx512_bf16/amx_bf16)") + f" per {source}"
+    if model_dir is not None:
+        verdict = int8_check.verdict(int8_check.find(model_dir), machine.isa_class())
+        if verdict.passed and verdict.faster_than(fallback):
+            return EncoderPath("int8", f"{why}; int8 check passed and faster than {fallback} "
+                               f"on {machine.isa_class()} ({verdict.why})", verdict.variant)
+        why += f"; int8 not chosen: {verdict.why if not verdict.passed else 'not faster'}"
+    return EncoderPath(fallback, why)
+
+
+def describe_path(config: ModelConfig) -> dict:
+    """The encoder path this configuration takes on this machine, without loading the model:
+    {dtype, reason, variant, device, cpu_model, isa_class, isa_source, emulated}."""
+    device = choose_device(config.device)
+    try:
+        model_dir = resolve_model_path(config.name)
+    except Exception:  # noqa: BLE001 - a missing model is reported by the commands that load it
+        model_dir = None
+    path = choose_path(config.dtype, device, model_dir)
+    flags, source = machine.cpu_flags()
+    return {**path.to_dict(), "configured": config.dtype, "device": device.type,
+            "cpu_model": machine.cpu_model(), "isa_class": machine.isa_class(),
+            "isa_flags": sorted(f for f in machine.ISA_FLAGS if f in flags),
+            "isa_source": source, "emulated": machine.emulated()}
+
+
+def choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype the model is loaded in: `auto` as `choose_path` without int8; int8 is
+    loaded in fp32 and quantised afterwards."""
+    name = choose_path(dtype, device).dtype
+    return torch.float32 if name == "int8" else _DTYPES[name]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -132,7 +201,8 @@ class Encoder:
         self.config = config
         self.model_dir = resolve_model_path(config.name)
         self.device = choose_device(config.device)
-        self.dtype = choose_dtype(config.dtype, self.device)
+        self.path = choose_path(config.dtype, self.device, self.model_dir)
+        self.dtype = torch.float32 if self.path.dtype == "int8" else _DTYPES[self.path.dtype]
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, use_fast=True)
             self.model = AutoModel.from_pretrained(
@@ -152,6 +222,9 @@ class Encoder:
         self.cls_id = self.tokenizer.cls_token_id
         self.sep_id = self.tokenizer.sep_token_id
         self.pad_id = self.tokenizer.pad_token_id or 0
+        if self.path.dtype == "int8":
+            self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT,
+                                       calibration=self.calibrate)
         hidden = self.model.config.hidden_size
         self.dim = hidden * 4 if config.pooling == "last4" else hidden
         self.provenance = Provenance(
@@ -161,7 +234,7 @@ class Encoder:
             normalize=config.normalize,
             max_length=config.max_length,
             dim=self.dim,
-            dtype=dtype_name(self.dtype),
+            dtype=self.path.dtype,
             document_prompt=config.document_prompt,
             query_prompt=config.query_prompt,
         )
@@ -169,9 +242,31 @@ class Encoder:
         self.document_prefix = (self.tokenize([config.document_prompt])[0]
                                 if config.document_prompt else [])
         log.info(
-            "encoder %s on %s in %s (dim %d)",
+            "encoder %s on %s in %s (dim %d): %s",
             self.provenance.model_name, self.device, self.provenance.dtype, self.dim,
+            self.path.reason,
         )
+
+    def calibrate(self, model, passages: int = 32) -> None:
+        """Run `model` over a fixed sample of Python standard-library docstrings (present on
+        every machine), the calibration of the smoothed int8 variants."""
+        import itertools
+
+        from indexer.ingest.stdlib_corpus import iter_passages
+
+        texts = [p["text"] for p in itertools.islice(iter_passages(), 0, passages * 8, 8)]
+        room = self.config.max_length - 2
+        seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
+        for start in range(0, len(seqs), 16):
+            batch = seqs[start:start + 16]
+            width = max(len(s) for s in batch)
+            ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, seq in enumerate(batch):
+                ids[row, :len(seq)] = torch.as_tensor(seq)
+                mask[row, :len(seq)] = 1
+            model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                  token_type_ids=torch.zeros_like(ids).to(self.device))
 
     # -- tokenisation -------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], offsets: bool = False):

@@ -68,6 +68,9 @@ def status(config_path, store_path, as_json):
     click.echo("annotations: " + (", ".join(f"{h} {n}" for h, n in heads.items()) or "none"))
     for run in info["runs"]:
         click.echo(f"run {run['run_id']} {run['kind']:<8} {run['started_at']}  {run['status']}")
+    enc = info["encoder"]
+    click.echo(f"encoder here: {enc['dtype']}" + (f" ({enc['variant']})" if enc["variant"] else "")
+               + f" on {enc['device']}, {enc['cpu_model']} [{enc['isa_class']}]: {enc['reason']}")
     for kind, run in info["last"].items():
         when = (f"{run['finished_at'] or run['started_at']} ({run['status']})" if run
                 else "never")
