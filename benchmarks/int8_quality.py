@@ -12,7 +12,6 @@ Usage: python benchmarks/int8_quality.py [--limit 500] [--variants all keep-ffn-
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import time
@@ -22,20 +21,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
+
+from encode_throughput import CORPUS, load_passages  # benchmarks/: the same SciFact abstracts
 
 from indexer.machine import add_emulate_option, reexec_emulated
-
-
-def load_passages(limit: int | None) -> list[str]:
-    texts = []
-    with gzip.open(CORPUS, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            texts.append(f"{row['title']} {row['text']}".strip())
-            if limit and len(texts) >= limit:
-                break
-    return texts
 
 
 def main() -> int:
