@@ -16,6 +16,7 @@ import logging
 import sys
 import time
 import uuid
+from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
-from indexer.dedup.text import same_words, word_set
+from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
 from indexer.store import QUERY_KEYS, Store
 
@@ -256,10 +257,13 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
     reason, index = _full_reason(store, config, params, state, rebuild, len(new_docs),
                                  len(seen), base)
     if reason:
+        accept = None
+        if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
+            words = WordSets(store.iter_texts(collection))
+            accept = partial(words.same, min_jaccard=params.min_jaccard)
         pairs = all_pairs(lambda: store.iter_first_vectors(collection), len(doc_ids),
                           store.provenance().dim, params.threshold, params.neighbours,
-                          chunk_doc)
-        pairs = text_filter(store, pairs, params.min_jaccard)
+                          chunk_doc, accept=accept)
         groups, regroup = group_all(doc_ids, pairs), {}
         written = doc_ids
     else:

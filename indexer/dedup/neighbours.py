@@ -96,7 +96,8 @@ def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
 
 
 def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float, k: int,
-              chunk_doc: tuple[np.ndarray, np.ndarray], seed: int = 0) -> Pairs:
+              chunk_doc: tuple[np.ndarray, np.ndarray], seed: int = 0,
+              accept: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Pairs:
     """Every pair of a collection's documents with cosine >= threshold among each document's
     k nearest neighbours.
 
@@ -108,6 +109,9 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
         k: neighbours looked at per document.
         chunk_doc: (first chunk ids ascending, their doc ids).
         seed: for the IVF training sample.
+        accept: the pair check beyond the cosine (the word check): given the doc ids of one
+            query batch's candidates, a bool mask of those to keep. Applied batch by batch, so
+            only the accepted candidates are held and rescored, never all k x n of them.
     Returns:
         Pairs; `searched` is n.
     """
@@ -126,6 +130,7 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
     for _, chunk_ids, vectors in batches():
         index.add_with_ids(vectors, chunk_ids)
     kk = min(k + 1, n)
+    keys, docs = chunk_doc
     out_a, out_b, out_s = [], [], []
     for _, chunk_ids, vectors in batches():
         for start in range(0, len(chunk_ids), QUERY_BATCH):
@@ -133,16 +138,19 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
             scores, found = index.search(vectors[start:start + QUERY_BATCH], kk)
             hit = (found >= 0) & (found != own[:, None]) & (scores >= threshold - slack)
             rows, cols = np.nonzero(hit)
-            out_a.append(own[rows])
-            out_b.append(found[rows, cols])
-            out_s.append(scores[rows, cols])
+            a, b, s = own[rows], found[rows, cols], scores[rows, cols]
+            if accept is not None and len(a):
+                keep = accept(docs[np.searchsorted(keys, a)], docs[np.searchsorted(keys, b)])
+                a, b, s = a[keep], b[keep], s[keep]
+            out_a.append(a)
+            out_b.append(b)
+            out_s.append(s)
     del index
     a, b, s = _dedupe(np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s))
     if slack:  # 8-bit scores: recompute candidates from the stored float32 vectors
         s = _exact_pairs(a, b, lambda ends: _gather(batches, ends))
         keep = s >= threshold
         a, b, s = a[keep], b[keep], s[keep]
-    keys, docs = chunk_doc
     return Pairs(docs[np.searchsorted(keys, a)], docs[np.searchsorted(keys, b)], s, searched=n)
 
 
