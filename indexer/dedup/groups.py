@@ -118,6 +118,7 @@ def check_store(path: Path, collection: str) -> None:
 
 
 TEXT_CHUNK = 1_000_000  # pairs checked at a time
+STREAM_ROWS = 16_384  # vectors a streamed batch of the full grouping (its Arrow copies are transient)
 
 
 def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
@@ -261,7 +262,7 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
         if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
             words = WordSets(store.iter_texts(collection))
             accept = partial(words.same, min_jaccard=params.min_jaccard)
-        pairs = all_pairs(lambda: store.iter_first_vectors(collection), len(doc_ids),
+        pairs = all_pairs(lambda: store.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
                           store.provenance().dim, params.threshold, params.neighbours,
                           chunk_doc, accept=accept)
         groups, regroup = group_all(doc_ids, pairs), {}
