@@ -1,6 +1,7 @@
 """Group a collection's near-duplicates and keep the groups current: checks the parameters
 and the store first (nothing changes on a bad one), finds candidate pairs
-(`indexer.dedup.neighbours`), drops pairs whose words differ too much (`indexer.dedup.text`),
+(`indexer.dedup.neighbours`), drops pairs whose words differ too much (`indexer.dedup.text`;
+in a full run query batch by query batch, so only the pairs that pass are ever held),
 joins the rest by single linkage and stores the groups (`Store.write_dedup`).
 
 The first run on a collection groups all of it; later runs place only the documents added or
@@ -16,9 +17,9 @@ import logging
 import sys
 import time
 import uuid
-from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ def check_store(path: Path, collection: str) -> None:
 
 
 TEXT_CHUNK = 1_000_000  # pairs checked at a time
-STREAM_ROWS = 16_384  # vectors a streamed batch of the full grouping (its Arrow copies are transient)
+STREAM_ROWS = 16_384  # vectors a streamed batch of the full grouping (Arrow copies transient)
 
 
 def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:

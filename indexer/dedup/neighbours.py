@@ -3,7 +3,9 @@ is cosine), each pair's cosine recomputed exactly from the stored float32 vector
 
 `all_pairs`: a whole collection, through a FAISS index built here (exact `Flat` up to
 FLAT_LIMIT documents, `IVF…,SQ8` above: 1 byte a dimension, candidates then rescored from the float32 vectors in
-one more streamed pass) and k nearest neighbours of every document. `new_pairs`: only documents not grouped yet, against the published search index
+one more streamed pass) and k nearest neighbours of every document; an `accept` check (the
+word check) drops candidates query batch by query batch, so memory holds the accepted pairs,
+not k per document. `new_pairs`: only documents not grouped yet, against the published search index
 (restricted to the collection's grouped documents) and against each other: the work grows
 with the new documents, not with the collection.
 """
@@ -83,7 +85,7 @@ def _exact_pairs(a: np.ndarray, b: np.ndarray, vectors_of: Callable[[np.ndarray]
     return out
 
 
-def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
+def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.IndexIVF:
     nlist = int(min(MAX_LISTS, max(64, 4 * math.sqrt(n))))
     nlist = min(nlist, max(1, len(sample) // 16))  # at least 16 training vectors a list
     quantizer = faiss.IndexFlatIP(dim)
@@ -93,6 +95,31 @@ def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     index.nprobe = min(NPROBE, nlist)
     return index
+
+
+def _add_sized(index: faiss.IndexIVF, batches: Callable[[], object]) -> None:
+    """Add every vector (with its chunk id) to a trained IVF index, each list's memory sized
+    once: a first pass assigns the lists (16 bytes a vector), the second adds with those
+    assignments. Lists grown vector batch by vector batch double their capacity, up to twice
+    the 8-bit codes' memory (384 MB at 1M 384-dim vectors)."""
+    found_ids, found_lists = [], []
+    for _, chunk_ids, vectors in batches():
+        found_ids.append(chunk_ids)
+        found_lists.append(index.quantizer.assign(vectors, 1).ravel().astype(np.int64))
+    ids, lists = np.concatenate(found_ids), np.concatenate(found_lists)
+    del found_ids, found_lists
+    order = np.argsort(ids)
+    ids, lists = ids[order], lists[order]
+    invlists = faiss.downcast_InvertedLists(index.invlists)
+    for list_no, size in enumerate(np.bincount(lists, minlength=index.nlist).tolist()):
+        invlists.resize(list_no, size)  # the capacity stays when the size goes back to 0
+        invlists.resize(list_no, 0)
+    for _, chunk_ids, vectors in batches():
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        chunk_ids = np.ascontiguousarray(chunk_ids, dtype=np.int64)
+        assigned = np.ascontiguousarray(lists[np.searchsorted(ids, chunk_ids)])
+        index.add_core(len(vectors), faiss.swig_ptr(vectors), faiss.swig_ptr(chunk_ids),
+                       faiss.swig_ptr(assigned))
 
 
 def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float, k: int,
@@ -124,11 +151,14 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
         rng = np.random.default_rng(seed)
         want = min(n, TRAIN_SAMPLE)
         parts = [v[rng.random(len(v)) < want / n] for _, _, v in batches()]
-        ivf = _ivf_index(dim, n, np.concatenate(parts))
-        index = faiss.IndexIDMap(ivf)
+        index = _ivf_index(dim, n, np.concatenate(parts))
+        del parts  # the training sample (up to 100 MB) is not kept for the search
         slack = SQ8_SLACK
-    for _, chunk_ids, vectors in batches():
-        index.add_with_ids(vectors, chunk_ids)
+    if slack:
+        _add_sized(index, batches)
+    else:
+        for _, chunk_ids, vectors in batches():
+            index.add_with_ids(vectors, chunk_ids)
     kk = min(k + 1, n)
     keys, docs = chunk_doc
     out_a, out_b, out_s = [], [], []
