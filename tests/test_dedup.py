@@ -267,3 +267,26 @@ def test_short_comments_sharing_two_words_are_not_copies():
                       word_set("RT @user: BIG news about the flood!! https://t.co/x"), 0.9)
     assert not same_words(word_set("big news about the flood"),
                           word_set("big news about the fire today"), 0.6)  # 4/7
+
+
+def test_word_sets_decide_every_pair_as_same_words():
+    """The batch check the full grouping streams through (integer word ids, many pairs at once)
+    must decide each pair exactly as `same_words` on the two texts' word sets, unknown and
+    word-less documents included."""
+    from indexer.dedup.text import WordSets, same_words
+
+    rng = np.random.default_rng(5)
+    vocab = ["big", "news", "flood", "fire", "she", "is", "the", "cat", "sat", "mat", "@user",
+             "#tag", "https://t.co/x", "RT @a:", "🔥", "Flood!!"]
+    texts = {d: " ".join(rng.choice(vocab, rng.integers(0, 9))) for d in range(10, 90)}
+    texts[91] = ""  # no words at all
+    words = WordSets([(np.array(list(texts)[:40]), list(texts.values())[:40]),
+                      (np.array(list(texts)[40:]), list(texts.values())[40:])])
+    a = rng.integers(5, 95, 3000)  # 5-9 and 92-94 have no stored text
+    b = rng.integers(5, 95, 3000)
+    for min_jaccard in (0.3, 0.6, 0.9):
+        got = words.same(a, b, min_jaccard)
+        want = [same_words(word_set(texts.get(x, "")), word_set(texts.get(y, "")), min_jaccard)
+                for x, y in zip(a.tolist(), b.tolist())]
+        assert got.tolist() == want
+    assert 0 < sum(want) < len(want)

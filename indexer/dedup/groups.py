@@ -1,6 +1,7 @@
 """Group a collection's near-duplicates and keep the groups current: checks the parameters
 and the store first (nothing changes on a bad one), finds candidate pairs
-(`indexer.dedup.neighbours`), drops pairs whose words differ too much (`indexer.dedup.text`),
+(`indexer.dedup.neighbours`), drops pairs whose words differ too much (`indexer.dedup.text`;
+in a full run query batch by query batch, so only the pairs that pass are ever held),
 joins the rest by single linkage and stores the groups (`Store.write_dedup`).
 
 The first run on a collection groups all of it; later runs place only the documents added or
@@ -18,13 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from indexer.config import Config
 from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
-from indexer.dedup.text import same_words, word_set
+from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
 from indexer.store import QUERY_KEYS, Store
 
@@ -117,6 +119,7 @@ def check_store(path: Path, collection: str) -> None:
 
 
 TEXT_CHUNK = 1_000_000  # pairs checked at a time
+STREAM_ROWS = 16_384  # vectors a streamed batch of the full grouping (Arrow copies transient)
 
 
 def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
@@ -256,10 +259,13 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
     reason, index = _full_reason(store, config, params, state, rebuild, len(new_docs),
                                  len(seen), base)
     if reason:
-        pairs = all_pairs(lambda: store.iter_first_vectors(collection), len(doc_ids),
+        accept = None
+        if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
+            words = WordSets(store.iter_texts(collection))
+            accept = partial(words.same, min_jaccard=params.min_jaccard)
+        pairs = all_pairs(lambda: store.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
                           store.provenance().dim, params.threshold, params.neighbours,
-                          chunk_doc)
-        pairs = text_filter(store, pairs, params.min_jaccard)
+                          chunk_doc, accept=accept)
         groups, regroup = group_all(doc_ids, pairs), {}
         written = doc_ids
     else:

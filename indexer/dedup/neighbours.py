@@ -3,7 +3,9 @@ is cosine), each pair's cosine recomputed exactly from the stored float32 vector
 
 `all_pairs`: a whole collection, through a FAISS index built here (exact `Flat` up to
 FLAT_LIMIT documents, `IVF…,SQ8` above: 1 byte a dimension, candidates then rescored from the float32 vectors in
-one more streamed pass) and k nearest neighbours of every document. `new_pairs`: only documents not grouped yet, against the published search index
+one more streamed pass) and k nearest neighbours of every document; an `accept` check (the
+word check) drops candidates query batch by query batch, so memory holds the accepted pairs,
+not k per document. `new_pairs`: only documents not grouped yet, against the published search index
 (restricted to the collection's grouped documents) and against each other: the work grows
 with the new documents, not with the collection.
 """
@@ -83,7 +85,7 @@ def _exact_pairs(a: np.ndarray, b: np.ndarray, vectors_of: Callable[[np.ndarray]
     return out
 
 
-def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
+def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.IndexIVF:
     nlist = int(min(MAX_LISTS, max(64, 4 * math.sqrt(n))))
     nlist = min(nlist, max(1, len(sample) // 16))  # at least 16 training vectors a list
     quantizer = faiss.IndexFlatIP(dim)
@@ -95,8 +97,34 @@ def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.Index:
     return index
 
 
+def _add_sized(index: faiss.IndexIVF, batches: Callable[[], object]) -> None:
+    """Add every vector (with its chunk id) to a trained IVF index, each list's memory sized
+    once: a first pass assigns the lists (16 bytes a vector), the second adds with those
+    assignments. Lists grown vector batch by vector batch double their capacity, up to twice
+    the 8-bit codes' memory (384 MB at 1M 384-dim vectors)."""
+    found_ids, found_lists = [], []
+    for _, chunk_ids, vectors in batches():
+        found_ids.append(chunk_ids)
+        found_lists.append(index.quantizer.assign(vectors, 1).ravel().astype(np.int64))
+    ids, lists = np.concatenate(found_ids), np.concatenate(found_lists)
+    del found_ids, found_lists
+    order = np.argsort(ids)
+    ids, lists = ids[order], lists[order]
+    invlists = faiss.downcast_InvertedLists(index.invlists)
+    for list_no, size in enumerate(np.bincount(lists, minlength=index.nlist).tolist()):
+        invlists.resize(list_no, size)  # the capacity stays when the size goes back to 0
+        invlists.resize(list_no, 0)
+    for _, chunk_ids, vectors in batches():
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        chunk_ids = np.ascontiguousarray(chunk_ids, dtype=np.int64)
+        assigned = np.ascontiguousarray(lists[np.searchsorted(ids, chunk_ids)])
+        index.add_core(len(vectors), faiss.swig_ptr(vectors), faiss.swig_ptr(chunk_ids),
+                       faiss.swig_ptr(assigned))
+
+
 def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float, k: int,
-              chunk_doc: tuple[np.ndarray, np.ndarray], seed: int = 0) -> Pairs:
+              chunk_doc: tuple[np.ndarray, np.ndarray], seed: int = 0,
+              accept: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Pairs:
     """Every pair of a collection's documents with cosine >= threshold among each document's
     k nearest neighbours.
 
@@ -108,6 +136,9 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
         k: neighbours looked at per document.
         chunk_doc: (first chunk ids ascending, their doc ids).
         seed: for the IVF training sample.
+        accept: the pair check beyond the cosine (the word check): given the doc ids of one
+            query batch's candidates, a bool mask of those to keep. Applied batch by batch, so
+            only the accepted candidates are held and rescored, never all k x n of them.
     Returns:
         Pairs; `searched` is n.
     """
@@ -120,12 +151,16 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
         rng = np.random.default_rng(seed)
         want = min(n, TRAIN_SAMPLE)
         parts = [v[rng.random(len(v)) < want / n] for _, _, v in batches()]
-        ivf = _ivf_index(dim, n, np.concatenate(parts))
-        index = faiss.IndexIDMap(ivf)
+        index = _ivf_index(dim, n, np.concatenate(parts))
+        del parts  # the training sample (up to 100 MB) is not kept for the search
         slack = SQ8_SLACK
-    for _, chunk_ids, vectors in batches():
-        index.add_with_ids(vectors, chunk_ids)
+    if slack:
+        _add_sized(index, batches)
+    else:
+        for _, chunk_ids, vectors in batches():
+            index.add_with_ids(vectors, chunk_ids)
     kk = min(k + 1, n)
+    keys, docs = chunk_doc
     out_a, out_b, out_s = [], [], []
     for _, chunk_ids, vectors in batches():
         for start in range(0, len(chunk_ids), QUERY_BATCH):
@@ -133,16 +168,19 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
             scores, found = index.search(vectors[start:start + QUERY_BATCH], kk)
             hit = (found >= 0) & (found != own[:, None]) & (scores >= threshold - slack)
             rows, cols = np.nonzero(hit)
-            out_a.append(own[rows])
-            out_b.append(found[rows, cols])
-            out_s.append(scores[rows, cols])
+            a, b, s = own[rows], found[rows, cols], scores[rows, cols]
+            if accept is not None and len(a):
+                keep = accept(docs[np.searchsorted(keys, a)], docs[np.searchsorted(keys, b)])
+                a, b, s = a[keep], b[keep], s[keep]
+            out_a.append(a)
+            out_b.append(b)
+            out_s.append(s)
     del index
     a, b, s = _dedupe(np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s))
     if slack:  # 8-bit scores: recompute candidates from the stored float32 vectors
         s = _exact_pairs(a, b, lambda ends: _gather(batches, ends))
         keep = s >= threshold
         a, b, s = a[keep], b[keep], s[keep]
-    keys, docs = chunk_doc
     return Pairs(docs[np.searchsorted(keys, a)], docs[np.searchsorted(keys, b)], s, searched=n)
 
 

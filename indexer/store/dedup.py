@@ -40,6 +40,8 @@ STREAM_FIRST_VECTORS = (
     "SELECT c.doc_id, v.chunk_id, v.embedding FROM vectors v JOIN (" + FIRST_CHUNKS + ") c "
     "ON c.chunk_id = v.chunk_id")
 SELECT_TEXTS = "SELECT doc_id, coalesce(title || ' ', '') || text FROM documents WHERE doc_id IN {ids}"
+STREAM_TEXTS = ("SELECT doc_id, coalesce(title || ' ', '') || text FROM documents "
+                "WHERE collection = ?")
 SELECT_GROUPS_OF = "SELECT doc_id, group_id FROM dedup_members WHERE doc_id IN {ids}"
 SELECT_STATE = ("SELECT threshold, min_jaccard, min_size, neighbours, built_at, updated_at, summary "
                 "FROM dedup_state WHERE collection = ?")
@@ -134,6 +136,18 @@ class DedupTables:
             return {}
         with self.bound(ids) as wanted:
             return dict(self.con.execute(SELECT_TEXTS.format(ids=wanted)).fetchall())
+
+    def iter_texts(self, collection: str, batch_rows: int = 65536
+                   ) -> Iterator[tuple[np.ndarray, list[str]]]:
+        """Each document's title and text (as `texts_of`), streamed in batches.
+
+        Returns:
+            (doc ids, texts) items, in no particular order.
+        """
+        reader = self.con.execute(STREAM_TEXTS, [collection]).fetch_record_batch(batch_rows)
+        for rb in reader:
+            yield (rb.column(0).to_numpy().astype(np.int64),
+                   [t if t is not None else "" for t in rb.column(1).to_pylist()])
 
     # -- groups ----------------------------------------------------------------------------
     def has_dedup(self) -> bool:
