@@ -6,7 +6,7 @@ ids were first seen (first list first), so results are deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 Ranked = Sequence[tuple[int, float]]  # (id, score), best first
 
@@ -42,19 +42,10 @@ def weighted(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple
     Returns:
         (id, fused score), best first, every id of every list once.
     """
-    if len(weights) != len(rankings):
-        raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
-    fused: dict[int, float] = {}
-    for ranked, weight in zip(rankings, weights):
-        if not ranked:
-            continue
-        scores = [s for _, s in ranked]
-        low, high = min(scores), max(scores)
-        span = high - low
-        for item, score in ranked:
-            norm = (score - low) / span if span > 0 else 1.0
-            fused[item] = fused.get(item, 0.0) + weight * norm
-    return _sorted(fused)
+    def span(scores: list[float]) -> float:
+        return max(scores) - min(scores)
+
+    return _scaled_sum(rankings, weights, span)
 
 
 def zscore(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple[int, float]]:
@@ -70,6 +61,16 @@ def zscore(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple[i
     Returns:
         (id, fused score), best first, every id of every list once.
     """
+    def std(scores: list[float]) -> float:
+        mean = sum(scores) / len(scores)
+        return (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+
+    return _scaled_sum(rankings, weights, std)
+
+
+def _scaled_sum(rankings: Sequence[Ranked], weights: Sequence[float],
+                scale: Callable[[list[float]], float]) -> list[tuple[int, float]]:
+    """Σ_lists weight · (s - min) / scale(list's scores); a list whose scale is 0 gives 1."""
     if len(weights) != len(rankings):
         raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
     fused: dict[int, float] = {}
@@ -77,10 +78,9 @@ def zscore(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple[i
         if not ranked:
             continue
         scores = [s for _, s in ranked]
-        low, mean = min(scores), sum(scores) / len(scores)
-        std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+        low, size = min(scores), scale(scores)
         for item, score in ranked:
-            norm = (score - low) / std if std > 0 else 1.0
+            norm = (score - low) / size if size > 0 else 1.0
             fused[item] = fused.get(item, 0.0) + weight * norm
     return _sorted(fused)
 

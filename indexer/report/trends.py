@@ -14,6 +14,7 @@ from indexer.config import Config
 from indexer.errors import InputError
 from indexer.store import Store
 from indexer.store.trends import TIME_UNITS, UNKNOWN
+from indexer.timeutil import parse_utc
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:
@@ -25,13 +26,10 @@ def parse_time(value: str | None, option: str) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_utc(value)
     except ValueError:
         raise InputError(f"{option} '{value}' is not an ISO 8601 date or time "
                          "(e.g. 2024-05-01 or 2024-05-01T12:00:00Z)") from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(timezone.utc).replace(tzinfo=None)
-    return parsed
 
 
 def build_report(store: Store, config: Config, collection: str | None = None,

@@ -21,6 +21,7 @@ from indexer.review import strategies as st
 from indexer.review.files import RawRow
 from indexer.store import Store
 from indexer.store import reviews as db
+from indexer.timeutil import parse_utc
 
 REVIEWER_ENV = "BERTINDEX_REVIEWER"  # who labelled, when the file does not say
 REJECTIONS_SHOWN = 1000  # rejected rows kept in an import summary
@@ -146,13 +147,10 @@ def _when(value: str | None, now: datetime) -> datetime:
     if not value:
         return now
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_utc(value)
     except ValueError:
         raise ValueError(f"reviewed_at '{value}' is not an ISO date-time "
                          "(e.g. 2026-12-01T10:30:00Z)") from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(timezone.utc).replace(tzinfo=None)
-    return parsed
 
 
 @dataclass(frozen=True)
