@@ -87,7 +87,7 @@ def run_one(task: str, recipe: str, seed: int, args, work: Path) -> dict:
     if recipe == "old":
         settings = TrainSettings(**common, epochs=2)
     else:
-        settings = TrainSettings(**common, max_epochs=args.max_epochs)
+        settings = TrainSettings(**common, max_epochs=args.max_epochs, lr=args.lr)
     receipt = train_head(subset, settings, progress="lines")
     shutil.rmtree(settings.out, ignore_errors=True)
     metric = receipt["metric"]
@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
     parser.add_argument("--limit", type=int, help="cap validation and test at this many examples")
     parser.add_argument("--max-epochs", type=int, default=20, help="the new recipe's --max-epochs")
+    parser.add_argument("--lr", type=float, help="the new recipe's --lr (default: the library's)")
     parser.add_argument("--dtype", default="auto", help="model.dtype: auto (bf16 where native), fp32")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "small_data_heads.json")
     args = parser.parse_args()

@@ -23,7 +23,8 @@ from indexer.heads.schedule import (
 from indexer.heads.types.base import HeadType
 from indexer.heads.types.registry import head_type
 
-DEFAULT_LR = 2e-5
+DEFAULT_LR = 2e-5  # the seeds' recipe: a fixed --epochs
+AUTO_LR = 5e-5  # --epochs auto (benchmarks/small_data_heads.py; docs/guides/heads.md)
 DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
 WEIGHT_DECAY = 0.01
 GRAD_CLIP = 1.0
@@ -35,8 +36,8 @@ FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 class TrainSettings:
     """One training run. `task`: a head type's name (`heads.types.registry`). `epochs`
     "auto": until validation stalls for `patience` epochs, at most `max_epochs`; a number:
-    exactly that many (the seeds' recipe). `lr` None: DEFAULT_LR, or DEFAULT_HEAD_ONLY_LR with
-    `head_only`. `batch_size` None: chosen by data size with auto epochs
+    exactly that many (the seeds' recipe). `lr` None: AUTO_LR with auto epochs, DEFAULT_LR
+    (the seeds' 2e-5) with a fixed count, DEFAULT_HEAD_ONLY_LR with `head_only`. `batch_size` None: chosen by data size with auto epochs
     (`schedule.auto_batch_size`), else the head type's `default_batch_size` (32, 8 for a
     tagger). `max_length` "auto": the smallest multiple of 32 that fits every example."""
 
@@ -114,7 +115,9 @@ class TrainSettings:
     def learning_rate(self) -> float:
         if self.lr is not None:
             return self.lr
-        return DEFAULT_HEAD_ONLY_LR if self.head_only else DEFAULT_LR
+        if self.head_only:
+            return DEFAULT_HEAD_ONLY_LR
+        return AUTO_LR if self.auto_epochs else DEFAULT_LR
 
     @property
     def kind(self) -> HeadType:

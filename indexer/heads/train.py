@@ -50,6 +50,7 @@ from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
 
+MIN_DELTA = 0.002  # auto epochs: a validation score must rise by this much to reset patience
 LOSS_TIE_DELTA = 1e-3  # auto epochs: an equal score counts as progress with a 0.1 % lower loss
 
 
@@ -264,6 +265,16 @@ def better(score: float, loss: float, best_score: float, best_loss: float, ties:
     return ties and score == best_score and loss < best_loss * (1 - LOSS_TIE_DELTA)
 
 
+def progressed(score: float, loss: float, mark_score: float, mark_loss: float) -> bool:
+    """Whether an epoch resets `--patience` (auto epochs): a validation score at least
+    MIN_DELTA above the last epoch that did, or the plateau rule of `better`. Rises smaller
+    than MIN_DELTA still update the best state kept, but do not prolong the run: on a large
+    set the curve creeps up by 0.1 points an epoch for many epochs, and each would otherwise
+    buy `patience` more epochs of training for nothing a user would notice."""
+    return score >= mark_score + MIN_DELTA or better(score, loss, mark_score, mark_loss, ties=True) \
+        and score == mark_score
+
+
 def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,
                   val: Encoded, settings: TrainSettings, rng, result: FitResult, mode: str,
                   rule: EpochRule, lr: float, stage: str | None = None) -> None:
@@ -285,6 +296,7 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     name = f"{stage} " if stage else ""
     of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
     best_epoch, best_score, best_loss = 0, float("-inf"), float("inf")
+    mark_epoch, mark_score, mark_loss = 0, float("-inf"), float("inf")  # the last progress (patience)
     val_targets = kind.feature_targets(val)  # per example, the label ids of its logits' rows
     stage_started = time.perf_counter()
     epoch = 0
@@ -320,6 +332,8 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
             best_score, best_loss, best_epoch = score, val_loss, epoch
             if stage is None:
                 best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+        if progressed(score, val_loss, mark_score, mark_loss):
+            mark_epoch, mark_score, mark_loss = epoch, score, val_loss
         entry = {
             "epoch": epoch,
             "train_loss": round(loss_sum / seen, 6),
@@ -334,8 +348,8 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         result.history.append(entry)
         elapsed = time.perf_counter() - stage_started
         per_epoch = elapsed / epoch
-        reason = rule.stop_after(epoch, best_epoch)
-        fewest, most = rule.remaining(epoch, best_epoch)
+        reason = rule.stop_after(epoch, mark_epoch)
+        fewest, most = rule.remaining(epoch, mark_epoch)
         if reason:
             eta = "done"
         elif fewest == most:
@@ -356,7 +370,8 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     result.schedule = schedule.describe()
     if reason == "patience":
         result.stop_message = (f"stopped early after epoch {epoch}: validation {metric} has not "
-                               f"improved for {rule.patience} epochs; keeping epoch {best_epoch} "
+                               f"improved by {MIN_DELTA} since epoch {mark_epoch} ({rule.patience} "
+                               f"epochs); keeping epoch {best_epoch} "
                                f"({best_score:.4f})")
     elif reason == "max_epochs":
         result.stop_message = (f"reached --max-epochs {rule.limit} (validation {metric} still "

@@ -83,7 +83,8 @@ def train_options(func: Callable) -> Callable:
                      help="Full fine-tune only: first train the head alone on frozen features for "
                           "this many epochs (LP-FT), then fine-tune everything from it."),
         click.option("--lr", type=click.FloatRange(0, 1, min_open=True),
-                     help="Learning rate (default 2e-5; 1e-3 with --head-only)."),
+                     help="Learning rate (default 5e-5 with --epochs auto, the seeds' 2e-5 with a fixed "
+                          "--epochs; 1e-3 with --head-only)."),
         click.option("--max-length", type=AutoOrInt(8, 512), default="auto", show_default=True,
                      help="Longest example in tokens. auto: the smallest multiple of 32 that fits "
                           "every example of every split; a number refuses longer ones (nothing "

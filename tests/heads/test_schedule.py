@@ -24,7 +24,7 @@ from indexer.heads.schedule import (
     plan_schedule,
     warmup_then_decay,
 )
-from indexer.heads.train import FitResult, TrainSettings, _train_epochs, train_head
+from indexer.heads.train import FitResult, TrainSettings, _train_epochs, progressed, train_head
 
 # ---- the schedule ---------------------------------------------------------------------------
 
@@ -85,6 +85,14 @@ def test_a_plateau_with_falling_validation_loss_is_progress_under_auto_epochs():
     assert not better(0.3, 0.1, 0.4, 0.6, ties=True)
 
 
+def test_only_a_rise_of_min_delta_resets_patience():
+    assert progressed(0.902, 0.5, 0.900, 0.5)  # + MIN_DELTA
+    assert not progressed(0.9015, 0.1, 0.900, 0.5)  # a creep: kept as best, but no more patience
+    assert progressed(0.40, 0.49, 0.40, 0.5)  # the plateau rule: same score, loss 2 % lower
+    assert not progressed(0.40, 0.4999, 0.40, 0.5)
+    assert progressed(0.0, 9.0, float("-inf"), float("inf"))  # the first epoch
+
+
 def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_bert):
     """A toy model whose validation predictions are scripted per epoch (good, best, then
     worse twice): training stops after epoch 4 and the model holds its epoch-2 weights."""
@@ -115,7 +123,7 @@ def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_be
     assert [e["validation"]["macro_f1"] for e in result.history] == pytest.approx([0.5, 1.0, 0.0, 0.0])
     assert all(e["validation_loss"] > 0 for e in result.history)
     assert (result.epochs_run, result.best_epoch, result.stop_reason) == (4, 2, "patience")
-    assert "not improved for 2 epochs; keeping epoch 2" in result.stop_message
+    assert "not improved by 0.002 since epoch 2 (2 epochs); keeping epoch 2" in result.stop_message
     assert not torch.equal(snapshots[1]["weight"], snapshots[3]["weight"])  # it did move on
     for key, value in model.state_dict().items():
         assert torch.equal(value, snapshots[1][key])  # and came back to epoch 2
@@ -173,8 +181,8 @@ def test_per_epoch_lines_when_stderr_is_not_a_terminal(tiny_bert, classifier_jso
     assert "if it stops at epoch 3, at most" in epochs[0]  # two more if no gain, 19 at most
     assert epochs[1].split("ETA ")[1].count(":") == 2 and epochs[2].endswith(", done")
     assert lines.index(epochs[-1]) + 1 == lines.index(
-        "stopped early after epoch 3: validation macro_f1 has not improved for 2 epochs; keeping "
-        f"epoch 1 ({epochs[0].split('macro_f1 ')[1][:6]})")
+        "stopped early after epoch 3: validation macro_f1 has not improved by 0.002 since epoch 1 "
+        f"(2 epochs); keeping epoch 1 ({epochs[0].split('macro_f1 ')[1][:6]})")
 
 
 def test_progress_lines_carry_rate_and_eta():
