@@ -258,8 +258,7 @@ class Searcher:
     def _hits(self, ranked: list[list[RankedDoc]]) -> list[list[SearchHit]]:
         chunk_ids = [m.chunk_id for r in ranked for m in r if m.chunk_id is not None]
         doc_ids = [m.doc_id for r in ranked for m in r if m.chunk_id is None]
-        by_chunk = self.store.fetch_hits(chunk_ids)
-        by_doc = self.store.fetch_documents(doc_ids)
+        by_chunk, by_doc = self.store.fetch_ranked(chunk_ids, doc_ids)
         out = []
         for r in ranked:
             hits = []

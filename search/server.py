@@ -168,7 +168,7 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
                 "mode": searcher.config.search.mode}
 
     @app.post("/search")
-    def search(request: SearchRequest) -> dict:  # a plain def: FastAPI runs it on its pool
+    def search(request: SearchRequest) -> Response:  # a plain def: FastAPI runs it on its pool
         """Top-k documents for one query (after `offset`); each hit has the fields of
         `bertindex search --json`, its side scores (`dense`, `keyword`) and, when asked,
         `labels`, `entities`, `window` and `highlights`."""
@@ -193,9 +193,12 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
                 row["window"], row["highlights"] = excerpt(
                     hit.text[hit.chunk_start:hit.chunk_end], request.query)
             out.append(row)
-        return {"hits": out, "offset": request.offset,
+        body = {"hits": out, "offset": request.offset,
                 "mode": request.mode or searcher.config.search.mode,
                 "took_ms": round(1000 * (time.perf_counter() - started), 3)}
+        # serialised here: FastAPI's own path (jsonable_encoder, then a response model check)
+        # cost 0.5 ms of a 10 ms query and held the GIL other queries wait for
+        return Response(json.dumps(body), media_type="application/json")
 
     @app.post("/facets")
     def facets(request: Filters) -> dict:
