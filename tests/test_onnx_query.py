@@ -87,6 +87,36 @@ def test_onnx_search_equals_torch_fp32(indexed):
                 assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-4)
 
 
+def test_overlapping_calls_take_the_one_thread_session(indexed):
+    """Alone, a query runs on the spinning multi-thread session; while another call is in
+    flight, on the one-thread session: the same vectors either way."""
+    import threading
+
+    onnx_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        encoder = Searcher(onnx_cfg, store).encoder
+        alone = encoder.encode_queries(QUERIES)
+        assert encoder._single is None
+        used, inside, release = [], threading.Event(), threading.Event()
+        real = encoder.session.run
+
+        def slow_run(*args, **kwargs):  # holds the first call in flight
+            used.append("multi")
+            inside.set()
+            release.wait(10)
+            return real(*args, **kwargs)
+
+        encoder.session.run = slow_run
+        first = threading.Thread(target=encoder.encode_queries, args=(QUERIES[:1],))
+        first.start()
+        assert inside.wait(10)
+        overlapped = encoder.encode_queries(QUERIES)
+        release.set()
+        first.join(10)
+        assert used == ["multi"] and encoder._single is not None
+        assert np.abs(overlapped - alone).max() < 1e-5
+
+
 @pytest.mark.parametrize("pooling", ["cls", "pooler", "last4"])
 def test_every_pooling_exports_equal(tiny_config, tmp_path, pooling):
     cfg = tiny_config.with_overrides(**{"model.pooling": pooling, "model.normalize": False})
