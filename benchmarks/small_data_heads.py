@@ -16,8 +16,9 @@ spread (sample standard deviation, min, max) and minutes, with the CPU, the load
 before and after, and the command. CPU-heavy: develop with `--seeds 1 --limit 300
 --train-size 300`; the issue's configuration is `--train-size 3000 --seeds 3`.
 Usage: python benchmarks/small_data_heads.py [--tasks conll,offensive] [--recipes old,new]
-       [--train-size 3000] [--seeds 3] [--limit N] [--max-epochs 20]
+       [--train-size 3000] [--seeds 3] [--first-seed 0] [--limit N] [--max-epochs 20]
        [--out benchmarks/results/small_data_heads.json]
+       python benchmarks/small_data_heads.py --merge A.json B.json --out C.json
 """
 
 from __future__ import annotations
@@ -132,7 +133,11 @@ def main() -> None:
     parser.add_argument("--tasks", default="conll,offensive")
     parser.add_argument("--recipes", default="old,new")
     parser.add_argument("--train-size", type=int, default=3000)
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds FIRST..FIRST+N-1")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (to split one configuration over processes)")
+    parser.add_argument("--merge", type=Path, nargs="+",
+                        help="no training: the summary of the runs in these result files")
     parser.add_argument("--limit", type=int, help="cap validation and test at this many examples")
     parser.add_argument("--max-epochs", type=int, default=20, help="the new recipe's --max-epochs")
     parser.add_argument("--lr", type=float, help="the new recipe's --lr (default: the library's)")
@@ -144,6 +149,17 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown task or recipe {unknown}; tasks: {', '.join(TASKS)}; recipes: old, new")
 
+    if args.merge:
+        merged = [json.loads(p.read_text()) for p in args.merge]
+        runs = [r for m in merged for r in m["runs"]]
+        result = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+                  "parts": [{k: m[k] for k in ("command", "commit", "cpu", "omp_num_threads",
+                                                 "load_before", "load_after", "wall_minutes")}
+                            for m in merged],
+                  "summary": summarise(runs), "runs": runs}
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print_summary(result)
+        return
     started, load_before = time.time(), load()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT, check=False).stdout.strip()
@@ -165,19 +181,23 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="small-data-heads-") as tmp:
         for task in tasks:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for recipe in recipes:
                     print(f"== {task} {recipe} seed {seed} (load {load()})", file=sys.stderr, flush=True)
                     runs.append(run_one(task, recipe, seed, args, Path(tmp)))
                     print(json.dumps(runs[-1]), flush=True)
                     result = write()
+    print_summary(result)
+    print(f"load {load_before} -> {result['load_after']}; {result['cpu']}; wrote {args.out}")
+
+
+def print_summary(result: dict) -> None:
     for row in result["summary"]:
         spread = f"± {row['test_sd']:.4f}" if row["test_sd"] is not None else "(1 seed)"
         base = f", baseline test {row['baseline_test_mean']:.4f}" if "baseline_test_mean" in row else ""
         print(f"{row['task']:>10} {row['recipe']}: test {row['metric']} {row['test_mean']:.4f} {spread} "
               f"[{row['test_min']:.4f}, {row['test_max']:.4f}], epochs {row['epochs_run']}, "
               f"{row['minutes_mean']:.1f} min a run{base}")
-    print(f"load {load_before} -> {result['load_after']}; {result['cpu']}; wrote {args.out}")
 
 
 if __name__ == "__main__":
