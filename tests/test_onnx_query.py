@@ -88,7 +88,7 @@ def test_onnx_search_equals_torch_fp32(indexed):
 
 
 def test_overlapping_calls_take_the_one_thread_session(indexed):
-    """Alone, a query runs on the spinning multi-thread session; while another call is in
+    """Alone, a query runs on the multi-thread session; while another call is in
     flight, on the one-thread session: the same vectors either way."""
     import threading
 

@@ -222,33 +222,36 @@ class OnnxEncoder:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.model_file = model_file
-        self.session = self._session(min(4, os.cpu_count() or 1), spin=True)
+        self.session = self._session(min(4, os.cpu_count() or 1))
         self._single = None  # the one-thread session, made when calls first overlap
         self._lock = threading.Lock()
         self._running = 0
 
-    def _session(self, threads: int, spin: bool):
+    def _session(self, threads: int):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        # no spinning: the pool's threads sleep between operators (spinning took 4.1 ms off a
+        # 5.6 ms query alone, but burned 28 ms of CPU a served query against 17, and the
+        # sequential p50 did not improve: the client and the server's other threads share
+        # the same 2 cores; benchmarks/serve_latency.py, 2026-12-01)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         return ort.InferenceSession(str(self.model_file), options,
                                     providers=["CPUExecutionProvider"])
 
     @contextlib.contextmanager
     def _pick_session(self):
-        """The session for this call: alone, the multi-thread one, whose pool threads spin
-        between operators (4.1 ms against 5.6 ms not spinning and 6.9 ms on one thread, a
-        SciFact query on 2 cores); when calls overlap (a server under load), a one-thread
-        session that does not spin, so parallel queries share the cores instead of a pool's
-        threads waking and spinning against each other (`benchmarks/serve_latency.py`)."""
+        """The session for this call: alone, the multi-thread one (5.6 ms a SciFact query on
+        2 cores against 6.9 ms on one thread); when calls overlap (a server under load), a
+        one-thread session, so parallel queries each keep a core instead of every query's
+        operators being split across a pool whose threads the other queries need."""
         with self._lock:
             self._running += 1
             alone = self._running == 1
             if not alone and self._single is None:
-                self._single = self._session(1, spin=False)
+                self._single = self._session(1)
         try:
             yield self.session if alone else self._single
         finally:
