@@ -27,6 +27,7 @@ SELECT_VECTORS_OF = ("SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN 
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
 SELECT_CHUNK_IDS = "SELECT chunk_id FROM chunks ORDER BY chunk_id"
 SELECT_CHUNK_DOCS = "SELECT chunk_id, doc_id FROM chunks ORDER BY chunk_id"
+SELECT_CHUNK_SPANS = "SELECT chunk_id, doc_id, start_char, end_char FROM chunks ORDER BY chunk_id"
 
 
 def _as_matrix(embeddings) -> np.ndarray:
@@ -133,3 +134,14 @@ class Vectors:
         """
         rows = self.con.execute(SELECT_CHUNK_DOCS).fetchnumpy()
         return rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64)
+
+    def chunk_span_map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`chunk_doc_map` plus each chunk's character span (24 bytes a chunk): a server
+        holding it fetches a search's hits with one documents query, no chunks join.
+
+        Returns:
+            (chunk ids ascending, doc ids, start chars, end chars), aligned.
+        """
+        rows = self.con.execute(SELECT_CHUNK_SPANS).fetchnumpy()
+        return (rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64),
+                rows["start_char"].astype(np.int32), rows["end_char"].astype(np.int32))
