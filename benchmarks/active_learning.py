@@ -21,7 +21,6 @@ import copy
 import hashlib
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -30,24 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import machine, write_json
 
 STRATEGIES = ("random", "uncertain", "margin", "disagree")
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "tweeteval"
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def avx512_flags() -> list[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return sorted(f for f in line.split(":", 1)[1].split() if f.startswith("avx512"))
-    return []
 
 
 def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
@@ -275,8 +261,8 @@ def main() -> None:
     total = time.perf_counter() - started
     out = {
         "benchmark": "active_learning", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "nice -n 5 python benchmarks/active_learning.py", "cpu": cpu_name(),
-        "avx512": avx512_flags(), "torch_threads": {"features": threads, "head_training": 1},
+        "command": "nice -n 5 python benchmarks/active_learning.py", "cpu": machine()["cpu"],
+        "avx512": machine()["avx512"], "torch_threads": {"features": threads, "head_training": 1},
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(),
@@ -288,8 +274,7 @@ def main() -> None:
                               "documents where the two disagree, least sure first"},
         "tasks": results, "seconds": round(total, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    write_json(args.out, out, indent=2)
     plot(results, args.plot)
     print(json.dumps({t: r["vs_random"] for t, r in results.items()}, indent=2))
     print(f"total {total:.0f} s; wrote {args.out} and {args.plot}")

@@ -44,6 +44,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from machine import missing, write_json
+
 from indexer.machine import add_emulate_option, reexec_emulated
 
 TWEETEVAL = ROOT.parent / "shared" / "data" / "tweeteval"
@@ -219,8 +221,7 @@ def main() -> int:
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
-    if not TWEETEVAL.is_dir():
-        print(f"{TWEETEVAL} not found: this benchmark reads ../shared/data/tweeteval", file=sys.stderr)
+    if missing(TWEETEVAL, "tweeteval"):
         return 1
     torch.set_num_threads(args.threads)
     max_waste = None if args.max_waste == "none" else float(args.max_waste)
@@ -326,9 +327,7 @@ def main() -> int:
         report["profile_one_stream"] = profile(texts, clf_dir, warm)
     report["load_average_1min"] = {"min": min(LOADS), "max": max(LOADS)}
     print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.out, report)
     return 0
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -237,9 +238,7 @@ def main() -> None:
         print(json.dumps(report["bulk"]), flush=True)
     report["machine"]["load_average_end"] = os.getloadavg()
     report["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, indent=2)
 
 
 if __name__ == "__main__":

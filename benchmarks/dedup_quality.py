@@ -32,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from machine import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -295,9 +296,7 @@ def main() -> None:
     }
     print(json.dumps({k: v for k, v in report.items() if k != "grid"}, indent=1,
                      ensure_ascii=False, default=str))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False, default=str))
+    write_json(args.out, report, ensure_ascii=False, default=str)
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -159,9 +160,7 @@ def main() -> None:
                                    if p.is_file()) / 2**20)
     report |= machine()
     print(json.dumps(report, indent=1, default=str))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1, default=str))
+    write_json(args.out, report, default=str)
 
 
 if __name__ == "__main__":

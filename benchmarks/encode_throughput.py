@@ -26,6 +26,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from machine import missing, write_json
+
 from indexer.machine import add_emulate_option, reexec_emulated
 
 CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
@@ -80,8 +82,7 @@ def main() -> int:
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
-    if not CORPUS.is_file():
-        print(f"{CORPUS} not found: this benchmark reads ../shared/data/scifact", file=sys.stderr)
+    if missing(CORPUS, "scifact"):
         return 1
     torch.set_num_threads(args.threads)
     from sentence_transformers import SentenceTransformer
@@ -141,9 +142,7 @@ def main() -> int:
         print(json.dumps(results["profile_one_thread"]))
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(results))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    write_json(args.out, results)
     return 0
 
 

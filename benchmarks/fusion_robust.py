@@ -26,6 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from machine import write_json
+
 from indexer.config import Config, SearchConfig
 from indexer.encode.encoder import load_encoder
 from indexer.evaluation import load_beir_queries, retrieval_scores
@@ -181,8 +183,7 @@ def main() -> None:
             if default_name in results:
                 line["default:" + default_name] = results[default_name]["ndcg@10"]
             print(set_name, split, json.dumps(line), file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    write_json(args.out, report)
     print(json.dumps({k: v for k, v in report.items() if k != "sets"}, indent=1))
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from machine import missing, write_json
+
 from indexer.machine import add_emulate_option, reexec_emulated
 
 CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
@@ -47,8 +49,7 @@ def main() -> int:
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
-    if not CORPUS.is_file():
-        print(f"{CORPUS} not found: this benchmark reads ../shared/data/scifact", file=sys.stderr)
+    if missing(CORPUS, "scifact"):
         return 1
     with tempfile.TemporaryDirectory(prefix="bertindex-e2e-") as tmp:
         corpus = Path(tmp) / "scifact1500.jsonl"
@@ -94,9 +95,7 @@ def main() -> int:
     print(f"{result['bertindex_whole_process_limit_share']:.0%} of the {path['dtype']} matmul "
           f"peak ({peak} GFLOP/s) over the whole bertindex process; path: {path['reason']}")
     print(json.dumps(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     return 0
 
 

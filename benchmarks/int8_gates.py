@@ -28,6 +28,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from machine import write_json
+
 from indexer.machine import add_emulate_option, reexec_emulated
 
 DATA = ROOT.parent / "shared" / "data"
@@ -174,9 +176,7 @@ def main() -> int:
             "model_name": encoder.provenance.model_name, "variant": args.variant,
             "classes": {isa: entry}})
         print(f"recorded for {isa} in {int8_check.PACKAGED}")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     return 0
 
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from encode_throughput import CORPUS, load_passages  # benchmarks/: the same SciFact abstracts
+from machine import missing, write_json
 
 from indexer.machine import add_emulate_option, reexec_emulated
 
@@ -37,8 +38,7 @@ def main() -> int:
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
-    if not CORPUS.is_file():
-        print(f"{CORPUS} not found: this benchmark reads ../shared/data/scifact", file=sys.stderr)
+    if missing(CORPUS, "scifact"):
         return 1
     from transformers.utils import logging as hf_logging
 
@@ -94,9 +94,7 @@ def main() -> int:
         print(rows[-1], flush=True)
     result = {"passages": len(seqs), "max_length": args.max_length, "rows": rows, "machine": info}
     print(json.dumps(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     return 0
 
 

@@ -3,8 +3,10 @@ written beside every figure so that it can be read against the machine it came f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,3 +30,27 @@ def machine() -> dict:
     return {"cpu": cpu, "avx512": flags, "cores": os.cpu_count(),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit}
+
+
+def cpu_name() -> str:
+    """One line for a result's `cpu` field: model, cores, and whether AVX-512 / its bf16 are
+    there (the two paths `model.dtype: auto` chooses between)."""
+    info = machine()
+    flags = [f for f in ("avx512f", "avx512_bf16") if f in info["avx512"]]
+    return ", ".join([info["cpu"], f"{info['cores']} cores", *flags])
+
+
+def write_json(path: Path | None, data: dict, indent: int = 1, **dumps) -> None:
+    """Write a benchmark's result to `path` (its `--out`; None: nowhere), making its folder."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=indent, **dumps) + "\n")
+
+
+def missing(path: Path, data_set: str) -> bool:
+    """Whether a shared data file is absent; if so, says which data set the benchmark reads."""
+    if path.exists():
+        return False
+    print(f"{path} not found: this benchmark reads ../shared/data/{data_set}", file=sys.stderr)
+    return True

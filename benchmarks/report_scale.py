@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+from machine import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -180,9 +181,7 @@ def main() -> None:
             out["console_errors"] = console_errors(driver)
             screenshot(driver, args.html)
     print(json.dumps(out, indent=1))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1))
+    write_json(args.out, out)
 
 
 if __name__ == "__main__":

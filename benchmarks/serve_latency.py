@@ -16,7 +16,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # the load test talks to this machine only
@@ -126,18 +126,6 @@ def load(port: int, texts: list[str], k: int, clients: int, requests: int, secon
             "queries_per_s": round(state["done"] / wall, 2),
             "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 2) if latencies else None,
             "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 2) if latencies else None}
-
-
-def cpu_name() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
-                 if line.startswith("model name")), "?")
-    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
-    return f"{name}, {os.cpu_count()} cores" + (", avx512" if "avx512f" in flags else "") + (
-        ", avx512_bf16" if "avx512_bf16" in flags else "")
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from machine import cpu_name, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -44,19 +44,6 @@ TASKS = {  # name -> (head type, data, validation, test)
               DATA / "conll2003" / "eng.testb"),
     "offensive": ("classifier", DATA / "tweeteval" / "offensive", None, None),
 }
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                flags = next((x for x in Path("/proc/cpuinfo").read_text().splitlines()
-                              if x.startswith("flags")), "")
-                extra = sorted({f for f in flags.split() if f.startswith(("avx512_bf16", "amx"))})
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs; {' '.join(extra)})"
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def load() -> str:
@@ -175,8 +162,7 @@ def main() -> None:
             "wall_minutes": round((time.time() - started) / 60, 1),
             "summary": summarise(runs), "runs": runs,
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result, indent=2)
         return result
 
     with tempfile.TemporaryDirectory(prefix="small-data-heads-") as tmp:

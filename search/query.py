@@ -258,12 +258,10 @@ class Searcher:
 
     def _hits(self, ranked: list[list[RankedDoc]]) -> list[list[SearchHit]]:
         """The documents behind rankings, in one documents query: a chunk's span comes from
-        the chunk map this Searcher holds (`_spans`), so no query joins the chunks table
-        (the join cost 1.9 ms of a served query, the documents alone 0.9 ms)."""
+        the chunk map this Searcher holds (`_map`), so no query joins the chunks table (the
+        join cost 1.9 ms of a served query, the documents alone 0.9 ms)."""
         by_doc = self.store.fetch_documents(list({m.doc_id for r in ranked for m in r}))
-        chunk_ids = np.array([m.chunk_id for r in ranked for m in r if m.chunk_id is not None],
-                             dtype=np.int64)
-        spans = dict(zip(chunk_ids.tolist(), zip(*self._spans(chunk_ids)))) if len(chunk_ids) else {}
+        spans = self._spans([m.chunk_id for r in ranked for m in r if m.chunk_id is not None])
         out = []
         for r in ranked:
             hits = []
@@ -273,37 +271,45 @@ class Searcher:
                     continue
                 start, end = spans[m.chunk_id] if m.chunk_id is not None else (0, len(h.text))
                 hits.append(SearchHit(len(hits) + 1, float(m.score), h.external_id, h.collection,
-                                      h.title, h.text, h.metadata, int(start), int(end),
-                                      m.dense, m.keyword))
+                                      h.title, h.text, h.metadata, start, end, m.dense, m.keyword))
             out.append(hits)
         return out
 
     def _map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(chunk ids ascending, doc ids, start chars, end chars), read once."""
+        """(chunk ids ascending, doc ids, start chars, end chars), read once (24 bytes a chunk).
+
+        One DuckDB round trip per query cost more than the FAISS search itself (README).
+        """
         if self._chunk_map is None:
             self._chunk_map = self.store.chunk_span_map()
         return self._chunk_map
 
-    def _spans(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start chars, end chars) of chunks the index returned (`_doc_of` checked them)."""
-        keys, _, starts, ends = self._map()
-        pos = np.minimum(np.searchsorted(keys, chunk_ids), len(keys) - 1)
-        return starts[pos], ends[pos]
+    def _rows(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Each chunk id's row in the chunk map.
 
-    def _doc_of(self, chunk_ids: np.ndarray) -> np.ndarray:
-        """Doc id of each chunk id, from the chunk map read once (`_map`).
-
-        One DuckDB round trip per query cost more than the FAISS search itself (README).
+        Raises:
+            VectorIndexError: a chunk id the index returned is not in the store.
         """
-        keys, docs, _, _ = self._map()
-        pos = np.searchsorted(keys, chunk_ids)
-        pos = np.minimum(pos, len(keys) - 1)
+        keys = self._map()[0]
+        pos = np.minimum(np.searchsorted(keys, chunk_ids), len(keys) - 1)
         if len(chunk_ids) and not np.array_equal(keys[pos], chunk_ids):
             missing = chunk_ids[keys[pos] != chunk_ids][:5].tolist()
             raise VectorIndexError(f"chunk ids {missing} are in the vector index but not in the store "
                               f"{self.store.con_path}; rebuild the index from the stored "
                               f"vectors: {repair_hint(self.store.path)}")
-        return docs[pos]
+        return pos
+
+    def _doc_of(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Doc id of each chunk id."""
+        return self._map()[1][self._rows(chunk_ids)]
+
+    def _spans(self, chunk_ids: list[int]) -> dict[int, tuple[int, int]]:
+        """chunk id -> (start char, end char)."""
+        if not chunk_ids:
+            return {}
+        _, _, starts, ends = self._map()
+        pos = self._rows(np.asarray(chunk_ids, dtype=np.int64))
+        return dict(zip(chunk_ids, zip(starts[pos].tolist(), ends[pos].tolist())))
 
     def _best_chunks(self, vector: np.ndarray, k: int, allowed, limit: int
                      ) -> list[RankedDoc]:

@@ -113,7 +113,7 @@ def test_write_batch_then_read_back(store):
     ids, vecs = next(iter(store.iter_vectors()))
     np.testing.assert_array_equal(ids, chunk_ids)
     np.testing.assert_array_equal(vecs, chunks.vectors)
-    keys, docs = store.chunk_doc_map()
+    keys, docs, _, _ = store.chunk_span_map()
     assert dict(zip(keys.tolist(), docs.tolist())) == dict(zip(chunk_ids, doc_ids))
     assert store.collection_counts() == [
         {"collection": "docs", "documents": 2, "chunks": 2, "vectors": 2}]

@@ -37,9 +37,9 @@ class TrainSettings:
     """One training run. `task`: a head type's name (`heads.types.registry`). `epochs`
     "auto": until validation stalls for `patience` epochs, at most `max_epochs`; a number:
     exactly that many (the seeds' recipe). `lr` None: AUTO_LR with auto epochs, DEFAULT_LR
-    (the seeds' 2e-5) with a fixed count, DEFAULT_HEAD_ONLY_LR with `head_only`. `batch_size` None: chosen by data size with auto epochs
-    (`schedule.auto_batch_size`), else the head type's `default_batch_size` (32, 8 for a
-    tagger). `max_length` "auto": the smallest multiple of 32 that fits every example."""
+    (the seeds' 2e-5) with a fixed count, DEFAULT_HEAD_ONLY_LR with `head_only`. `batch_size`
+    None: chosen by data size with auto epochs (`schedule.auto_batch_size`), else the head
+    type's `default_batch_size` (32, 8 for a tagger). `max_length` "auto": the smallest multiple of 32 that fits every example."""
 
     task: str
     base: Path

@@ -271,8 +271,9 @@ def progressed(score: float, loss: float, mark_score: float, mark_loss: float) -
     than MIN_DELTA still update the best state kept, but do not prolong the run: on a large
     set the curve creeps up by 0.1 points an epoch for many epochs, and each would otherwise
     buy `patience` more epochs of training for nothing a user would notice."""
-    return score >= mark_score + MIN_DELTA or better(score, loss, mark_score, mark_loss, ties=True) \
-        and score == mark_score
+    if score == mark_score:
+        return better(score, loss, mark_score, mark_loss, ties=True)
+    return score >= mark_score + MIN_DELTA
 
 
 def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,

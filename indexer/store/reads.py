@@ -43,8 +43,8 @@ SMALL_ID_LIST = 256  # up to this many ids are written into the SQL as a literal
 
 @contextlib.contextmanager
 def _id_list(store, ids: list[int]) -> Iterator[tuple[str, list]]:
-    """(SQL for `x IN ...`, its parameters) for int ids: a short list (a search's hits) as one
-    bound text parameter, a long one as a registered Arrow view (`Store.bound`)."""
+    """(SQL for `x IN ...`, its parameters) for int ids: a short list (a search's hits) as a
+    literal list, a long one as a registered Arrow view (`Store.bound`)."""
     if len(ids) <= SMALL_ID_LIST:
         yield "(" + ",".join(str(int(i)) for i in ids) + ")", []
         return

@@ -26,7 +26,6 @@ SELECT_VECTORS_OF = ("SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN 
                      "ORDER BY chunk_id")
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
 SELECT_CHUNK_IDS = "SELECT chunk_id FROM chunks ORDER BY chunk_id"
-SELECT_CHUNK_DOCS = "SELECT chunk_id, doc_id FROM chunks ORDER BY chunk_id"
 SELECT_CHUNK_SPANS = "SELECT chunk_id, doc_id, start_char, end_char FROM chunks ORDER BY chunk_id"
 
 
@@ -126,18 +125,10 @@ class Vectors:
         rows = self.con.execute(SELECT_CHUNK_IDS).fetchnumpy()
         return rows["chunk_id"].astype(np.int64)
 
-    def chunk_doc_map(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every chunk's document, read in one round trip (16 bytes a chunk).
-
-        Returns:
-            (chunk ids ascending, their doc ids), both int64 and aligned.
-        """
-        rows = self.con.execute(SELECT_CHUNK_DOCS).fetchnumpy()
-        return rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64)
-
     def chunk_span_map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """`chunk_doc_map` plus each chunk's character span (24 bytes a chunk): a server
-        holding it fetches a search's hits with one documents query, no chunks join.
+        """Every chunk's document and character span, read in one round trip (24 bytes a
+        chunk): a Searcher holding it maps FAISS ids to documents and fetches a search's hits
+        with one documents query, no chunks join.
 
         Returns:
             (chunk ids ascending, doc ids, start chars, end chars), aligned.
