@@ -4,7 +4,9 @@ reports p50/p99 round trip (encode + search + fetch + HTTP) per mode, and (2) ru
 load test per client count: each client thread sends hybrid queries over its own keep-alive
 connection until `--load-requests` answers are in or `--load-seconds` have passed, whichever
 comes first; reports throughput, p50/p99 latency, errors, and the throughput ratio of the
-most clients to one client, all measured in this one run.
+most clients to one client, all measured in this one run. With `--query-encoders onnx,onnx-int8`
+it does all of that once per `search.query_encoder` (a server each, one after the other; the
+repository's config.yaml with that one key changed) and reports each under its name.
 
     python benchmarks/serve_latency.py --store /tmp/bertindex-scifact \
         --queries ../shared/data/scifact/queries.jsonl -n 500 --clients 1,16
@@ -18,11 +20,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 from machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,6 +132,43 @@ def load(port: int, texts: list[str], k: int, clients: int, requests: int, secon
             "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 2) if latencies else None}
 
 
+def serve_and_measure(args, texts: list[str], encoder: str | None) -> dict:
+    """Start a server with `search.query_encoder` = `encoder` (None: as the config says),
+    measure sequential latency per mode and the load levels, stop it."""
+    env = dict(os.environ, PYTHONPATH=str(args.code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "search.cli.main", "serve", "--store", args.store,
+               "--host", HOST, "--port", str(args.port)]
+    config = None
+    if encoder is not None:
+        data = yaml.safe_load((args.code / "config.yaml").read_text()) or {}
+        data.setdefault("search", {})["query_encoder"] = encoder
+        config = Path(tempfile.mkstemp(prefix="serve-latency-", suffix=".yaml")[1])
+        config.write_text(yaml.safe_dump(data))
+        command += ["--config", str(config)]
+    proc = subprocess.Popen(command, env=env)
+    out: dict = {}
+    try:
+        wait_ready(args.port, proc)
+        for mode in filter(None, args.modes.split(",")):
+            out[mode] = sequential(args.port, texts[: args.n], args.k, mode, proc.pid)
+            print(encoder or "", mode, out[mode], file=sys.stderr)
+        levels = []
+        for clients in (int(c) for c in args.clients.split(",") if c):
+            levels.append(load(args.port, texts, args.k, clients, args.load_requests,
+                               args.load_seconds, proc.pid))
+            print(encoder or "", "load", levels[-1], file=sys.stderr)
+        if levels:
+            out["load"] = levels
+            out["throughput_ratio"] = round(levels[-1]["queries_per_s"]
+                                            / levels[0]["queries_per_s"], 2)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if config is not None:
+            config.unlink()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
@@ -141,33 +182,21 @@ def main() -> None:
     parser.add_argument("--load-seconds", type=float, default=60)
     parser.add_argument("--code", type=Path, default=ROOT,
                         help="checkout whose server to start (e.g. an older one, for a before/after)")
+    parser.add_argument("--query-encoders", default="",
+                        help="comma-separated `search.query_encoder` values to measure in turn "
+                             "(default: whatever the config says)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     texts = [json.loads(line)["text"] for line in args.queries.open()]
     texts = (texts * (args.n // len(texts) + 1))[: max(args.n, args.load_requests)]
-    env = dict(os.environ, PYTHONPATH=str(args.code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "search.cli.main", "serve", "--store",
-                             args.store, "--host", HOST, "--port", str(args.port)], env=env)
     report: dict = {"code": str(args.code), "store": args.store, "queries": args.n, "k": args.k, "cpu": cpu_name(),
                     "load_before": os.getloadavg()}
-    try:
-        wait_ready(args.port, proc)
-        for mode in filter(None, args.modes.split(",")):
-            report[mode] = sequential(args.port, texts[: args.n], args.k, mode, proc.pid)
-            print(mode, report[mode], file=sys.stderr)
-        levels = []
-        for clients in (int(c) for c in args.clients.split(",") if c):
-            levels.append(load(args.port, texts, args.k, clients, args.load_requests,
-                               args.load_seconds, proc.pid))
-            print("load", levels[-1], file=sys.stderr)
-        if levels:
-            report["load"] = levels
-            report["throughput_ratio"] = round(levels[-1]["queries_per_s"]
-                                               / levels[0]["queries_per_s"], 2)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    encoders = [e for e in args.query_encoders.split(",") if e]
+    if not encoders:
+        report.update(serve_and_measure(args, texts, None))
+    for encoder in encoders:
+        report[encoder] = serve_and_measure(args, texts, encoder)
     report["load_after"] = os.getloadavg()
     text = json.dumps(report, indent=1)
     if args.out:

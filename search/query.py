@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -35,7 +35,12 @@ class SearchHit:
     keyword: float | None = None  # BM25, when the keyword side ranked it
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; `metadata` is the hit's own (shallow: `asdict`'s deep copy
+        took 15 µs a hit, this 1 µs)."""
+        return {f: getattr(self, f) for f in HIT_FIELDS}
+
+
+HIT_FIELDS = tuple(f.name for f in fields(SearchHit))
 
 
 @dataclass(frozen=True)
@@ -320,10 +325,12 @@ class Searcher:
             valid = ids[0] >= 0
             chunk_ids, chunk_scores = ids[0][valid], scores[0][valid]
             doc_ids = self._doc_of(chunk_ids)
-            best: dict[int, RankedDoc] = {}
-            for c, d, s in zip(chunk_ids.tolist(), doc_ids.tolist(), chunk_scores.tolist()):
-                if d not in best:  # results come best first
-                    best[d] = RankedDoc(d, s, c, dense=s)
-            if len(best) >= k or fetch >= limit:
-                return list(best.values())[:k]
+            # each document's first (best: results come best first) chunk, in rank order;
+            # numpy, not a loop over the 400 chunks (0.3 ms of a served query)
+            first = np.sort(np.unique(doc_ids, return_index=True)[1])
+            if len(first) >= k or fetch >= limit:
+                first = first[:k]
+                return [RankedDoc(d, s, c, dense=s) for c, d, s in
+                        zip(chunk_ids[first].tolist(), doc_ids[first].tolist(),
+                            chunk_scores[first].tolist())]
             fetch = min(limit, fetch * 4)

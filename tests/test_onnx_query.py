@@ -1,7 +1,7 @@
 """The ONNX query encoder: exported when an index version is written, named with its sha256
 in the version's provenance, equal to the torch encoder (fp32) on ids, order and scores, used
 by a CLI search that never imports torch, and replaced by torch with one stderr line when the
-export is missing or changed."""
+export is missing or changed; its int8 twin (`onnx-int8`), made once and checked likewise."""
 
 import json
 import os
@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 import yaml
 from conftest import ROOT
@@ -16,10 +17,12 @@ from conftest import ROOT
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_encoder import (
     ENCODERS_DIR,
+    INT8_FILE,
     MODEL_FILE,
     OnnxEncoder,
     Unavailable,
     export_encoder,
+    int8_twin,
 )
 from indexer.encode.provenance import file_sha256
 from indexer.errors import ModelError
@@ -195,3 +198,56 @@ def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):
     want = Encoder(tiny_config.model).encode_texts(QUERIES)
     assert np.abs(onnx.encode_texts(QUERIES) - want).max() < 1e-5
     assert np.abs(bf16.encode_texts(QUERIES) - want).max() > 1e-4  # bf16 itself is not fp32
+
+
+def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
+    """`onnx-int8`: the int8 twin is derived beside the fp32 export, recorded with both
+    sha256s, reused while it checks out and made again when it does not; its queries stay
+    close to fp32 and are not claimed to be fp32."""
+    record = _version_info(indexed.store.path)["query_encoder"]
+    folder = os.path.join(indexed.store.path, os.path.dirname(record["path"]))
+    assert not os.path.exists(os.path.join(folder, INT8_FILE))  # only when asked for
+    int8_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx-int8"})
+    fp32_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        fast, exact = Searcher(int8_cfg, store), Searcher(fp32_cfg, store)
+        assert fast.encoder.model_file.name == INT8_FILE
+        assert fast.encoder.provenance.dtype == "int8" and exact.encoder.provenance.dtype == "fp32"
+        info = json.load(open(os.path.join(folder, "int8.json")))
+        twin = os.path.join(folder, INT8_FILE)
+        assert info["source_sha256"] == record["sha256"]
+        assert info["sha256"] == file_sha256(type(store.path)(twin))
+        ops = {node.op_type for node in onnx.load(twin).graph.node}
+        assert "MatMulInteger" in ops and "DynamicQuantizeLinear" in ops
+        a, b = fast.encode_queries(QUERIES), exact.encode_queries(QUERIES)
+        cosine = (a * b).sum(axis=1)
+        # a random tiny model quantises worse than a trained one (SciFact: min 0.987)
+        assert cosine.min() > 0.9 and np.abs(a - b).max() > 1e-5  # close, but not fp32
+        assert fast.search("parse command line arguments", 3)[0].id == "b1"
+        mtime = os.stat(twin).st_mtime_ns
+        assert Searcher(int8_cfg, store).encoder.model_file.name == INT8_FILE
+        assert os.stat(twin).st_mtime_ns == mtime  # reused, not made again
+        with open(twin, "r+b") as fh:  # a changed byte: made again from the fp32 file
+            fh.seek(100)
+            byte = fh.read(1)
+            fh.seek(100)
+            fh.write(bytes([byte[0] ^ 1]))
+        again = Searcher(int8_cfg, store).encoder
+        assert file_sha256(type(store.path)(twin)) == info["sha256"]
+        assert np.abs(again.encode_queries(QUERIES) - a).max() < 1e-6
+
+
+def test_int8_twin_of_a_broken_file_names_it(tmp_path):
+    bad = tmp_path / MODEL_FILE
+    bad.write_bytes(b"not an onnx model")
+    with pytest.raises(Unavailable, match=f"cannot make the int8 twin of {bad}"):
+        int8_twin(bad, "0" * 64)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MODEL_FILE]  # no leftovers
+
+
+def test_indexing_for_onnx_int8_makes_the_twin_then(tiny_config, small_corpus):
+    cfg = tiny_config.with_overrides(**{"search.query_encoder": "onnx-int8"})
+    run_index([str(small_corpus)], cfg, collection="c")
+    record = _version_info(cfg.store.path)["query_encoder"]
+    folder = os.path.join(cfg.store.path, os.path.dirname(record["path"]))
+    assert os.path.exists(os.path.join(folder, INT8_FILE))

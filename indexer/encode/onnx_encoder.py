@@ -6,6 +6,8 @@ fp32: token states in, token states (or the pooler output) out), `tokenizer.json
 `encoder.json` (what it was exported from, its sha256). Each index version's provenance.json
 names the file and its sha256 (`query_encoder`); a search checks both before it uses the file.
 Pooling and normalisation run in numpy, as `indexer.encode.pooling` does them in torch.
+`search.query_encoder: onnx-int8` runs an int8 twin of that file instead (`int8_twin`:
+derived from the checked fp32 file, kept beside it as `model.int8.onnx` with `int8.json`).
 
 `export_encoder` needs torch (imported there); `OnnxEncoder` and `load_query_encoder` import
 neither torch nor transformers unless they fall back to the torch encoder.
@@ -36,6 +38,8 @@ ENCODERS_DIR = "encoders"
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 INFO_FILE = "encoder.json"
+INT8_FILE = "model.int8.onnx"
+INT8_INFO_FILE = "int8.json"
 OPSET = 17
 QUERY_BATCH = 64  # queries per onnxruntime call
 # provenance keys the export and the store's vectors must agree on (as QUERY_KEYS, less
@@ -175,7 +179,8 @@ def export_for_index(store_dir: str | Path, config: Config, provenance: Provenan
     """The ONNX export an index version records: reused when intact, else made now.
 
     None (and a warning) when `search.query_encoder` is `torch`, the configured model is not
-    the one the vectors were made with, or the export fails: searches then use torch.
+    the one the vectors were made with, or the export fails: searches then use torch. With
+    `onnx-int8`, the int8 twin is derived now too, so the first query does not wait for it.
 
     Args:
         provenance: the stored vectors' provenance.
@@ -183,35 +188,86 @@ def export_for_index(store_dir: str | Path, config: Config, provenance: Provenan
     """
     if config.search.query_encoder == "torch":
         return None
-    existing = _valid_record(Path(store_dir), encoder_dir(store_dir, provenance))
-    if existing is not None:
-        return existing
     try:
-        if encoder is None:
-            from indexer.encode.encoder import load_encoder
+        record = _valid_record(Path(store_dir), encoder_dir(store_dir, provenance))
+        if record is None:
+            if encoder is None:
+                from indexer.encode.encoder import load_encoder
 
-            encoder = load_encoder(config.model)
-        diffs = encoder.provenance.mismatches(provenance, EXPORT_KEYS)
-        if diffs:
-            log.warning("no ONNX query encoder exported: the configured model is not the "
-                        "stored vectors' (%s)", "; ".join(diffs))
-            return None
-        return export_encoder(encoder, store_dir)
+                encoder = load_encoder(config.model)
+            diffs = encoder.provenance.mismatches(provenance, EXPORT_KEYS)
+            if diffs:
+                log.warning("no ONNX query encoder exported: the configured model is not the "
+                            "stored vectors' (%s)", "; ".join(diffs))
+                return None
+            record = export_encoder(encoder, store_dir)
     except Exception as exc:  # noqa: BLE001 - an optional artefact: indexing goes on
         log.warning("ONNX export of the query encoder failed (%s: %s); searches will load "
                     "torch", type(exc).__name__, str(exc)[:200])
         return None
+    if config.search.query_encoder == "onnx-int8":
+        try:
+            int8_twin(Path(store_dir) / record["path"], record["sha256"])
+        except Unavailable as exc:  # the first search says it again, and fails
+            log.warning("%s", exc)
+    return record
+
+
+def int8_twin(model_file: Path, sha256: str) -> Path:
+    """The int8 twin of a checked fp32 export, made on first use and kept beside it.
+
+    onnxruntime's dynamic quantisation: every MatMul with a weight operand gets int8 weights,
+    one scale per output channel, and quantises its input per tensor at run time (attention's
+    own products, layer norms, GELU and pooling stay fp32). The output is a pure function of
+    the fp32 file, so it is made again, never trusted, when its record (`int8.json`) names
+    another source sha256 or its own sha256 does not check out.
+
+    Args:
+        model_file: the fp32 export, already checked against `sha256`.
+    Raises:
+        Unavailable: the twin cannot be written (read-only store folder, quantiser error).
+    """
+    folder = model_file.parent
+    target, info_file = folder / INT8_FILE, folder / INT8_INFO_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        info = json.loads(info_file.read_text())
+        if info["source_sha256"] == sha256 and file_sha256(target) == info["sha256"]:
+            return target
+    tmp = folder / f".{INT8_FILE}.tmp-{os.getpid()}-{threading.get_ident()}"
+    root = logging.getLogger()
+    level = root.level
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        root.setLevel(logging.ERROR)  # the quantiser's advice to pre-process, on the root logger
+        quantize_dynamic(model_file, tmp, weight_type=QuantType.QInt8, per_channel=True)
+        info = {"source_sha256": sha256, "sha256": file_sha256(tmp),
+                "scheme": "onnxruntime quantize_dynamic: int8 MatMul weights per output "
+                          "channel, inputs per tensor"}
+        tmp.with_suffix(".json").write_text(json.dumps(info, indent=2))
+        os.replace(tmp, target)  # the same bytes whoever wins a race: deterministic
+        os.replace(tmp.with_suffix(".json"), info_file)
+    except Exception as exc:  # noqa: BLE001 - onnx/onnxruntime/OS errors alike
+        raise Unavailable(f"cannot make the int8 twin of {model_file} in {folder} "
+                          f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    finally:
+        root.setLevel(level)
+        for leftover in (tmp, tmp.with_suffix(".json")):
+            leftover.unlink(missing_ok=True)
+    log.info("made the int8 query encoder %s", target)
+    return target
 
 
 # -- runtime (no torch) -----------------------------------------------------------------------
 class OnnxEncoder:
     """Encodes texts with an exported model: `tokenizers` + onnxruntime + numpy pooling.
 
-    Matches `Encoder.encode_texts` / `encode_queries` (fp32 torch) within float rounding.
+    Matches `Encoder.encode_texts` / `encode_queries` (fp32 torch) within float rounding; the
+    int8 twin (`int8=True` in `open`) only approximately (docs/guides/fast-queries.md).
     """
 
     def __init__(self, folder: Path, info: dict, config: ModelConfig, model_file: Path,
-                 provenance: Provenance):
+                 provenance: Provenance, threads: int | None = None):
         from tokenizers import Tokenizer
 
         self.folder, self.info, self.config = folder, info, config
@@ -222,8 +278,10 @@ class OnnxEncoder:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.model_file = model_file
-        self.session = self._session(min(4, os.cpu_count() or 1))
-        self._single = None  # the one-thread session, made when calls first overlap
+        self.session = self._session(threads or min(4, os.cpu_count() or 1))
+        # the one-thread session, made when calls first overlap (the session itself when it
+        # has one thread: onnxruntime runs overlapping calls of one session side by side)
+        self._single = self.session if threads == 1 else None
         self._lock = threading.Lock()
         self._running = 0
 
@@ -260,8 +318,13 @@ class OnnxEncoder:
 
     @classmethod
     def open(cls, store_dir: str | Path, record: dict | None, config: ModelConfig,
-             stored: Provenance | None) -> OnnxEncoder:
+             stored: Provenance | None, int8: bool = False) -> OnnxEncoder:
         """The export an index version names, checked against it and the stored vectors.
+
+        Args:
+            int8: run the export's int8 twin (`int8_twin`, made now if missing) on one thread
+                per call: a SciFact query took 3.1 ms on one thread, 3.5 ms on two, against
+                5.3 ms for fp32 on two (docs/benchmarks.md).
 
         Raises:
             Unavailable: no export, a file missing or changed, or an export of other weights.
@@ -301,11 +364,13 @@ class OnnxEncoder:
             weights_hash=_configured_weights_hash(config, info),
             pooling=config.pooling, normalize=config.normalize, max_length=config.max_length,
             dim=exported["dim"],
-            dtype="fp32", document_prompt=config.document_prompt,
+            dtype="int8" if int8 else "fp32", document_prompt=config.document_prompt,
             query_prompt=config.query_prompt,
         )
+        if int8:
+            model_file = int8_twin(model_file, record["sha256"])
         try:
-            return cls(folder, info, config, model_file, provenance)
+            return cls(folder, info, config, model_file, provenance, 1 if int8 else None)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors: fall back
             raise Unavailable(f"onnxruntime cannot load {model_file}: {str(exc)[:200]}") from None
 
@@ -365,8 +430,8 @@ def load_query_encoder(config: Config, store, index):
     """The encoder a search uses for its queries (`search.query_encoder`).
 
     `auto`: the ONNX export the index version names when it checks out, else the torch
-    encoder with one line on stderr saying why; `onnx`: the export or an error; `torch`: the
-    torch encoder. Either way the configured model must be the stored vectors' (else
+    encoder with one line on stderr saying why; `onnx`: the export or an error; `onnx-int8`:
+    the export's int8 twin or an error; `torch`: the torch encoder. Either way the configured model must be the stored vectors' (else
     ProvenanceMismatch, as before).
 
     Args:
@@ -381,12 +446,12 @@ def load_query_encoder(config: Config, store, index):
             if index is None:
                 raise Unavailable(f"the store {store.path} has no index version yet")
             encoder = OnnxEncoder.open(store.path, index.query_encoder, config.model,
-                                       store.provenance())
+                                       store.provenance(), int8=mode == "onnx-int8")
         except Unavailable as exc:
             fix = (f"index into --store {store.path} again to export it (unchanged documents "
                    "are skipped)")
-            if mode == "onnx":
-                raise ModelError(f"search.query_encoder is onnx but {exc}; {fix}, or set "
+            if mode != "auto":
+                raise ModelError(f"search.query_encoder is {mode} but {exc}; {fix}, or set "
                                  "search.query_encoder to auto") from None
             log.warning("%s: encoding the query with torch (slower start); %s", exc, fix)
         else:
