@@ -213,7 +213,8 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
         fast, exact = Searcher(int8_cfg, store), Searcher(fp32_cfg, store)
         assert fast.encoder.model_file.name == INT8_FILE
         assert fast.encoder.provenance.dtype == "int8" and exact.encoder.provenance.dtype == "fp32"
-        info = json.load(open(os.path.join(folder, "int8.json")))
+        with open(os.path.join(folder, "int8.json")) as fh:
+            info = json.load(fh)
         twin = os.path.join(folder, INT8_FILE)
         assert info["source_sha256"] == record["sha256"]
         assert info["sha256"] == file_sha256(type(store.path)(twin))
