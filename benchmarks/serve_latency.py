@@ -49,9 +49,17 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 300) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process and its child processes (a multi-process
+    server's workers), all their threads (Linux /proc)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: parent pid
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def ask(conn: http.client.HTTPConnection, text: str, k: int, mode: str) -> dict:
@@ -117,6 +125,7 @@ def load(port: int, texts: list[str], k: int, clients: int, requests: int, secon
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     cpu = cpu_seconds(pid)
+    own = time.process_time()
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -124,8 +133,11 @@ def load(port: int, texts: list[str], k: int, clients: int, requests: int, secon
         thread.join(seconds + 120)
     wall = time.perf_counter() - started
     cpu = cpu_seconds(pid) - cpu
+    own = time.process_time() - own
     return {"clients": clients, "server_cpu_ms_per_query": round(1000 * cpu / max(1, state["done"]), 2),
-            "server_cores_busy": round(cpu / wall, 2), "answered": state["done"], "errors": len(errors),
+            "server_cores_busy": round(cpu / wall, 2),
+            # the load generator runs on the same cores: what it took from the server
+            "client_cores_busy": round(own / wall, 2), "answered": state["done"], "errors": len(errors),
             "first_errors": errors[:3], "seconds": round(wall, 2),
             "queries_per_s": round(state["done"] / wall, 2),
             "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 2) if latencies else None,
@@ -138,6 +150,8 @@ def serve_and_measure(args, texts: list[str], encoder: str | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(args.code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     command = [sys.executable, "-m", "search.cli.main", "serve", "--store", args.store,
                "--host", HOST, "--port", str(args.port)]
+    if args.workers:  # empty: a checkout from before --workers
+        command += ["--workers", args.workers]
     config = None
     if encoder is not None:
         data = yaml.safe_load((args.code / "config.yaml").read_text()) or {}
@@ -185,13 +199,15 @@ def main() -> None:
     parser.add_argument("--query-encoders", default="",
                         help="comma-separated `search.query_encoder` values to measure in turn "
                              "(default: whatever the config says)")
+    parser.add_argument("--workers", default="auto",
+                        help="`bertindex serve --workers`; empty for a checkout without it")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     texts = [json.loads(line)["text"] for line in args.queries.open()]
     texts = (texts * (args.n // len(texts) + 1))[: max(args.n, args.load_requests)]
     report: dict = {"code": str(args.code), "store": args.store, "queries": args.n, "k": args.k, "cpu": cpu_name(),
-                    "load_before": os.getloadavg()}
+                    "workers": args.workers, "load_before": os.getloadavg()}
     encoders = [e for e in args.query_encoders.split(",") if e]
     if not encoders:
         report.update(serve_and_measure(args, texts, None))

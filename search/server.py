@@ -5,8 +5,15 @@ Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /se
 `POST /facets`, and the review page `/review` (`search.review_page`). Bodies over the
 configured size, and POST bodies without a Content-Length, are refused before they are
 read. Queries run side by side on a thread pool: each thread queries the read-only store
-through its own DuckDB cursor, and torch, FAISS and DuckDB release the GIL while they
-compute. Searches do not write to the store (the review page does, one short write each).
+through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB release the GIL while
+they compute. Searches do not write to the store (the review page does, one short write each).
+
+Processes: `serve(settings, workers=N)` runs N server processes on one socket (uvicorn's
+supervisor), each with its own copy of the model and indexes (`open_app`). One process's
+threads cannot use 2 cores fully: the Python between the native calls holds the GIL (a
+search in-process ran 1.72x faster on two threads than on one, 1.58x through HTTP); two
+processes do not share it. `worker_count("auto")` picks one per core while the copies fit
+in half the available memory.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -26,6 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexer.config import load_config
 from indexer.errors import BertindexError, InputError, RemoteError
 from search.filters import parse_entities, parse_labels
 from search.highlight import excerpt
@@ -134,6 +143,7 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
     from fastapi.responses import JSONResponse, Response
 
     app = FastAPI(title="bertindex", description="Search one bertindex store.")
+    app.state.searcher = searcher
     store = searcher.store
     if store.read_only:
         store.share_across_threads()
@@ -216,6 +226,117 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
 
     add_review_routes(app, searcher.store.path)  # /review (search/review_page.py)
     return _BodyLimit(app, max_body_bytes)
+
+
+SETTINGS_ENV = "BERTINDEX_SERVE_SETTINGS"  # how `serve` hands its settings to each process
+MAX_AUTO_WORKERS = 4
+WORKER_OVERHEAD_BYTES = 300 << 20  # Python, onnxruntime, DuckDB, tantivy: measured ~250 MB
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeSettings:
+    """What each server process opens: `config_path` (None: defaults) with `store.path`
+    set to `store_path`, and the app's limits."""
+
+    config_path: str | None
+    store_path: str
+    threads: int = 1
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def open_app(settings: ServeSettings):
+    """Load the configuration, open the store read-only, load the Searcher and return the
+    app (one per server process; the store stays open for the process's life).
+
+    Raises:
+        BertindexError: the store, index or model cannot be opened (before any listening).
+    """
+    import faiss
+
+    from indexer.store import Store
+
+    faiss.omp_set_num_threads(settings.threads)
+    config = load_config(settings.config_path).with_overrides(
+        **{"store.path": settings.store_path})
+    store = Store(config.store.path, read_only=True)
+    try:
+        store.set_threads(settings.threads)
+        return create_app(Searcher(config, store), settings.max_body_bytes, settings.threads)
+    except BaseException:
+        store.close()
+        raise
+
+
+def app_from_environment():
+    """`open_app` with the settings `serve` left in SETTINGS_ENV: the factory each worker
+    process of a multi-process server imports."""
+    return open_app(ServeSettings(**json.loads(os.environ[SETTINGS_ENV])))
+
+
+def worker_count(requested: int | str, app) -> int:
+    """Server processes for `--workers`: a number as given; `auto`, one per core (at most
+    MAX_AUTO_WORKERS) while that many copies of this app's indexes and model fit in half of
+    the available memory, else fewer, at least one.
+
+    Args:
+        app: an app from `open_app`, whose searcher's sizes are counted.
+    """
+    if requested != "auto":
+        return int(requested)
+    searcher = app.app.state.searcher
+    each = WORKER_OVERHEAD_BYTES + _loaded_bytes(searcher)
+    cores = os.cpu_count() or 1
+    fit = int(_available_memory() // 2 // each)
+    return max(1, min(cores, MAX_AUTO_WORKERS, fit))
+
+
+def _loaded_bytes(searcher: Searcher) -> int:
+    """What one process keeps in memory for `searcher`: the vector index file(s) and the
+    query model file."""
+    from indexer.index.versions import version_dir
+
+    total = 0
+    index = searcher.index
+    if index is not None:
+        folder = (version_dir(searcher.store.path, index.version) if index.version
+                  else searcher.store.path)
+        total += sum(f.stat().st_size for f in folder.glob("*.faiss"))
+    model_file = getattr(searcher.encoder, "model_file", None)
+    if model_file is not None:
+        total += model_file.stat().st_size
+    return total
+
+
+def _available_memory() -> int:
+    """MemAvailable from /proc/meminfo; elsewhere, physical memory."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in open("/proc/meminfo"):  # noqa: SIM115 - a short read
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
+          announce=lambda message: None) -> None:
+    """Serve until stopped: one process, or `workers` processes on one socket.
+
+    The settings are checked in this process first (store, index, model), so a bad store
+    fails here with its message instead of in every worker.
+    """
+    import uvicorn
+
+    app = open_app(settings)
+    count = worker_count(workers, app)
+    announce(f"serving {settings.store_path} on http://{host}:{port}"
+             + (f" ({count} processes)" if count > 1 else ""))
+    if count == 1:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        return
+    app.app.state.searcher.store.close()
+    del app
+    os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
+    uvicorn.run("search.server:app_from_environment", factory=True, workers=count, host=host,
+                port=port, log_level="warning", access_log=False)
 
 
 def _static(name: str) -> bytes:

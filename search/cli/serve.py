@@ -6,9 +6,19 @@ Thin layer over `search.server`; binds 127.0.0.1 unless told otherwise.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from search.cli.common import build_config, config_options, handle_errors
+
+
+def _workers(ctx, param, value: str) -> int | str:
+    if value == "auto":
+        return value
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise click.BadParameter(f"{value!r}: give a number of processes (1 or more) or auto")
 
 
 @click.command()
@@ -19,32 +29,30 @@ from search.cli.common import build_config, config_options, handle_errors
 @click.option("--max-request-bytes", default=16_384, show_default=True,
               type=click.IntRange(256), help="Larger request bodies are refused (413).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
-              help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by side.")
+              help="CPU threads one query may use (onnxruntime, torch, FAISS, DuckDB); queries "
+                   "run side by side.")
+@click.option("--workers", default="auto", show_default=True, callback=_workers,
+              help="Server processes, each with its own copy of the model and indexes: a "
+                   "number, or auto (one per core, at most 4, while the copies fit in half "
+                   "the available memory).")
 @config_options
 @handle_errors
-def serve(host, port, max_request_bytes, threads, config_path, store_path):
+def serve(host, port, max_request_bytes, threads, workers, config_path, store_path):
     """Serve searches over HTTP with the model kept loaded: a search page at /, and
     POST /search, POST /facets, GET /health.
 
     Open http://HOST:PORT/ in a browser, or query it with
     `bertindex search QUERY --server http://HOST:PORT`.
     """
-    import faiss
-    import torch
-    import uvicorn
-
-    from indexer.store import Store
-    from search.query import Searcher
-    from search.server import create_app
+    from search import server
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: binding {host}: anyone who can reach it can query this store",
                    err=True)
-    torch.set_num_threads(threads)
-    faiss.omp_set_num_threads(threads)
+    if config_path is None and Path("config.yaml").is_file():
+        config_path = "config.yaml"  # as every command reads it, then fixed for the workers
     cfg = build_config(config_path, store_path)
-    with Store(cfg.store.path, read_only=True) as store:
-        store.set_threads(threads)
-        app = create_app(Searcher(cfg, store), max_request_bytes, threads)
-        click.echo(f"serving {cfg.store.path} on http://{host}:{port}", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    settings = server.ServeSettings(str(Path(config_path).resolve()) if config_path else None,
+                                    str(Path(cfg.store.path).resolve()), threads,
+                                    max_request_bytes)
+    server.serve(settings, host, port, workers, lambda line: click.echo(line, err=True))
