@@ -183,6 +183,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "stopped": {"reason": fitted.stop_reason, "message": fitted.stop_message},
         "best_epoch": fitted.best_epoch,
         "best_validation": fitted.best_score,
+        "average": fitted.average,
         "validation": validation,
         "test": test,
         "baseline": baseline,

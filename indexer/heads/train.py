@@ -66,6 +66,9 @@ class FitResult:
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
     feature_seconds: float = 0.0
+    # auto epochs: the mean of the weights from the best epoch to the last one, scored on
+    # validation and kept when it beats the best epoch ({"epochs", "validation", "kept"})
+    average: dict | None = None
 
 
 def set_threads(threads: int | None = None) -> int:
@@ -294,6 +297,11 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     schedule = plan_schedule(steps_per_epoch, rule.limit, ratio)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
     best_state = None
+    # auto epochs only (`--epochs N` stays the seeds' recipe): a running sum of the weights
+    # from the best epoch on, for `_keep_average`
+    averaging = rule.patience is not None and stage is None
+    tail: dict | None = None
+    tail_epochs: list[int] = []
     name = f"{stage} " if stage else ""
     of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
     best_epoch, best_score, best_loss = 0, float("-inf"), float("inf")
@@ -333,6 +341,10 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
             best_score, best_loss, best_epoch = score, val_loss, epoch
             if stage is None:
                 best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+            if averaging:
+                tail, tail_epochs = _weights_sum(None, model), [epoch]
+        elif averaging and tail is not None:
+            tail, tail_epochs = _weights_sum(tail, model), [*tail_epochs, epoch]
         if progressed(score, val_loss, mark_score, mark_loss):
             mark_epoch, mark_score, mark_loss = epoch, score, val_loss
         entry = {
@@ -382,8 +394,51 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         result.stop_message = (f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
                                f"{best_epoch} ({best_score:.4f})")
     write_line(result.stop_message, mode)
+    if averaging and len(tail_epochs) > 1:
+        result.average = _keep_average(model, tail, tail_epochs, best_state, best_score,
+                                       val_logits, data, val, kind, mode)
+        if result.average["kept"]:
+            return
     if best_state is not None and best_epoch != epoch:
         model.load_state_dict(best_state)
+
+
+def _weights_sum(total: dict | None, model) -> dict:
+    """`total` plus the model's floating-point weights (fp32; a copy when `total` is None)."""
+    state = model.state_dict()
+    if total is None:
+        return {k: v.detach().float().clone() for k, v in state.items() if v.is_floating_point()}
+    for k, v in total.items():
+        v.add_(state[k].detach().float())
+    return total
+
+
+def _keep_average(model, tail: dict, epochs: list[int], best_state: dict, best_score: float,
+                  val_logits, data: HeadData, val: Encoded, kind, mode: str) -> dict:
+    """Load the mean of the weights of `epochs` (the best epoch and those after it), score it
+    on validation, and keep it only when it beats the best epoch's score; else the model
+    is left for the caller to load the best state.
+
+    The epochs after the best one sit on the validation plateau at a learning rate still far
+    from zero; their mean lies between them, where a loss surface is flatter (weight
+    averaging, as in SWA). Choosing it by validation cannot lower the validation score of
+    what is kept.
+
+    Returns:
+        {"epochs", "validation", "kept"} for the receipt.
+    """
+    averaged = {k: (tail[k] / len(epochs)).to(v.dtype) if k in tail else v
+                for k, v in best_state.items()}
+    model.load_state_dict(averaged)
+    model.eval()
+    scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
+    score = float(scores[kind.metric])
+    kept = score > best_score
+    span = f"{epochs[0]}-{epochs[-1]}"
+    write_line(f"mean of the weights of epochs {span}: validation {kind.metric} {score:.4f}; "
+               + (f"keeping it over epoch {epochs[0]} ({best_score:.4f})" if kept else
+                  f"keeping epoch {epochs[0]} ({best_score:.4f})"), mode)
+    return {"epochs": epochs, "validation": score, "kept": kept}
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
