@@ -95,36 +95,17 @@ def test_only_a_rise_of_min_delta_resets_patience():
 
 def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_bert):
     """A toy model whose validation predictions are scripted per epoch (good, best, then
-    worse twice): training stops after epoch 4 and the model holds its epoch-2 weights."""
-    from indexer.heads.types.classifier import SentenceExample
-
-    examples = [SentenceExample(str(i), "x", i % 2) for i in range(8)]
-    data = HeadData("classifier", ["neg", "pos"], {"train": examples, "validation": examples})
-    val = Encoded([e.id for e in examples], [[2, 3]] * 8, [e.label for e in examples])
-    gold = torch.tensor([e.label for e in examples])
-    right, wrong = torch.nn.functional.one_hot(gold, 2).float(), torch.nn.functional.one_hot(1 - gold, 2).float()
-    script = [torch.cat([right[:4], wrong[4:]]), right, wrong, wrong, right, right]  # per epoch
-    model = torch.nn.Linear(4, 2)
-    x = torch.randn(8, 4)
-    snapshots = []
-
-    def step_loss(index):
-        return torch.nn.functional.cross_entropy(model(x[index]), gold[index])
-
-    def val_logits():
-        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
-        return list(script[len(snapshots) - 1])
-
-    settings = TrainSettings("classifier", tiny_bert, tiny_bert / "unused", batch_size=2, lr=0.1)
-    result = FitResult()
-    _train_epochs(model, [model], step_loss, val_logits, np.ones(8, dtype=np.int64), data, val,
-                  settings, np.random.default_rng(0), result, "off", rule=settings.epoch_rule,
-                  lr=0.1)
+    worse twice): training stops after epoch 4 and the model holds its epoch-2 weights (the
+    mean of epochs 2-4, scored after, does not beat them)."""
+    result, model, snapshots = _scripted_run(
+        tiny_bert, lambda g: [_predictions(g, 4), _predictions(g, 8), _predictions(g, 0),
+                              _predictions(g, 0), _predictions(g, 8)])
     assert [e["validation"]["macro_f1"] for e in result.history] == pytest.approx([0.5, 1.0, 0.0, 0.0])
     assert all(e["validation_loss"] > 0 for e in result.history)
     assert (result.epochs_run, result.best_epoch, result.stop_reason) == (4, 2, "patience")
     assert "not improved by 0.002 since epoch 2 (2 epochs); keeping epoch 2" in result.stop_message
     assert not torch.equal(snapshots[1]["weight"], snapshots[3]["weight"])  # it did move on
+    assert result.average["kept"] is False
     for key, value in model.state_dict().items():
         assert torch.equal(value, snapshots[1][key])  # and came back to epoch 2
 
