@@ -29,8 +29,8 @@ def _workers(ctx, param, value: str) -> int | str:
 @click.option("--max-request-bytes", default=16_384, show_default=True,
               type=click.IntRange(256), help="Larger request bodies are refused (413).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
-              help="CPU threads one query may use (onnxruntime, torch, FAISS, DuckDB); queries "
-                   "run side by side.")
+              help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by "
+                   "side.")
 @click.option("--workers", default="auto", show_default=True, callback=_workers,
               help="Server processes, each with its own copy of the model and indexes: a "
                    "number, or auto (one per core, at most 4, while the copies fit in half "
