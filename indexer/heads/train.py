@@ -297,11 +297,13 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
     schedule = plan_schedule(steps_per_epoch, rule.limit, ratio)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
     best_state = None
-    # auto epochs only (`--epochs N` stays the seeds' recipe): a running sum of the weights
-    # from the best epoch on, for `_keep_average`
+    # auto epochs only (`--epochs N` stays the seeds' recipe): running sums of the weights
+    # from the best epoch on and from epoch 2 on, for `_keep_average`
     averaging = rule.patience is not None and stage is None
     tail: dict | None = None
     tail_epochs: list[int] = []
+    run: dict | None = None
+    run_epochs: list[int] = []
     name = f"{stage} " if stage else ""
     of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
     best_epoch, best_score, best_loss = 0, float("-inf"), float("inf")
@@ -345,6 +347,8 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
                 tail, tail_epochs = _weights_sum(None, model), [epoch]
         elif averaging and tail is not None:
             tail, tail_epochs = _weights_sum(tail, model), [*tail_epochs, epoch]
+        if averaging and epoch >= 2:  # all but the first epoch (SWA's start after warm-up)
+            run, run_epochs = _weights_sum(run, model), [*run_epochs, epoch]
         if progressed(score, val_loss, mark_score, mark_loss):
             mark_epoch, mark_score, mark_loss = epoch, score, val_loss
         entry = {
@@ -394,8 +398,11 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         result.stop_message = (f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
                                f"{best_epoch} ({best_score:.4f})")
     write_line(result.stop_message, mode)
-    if averaging and len(tail_epochs) > 1:
-        result.average = _keep_average(model, tail, tail_epochs, best_state, best_score,
+    candidates = [(e, t) for e, t in ((run_epochs, run), (tail_epochs, tail)) if len(e) > 1]
+    if averaging and candidates:
+        if len(candidates) == 2 and candidates[0][0] == candidates[1][0]:
+            candidates = candidates[:1]
+        result.average = _keep_average(model, candidates, best_epoch, best_state, best_score,
                                        val_logits, data, val, kind, mode)
         if result.average["kept"]:
             return
@@ -413,32 +420,45 @@ def _weights_sum(total: dict | None, model) -> dict:
     return total
 
 
-def _keep_average(model, tail: dict, epochs: list[int], best_state: dict, best_score: float,
-                  val_logits, data: HeadData, val: Encoded, kind, mode: str) -> dict:
-    """Load the mean of the weights of `epochs` (the best epoch and those after it), score it
-    on validation, and keep it only when it beats the best epoch's score; else the model
-    is left for the caller to load the best state.
+def _keep_average(model, candidates: list[tuple[list[int], dict]], best_epoch: int,
+                  best_state: dict, best_score: float, val_logits, data: HeadData, val: Encoded,
+                  kind, mode: str) -> dict:
+    """Score on validation the mean of the weights of each candidate run of epochs (all but
+    the first epoch; the best epoch and those after it), load the best of them, and keep it
+    only when it beats the best epoch's score; else the model is left for the caller to load
+    the best state.
 
     The epochs after the best one sit on the validation plateau at a learning rate still far
-    from zero; their mean lies between them, where a loss surface is flatter (weight
-    averaging, as in SWA). Choosing it by validation cannot lower the validation score of
-    what is kept.
+    from zero; a mean of weights along the way lies where the loss surface is flatter
+    (weight averaging, as in SWA, which starts after the first phase of training). Choosing
+    it by validation cannot lower the validation score of what is kept.
 
+    Args:
+        candidates: (epochs, running sum of their weights) each.
     Returns:
-        {"epochs", "validation", "kept"} for the receipt.
+        {"epochs", "validation", "kept", "tried": [{"epochs", "validation"}]} for the receipt.
     """
-    averaged = {k: (tail[k] / len(epochs)).to(v.dtype) if k in tail else v
-                for k, v in best_state.items()}
-    model.load_state_dict(averaged)
-    model.eval()
-    scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
-    score = float(scores[kind.metric])
+    tried, best_mean = [], None
+    for epochs, total in candidates:
+        averaged = {k: (total[k] / len(epochs)).to(v.dtype) if k in total else v
+                    for k, v in best_state.items()}
+        model.load_state_dict(averaged)
+        model.eval()
+        scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
+        score = float(scores[kind.metric])
+        tried.append({"epochs": epochs, "validation": score})
+        write_line(f"mean of the weights of epochs {epochs[0]}-{epochs[-1]}: validation "
+                   f"{kind.metric} {score:.4f}", mode)
+        if best_mean is None or score > best_mean[1]:
+            best_mean = (averaged, score, epochs)
+    averaged, score, epochs = best_mean
     kept = score > best_score
-    span = f"{epochs[0]}-{epochs[-1]}"
-    write_line(f"mean of the weights of epochs {span}: validation {kind.metric} {score:.4f}; "
-               + (f"keeping it over epoch {epochs[0]} ({best_score:.4f})" if kept else
-                  f"keeping epoch {epochs[0]} ({best_score:.4f})"), mode)
-    return {"epochs": epochs, "validation": score, "kept": kept}
+    if kept:
+        model.load_state_dict(averaged)
+    write_line(f"keeping the mean of epochs {epochs[0]}-{epochs[-1]} ({score:.4f}) over epoch "
+               f"{best_epoch} ({best_score:.4f})" if kept else
+               f"keeping epoch {best_epoch} ({best_score:.4f})", mode)
+    return {"epochs": epochs, "validation": score, "kept": kept, "tried": tried}
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,

@@ -154,9 +154,27 @@ def test_the_mean_of_the_tail_is_kept_when_it_scores_higher(tiny_bert):
                               _predictions(g, 4), _predictions(g, 8)])
     assert (result.epochs_run, result.best_epoch, result.stop_reason) == (4, 2, "patience")
     assert len(snapshots) == 5  # four epochs, then the mean
-    assert result.average == {"epochs": [2, 3, 4], "validation": 1.0, "kept": True}
+    # from epoch 2 on and from the best epoch (2) on are the same run here: tried once
+    assert result.average == {"epochs": [2, 3, 4], "validation": 1.0, "kept": True,
+                              "tried": [{"epochs": [2, 3, 4], "validation": 1.0}]}
     for key, value in model.state_dict().items():
         mean = sum(snapshots[i][key] for i in (1, 2, 3)) / 3
+        assert torch.allclose(value, mean, atol=1e-6)
+
+
+def test_the_better_of_two_means_is_kept(tiny_bert):
+    """Best epoch 3, stop after 5: the means of epochs 2-5 and of 3-5 are both scored and the
+    one scoring higher on validation (2-5 here) is kept."""
+    result, model, snapshots = _scripted_run(
+        tiny_bert, lambda g: [_predictions(g, 4), _predictions(g, 4), _predictions(g, 6),
+                              _predictions(g, 4), _predictions(g, 4), _predictions(g, 8),
+                              _predictions(g, 6)])
+    assert (result.epochs_run, result.best_epoch) == (5, 3)
+    assert result.average["tried"] == [{"epochs": [2, 3, 4, 5], "validation": 1.0},
+                                       {"epochs": [3, 4, 5], "validation": 0.75}]
+    assert result.average["epochs"] == [2, 3, 4, 5] and result.average["kept"]
+    for key, value in model.state_dict().items():
+        mean = sum(snapshots[i][key] for i in (1, 2, 3, 4)) / 4
         assert torch.allclose(value, mean, atol=1e-6)
 
 
@@ -165,8 +183,8 @@ def test_the_best_epoch_stays_when_the_mean_does_not_beat_it_and_fixed_epochs_ne
     result, model, snapshots = _scripted_run(
         tiny_bert, lambda g: [_predictions(g, 4), _predictions(g, 6), _predictions(g, 4),
                               _predictions(g, 4), _predictions(g, 6)])
-    assert result.average == {"epochs": [2, 3, 4], "validation": 0.75,
-                              "kept": False}
+    assert {k: result.average[k] for k in ("epochs", "validation", "kept")} == {
+        "epochs": [2, 3, 4], "validation": 0.75, "kept": False}
     for key, value in model.state_dict().items():
         assert torch.equal(value, snapshots[1][key])  # epoch 2's own weights
     fixed, _, passes = _scripted_run(
