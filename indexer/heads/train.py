@@ -66,8 +66,8 @@ class FitResult:
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
     feature_seconds: float = 0.0
-    # auto epochs: the mean of the weights from the best epoch to the last one, scored on
-    # validation and kept when it beats the best epoch ({"epochs", "validation", "kept"})
+    # auto epochs: the better of two means of the weights (epochs 2 on; the best epoch on),
+    # scored on validation, kept when it beats the best epoch (`_keep_average`'s record)
     average: dict | None = None
 
 
@@ -398,12 +398,12 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         result.stop_message = (f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
                                f"{best_epoch} ({best_score:.4f})")
     write_line(result.stop_message, mode)
-    candidates = [(e, t) for e, t in ((run_epochs, run), (tail_epochs, tail)) if len(e) > 1]
-    if averaging and candidates:
-        if len(candidates) == 2 and candidates[0][0] == candidates[1][0]:
-            candidates = candidates[:1]
-        result.average = _keep_average(model, candidates, best_epoch, best_state, best_score,
-                                       val_logits, data, val, kind, mode)
+    # keyed by their epochs: when the best epoch is epoch 2 the two means are one
+    means = {tuple(e): t for e, t in ((run_epochs, run), (tail_epochs, tail)) if len(e) > 1}
+    if averaging and means:
+        result.average = _keep_average(model, [(list(e), t) for e, t in means.items()],
+                                       best_epoch, best_state, best_score, val_logits, data, val,
+                                       kind, mode)
         if result.average["kept"]:
             return
     if best_state is not None and best_epoch != epoch:
