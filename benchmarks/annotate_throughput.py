@@ -21,7 +21,7 @@ threads, batches filled up to the token budget whatever their lengths.
 encoder's pass shared with the head, then with separate passes (and how close the two
 stores' vectors and labels are). `--profile`: CPU share per operator, one stream on one
 thread. Always: tokenising, padding and DuckDB-write costs (`overheads`).
-The JSON names the machine (`indexer.machine.machine_info`: CPU, ISA flags, libraries,
+The JSON names the machine (`indexer.encode.limits.machine_info`: CPU, ISA flags, libraries,
 threads, matmul peaks), whether it was emulated (`--emulate avx2`), and each side's share of
 the matmul limit for the one-classifier case (encoding FLOPs of the tweets over wall time).
 Usage: python benchmarks/annotate_throughput.py [--limit 2000] [--emulate avx2] [--out FILE] [--batch-size 32] [--threads 2]
@@ -126,9 +126,8 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     writing the labels to DuckDB."""
     from transformers import AutoTokenizer
 
-    from indexer.annotate.annotator import Annotation
     from indexer.encode.encoder import plan_batches
-    from indexer.heads.types.base import Label
+    from indexer.records import Annotation, Label
     from indexer.store import Store
     from indexer.store.annotations import write_annotations
 
@@ -292,7 +291,7 @@ def main() -> int:
                                      "bf16_vs_fp32_label_agreement": round(same, 4)}
     from transformers import AutoTokenizer
 
-    from indexer.machine import encode_flops, limit_share, machine_info
+    from indexer.encode.limits import encode_flops, limit_share, machine_info
 
     lengths = [min(len(i), 510) + 2 for i in AutoTokenizer.from_pretrained(clf_dir)(
         texts, add_special_tokens=False)["input_ids"]]

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 from machine import write_json
 
+from indexer.machine import cpu_model, proc_cpu_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 QUERY = "parse command line arguments"
@@ -33,14 +35,9 @@ QUERY = "parse command line arguments"
 
 def machine() -> dict:
     info = {"cpu": platform.processor(), "cores": os.cpu_count(), "python": platform.python_version()}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines()
-                           if line.startswith("model name"))
-        flags = set(next(line for line in text.splitlines() if line.startswith("flags")).split())
-        info["isa"] = sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2", "avx_vnni")))
-    except (OSError, StopIteration):
-        pass
+    info["cpu"] = cpu_model()
+    info["isa"] = sorted(f for f in proc_cpu_flags()
+                         if f.startswith(("avx512", "amx", "avx2", "avx_vnni")))
     info["load_average"] = os.getloadavg()
     versions = {}
     for name in ("onnxruntime", "onnx", "torch", "transformers", "tokenizers", "faiss", "numpy"):

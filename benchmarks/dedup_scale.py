@@ -95,7 +95,7 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
     rss_before = peak_rss_mb()
     t = time.perf_counter()
     if step == "add":
-        from indexer.ingest.pipeline import sync_vector_index
+        from indexer.indexing.steps import sync_vector_index
 
         centre, _ = centres(cache)
         with Store(store_dir) as store:
@@ -132,7 +132,7 @@ def main() -> None:
     report = {"n": args.n, "add": args.add, "load_average_start": list(os.getloadavg())}
     if not (store_dir / "store.duckdb").is_file():
         from indexer.config import Config
-        from indexer.ingest.pipeline import sync_vector_index
+        from indexer.indexing.steps import sync_vector_index
         from indexer.store import Store
 
         t = time.perf_counter()

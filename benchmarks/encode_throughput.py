@@ -5,7 +5,7 @@ Prints passages/s of each, their ratio and the minimum cosine between the two em
 also prints passages per CPU-second (process time): on a machine that other jobs share, the
 wall-clock ratio moves with their load while the CPU-time ratio stays put.
 Each dtype's row also gives its share of this machine's matmul limit: FLOPs per passage (as
-docs/benchmarks.md counts them, `indexer.machine.encode_flops`, no padding) times passages/s,
+docs/benchmarks.md counts them, `indexer.encode.limits.encode_flops`, no padding) times passages/s,
 over the matmul peak measured in the same run for that dtype; the JSON names the CPU, its ISA
 flags, libraries, threads and whether the CPU was emulated (`--emulate avx2`).
 Usage: python benchmarks/encode_throughput.py [--limit N] [--dtype fp32 bf16 int8] [--max-length 256]
@@ -90,7 +90,7 @@ def main() -> int:
 
     from indexer.config import ModelConfig, resolve_model_path
     from indexer.encode.encoder import Encoder, describe_path
-    from indexer.machine import encode_flops, limit_share, machine_info
+    from indexer.encode.limits import encode_flops, limit_share, machine_info
 
     hf_logging.set_verbosity_error()
     texts = load_passages(args.limit)

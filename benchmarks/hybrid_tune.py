@@ -22,7 +22,7 @@ from indexer.config import Config
 from indexer.encode.encoder import load_encoder
 from indexer.evaluation import load_beir_queries, retrieval_scores
 from indexer.index import fusion
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 from search.query import Searcher
 

@@ -2,7 +2,7 @@
 against a hand-written sentence-transformers + FAISS + DuckDB script, on the same SciFact
 abstracts (max length 256, truncate), run one after the other in this process's machine.
 
-The JSON names the machine (`indexer.machine.machine_info`: CPU, ISA flags, libraries,
+The JSON names the machine (`indexer.encode.limits.machine_info`: CPU, ISA flags, libraries,
 threads, matmul peak for the path `dtype: auto` takes here), that path and why, and the share
 of the matmul limit the whole `bertindex index` process reached (encoding FLOPs of the
 truncated abstracts over its wall time: start-up, reading and writing included, so a floor).
@@ -81,7 +81,7 @@ def main() -> int:
     print(f"bertindex index (whole process):            {best_ours:7.1f} s")
     print(f"sentence-transformers + FAISS + DuckDB script: {best_theirs:7.1f} s")
     print(f"speed-up {best_theirs / best_ours:.2f}x")
-    from indexer.machine import limit_share
+    from indexer.encode.limits import limit_share
 
     result = {"docs": args.docs, "bertindex_s": round(best_ours, 2),
               "reference_s": round(best_theirs, 2), "speedup": round(best_theirs / best_ours, 2),
@@ -105,7 +105,7 @@ def describe(docs: int, dtype: str | None) -> tuple[dict, dict, float]:
 
     from indexer.config import Config, resolve_model_path
     from indexer.encode.encoder import describe_path
-    from indexer.machine import encode_flops, machine_info
+    from indexer.encode.limits import encode_flops, machine_info
 
     config = Config().model
     if dtype:

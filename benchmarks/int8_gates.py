@@ -78,7 +78,7 @@ def main() -> int:
 
     from indexer import machine
     from indexer.config import ModelConfig
-    from indexer.encode import int8_check
+    from indexer.encode import int8_check, limits
     from indexer.encode.encoder import Encoder, weights_hash
     from indexer.encode.quantize import quantize_int8
     from indexer.evaluation import load_beir_queries, load_sts, retrieval_scores, spearman
@@ -168,7 +168,7 @@ def main() -> int:
              "abstracts": len(docs), "recorded": datetime.date.today().isoformat(),
              "cpu_model": machine.cpu_model(), "load_average": [round(x, 2) for x in loads]}
     result = {"variant": args.variant, "isa_class": isa, **entry,
-              "machine": machine.machine_info(["fp32", "int8", *(["bf16"] if "bf16" in speed else [])])}
+              "machine": limits.machine_info(["fp32", "int8", *(["bf16"] if "bf16" in speed else [])])}
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     if args.record:
         int8_check.write(int8_check.PACKAGED, {

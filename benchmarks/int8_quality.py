@@ -44,8 +44,8 @@ def main() -> int:
 
     from indexer.config import ModelConfig
     from indexer.encode.encoder import Encoder
+    from indexer.encode.limits import encode_flops, limit_share, machine_info
     from indexer.encode.quantize import VARIANTS, quantizable, quantize_int8
-    from indexer.machine import encode_flops, limit_share, machine_info
 
     hf_logging.set_verbosity_error()
     texts = load_passages(args.limit or None)

@@ -10,21 +10,15 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from indexer.machine import proc_cpu_flags, proc_cpuinfo
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def machine() -> dict:
     """{"cpu", "avx512", "cores", "load_average", "date", "commit"} of this run."""
-    cpu, flags = "unknown", []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and cpu == "unknown":
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = sorted({f for f in line.split(":", 1)[1].split() if "avx512" in f})
-                break
-    except OSError:
-        pass
+    cpu = proc_cpuinfo().get("model name", "unknown")
+    flags = sorted(f for f in proc_cpu_flags() if "avx512" in f)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False,
                             capture_output=True, text=True).stdout.strip()
     return {"cpu": cpu, "avx512": flags, "cores": os.cpu_count(),

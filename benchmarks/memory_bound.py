@@ -61,8 +61,8 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
     torch.set_num_threads(1)
     from indexer.config import Config
     from indexer.index.keyword import sync_keyword_index
-    from indexer.ingest.pipeline import sync_vector_index
-    from indexer.ingest.run import Steps, run_index
+    from indexer.indexing.run import Steps, run_index
+    from indexer.indexing.steps import sync_vector_index
 
     corpus = work / f"corpus-{records}.jsonl"
     if not corpus.is_file():
@@ -100,7 +100,7 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
 
 
 def _index_bytes(store: Path) -> int:
-    from indexer.index.versions import current_version, version_dir
+    from indexer.versions import current_version, version_dir
 
     return (version_dir(store, current_version(store)) / "index.faiss").stat().st_size
 

@@ -40,9 +40,8 @@ def names(prefix: str, n: int) -> list[str]:
 
 
 def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
-    from indexer.annotate.annotator import Annotation
-    from indexer.heads.types.base import Entity, Label
     from indexer.ingest.readers import Record
+    from indexer.records import Annotation, Entity, Label
     from indexer.store import ChunkRows, Store, content_hash
     from indexer.store.annotations import write_annotations
 

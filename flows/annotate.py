@@ -30,12 +30,12 @@ from indexer.annotate.files import annotate_files
 from indexer.config import Config
 from indexer.errors import InputError
 from indexer.faults import crash_point
+from indexer.indexing.run import Steps as IndexSteps
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch, sync_vector_index
 from indexer.ingest.formats import corpus_format
 from indexer.ingest.paths import escape_reason, real, within
-from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, sync_vector_index
 from indexer.ingest.readers import document_text
-from indexer.ingest.run import Steps as IndexSteps
-from indexer.ingest.run import run_index
 from indexer.progress import ProgressArg
 from indexer.store import Store
 from indexer.store.annotations import (

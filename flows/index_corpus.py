@@ -1,5 +1,5 @@
 """Prefect flow `index_corpus`: read -> encode -> write -> index, as the library's
-`indexer.ingest.run.run_index` with each step a Prefect task.
+`indexer.indexing.run.run_index` with each step a Prefect task.
 
 Encoding is a pure task (no retries): with `runner: dask` it runs on Dask workers, a few
 batches ahead of the writer, while this process alone writes to the store. The tasks that
@@ -16,9 +16,9 @@ import flows  # noqa: F401  (Prefect settings first)
 from flows.streams import keep_dedup_current
 from indexer.config import Config, SourceConfig
 from indexer.errors import ConfigError
-from indexer.ingest.pipeline import BatchPlan, BatchResult, commit_batch, encode_texts_for_index
+from indexer.indexing.run import Steps, delete_missing, load_model, publish_indexes, run_index
+from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch, encode_texts_for_index
 from indexer.ingest.readers import FieldMap
-from indexer.ingest.run import Steps, delete_missing, load_model, publish_indexes, run_index
 from indexer.progress import ProgressArg
 from indexer.store import ChunkRows, Store
 
@@ -65,7 +65,7 @@ def index_corpus(
     strict: bool = False,
 ) -> dict:
     """Index corpus files into the configured store and return the run summary
-    (`indexer.ingest.run.run_index` has the arguments); `runner: dask` encodes on the
+    (`indexer.indexing.run.run_index` has the arguments); `runner: dask` encodes on the
     Dask cluster."""
     distributed = config.runner == "dask"
     steps = Steps(load=load_model_task,

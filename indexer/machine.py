@@ -1,5 +1,5 @@
-"""What machine a figure was measured on: CPU model, ISA flags, libraries, threads, and the
-measured matmul peak that bounds encoding speed on it.
+"""What machine a figure was measured on: CPU model, ISA flags, libraries, threads. The
+measured matmul peak that bounds encoding speed on it is `indexer.encode.limits`.
 
 `cpu_flags()` is the one place that reads the CPU's ISA flags; the encoder's `dtype: auto`
 choice uses it. `BERTINDEX_CPU_FEATURES` (a comma or space separated list of flags, such as
@@ -13,7 +13,6 @@ import os
 import platform
 import re
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -38,14 +37,26 @@ LIBRARIES = ("torch", "transformers", "tokenizers", "faiss-cpu", "faiss-gpu", "o
              "numpy", "sentence-transformers", "duckdb")
 
 
-def proc_cpu_flags() -> set[str]:
-    """The flags /proc/cpuinfo lists for the first CPU (empty where there is none)."""
+def proc_cpuinfo() -> dict[str, str]:
+    """The first CPU's `key: value` lines of /proc/cpuinfo (empty where there is none): the
+    one place that reads the file."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
-    match = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    return set(match.group(1).split()) if match else set()
+        return {}
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first CPU ends at the first blank line
+        key, sep, value = line.partition(":")
+        if sep:
+            info.setdefault(key.strip(), value.strip())
+    return info
+
+
+def proc_cpu_flags() -> set[str]:
+    """The flags /proc/cpuinfo lists for the first CPU (empty where there is none)."""
+    return set(proc_cpuinfo().get("flags", "").split())
 
 
 def cpu_flags() -> tuple[set[str], str]:
@@ -85,12 +96,8 @@ def isa_class() -> str:
 
 
 def cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    match = re.search(r"^model name\s*:\s*(.*)$", text, re.MULTILINE)
-    return match.group(1).strip() if match else platform.machine()
+    """The CPU's model name (`platform`'s guess where /proc/cpuinfo has none)."""
+    return proc_cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def emulated() -> dict[str, str]:
@@ -116,82 +123,6 @@ def thread_counts() -> dict:
             "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(),
             **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}}
-
-
-def matmul_peak(dtype: str = "fp32", m: int = 4096, k: int = 384, n: int = 1536,
-                seconds: float = 0.6) -> float:
-    """GFLOP/s of this machine's matmul in `dtype` (fp32, bf16 or int8) on all torch threads.
-
-    The shape is a BERT-small linear layer over a batch of tokens (tokens x hidden @ hidden x
-    4 hidden); int8 is `Int8Linear` (per-token int8 via `torch._int_mm`, what `dtype: int8`
-    runs, its quantise and rescale steps included). Best of
-    repeated runs over about `seconds`, so a busy machine lowers it less than it lowers a mean.
-    """
-    import torch
-
-    torch.manual_seed(0)
-    a = torch.randn(m, k)
-    if dtype == "int8":
-        from indexer.encode.quantize import Int8Linear
-
-        layer = Int8Linear(torch.nn.Linear(k, n, bias=False))
-
-        def step():
-            return layer(a)
-    elif dtype in ("fp32", "bf16"):
-        torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
-        a = a.to(torch_dtype)
-        b = torch.randn(k, n).to(torch_dtype)
-
-        def step():
-            return a @ b
-    else:
-        raise ValueError(f"matmul_peak: dtype fp32, bf16 or int8, not {dtype!r}")
-    with torch.inference_mode():
-        step()
-        best, deadline = float("inf"), time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            start = time.perf_counter()
-            step()
-            best = min(best, time.perf_counter() - start)
-    return round(2 * m * k * n / best / 1e9, 1)
-
-
-def encode_flops(config, lengths) -> float:
-    """FLOPs of encoding sequences of these token lengths with a BERT of this HF config:
-    per layer 2·t·(4·h² + 2·h·f) for the linear layers and 4·t²·h for attention, no padding
-    (the way docs/benchmarks.md counts ≈ 6 GFLOP per 256-token MiniLM passage)."""
-    h, f = config.hidden_size, config.intermediate_size
-    layers = config.num_hidden_layers
-    return float(sum(layers * (2 * t * (4 * h * h + 2 * h * f) + 4 * t * t * h) for t in lengths))
-
-
-def limit_share(flops: float, seconds: float, peak_gflops: float) -> float:
-    """Share of the matmul peak a run reached: (flops / seconds) / peak."""
-    return round(flops / seconds / (peak_gflops * 1e9), 3)
-
-
-def machine_info(dtypes=("fp32",), peak: bool = True) -> dict:
-    """Everything a benchmark's JSON needs to say where it ran."""
-    import torch
-
-    flags, source = cpu_flags()
-    real = proc_cpu_flags()
-    info = {
-        "cpu_model": cpu_model(),
-        "isa": {f: f in flags for f in ISA_FLAGS},
-        "isa_source": source,
-        "isa_class": isa_class(),
-        "real_isa": {f: True for f in ISA_FLAGS if f in real},
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "emulated": emulated(),
-        "libraries": library_versions(),
-        "threads": thread_counts(),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }
-    if peak:
-        info["matmul_peak_gflops"] = {d: matmul_peak(d) for d in dict.fromkeys(dtypes)}
-    return info
 
 
 def add_emulate_option(parser) -> None:

@@ -16,8 +16,9 @@ from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
 from indexer.index.keyword import KeywordIndex
 from indexer.index.vector import VectorIndex
-from indexer.index.versions import version_dir
-from indexer.store import QUERY_KEYS, Hit, Store
+from indexer.provenance import QUERY_KEYS
+from indexer.store import Hit, Store
+from indexer.versions import version_dir
 
 
 @dataclass

@@ -293,7 +293,7 @@ def worker_count(requested: int | str, app) -> int:
 def _loaded_bytes(searcher: Searcher) -> int:
     """What one process keeps in memory for `searcher`: the vector index file(s) and the
     query model file."""
-    from indexer.index.versions import version_dir
+    from indexer.versions import version_dir
 
     total = 0
     index = searcher.index

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from flows.annotate import run_annotate
 from indexer.annotate.annotator import Annotator, load_heads
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 from search.cli.main import main
 from search.query import Searcher

@@ -16,7 +16,7 @@ import torch
 from flows.annotate import run_annotate
 from indexer.heads.labels import split_tag
 from indexer.heads.predict import load_head
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 
 LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]

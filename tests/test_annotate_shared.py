@@ -16,8 +16,8 @@ from test_annotate import _head_args, _save_head, heads  # noqa: F401  (fixture)
 
 from flows.annotate import build_annotator, run_annotate
 from indexer.encode.encoder import Encoder
-from indexer.ingest.pipeline import encode_documents
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import encode_documents
 from indexer.store import Store
 
 WORDS = ["red", "apple", "green", "pear", "blue", "river", "big", "mountain", "zürich"]

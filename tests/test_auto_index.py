@@ -15,7 +15,7 @@ from indexer.encode.encoder import Provenance
 from indexer.errors import VectorIndexError
 from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.index.vector import VectorIndex
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 from search.query import Searcher
 

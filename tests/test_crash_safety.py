@@ -18,7 +18,7 @@ import time
 from conftest import TINY_WORDS
 
 from indexer.faults import POINTS
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
 from search.query import Searcher

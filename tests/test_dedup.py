@@ -16,7 +16,7 @@ from indexer.dedup.groups import run_dedup
 from indexer.dedup.text import jaccard, normalise, word_set
 from indexer.encode.encoder import Provenance
 from indexer.errors import InputError, StoreError
-from indexer.ingest.pipeline import sync_vector_index
+from indexer.indexing.steps import sync_vector_index
 from indexer.ingest.readers import Record
 from indexer.store import ChunkRows, Store, content_hash
 from search.cli.main import main
@@ -192,7 +192,7 @@ def test_cli_dedup_json_and_status(config, tmp_path):
 
 
 def test_search_unique_collapses_a_wave(tiny_config, tmp_path):
-    from indexer.ingest.run import run_index
+    from indexer.indexing.run import run_index
 
     rows = [{"id": f"w{i}", "text": "the cat sat on the mat"} for i in range(4)]
     rows += [{"id": "o1", "text": "parse command line arguments in python"},
@@ -238,7 +238,7 @@ def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
 def test_cli_search_unique_shows_group_sizes(tiny_config, tmp_path):
     import yaml
 
-    from indexer.ingest.run import run_index
+    from indexer.indexing.run import run_index
 
     rows = [{"id": f"w{i}", "text": "the cat sat on the mat"} for i in range(3)]
     rows += [{"id": "o1", "text": "parse command line arguments in python"}]

@@ -17,8 +17,8 @@ from test_crash_safety import results, write_corpus
 
 from flows.index_corpus import flow_for
 from indexer.config import load_config
+from indexer.indexing.run import run_index
 from indexer.ingest.readers import FieldMap
-from indexer.ingest.run import run_index
 from indexer.ops.consistency import check_store
 from search.cli.main import main
 

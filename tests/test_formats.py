@@ -15,8 +15,8 @@ import pytest
 
 from indexer.config import SourceConfig
 from indexer.errors import ConfigError, InputError
+from indexer.indexing.run import run_index
 from indexer.ingest.formats import FORMATS, corpus_suffixes, detect_format, format_names
-from indexer.ingest.run import run_index
 from search.cli.main import index
 
 

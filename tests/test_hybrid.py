@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from indexer.index import fusion
 from indexer.index.keyword import KeywordIndex, query_terms, sync_keyword_index
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 from search.cli.main import main
 from search.query import Searcher

@@ -14,7 +14,7 @@ from conftest import ROOT
 SCRIPT = textwrap.dedent("""
     import json, sys
     from indexer.config import Config
-    from indexer.ingest.run import run_index
+    from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher
 

@@ -9,7 +9,7 @@ import torch
 
 from indexer import machine
 from indexer.config import ModelConfig
-from indexer.encode import int8_check
+from indexer.encode import int8_check, limits
 from indexer.encode.encoder import Encoder, choose_dtype, choose_path, describe_path
 from indexer.errors import ModelError
 
@@ -85,7 +85,7 @@ def test_auto_picks_int8_only_with_a_passed_faster_check_for_this_class(monkeypa
 def test_int8_vectors_compare_with_fp32_ones(tiny_model_dir):
     """int8 and fp32 vectors of one model live in one index: close, same nearest documents,
     provenance agrees on the keys a query checks and records the path."""
-    from indexer.store import QUERY_KEYS
+    from indexer.provenance import QUERY_KEYS
 
     config = {"name": str(tiny_model_dir), "device": "cpu", "max_length": 32}
     fp32 = Encoder(ModelConfig(dtype="fp32", **config))
@@ -155,7 +155,7 @@ def test_machine_info_and_the_flop_count(monkeypatch):
     from transformers import BertConfig
 
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2")
-    info = machine.machine_info(["fp32", "int8"])
+    info = limits.machine_info(["fp32", "int8"])
     assert info["isa"]["avx2"] and not info["isa"]["avx512f"] and info["isa_class"] == "avx2"
     assert info["emulated"] == {machine.FEATURES_ENV: "avx2"}
     assert info["libraries"]["torch"] == torch.__version__.split("+")[0] or \
@@ -164,17 +164,17 @@ def test_machine_info_and_the_flop_count(monkeypatch):
     assert all(v > 0 for v in info["matmul_peak_gflops"].values())
     assert info["cpu_model"]
     minilm = BertConfig(hidden_size=384, intermediate_size=1536, num_hidden_layers=6)
-    assert machine.encode_flops(minilm, [256]) / 1e9 == pytest.approx(6.04, abs=0.01)
-    assert machine.limit_share(6e9, 1.0, 12.0) == 0.5
+    assert limits.encode_flops(minilm, [256]) / 1e9 == pytest.approx(6.04, abs=0.01)
+    assert limits.limit_share(6e9, 1.0, 12.0) == 0.5
     with pytest.raises(ValueError, match="fp32, bf16 or int8"):
-        machine.matmul_peak("fp64")
+        limits.matmul_peak("fp64")
 
 
 def test_status_shows_the_encoder_path(monkeypatch, tmp_path, tiny_model_dir, small_corpus):
     from click.testing import CliRunner
 
     from indexer.config import Config
-    from indexer.ingest.run import run_index
+    from indexer.indexing.run import run_index
     from search.cli.main import main
 
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,fma")

@@ -24,11 +24,11 @@ from indexer.encode.onnx_encoder import (
     export_encoder,
     int8_twin,
 )
-from indexer.encode.provenance import file_sha256
 from indexer.errors import ModelError
-from indexer.index.versions import current_version, version_dir
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.provenance import file_sha256
 from indexer.store import Store
+from indexer.versions import current_version, version_dir
 from search.query import Searcher
 
 QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",

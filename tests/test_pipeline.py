@@ -10,7 +10,7 @@ import pytest
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.index.vector import VectorIndex
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 from search.query import Searcher
 

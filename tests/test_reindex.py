@@ -10,7 +10,7 @@ import pytest
 from flows.reindex import run_reindex
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
 from search.query import Searcher

@@ -12,11 +12,10 @@ import pytest
 from click.testing import CliRunner
 from test_dedup import add_docs, basis, near, unit
 
-from indexer.annotate.annotator import Annotation
 from indexer.config import Config
 from indexer.dedup.groups import run_dedup
 from indexer.errors import InputError
-from indexer.heads.types.base import Entity, Label
+from indexer.records import Annotation, Entity, Label
 from indexer.report.html import figures, render_html
 from indexer.report.trends import build_report, write_scheduled_report
 from indexer.store import Store

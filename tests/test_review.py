@@ -14,12 +14,11 @@ import yaml
 from click.testing import CliRunner
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 
-from indexer.annotate.annotator import Annotation
 from indexer.errors import InputError
 from indexer.heads.data import HeadData
-from indexer.heads.types.base import Label
 from indexer.heads.types.classifier import SentenceExample
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.records import Annotation, Label
 from indexer.review import strategies as st
 from indexer.review.files import read_review_file, write_review_file
 from indexer.review.loop import import_rows, page_review, select_for_review

@@ -20,10 +20,9 @@ from reliability.test_serve_limits import free_port, listeners
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from indexer.annotate.annotator import Annotation
-from indexer.heads.types.base import Label
-from indexer.ingest.pipeline import sync_vector_index
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import sync_vector_index
+from indexer.records import Annotation, Label
 from indexer.store import Store
 from indexer.store import reviews as db
 from indexer.store.annotations import write_annotations

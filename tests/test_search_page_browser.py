@@ -9,12 +9,11 @@ import time
 import pytest
 from browser import console_errors, headless_chromium, screenshot
 
-from indexer.annotate.annotator import Annotation
 from indexer.config import Config
-from indexer.heads.types.base import Entity, Label
-from indexer.ingest.pipeline import sync_vector_index
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import sync_vector_index
 from indexer.ingest.stdlib_corpus import iter_passages
+from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 from indexer.store.annotations import write_annotations
 from search.query import Searcher

@@ -5,11 +5,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from indexer.annotate.annotator import Annotation
 from indexer.errors import StoreError
-from indexer.heads.types.base import Entity, Label
-from indexer.ingest.pipeline import sync_vector_index
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import sync_vector_index
+from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 from indexer.store.annotations import write_annotations
 from search.highlight import excerpt, highlight_spans, stem

@@ -10,10 +10,10 @@ import pytest
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_encoder import OnnxEncoder, export_encoder
-from indexer.encode.st_layout import model_defaults
 from indexer.errors import ConfigError
-from indexer.ingest.pipeline import encode_documents
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import encode_documents
+from indexer.st_layout import model_defaults
 from indexer.store import Store
 
 st = pytest.importorskip("sentence_transformers")

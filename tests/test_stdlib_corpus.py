@@ -5,7 +5,7 @@ import json
 import pytest
 
 from indexer.config import Config
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.ingest.stdlib_corpus import iter_passages, main
 from indexer.store import Store
 from search.query import Searcher

@@ -18,7 +18,7 @@ import logging
 import types
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,27 +36,12 @@ from indexer.encode.encoder import (
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
 from indexer.heads.predict import load_model_dir
-from indexer.heads.types.base import RESULT_TYPES, Entity, HeadType, Label, Result
+from indexer.heads.types.base import HeadType
 from indexer.ingest.chunking import window_spans
+from indexer.records import Annotation
 from indexer.store import ChunkRows
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Annotation:
-    """All heads' output for one text, one list per result type (`Result.field`)."""
-
-    labels: list[Label] = field(default_factory=list)
-    entities: list[Entity] = field(default_factory=list)
-
-    def add(self, results: list[Result]) -> None:
-        for result in results:
-            getattr(self, result.field).append(result)
-
-    def results(self) -> dict[type, list[Result]]:
-        """{result type: this text's results of it}, for every result type."""
-        return {rt: getattr(self, rt.field) for rt in RESULT_TYPES}
 
 
 @dataclass
@@ -349,7 +334,7 @@ class Annotator:
 
         Returns:
             (one Annotation per text, ChunkRows whose doc_ids are positions into `texts`, as
-            `indexer.ingest.pipeline.encode_documents` gives them).
+            `indexer.indexing.steps.encode_documents` gives them).
         """
         if self.embed_group is None:
             raise ModelError("the index's embedding is not shared with these heads; call "

@@ -13,12 +13,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from indexer.annotate.annotator import Annotation, Annotator
+from indexer.annotate.annotator import Annotator
 from indexer.errors import InputError
-from indexer.heads.types.base import RESULT_TYPES
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import FieldMap, Record, read_batches
 from indexer.progress import Progress, ProgressArg
+from indexer.records import RESULT_TYPES, Annotation
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 

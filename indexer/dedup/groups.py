@@ -28,7 +28,8 @@ from indexer.config import Config
 from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
 from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
-from indexer.store import QUERY_KEYS, Store
+from indexer.provenance import QUERY_KEYS
+from indexer.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
         summary["seconds"] = round(time.perf_counter() - started, 3)
         store.record_run(run_id, "dedup", begun, "completed", summary)
         if publish:
-            from indexer.ingest.pipeline import sync_vector_index
+            from indexer.indexing.steps import sync_vector_index
 
             # nothing added or removed since `base`: the index is saved again, not rebuilt
             summary["index"] = sync_vector_index(store, config, [], [], base)

@@ -21,14 +21,14 @@ from indexer import machine
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.encode import int8_check
 from indexer.encode.pooling import l2_normalize, pool
-from indexer.encode.provenance import (
+from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
+from indexer.errors import ModelError
+from indexer.progress import Progress, ProgressArg
+from indexer.provenance import (
     Provenance,
     model_display_name,
     weights_hash,
 )
-from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
-from indexer.errors import ModelError
-from indexer.progress import Progress, ProgressArg
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config, ModelConfig, resolve_model_path
-from indexer.encode.provenance import Provenance, file_sha256, weight_stats, weights_hash
 from indexer.errors import ModelError
-from indexer.index.versions import fsync_dir
+from indexer.fsio import fsync_dir, fsync_file
+from indexer.provenance import (
+    EXPORT_KEYS,
+    QUERY_KEYS,
+    Provenance,
+    file_sha256,
+    weight_stats,
+    weights_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +49,6 @@ INT8_FILE = "model.int8.onnx"
 INT8_INFO_FILE = "int8.json"
 OPSET = 17
 QUERY_BATCH = 64  # queries per onnxruntime call
-# provenance keys the export and the store's vectors must agree on (as QUERY_KEYS, less
-# `normalize`, which numpy applies from the configuration)
-EXPORT_KEYS = ("weights_hash", "pooling", "dim")
 
 
 class Unavailable(Exception):
@@ -115,8 +119,7 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         for name in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE):
-            with open(tmp / name, "rb") as fh:
-                os.fsync(fh.fileno())
+            fsync_file(tmp / name)
         fsync_dir(tmp)
         shutil.rmtree(folder, ignore_errors=True)  # an export that failed its check
         os.replace(tmp, folder)
@@ -438,8 +441,6 @@ def load_query_encoder(config: Config, store, index):
         store: the open Store.
         index: the loaded VectorIndex (None: no index yet).
     """
-    from indexer.store import QUERY_KEYS
-
     mode = config.search.query_encoder
     if mode != "torch":
         try:

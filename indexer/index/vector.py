@@ -27,9 +27,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.config import IndexConfig
-from indexer.encode.provenance import Provenance
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
 from indexer.faults import crash_point
+from indexer.fsio import fsync_dir, fsync_file
 from indexer.index.auto import (
     Batches,
     build_on_gpu,
@@ -40,8 +40,9 @@ from indexer.index.auto import (
     tunable,
     tune_batches,
 )
-from indexer.index.spec import parse_spec
-from indexer.index.versions import current_version, fsync_dir, list_versions, write_pointer
+from indexer.index_spec import parse_spec
+from indexer.provenance import Provenance
+from indexer.versions import current_version, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
     Returns:
         The factory string.
     Raises:
-        VectorIndexError: `spec` is not a form `indexer.index.spec` reads.
+        VectorIndexError: `spec` is not a form `indexer.index_spec` reads.
     """
     if spec != "auto":
         parse_spec(spec)
@@ -319,12 +320,12 @@ class VectorIndex:
                 "deleted": len(self.deleted), "query_encoder": self.query_encoder}
         if len(self.deleted):
             np.save(tmp / DELETED_FILE, self.deleted)
-            _fsync_file(tmp / DELETED_FILE)
+            fsync_file(tmp / DELETED_FILE)
         (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
         if extra is not None:
             extra(tmp)
         for name in (INDEX_FILE, PROVENANCE_FILE):
-            _fsync_file(tmp / name)
+            fsync_file(tmp / name)
         fsync_dir(tmp)
         crash_point("index.before_rename")
         os.replace(tmp, root / version)
@@ -405,11 +406,6 @@ def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
     for old in versions[: max(0, len(versions) - keep)]:
         if f"v{old}" != live:
             shutil.rmtree(Path(store_dir) / "index" / f"v{old}", ignore_errors=True)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
 
 
 def _tombstoned(index: faiss.Index) -> bool:

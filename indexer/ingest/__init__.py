@@ -1,1 +1,1 @@
-"""Ingest: read corpus files (a registry of formats), cut long texts into windows, and run the indexing loop."""
+"""Ingest: read corpus files (a registry of formats) and cut long texts into windows. The indexing loop over them is `indexer.indexing`."""

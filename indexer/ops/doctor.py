@@ -22,10 +22,11 @@ from indexer.errors import BertindexError, StoreError, VectorIndexError, repair_
 from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, sync_keyword_index
 from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
-from indexer.index.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
-from indexer.ingest.pipeline import sync_vector_index
+from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import faiss_ids
-from indexer.store import DB_NAME, WRITE_KEYS, Store, WriterLock, read_snapshot_facts
+from indexer.provenance import WRITE_KEYS
+from indexer.store import DB_NAME, Store, WriterLock, read_snapshot_facts
+from indexer.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
 
 log = logging.getLogger(__name__)
 

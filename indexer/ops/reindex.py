@@ -21,12 +21,14 @@ from indexer.config import Config
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_encoder import export_for_index
 from indexer.faults import crash_point
+from indexer.fsio import fsync_dir
 from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
-from indexer.index.versions import fsync_dir, write_pointer
-from indexer.ingest.pipeline import encode_texts_for_index, sync_vector_index
+from indexer.indexing.steps import encode_texts_for_index, sync_vector_index
 from indexer.ingest.readers import document_text
 from indexer.progress import ProgressArg
-from indexer.store import DB_NAME, WRITE_KEYS, ChunkRows, Store, WriterLock
+from indexer.provenance import WRITE_KEYS
+from indexer.store import DB_NAME, ChunkRows, Store, WriterLock
+from indexer.versions import write_pointer
 
 log = logging.getLogger(__name__)
 

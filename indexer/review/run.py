@@ -49,7 +49,7 @@ def import_reviews(config: Config, path: Path, head: str, collection: str | None
     Returns:
         The import summary (`loop.ImportSummary`).
     """
-    from indexer.ingest.pipeline import sync_vector_index
+    from indexer.indexing.steps import sync_vector_index
 
     rows = list(read_review_file(path))  # a file that cannot be read at all stops here
     with Store(config.store.path) as store:

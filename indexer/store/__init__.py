@@ -4,7 +4,7 @@ Public API (import these from `indexer.store`): `Store` (the facade: open, trans
 documents, vectors, filters, runs, checks), its row types `Hit`, `ChunkRows`, `StoredDoc`,
 `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`, `IntegrityCounts`,
 `SnapshotFacts`; `WriterLock`; `content_hash`; `read_snapshot_facts`; the constants `DB_NAME`,
-`SCHEMA_VERSION`, `WRITE_KEYS`, `QUERY_KEYS`.
+`SCHEMA_VERSION` (the provenance keys live in `indexer.provenance`).
 
 Modules, one concept each: `store` (the facade, connection, transactions, data version),
 `lock` (writer lock), `schema` (DDL and migrations), `snapshot` (published read-only copies),
@@ -33,10 +33,9 @@ from indexer.store.rows import (
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.snapshot import read_snapshot_facts
 from indexer.store.store import DB_NAME, Store
-from indexer.store.vectors import QUERY_KEYS, WRITE_KEYS
 
 __all__ = [
-    "DB_NAME", "QUERY_KEYS", "SCHEMA_VERSION", "WRITE_KEYS", "ChunkLayout", "ChunkRows",
+    "DB_NAME", "SCHEMA_VERSION", "ChunkLayout", "ChunkRows",
     "DocDigest", "DocRef", "DocText", "HashDiff", "Hit", "IntegrityCounts", "SnapshotFacts",
     "Store", "StoredDoc", "WriterLock", "content_hash", "read_snapshot_facts",
 ]

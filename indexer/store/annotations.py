@@ -8,17 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from indexer.heads.types.base import RESULT_TYPES, Entity, Label
 from indexer.progress import Progress, ProgressArg
+from indexer.records import RESULT_TYPES, Annotation, Entity, Label
 from indexer.store.reviews import has_reviews, record_heads
 from indexer.store.store import Store
-
-if TYPE_CHECKING:  # the annotator imports torch; a search reading annotations must not
-    from indexer.annotate.annotator import Annotation
 
 
 def _now() -> datetime:

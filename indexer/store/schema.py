@@ -4,8 +4,36 @@ built from them, and the code that reads and upgrades a file's schema version. N
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
+
+from indexer.records import Entity, Label
 
 SCHEMA_VERSION = 4
+
+# DuckDB column types of the Arrow types the records' schemas use
+_SQL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.string(): "VARCHAR",
+              pa.float64(): "DOUBLE"}
+
+
+def _column_sql(column: pa.Field) -> str:
+    return f"{column.name} {_SQL_TYPES[column.type]}" + ("" if column.nullable else " NOT NULL")
+
+
+def create_table_sql(table: str, schema: pa.Schema, leave_out: tuple[str, ...] = ()) -> str:
+    """The CREATE TABLE statement of a table described by an Arrow schema.
+
+    Args:
+        table: the table name (a constant of `indexer.records`, never user input).
+        schema: its columns; nullable=False becomes NOT NULL.
+        leave_out: columns a later schema step adds (`add_column_sql`).
+    """
+    columns = ", ".join(_column_sql(c) for c in schema if c.name not in leave_out)
+    return f"CREATE TABLE {table} ({columns})"
+
+
+def add_column_sql(table: str, column: pa.Field) -> str:
+    """The ALTER TABLE statement that adds one column of a record's schema."""
+    return f"ALTER TABLE {table} ADD COLUMN {_column_sql(column)}"
 
 # -- step 1: documents, chunks, rejects, runs ----------------------------------------------
 CREATE_META = "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
@@ -38,13 +66,10 @@ CREATE_RUNS = """CREATE TABLE runs (
 
 # -- step 2: bulk annotation (indexer/store/annotations.py). `annotated` marks (document, head)
 # pairs done at a head version and content hash, so a tagger that found no entity is done too.
-CREATE_ANNOTATIONS = """CREATE TABLE annotations (
-            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
-            label VARCHAR NOT NULL, probability DOUBLE NOT NULL)"""
-CREATE_ENTITIES = """CREATE TABLE entities (
-            doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
-            start_char INTEGER NOT NULL, end_char INTEGER NOT NULL, type VARCHAR NOT NULL,
-            text VARCHAR NOT NULL, score DOUBLE NOT NULL)"""
+# Both tables are derived from their records' Arrow schemas (`indexer.records`), the one
+# description of their columns; `annotations.runner_up` is added by step 4.
+CREATE_ANNOTATIONS = create_table_sql(Label.table, Label.table_schema, leave_out=("runner_up",))
+CREATE_ENTITIES = create_table_sql(Entity.table, Entity.table_schema)
 CREATE_ANNOTATED = """CREATE TABLE annotated (
             doc_id BIGINT NOT NULL, head VARCHAR NOT NULL, head_version VARCHAR NOT NULL,
             content_hash VARCHAR NOT NULL, annotated_at TIMESTAMP NOT NULL)"""
@@ -79,7 +104,7 @@ CREATE_REVIEWS_INDEX = "CREATE INDEX reviews_doc_head ON reviews (doc_id, head)"
 CREATE_REVIEW_HEADS = """CREATE TABLE review_heads (
             head VARCHAR PRIMARY KEY, task VARCHAR NOT NULL, label_names JSON NOT NULL,
             path VARCHAR, head_version VARCHAR, recorded_at TIMESTAMP NOT NULL)"""
-ADD_RUNNER_UP = "ALTER TABLE annotations ADD COLUMN runner_up DOUBLE"
+ADD_RUNNER_UP = add_column_sql(Label.table, Label.table_schema.field("runner_up"))
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,

@@ -3,7 +3,6 @@ version. Opens, writes and inspects them; choosing which version is current is `
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -11,10 +10,11 @@ import duckdb
 
 from indexer.errors import StoreError
 from indexer.faults import crash_point
-from indexer.index.versions import SNAPSHOT_FILE, current_version, fsync_dir, version_dir
+from indexer.fsio import fsync_dir, fsync_fh
 from indexer.store.rows import SnapshotFacts
 from indexer.store.runs import COUNT_CHUNKS
 from indexer.store.schema import read_meta
+from indexer.versions import SNAPSHOT_FILE, current_version, version_dir
 
 CHECKPOINT = "CHECKPOINT"
 _COPY_BLOCK = 8 << 20  # bytes per read while copying
@@ -78,8 +78,7 @@ def copy_snapshot(con: duckdb.DuckDBPyConnection, db_path: Path, folder: Path) -
             half -= len(block)
         crash_point("snapshot.partial")
         shutil.copyfileobj(src, dst, length=_COPY_BLOCK)
-        dst.flush()
-        os.fsync(dst.fileno())
+        fsync_fh(dst)
     fsync_dir(Path(folder))
 
 

@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
-from indexer.index.versions import SNAPSHOT_FILE, version_dir
 from indexer.store.checks import Checks
 from indexer.store.dedup import DedupTables
 from indexer.store.documents import DocumentWrites
@@ -44,6 +43,7 @@ from indexer.store.side_tables import SideTables
 from indexer.store.snapshot import copy_snapshot, open_current_snapshot
 from indexer.store.trends import Trends
 from indexer.store.vectors import Vectors
+from indexer.versions import SNAPSHOT_FILE, version_dir
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -11,15 +11,9 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from indexer.encode.provenance import Provenance
 from indexer.errors import ProvenanceMismatch, StoreError
+from indexer.provenance import WRITE_KEYS, Provenance
 from indexer.store.schema import INSERT_META, create_vectors_sql, read_meta
-
-# Keys that must agree between stored vectors and a new encoder before adding vectors.
-WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim",
-              "document_prompt")
-# Keys that must agree between stored vectors and the query encoder.
-QUERY_KEYS = ("weights_hash", "pooling", "normalize", "dim")
 
 SELECT_VECTORS = "SELECT chunk_id, embedding FROM vectors"
 SELECT_VECTORS_OF = ("SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} "

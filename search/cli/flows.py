@@ -24,7 +24,7 @@ def delete(ids, collection, config_path, store_path, as_json):
 
     Unknown ids are reported, not an error.
     """
-    from indexer.ingest.run import run_delete
+    from indexer.indexing.run import run_delete
 
     cfg = build_config(config_path, store_path)
     summary = run_delete(cfg, collection, list(ids))

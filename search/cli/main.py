@@ -242,7 +242,7 @@ def eval_beir(folder, split, modes, config_path, store_path, max_length, long_do
     """
     from indexer.encode.encoder import load_encoder
     from indexer.evaluation import load_beir_queries, retrieval_scores
-    from indexer.ingest.run import run_index
+    from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher
 

@@ -8,9 +8,8 @@ import json
 from click.testing import CliRunner
 from reliability.support import tiny_model_config
 
-from indexer.annotate.annotator import Annotation
-from indexer.heads.types.base import Label
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.records import Annotation, Label
 from indexer.review.loop import page_review
 from indexer.store import Store
 from indexer.store import reviews as db

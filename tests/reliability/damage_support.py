@@ -14,9 +14,9 @@ import yaml
 from conftest import TINY_WORDS
 
 from indexer.config import Config
-from indexer.index.versions import current_version, version_dir
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
+from indexer.versions import current_version, version_dir
 from reliability.support import tiny_model_config
 from search.query import Searcher
 

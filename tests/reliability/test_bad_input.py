@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from indexer.config import Config
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
 from reliability.bad_corpus import write_bad_corpus

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from indexer.errors import StoreError
-from indexer.ingest.pipeline import encode_texts_for_index
-from indexer.ingest.run import Steps, run_index
+from indexer.indexing.run import Steps, run_index
+from indexer.indexing.steps import encode_texts_for_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
 from reliability.damage_support import index_store, search_results, write_corpus

@@ -13,12 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from indexer.annotate.annotator import Annotation
 from indexer.config import Config
-from indexer.heads.types.base import Entity, Label
-from indexer.ingest.pipeline import sync_vector_index
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
+from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import check_store
+from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 from indexer.store.annotations import write_annotations
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401

@@ -15,7 +15,7 @@ from test_annotate import _head_args, heads  # noqa: F401  (the tiny heads fixtu
 from flows.annotate import inbox_entries, run_annotate
 from indexer.config import Config, load_config
 from indexer.errors import ConfigError, InputError
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from indexer.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 

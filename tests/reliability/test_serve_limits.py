@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from conftest import ROOT
 
-from indexer.ingest.run import run_index
+from indexer.indexing.run import run_index
 from reliability.support import one_torch_thread  # noqa: F401
 
 

@@ -1,6 +1,6 @@
-"""The head-type interface (`HeadType`), the labelled example every type extends, and the two
-results heads return (`Label`, `Entity`) with the rows they become in the store and in
-`annotate --out` files. Does not load models or read files.
+"""The head-type interface (`HeadType`) and the labelled example every type extends. The
+results heads return (`Label`, `Entity`) are records below both heads and store
+(`indexer.records`). Does not load models or read files.
 """
 
 from __future__ import annotations
@@ -8,86 +8,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-import pyarrow as pa
 
 from indexer.errors import InputError
+from indexer.records import Entity, Label
 
 if TYPE_CHECKING:  # torch only in annotations: a search reading labels never imports it
     import torch
 
     from indexer.heads.features import Encoded
-
-
-# ---- results ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Label:
-    """A text's label from a classifier head."""
-
-    label: str
-    score: float  # softmax probability of `label`
-    head: str | None = None  # the head's name under `annotate` (None from `predict`)
-    # second-highest probability (review `margin`); not part of a label's identity
-    runner_up: float | None = dataclass_field(default=None, compare=False)
-
-    field: ClassVar[str] = "labels"  # `Annotation` attribute and `annotate --out` column
-    table: ClassVar[str] = "annotations"  # store table (schema step 2 in `indexer.store.store`)
-    table_schema: ClassVar[pa.Schema] = pa.schema([
-        ("doc_id", pa.int64()), ("head", pa.string()), ("head_version", pa.string()),
-        ("label", pa.string()), ("probability", pa.float64()), ("runner_up", pa.float64())])
-    out_struct: ClassVar[pa.DataType] = pa.struct([
-        ("head", pa.string()), ("head_version", pa.string()), ("label", pa.string()),
-        ("probability", pa.float64())])
-
-    def table_row(self, doc_id: int, version: str) -> dict:
-        """One row of `table`, columns in `table_schema` order."""
-        return {"doc_id": doc_id, "head": self.head, "head_version": version,
-                "label": self.label, "probability": self.score, "runner_up": self.runner_up}
-
-    def out_row(self, version: str) -> dict:
-        """The JSON-ready item of `annotate --out` files and search results (`out_struct`)."""
-        return {"head": self.head, "head_version": version, "label": self.label,
-                "probability": round(self.score, 6)}
-
-
-@dataclass(frozen=True)
-class Entity:
-    """An entity span from a tagger head."""
-
-    type: str
-    start: int  # character offsets into the text, end exclusive
-    end: int
-    text: str
-    score: float  # mean probability of the words' tags
-    head: str | None = None  # the head's name under `annotate` (None from `predict`)
-
-    field: ClassVar[str] = "entities"
-    table: ClassVar[str] = "entities"
-    table_schema: ClassVar[pa.Schema] = pa.schema([
-        ("doc_id", pa.int64()), ("head", pa.string()), ("head_version", pa.string()),
-        ("start_char", pa.int32()), ("end_char", pa.int32()), ("type", pa.string()),
-        ("text", pa.string()), ("score", pa.float64())])
-    out_struct: ClassVar[pa.DataType] = pa.struct([
-        ("head", pa.string()), ("type", pa.string()), ("start", pa.int32()),
-        ("end", pa.int32()), ("text", pa.string()), ("score", pa.float64())])
-
-    def table_row(self, doc_id: int, version: str) -> dict:
-        return {"doc_id": doc_id, "head": self.head, "head_version": version,
-                "start_char": self.start, "end_char": self.end, "type": self.type,
-                "text": self.text, "score": self.score}
-
-    def out_row(self, version: str) -> dict:
-        return {"head": self.head, "type": self.type, "start": self.start, "end": self.end,
-                "text": self.text, "score": round(self.score, 6)}
-
-
-Result = Label | Entity
-RESULT_TYPES: tuple[type[Label | Entity], ...] = (Label, Entity)  # the store's two tables
 
 
 # ---- examples -----------------------------------------------------------------------------

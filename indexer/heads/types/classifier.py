@@ -28,11 +28,11 @@ from indexer.heads.sentence import (
 from indexer.heads.types.base import (
     Example,
     HeadType,
-    Label,
     bert_head_parts,
     label_index,
     softmax,
 )
+from indexer.records import Label
 
 
 @dataclass(frozen=True)

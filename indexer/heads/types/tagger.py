@@ -29,12 +29,12 @@ from indexer.heads.labels import (
 )
 from indexer.heads.metrics import entity_f1
 from indexer.heads.types.base import (
-    Entity,
     Example,
     HeadType,
     bert_head_parts,
     label_index,
 )
+from indexer.records import Entity
 
 DECODES = ("bio", "argmax")
 

@@ -21,8 +21,7 @@ from indexer.encode.encoder import Encoder, load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.faults import crash_point
 from indexer.index.keyword import sync_keyword_index
-from indexer.ingest.paths import expand_paths
-from indexer.ingest.pipeline import (
+from indexer.indexing.steps import (
     BatchPlan,
     BatchResult,
     commit_batch,
@@ -30,6 +29,7 @@ from indexer.ingest.pipeline import (
     plan_batch,
     sync_vector_index,
 )
+from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
 from indexer.progress import Progress, ProgressArg, as_mode
 from indexer.store import Store

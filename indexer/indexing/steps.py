@@ -21,7 +21,8 @@ from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
 from indexer.progress import ProgressArg
-from indexer.store import QUERY_KEYS, ChunkRows, Store, content_hash
+from indexer.provenance import QUERY_KEYS
+from indexer.store import ChunkRows, Store, content_hash
 
 log = logging.getLogger(__name__)
 

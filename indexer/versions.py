@@ -1,13 +1,15 @@
 """Layout of published index versions: `<store>/index/vN/` (FAISS index, provenance.json and a
 read-only snapshot of the store) and the `<store>/index/CURRENT` pointer, replaced atomically.
 
-Does not read FAISS or DuckDB files; `vector_index.py` and `store.py` do.
+Does not read FAISS or DuckDB files; `indexer.index.vector` and `indexer.store` do.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from indexer.fsio import fsync_dir, fsync_fh
 
 INDEX_DIR = "index"
 POINTER = "CURRENT"
@@ -45,21 +47,6 @@ def write_pointer(store_dir: str | Path, version: str) -> None:
     tmp = root / f".{POINTER}.tmp"
     with open(tmp, "w") as fh:
         fh.write(version)
-        fh.flush()
-        os.fsync(fh.fileno())
+        fsync_fh(fh)
     os.replace(tmp, root / POINTER)
     fsync_dir(root)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside `path` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
