@@ -29,7 +29,7 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-test: $(STAMP) browser
+test: $(STAMP) browser lint
 	$(PY) -m pytest -q
 
 docs: $(STAMP)
@@ -40,7 +40,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/index_end_to_end.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check indexer flows search tests benchmarks
+	$(VENV)/bin/ruff check indexer flows search tests benchmarks docs
 
 clean:
 	rm -rf $(DEMO) .bertindex

@@ -129,12 +129,12 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     from indexer.encode.encoder import plan_batches
     from indexer.records import Annotation, Label
     from indexer.store import Store
-    from indexer.store.annotations import write_annotations
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)
-    tokenize = lambda: tokenizer(texts, add_special_tokens=False, truncation=False,
-                                 return_offsets_mapping=True, return_attention_mask=False,
-                                 return_token_type_ids=False, verbose=False)
+    def tokenize():
+        return tokenizer(texts, add_special_tokens=False, truncation=False,
+                         return_offsets_mapping=True, return_attention_mask=False,
+                         return_token_type_ids=False, verbose=False)
     tokenize()
     enc, _, cpu = timed(tokenize)
     out = {"tokenize_cpu_s_per_1000": round(cpu / len(texts) * 1000, 4)}
@@ -148,8 +148,8 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     docs = [(i, t, "h") for i, t in enumerate(texts)]
     labels = [Annotation(labels=[Label("x", 0.5, head="clf")]) for _ in texts]
     with Store(tmp / "write-store") as store:
-        write_annotations(store, docs, labels, {"clf": "v1"})
-        _, _, cpu = timed(lambda: write_annotations(store, docs, labels, {"clf": "v2"}))
+        store.write_annotations(docs, labels, {"clf": "v1"})
+        _, _, cpu = timed(lambda: store.write_annotations(docs, labels, {"clf": "v2"}))
     out["store_write_cpu_s_per_1000"] = round(cpu / len(texts) * 1000, 4)
     return out
 

@@ -148,7 +148,7 @@ def bulk(n: int) -> dict:
 
     from indexer.config import Config
     from indexer.encode.encoder import Encoder
-    from indexer.encode.onnx_encoder import export_encoder
+    from indexer.encode.onnx_export import export_encoder
 
     with gzip.open(DATA / "scifact/corpus.jsonl.gz", "rt") as fh:
         rows = [json.loads(line) for line in fh][:n]

@@ -89,8 +89,9 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     from indexer.config import ModelConfig, resolve_model_path
-    from indexer.encode.encoder import Encoder, describe_path
+    from indexer.encode.encoder import Encoder
     from indexer.encode.limits import encode_flops, limit_share, machine_info
+    from indexer.encode.policy import describe_path
 
     hf_logging.set_verbosity_error()
     texts = load_passages(args.limit)

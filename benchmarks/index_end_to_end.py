@@ -104,8 +104,8 @@ def describe(docs: int, dtype: str | None) -> tuple[dict, dict, float]:
     from transformers import AutoConfig, AutoTokenizer
 
     from indexer.config import Config, resolve_model_path
-    from indexer.encode.encoder import describe_path
     from indexer.encode.limits import encode_flops, machine_info
+    from indexer.encode.policy import describe_path
 
     config = Config().model
     if dtype:

@@ -43,7 +43,6 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
     from indexer.ingest.readers import Record
     from indexer.records import Annotation, Entity, Label
     from indexer.store import ChunkRows, Store, content_hash
-    from indexer.store.annotations import write_annotations
 
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)
@@ -89,7 +88,7 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
             rows = [(d, rec, content_hash(rec)) for d, rec in zip(doc_ids, records)]
             empty = ChunkRows([], [], [], [], [], np.zeros((0, 4), np.float32))
             store.write_batch("stream", rows, [], [], empty, [], "gen")
-            write_annotations(store, [(d, rec.text, h) for d, rec, h in rows], notes,
+            store.write_annotations([(d, rec.text, h) for d, rec, h in rows], notes,
                               {"sentiment": "v1", "ner": "v1"})
             print(f"generated {s + n} documents", file=sys.stderr, flush=True)
         members = rng.permutation(np.arange(1, docs + 1))[:docs // 100]  # 1 % in waves

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,24 +26,18 @@ import flows  # noqa: F401  (Prefect settings first)
 from flows.streams import keep_dedup_current, write_report
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.files import annotate_files
+from indexer.annotate.store_pass import annotate_and_publish
 from indexer.config import Config
 from indexer.errors import InputError
 from indexer.faults import crash_point
 from indexer.indexing.run import Steps as IndexSteps
 from indexer.indexing.run import run_index
-from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch, sync_vector_index
+from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch
 from indexer.ingest.formats import corpus_format
 from indexer.ingest.paths import escape_reason, real, within
 from indexer.ingest.readers import document_text
 from indexer.progress import ProgressArg
-from indexer.store import Store
-from indexer.store.annotations import (
-    annotate_store,
-    ledger_done,
-    ledger_start,
-    ledger_status,
-    write_annotations,
-)
+from indexer.store import Store, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +59,7 @@ def load_annotator(head_args: list[str], config: Config) -> Annotator:
 def annotate_in_store(annotator: Annotator, config: Config, collection: str | None,
                       progress: ProgressArg) -> dict:
     """Annotate what is missing, then publish a snapshot with the new labels."""
-    with Store(Path(config.store.path)) as store:
-        base = store.data_version()
-        summary = annotate_store(store, annotator, collection, progress=progress)
-        summary["index"] = sync_vector_index(store, config, [], [], base)
-    return summary
+    return annotate_and_publish(annotator, config, collection, progress)
 
 
 @task(cache_policy=NONE)
@@ -102,7 +91,7 @@ class SharedPass:
         same = [(doc, a) for doc, a in zip(plan.to_encode, annotations)
                 if document_text(doc[1]) == doc[1].text]
         if same:
-            write_annotations(store, [(d, r.text, h) for (d, r, h), _ in same],
+            store.write_annotations([(d, r.text, h) for (d, r, h), _ in same],
                               [a for _, a in same], self.annotator.versions())
         self.annotated += len(same)
         return result
@@ -203,13 +192,6 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def inbox_files(folder: Path) -> list[Path]:
-    """Corpus files in `folder`, oldest first; names starting with '.' (uploads still being
-    written, then renamed) are left for a later run; links that lead outside the folder are
-    left out (`inbox_entries` says which)."""
-    return inbox_entries(folder)[0]
-
-
 def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     """(corpus files of `folder` to process, oldest first; (entry, reason) refused).
 
@@ -239,7 +221,7 @@ def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
 def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: str,
               progress: ProgressArg, steps: Steps) -> dict:
     """Index and annotate each file of the inbox not yet 'done' in the ledger."""
-    run_id = uuid.uuid4().hex[:12]
+    run_id = new_run_id()  # the ledger rows of this inbox pass
     files, rejections = [], []
     totals = {"read": 0, "rejected": 0, "annotated": 0, "skipped_files": 0,
               "refused_files": 0}
@@ -256,12 +238,12 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
     for path in accepted:
         digest = file_hash(path)
         with Store(Path(config.store.path)) as store:
-            status = ledger_status(store, digest)
+            status = store.ledger_status(digest)
             if status == "done":
                 totals["skipped_files"] += 1
                 files.append({"path": str(path), "content_hash": digest, "status": "skipped"})
                 continue
-            ledger_start(store, digest, str(path), run_id)  # committed before the work
+            store.ledger_start(digest, str(path), run_id)  # committed before the work
         crash_point("inbox.after_start")
         if shared is None and separate is None:  # decided once, at the first file to index
             from indexer.encode.encoder import load_encoder  # the index's own (cached) encoder
@@ -279,7 +261,7 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
         count = in_pass + annotated["annotated"]
         rows = indexed["read"]
         with Store(Path(config.store.path)) as store:
-            ledger_done(store, digest, rows, {"index": {k: indexed[k] for k in (
+            store.ledger_done(digest, rows, {"index": {k: indexed[k] for k in (
                 "read", "encoded", "skipped_unchanged", "rejected", "chunks")},
                 "annotated": count})
         totals["read"] += rows

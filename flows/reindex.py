@@ -5,7 +5,6 @@ FAISS index rebuilt from the stored vectors. See `indexer.ops.reindex`.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 from prefect import flow, task
@@ -17,7 +16,7 @@ from indexer.encode.encoder import load_encoder
 from indexer.index.keyword import sync_keyword_index
 from indexer.ops.reindex import reindex_store
 from indexer.progress import ProgressArg
-from indexer.store import Store
+from indexer.store import Store, utc_now
 
 
 @task(cache_policy=NONE, retries=1, retry_delay_seconds=5)
@@ -37,10 +36,11 @@ def run_reindex(config: Config, batch_size: int = 2048, progress: ProgressArg = 
     Returns:
         {"mode", "documents", "encoded", "index", "keyword"}.
     """
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
+    started = utc_now()
     summary = reindex_store(config, load_encoder(config.model), batch_size, progress)
-    with Store(Path(config.store.path)) as store:  # doc ids kept: the keyword index holds
-        summary["keyword"] = sync_keyword_index(store)
-        store.record_run(f"reindex-{started:%Y%m%d%H%M%S}", "reindex", started, "completed",
-                         summary)
+    # recorded once the store holds the new generation (the switch replaced its file)
+    with Store(Path(config.store.path)) as store, \
+            store.recorded_run("reindex", started=started) as run:
+        summary["keyword"] = sync_keyword_index(store)  # doc ids kept: the keyword index holds
+        run.summary = summary
     return summary

@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from indexer.choices import DeviceChoice, DtypeChoice, PoolingMode
 from indexer.errors import ConfigError, ModelError, VectorIndexError
 from indexer.index_spec import parse_spec
 from indexer.ingest.formats import format_names
@@ -55,7 +56,7 @@ class ModelConfig(_Strict):
     defaults of `pooling`, `normalize`, `max_length` and the prompts; keys set here win."""
 
     name: str = Field(DEFAULT_MODEL, description="HF model directory, or the packaged default")
-    pooling: Literal["mean", "cls", "pooler", "last4"] = Field(
+    pooling: PoolingMode = Field(
         "mean", description="`mean` over the attention mask, `cls`, `pooler` (`pooler_output`), "
         "`last4` (mean over the mask of each of the last four layers, concatenated: 4 x hidden)")
     normalize: bool = Field(True, description="L2-normalise the vectors (inner product = cosine)")
@@ -67,9 +68,9 @@ class ModelConfig(_Strict):
     streams: int | None = Field(
         None, ge=1, le=64, description="batches in flight at once, each on its own thread; "
         "None = one per torch thread on CPU (at most 8), one on CUDA")
-    device: Literal["auto", "cpu", "cuda"] = Field(
+    device: DeviceChoice = Field(
         "auto", description="`auto`: CUDA when torch sees it, else the CPU")
-    dtype: Literal["auto", "fp32", "bf16", "fp16", "int8"] = Field(
+    dtype: DtypeChoice = Field(
         "auto", description="`auto`: bf16 on CUDA with bf16 support (else fp16); on a CPU int8 "
         "where the model has a passed int8 check for this CPU's ISA class that ran faster, else "
         "bf16 with native bf16 (AVX512-BF16/AMX), else fp32 (`bertindex status` shows the "
@@ -235,7 +236,6 @@ class SourceConfig(_Strict):
         return value
 
 
-SCHEDULED_FLOWS = ("index_corpus", "annotate", "reindex")
 AFTER_ANNOTATE = ("report",)  # schedules entries that run after each annotate run, untimed
 
 

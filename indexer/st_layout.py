@@ -6,7 +6,8 @@ Transformer, Pooling, Normalize, …), `1_Pooling/config.json` (which pooling),
 `model_max_length`) and `config_sentence_transformers.json`
 (`prompts`, `default_prompt_name`, `similarity_fn_name`). A plain HF directory has none of
 them and gets bertindex's own defaults. Keys given in config.yaml win over these
-(`indexer.config.ModelConfig`). Imports neither torch nor sentence-transformers.
+(`indexer.config.ModelConfig`). Imports neither torch nor sentence-transformers, nor the
+config (which imports this module).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from pathlib import Path
+from typing import get_args
+
+from indexer.choices import PoolingMode
 
 MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "sentence_bert_config.json"
@@ -21,7 +25,7 @@ ST_MODEL_FILE = "config_sentence_transformers.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 MAX_POSITIONS = 512
 
-# 1_Pooling/config.json flags -> the mode's name; bertindex runs `mean` and `cls`
+# 1_Pooling/config.json flags -> the mode's name; bertindex runs those that are its own modes
 POOLING_FLAGS = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_cls_token": "cls",
@@ -30,7 +34,7 @@ POOLING_FLAGS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-SUPPORTED_POOLING = ("mean", "cls")
+SUPPORTED_POOLING = tuple(m for m in get_args(PoolingMode) if m in POOLING_FLAGS.values())
 SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
 DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus", "doc")
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 
-from indexer.config import Config
+from indexer.config import Config, SearchConfig
+from indexer.encode.query_encoder import QueryEncoder, load_query_encoder
 from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
 from indexer.index.keyword import KeywordIndex
@@ -19,29 +21,7 @@ from indexer.index.vector import VectorIndex
 from indexer.provenance import QUERY_KEYS
 from indexer.store import Hit, Store
 from indexer.versions import version_dir
-
-
-@dataclass
-class SearchHit:
-    rank: int
-    score: float
-    id: str
-    collection: str
-    title: str | None
-    text: str
-    metadata: dict
-    chunk_start: int
-    chunk_end: int
-    dense: float | None = None  # cosine of the best chunk, when the dense side ranked it
-    keyword: float | None = None  # BM25, when the keyword side ranked it
-
-    def to_dict(self) -> dict:
-        """The fields as a dict; `metadata` is the hit's own (shallow: `asdict`'s deep copy
-        took 15 µs a hit, this 1 µs)."""
-        return {f: getattr(self, f) for f in HIT_FIELDS}
-
-
-HIT_FIELDS = tuple(f.name for f in fields(SearchHit))
+from search.hits import SearchHit
 
 
 @dataclass(frozen=True)
@@ -58,7 +38,7 @@ class RankedDoc:
     keyword: float | None = None
 
 
-MODES = ("dense", "keyword", "hybrid")
+MODES: tuple[str, ...] = get_args(SearchConfig.model_fields["mode"].annotation)  # search.mode
 
 
 class Searcher:
@@ -68,10 +48,11 @@ class Searcher:
         config: the configuration (model section must match the store's provenance; the
             search section sets the default mode and the fusion).
         store: an open Store (read-only is enough).
-        encoder: optional pre-loaded Encoder; loaded lazily otherwise.
+        encoder: optional pre-loaded query encoder (the torch Encoder or an OnnxEncoder);
+            loaded lazily otherwise (`load_query_encoder`).
     """
 
-    def __init__(self, config: Config, store: Store, encoder=None):
+    def __init__(self, config: Config, store: Store, encoder: QueryEncoder | None = None):
         self.config = config
         self.store = store
         self._encoder = encoder
@@ -101,12 +82,10 @@ class Searcher:
                               f"{store.con_path} has {chunks} chunks; {fix}")
 
     @property
-    def encoder(self):
+    def encoder(self) -> QueryEncoder:
         """The query encoder (`search.query_encoder`): the index version's ONNX export, or
         the torch model."""
         if self._encoder is None:
-            from indexer.encode.onnx_encoder import load_query_encoder
-
             self._encoder = load_query_encoder(self.config, self.store, self.index)
         return self._encoder
 

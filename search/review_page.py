@@ -58,7 +58,6 @@ def add_review_routes(app, store_path: str | Path) -> None:
     from indexer.review.loop import page_review, select_for_review
     from indexer.review.strategies import STRATEGIES
     from indexer.store import Store
-    from indexer.store import reviews as db
 
     lock = threading.Lock()  # one writer connection at a time from this process
 
@@ -104,8 +103,8 @@ def add_review_routes(app, store_path: str | Path) -> None:
                                          collection=collection)
             except InputError as exc:
                 raise HTTPException(status_code=400, detail=str(exc)) from None
-            info = db.head_info(store, head)
-            reviewed = db.count_reviews(store, head)
+            info = store.head_info(head)
+            reviewed = store.count_reviews(head)
         row = next((r for r in rows if r["doc_id"] not in skipped), None)
         return {"head": head, "labels": info.label_names, "reviewed": reviewed,
                 "document": row and {k: row[k] for k in ("doc_id", "id", "collection", "title",
@@ -128,4 +127,4 @@ def add_review_routes(app, store_path: str | Path) -> None:
     def undo(request: UndoRequest) -> dict:
         """Delete the review row the page wrote last."""
         with lock, open_store() as store:
-            return {"undone": db.delete_review(store, request.head, request.review_id)}
+            return {"undone": store.delete_review(request.head, request.review_id)}

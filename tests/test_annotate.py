@@ -73,6 +73,9 @@ def test_store_every_document_labelled_rerun_noop_new_version_redoes(
     run_index([str(small_corpus)], tiny_config, "docs")
     first = run_annotate(_head_args(heads), tiny_config)
     assert first["annotated"] == 5 and first["skipped"] == 0
+    with Store(tiny_config.store.path) as store:  # recorded in the run log, as `status` shows
+        logged = store.last_run_of("annotate")
+    assert logged["status"] == "completed" and logged["summary"]["annotated"] == 5
     store_path = tiny_config.store.path
     per_head = dict(_count(store_path, "SELECT head, count(DISTINCT doc_id) FROM annotated GROUP BY head"))
     assert per_head == {"clf": 5, "ner": 5}
@@ -150,10 +153,9 @@ def test_inbox_processes_each_file_once_and_reports_bad_lines(tiny_config, heads
     # a run killed after 'started' is redone by the next run, without duplicates
     (inbox / "two.csv").write_text("id,text\nu1,the big city\nu2,\n")
     from flows.annotate import file_hash
-    from indexer.store.annotations import ledger_start
 
     with Store(tiny_config.store.path) as store:
-        ledger_start(store, file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")
+        store.ledger_start(file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")
     third = run_annotate(_head_args(heads), tiny_config, "tweets", inbox=str(inbox))
     assert [f["status"] for f in third["files"] if f["path"].endswith("two.csv")] == ["redone"]
     assert third["annotated"] == 1 and third["rejected"] == 1

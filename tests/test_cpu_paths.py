@@ -12,7 +12,8 @@ from conftest import require_shared
 from indexer import machine
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.encode import int8_check
-from indexer.encode.encoder import Encoder, weights_hash
+from indexer.encode.encoder import Encoder
+from indexer.provenance import weights_hash
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from indexer.config import ModelConfig
-from indexer.encode.encoder import Encoder, choose_dtype, plan_batches
+from indexer.encode.encoder import Encoder, plan_batches
+from indexer.encode.policy import choose_dtype
 
 TEXTS = [
     "the cat sat on the mat",
@@ -105,7 +106,7 @@ def test_provenance_names_the_setup(tiny_model_dir):
 def test_auto_dtype_on_cpu_is_bf16_only_with_native_support():
     import torch
 
-    from indexer.encode.encoder import cpu_has_bf16
+    from indexer.encode.policy import cpu_has_bf16
 
     expected = torch.bfloat16 if cpu_has_bf16() else torch.float32
     assert choose_dtype("auto", torch.device("cpu")) == expected

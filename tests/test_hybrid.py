@@ -178,7 +178,8 @@ def test_cli_search_through_a_real_server(tiny_config, small_corpus):
 
     import uvicorn
 
-    from search.server import create_app, remote_search
+    from search.client import remote_search
+    from search.server import create_app
 
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path, read_only=True) as store:

@@ -10,7 +10,8 @@ import torch
 from indexer import machine
 from indexer.config import ModelConfig
 from indexer.encode import int8_check, limits
-from indexer.encode.encoder import Encoder, choose_dtype, choose_path, describe_path
+from indexer.encode.encoder import Encoder
+from indexer.encode.policy import choose_dtype, choose_path, describe_path
 from indexer.errors import ModelError
 
 CPU = torch.device("cpu")
@@ -48,7 +49,7 @@ def test_auto_follows_the_overridden_flags(monkeypatch, flags, dtype, words):
 
 
 def record(model_dir, classes, variant="keep-ffn-out"):
-    from indexer.encode.encoder import weights_hash
+    from indexer.provenance import weights_hash
 
     int8_check.write(model_dir / int8_check.CHECK_FILE,
                      {"weights_hash": weights_hash(model_dir), "variant": variant,

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,17 +16,14 @@ import yaml
 from conftest import ROOT
 
 from indexer.encode.encoder import Encoder
-from indexer.encode.onnx_encoder import (
-    ENCODERS_DIR,
-    INT8_FILE,
-    MODEL_FILE,
-    OnnxEncoder,
-    Unavailable,
-    export_encoder,
-    int8_twin,
-)
+from indexer.encode.onnx_export import export_encoder
+from indexer.encode.onnx_files import ENCODERS_DIR, MODEL_FILE, Unavailable, int8_files
+from indexer.encode.onnx_int8 import int8_twin
+from indexer.encode.onnx_runtime import OnnxEncoder
+from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import ModelError
 from indexer.indexing.run import run_index
+from indexer.machine import has_vnni
 from indexer.provenance import file_sha256
 from indexer.store import Store
 from indexer.versions import current_version, version_dir
@@ -34,6 +32,9 @@ from search.query import Searcher
 QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
            "compress a file with gzip and write data to the big city by train",
            "zzz unknownword", "red apple green pear blue river"]
+
+# the twin this CPU runs: 8-bit weights with VNNI, 7-bit without (`indexer.encode.onnx_int8`)
+TWIN, TWIN_INFO = int8_files(reduce_range=not has_vnni())
 
 
 @pytest.fixture
@@ -79,6 +80,7 @@ def test_onnx_search_equals_torch_fp32(indexed):
     with Store(indexed.store.path, read_only=True) as store:
         fast, slow = Searcher(onnx_cfg, store), Searcher(torch_cfg, store)
         assert isinstance(fast.encoder, OnnxEncoder) and isinstance(slow.encoder, Encoder)
+        assert isinstance(fast.encoder, QueryEncoder) and isinstance(slow.encoder, QueryEncoder)
         # batched: queries of different lengths share a padded batch
         a, b = fast.encode_queries(QUERIES), slow.encode_queries(QUERIES)
         assert np.abs(a - b).max() < 1e-5
@@ -206,16 +208,16 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
     close to fp32 and are not claimed to be fp32."""
     record = _version_info(indexed.store.path)["query_encoder"]
     folder = os.path.join(indexed.store.path, os.path.dirname(record["path"]))
-    assert not os.path.exists(os.path.join(folder, INT8_FILE))  # only when asked for
+    assert not os.path.exists(os.path.join(folder, TWIN))  # only when asked for
     int8_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx-int8"})
     fp32_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
     with Store(indexed.store.path, read_only=True) as store:
         fast, exact = Searcher(int8_cfg, store), Searcher(fp32_cfg, store)
-        assert fast.encoder.model_file.name == INT8_FILE
+        assert fast.encoder.model_file.name == TWIN
         assert fast.encoder.provenance.dtype == "int8" and exact.encoder.provenance.dtype == "fp32"
-        with open(os.path.join(folder, "int8.json")) as fh:
+        with open(os.path.join(folder, TWIN_INFO)) as fh:
             info = json.load(fh)
-        twin = os.path.join(folder, INT8_FILE)
+        twin = os.path.join(folder, TWIN)
         assert info["source_sha256"] == record["sha256"]
         assert info["sha256"] == file_sha256(type(store.path)(twin))
         ops = {node.op_type for node in onnx.load(twin).graph.node}
@@ -224,9 +226,12 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
         cosine = (a * b).sum(axis=1)
         # a random tiny model quantises worse than a trained one (SciFact: min 0.987)
         assert cosine.min() > 0.9 and np.abs(a - b).max() > 1e-5  # close, but not fp32
-        assert fast.search("parse command line arguments", 3)[0].id == "b1"
+        # the same dense ranking as fp32 (hybrid ties within 0.01 on this random model)
+        query = "parse command line arguments"
+        assert [h.id for h in fast.search(query, 3, mode="dense")] == \
+            [h.id for h in exact.search(query, 3, mode="dense")]
         mtime = os.stat(twin).st_mtime_ns
-        assert Searcher(int8_cfg, store).encoder.model_file.name == INT8_FILE
+        assert Searcher(int8_cfg, store).encoder.model_file.name == TWIN
         assert os.stat(twin).st_mtime_ns == mtime  # reused, not made again
         with open(twin, "r+b") as fh:  # a changed byte: made again from the fp32 file
             fh.seek(100)
@@ -236,6 +241,23 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
         again = Searcher(int8_cfg, store).encoder
         assert file_sha256(type(store.path)(twin)) == info["sha256"]
         assert np.abs(again.encode_queries(QUERIES) - a).max() < 1e-6
+
+
+def test_int8_twin_weight_bits_follow_the_cpu(indexed, monkeypatch):
+    """8-bit weights where the CPU has VNNI, 7-bit (no int16 saturation) where it has not;
+    a store shared by both kinds keeps both twins side by side."""
+    from indexer.machine import FEATURES_ENV
+
+    record = _version_info(indexed.store.path)["query_encoder"]
+    model_file = Path(indexed.store.path) / record["path"]
+    monkeypatch.setenv(FEATURES_ENV, "avx2,fma")
+    seven = int8_twin(model_file, record["sha256"])
+    monkeypatch.setenv(FEATURES_ENV, "avx2,fma,avx512f,avx512_vnni")
+    eight = int8_twin(model_file, record["sha256"])
+    assert (seven.name, eight.name) == (int8_files(True)[0], int8_files(False)[0])
+    bits = [json.loads((model_file.parent / int8_files(r)[1]).read_text())["weight_bits"]
+            for r in (True, False)]
+    assert bits == [7, 8] and file_sha256(seven) != file_sha256(eight)
 
 
 def test_int8_twin_of_a_broken_file_names_it(tmp_path):
@@ -251,4 +273,4 @@ def test_indexing_for_onnx_int8_makes_the_twin_then(tiny_config, small_corpus):
     run_index([str(small_corpus)], cfg, collection="c")
     record = _version_info(cfg.store.path)["query_encoder"]
     folder = os.path.join(cfg.store.path, os.path.dirname(record["path"]))
-    assert os.path.exists(os.path.join(folder, INT8_FILE))
+    assert os.path.exists(os.path.join(folder, TWIN))

@@ -19,7 +19,6 @@ from indexer.records import Annotation, Entity, Label
 from indexer.report.html import figures, render_html
 from indexer.report.trends import build_report, write_scheduled_report
 from indexer.store import Store
-from indexer.store.annotations import write_annotations
 from search.cli.main import main
 
 # (id, time, src, (label, score) of head `sent`, [(type, text)] of head `ner`)
@@ -56,7 +55,7 @@ def store_config(tmp_path) -> Config:
             rows.append((doc_id, texts[doc_id], "h"))
             notes.append(Annotation(labels=[Label(label[0], label[1], "sent")],
                                     entities=[Entity(t, 0, len(x), x, 0.9, "ner") for t, x in ents]))
-        write_annotations(store, rows, notes, {"sent": "v1", "ner": "v1"})
+        store.write_annotations(rows, notes, {"sent": "v1", "ner": "v1"})
     run_dedup(config, "c")
     return config
 

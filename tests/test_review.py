@@ -24,8 +24,6 @@ from indexer.review.files import read_review_file, write_review_file
 from indexer.review.loop import import_rows, page_review, select_for_review
 from indexer.review.training import add_reviewed
 from indexer.store import Store
-from indexer.store import reviews as db
-from indexer.store.annotations import write_annotations
 from search.cli.main import main
 
 NAMES = ["neg", "pos"]
@@ -57,16 +55,16 @@ def store(annotated, tmp_path):
     with Store(tmp_path / "store") as s:
         docs = s.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
                              "ORDER BY doc_id").fetchall()
-        write_annotations(s, [d[:3] for d in docs],
+        s.write_annotations([d[:3] for d in docs],
                           [Annotation(labels=[Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf",
                                                     1 - DOCS[d[3]][2])]) for d in docs],
                           {"clf": "v1"})
         other = {"d1": "neg", "d4": "pos"}  # clf2 disagrees on d1 only
         picked = [d for d in docs if d[3] in other]
-        write_annotations(s, [d[:3] for d in picked],
+        s.write_annotations([d[:3] for d in picked],
                           [Annotation(labels=[Label(other[d[3]], 0.7, "clf2")]) for d in picked],
                           {"clf2": "v1"})
-        db.record_heads(s, [("clf", "classifier", NAMES, "heads/clf", "v1"),
+        s.record_heads([("clf", "classifier", NAMES, "heads/clf", "v1"),
                             ("clf2", "classifier", NAMES, "heads/clf2", "v1"),
                             ("ner", "ner", ["O", "B-LOC", "I-LOC"], "heads/ner", "v1")])
         yield s
@@ -157,7 +155,7 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
         {"id": ["d3"], "label": "pos"},  # not text
     ]
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
-    before = db.count_reviews(store, "clf")
+    before = store.count_reviews("clf")
     s = import_rows(store, read_review_file(path), "clf", "labels.jsonl", reviewer="bob")
     reasons = {r["line"]: r["reason"] for r in s.rejected}
     assert sorted(reasons) == [2, 3, 4, 5, 6, 10, 11]
@@ -170,9 +168,9 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     assert "ISO date-time" in reasons[10]
     assert (s.rows, s.stored, s.unlabelled, s.changed) == (11, 2, 1, 0)
     assert s.duplicates == [{"id": "d6", "lines": [8, 9], "kept": 9}]
-    assert db.count_reviews(store, "clf") == before + 2
+    assert store.count_reviews("clf") == before + 2
     d1, d6 = doc_id(store, "d1"), doc_id(store, "d6")
-    assert db.current_labels(store, "clf", [d1, d6]) == {d1: "neg", d6: "neg"}
+    assert store.current_labels("clf", [d1, d6]) == {d1: "neg", d6: "neg"}
     row = store.con.execute("SELECT reviewer, reviewed_at::VARCHAR, source FROM reviews "
                             "WHERE doc_id = ?", [d1]).fetchone()
     assert row == ("ann", "2026-11-30 10:00:00", "labels.jsonl")
@@ -181,8 +179,8 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     path.write_text(json.dumps({"id": "d1", "label": "pos"}) + "\n")
     again = import_rows(store, read_review_file(path), "clf", "labels.jsonl")
     assert (again.stored, again.changed) == (1, 1)
-    assert db.current_labels(store, "clf", [d1]) == {d1: "pos"}
-    assert db.count_reviews(store, "clf") == before + 3
+    assert store.current_labels("clf", [d1]) == {d1: "pos"}
+    assert store.count_reviews("clf") == before + 3
 
 
 def test_import_a_spreadsheet_csv_bom_crlf_quotes(store, tmp_path):
@@ -238,12 +236,12 @@ def test_label_filters_prefer_human_labels_and_annotate_never_overwrites(store):
     # the model labels the document again: the person's label still decides
     docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents WHERE doc_id = ?",
                              [d1]).fetchall()
-    write_annotations(store, docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
-    assert db.current_labels(store, "clf", [d1]) == {d1: "neg"}
+    store.write_annotations(docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
+    assert store.current_labels("clf", [d1]) == {d1: "neg"}
     assert d1 not in set(store.filter_doc_ids(labels=[("clf", "pos")]).tolist())
     rid = page_review(store, "clf", d2, "pos")
-    assert db.delete_review(store, "clf", rid) and not db.delete_review(store, "clf", rid)
-    assert db.current_labels(store, "clf", [d2]) == {}
+    assert store.delete_review("clf", rid) and not store.delete_review("clf", rid)
+    assert store.current_labels("clf", [d2]) == {}
 
 
 # ---- training --------------------------------------------------------------------------------
@@ -293,6 +291,9 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
     summary = json.loads(r.stdout)
     assert (summary["stored"], summary["rejected"]) == (1, 1)
     assert "rejected" in r.stderr and ":3 (d1): label 'bad'" in r.stderr
+    r = runner.invoke(main, ["status", "--config", str(cfg), "--json"])  # the run log has it
+    review_runs = [x for x in json.loads(r.stdout)["runs"] if x["kind"] == "review"]
+    assert [x["status"] for x in review_runs] == ["completed"]
     r = runner.invoke(main, ["search", "prices", "--label", "clf=neg", "--human", "--mode", "keyword",
                              "--config", str(cfg), "--json"])
     assert r.exit_code == 0, r.output

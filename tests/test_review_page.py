@@ -24,8 +24,6 @@ from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.records import Annotation, Label
 from indexer.store import Store
-from indexer.store import reviews as db
-from indexer.store.annotations import write_annotations
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned=2"> & "quotes"'
 DOCS = {"h1": (HOSTILE, "pos", 0.51), "h2": ("the dog slept", "neg", 0.60),
@@ -49,10 +47,10 @@ def served(tiny_model_dir, tmp_path):
         base = store.data_version()
         docs = store.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
                                  "ORDER BY doc_id").fetchall()
-        write_annotations(store, [d[:3] for d in docs], [Annotation(labels=[
+        store.write_annotations([d[:3] for d in docs], [Annotation(labels=[
             Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])]) for d in docs],
             {"clf": "v1"})
-        db.record_heads(store, [("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
+        store.record_heads([("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
         sync_vector_index(store, config, [], [], base)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config.model_dump()))

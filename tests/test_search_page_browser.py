@@ -15,7 +15,6 @@ from indexer.indexing.steps import sync_vector_index
 from indexer.ingest.stdlib_corpus import iter_passages
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from indexer.store.annotations import write_annotations
 from search.query import Searcher
 
 pytestmark = pytest.mark.slow
@@ -50,7 +49,7 @@ def demo_server(tmp_path_factory):
             a.entities.append(Entity("MODULE", 0, len(top), top, 0.8, head="ner"))
             rows.append((stored[p["id"]].doc_id, p["text"], stored[p["id"]].content_hash))
             annotations.append(a)
-        write_annotations(store, rows, annotations, {"kind": "v1", "ner": "v1"})
+        store.write_annotations(rows, annotations, {"kind": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)
     with Store(config.store.path, read_only=True) as store:
         server = uvicorn.Server(uvicorn.Config(create_app(Searcher(config, store)),

@@ -10,7 +10,6 @@ from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from indexer.store.annotations import write_annotations
 from search.highlight import excerpt, highlight_spans, stem
 from search.query import Searcher
 
@@ -30,7 +29,7 @@ def annotate_by_hand(config, labels: dict[str, str], entities: dict[str, list[tu
             for kind, text in entities.get(ext, []):
                 a.entities.append(Entity(kind, 0, len(text), text, 0.8, head="ner"))
             annotations.append(a)
-        write_annotations(store, rows, annotations, {"kind": "v1", "ner": "v1"})
+        store.write_annotations(rows, annotations, {"kind": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)
 
 

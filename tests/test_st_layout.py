@@ -9,7 +9,8 @@ import pytest
 
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
-from indexer.encode.onnx_encoder import OnnxEncoder, export_encoder
+from indexer.encode.onnx_export import export_encoder
+from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.errors import ConfigError
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import encode_documents

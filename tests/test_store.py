@@ -252,3 +252,36 @@ def test_only_the_store_package_speaks_sql():
         "of that concept and call it instead")
     for name in PENDING_SQL:  # drop an entry once its module no longer needs it
         assert _sql_uses(REPO / name), f"{name} no longer speaks SQL: remove it from PENDING_SQL"
+
+
+def test_recorded_run_logs_completion_failure_and_interruption(tmp_path):
+    with Store(tmp_path / "runs") as store:
+        with store.recorded_run("dedup") as run:
+            assert store.last_run_of("dedup")["status"] == "running"
+            run.summary = {"read": 3}
+        done = store.last_run_of("dedup")
+        assert (done["run_id"], done["status"], done["summary"]) == (run.id, "completed",
+                                                                     {"read": 3})
+        assert done["finished_at"] >= done["started_at"]
+
+        with pytest.raises(RuntimeError, match="disk\nfull"), \
+                store.recorded_run("report") as failing:
+            failing.summary = {"buckets": 2}
+            raise RuntimeError("disk\nfull")
+        failed = store.last_run_of("report")
+        assert failed["status"] == "failed"
+        assert failed["summary"] == {"buckets": 2, "error": "disk full"}  # one line
+
+        with store.recorded_run("doctor") as soft:
+            soft.fail("repair stopped")  # a run that ends failed without raising
+        assert store.last_run_of("doctor")["status"] == "failed"
+
+        # a run left `running` (its process killed) is marked interrupted by the next run
+        killed = store.recorded_run("index")
+        killed.__enter__()
+    with Store(tmp_path / "runs") as store:
+        with store.recorded_run("delete"):
+            pass
+        statuses = {r["kind"]: r["status"] for r in store.last_runs(10)}
+    assert statuses == {"index": "interrupted", "delete": "completed", "doctor": "failed",
+                        "report": "failed", "dedup": "completed"}

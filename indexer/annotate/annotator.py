@@ -24,15 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from indexer.encode.encoder import (
-    choose_device,
-    choose_dtype,
-    default_streams,
-    dtype_name,
-    plan_batches,
-    stream_map,
-    weights_hash,
-)
+from indexer.encode.encoder import plan_batches, stream_map, weights_hash
+from indexer.encode.policy import choose_device, choose_dtype, default_streams, dtype_name
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
 from indexer.heads.predict import load_model_dir

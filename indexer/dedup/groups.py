@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -231,15 +230,10 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
             raise StoreError(f"collection '{collection}' has no stored vectors in {path}; "
                              f"nothing was changed (collections: {known})")
         base = store.data_version()
-        run_id = uuid.uuid4().hex[:12]
-        store.start_run(run_id, "dedup", begun)
-        try:
+        with store.recorded_run("dedup", started=begun) as run:
             summary = _group(store, config, collection, params, rebuild)
-        except Exception as exc:
-            store.record_run(run_id, "dedup", begun, "failed", {"error": str(exc)})
-            raise
-        summary["seconds"] = round(time.perf_counter() - started, 3)
-        store.record_run(run_id, "dedup", begun, "completed", summary)
+            summary["seconds"] = round(time.perf_counter() - started, 3)
+            run.summary = summary
         if publish:
             from indexer.indexing.steps import sync_vector_index
 

@@ -1,7 +1,8 @@
 """Encoder: tokenizer + HF `AutoModel` + pooling, run in length-sorted batches under a token budget.
 
 Does not know about documents or storage; it turns token sequences (or texts) into vectors,
-returned in the order they were given.
+returned in the order they were given. Which device and dtype it runs in is decided in
+`indexer.encode.policy`.
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from indexer import machine
 from indexer.config import ModelConfig, resolve_model_path
-from indexer.encode import int8_check
+from indexer.encode.policy import TORCH_DTYPES, choose_device, choose_path, default_streams
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
 from indexer.errors import ModelError
@@ -33,104 +31,6 @@ from indexer.provenance import (
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024  # sequences per forward pass, whatever the token budget allows
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def cpu_has_bf16() -> bool:
-    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX).
-
-    Reads `indexer.machine.cpu_flags`, which `BERTINDEX_CPU_FEATURES` overrides.
-    """
-    return machine.has_bf16()
-
-
-def choose_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ModelError("model.device is 'cuda' but torch sees no CUDA device; use auto or cpu")
-    return torch.device(device)
-
-
-@dataclass(frozen=True)
-class EncoderPath:
-    """How the encoder runs here: `dtype` (fp32, bf16, fp16 or int8), the int8 variant, and
-    why `dtype: auto` (or the configured dtype) led there."""
-
-    dtype: str
-    reason: str
-    variant: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def choose_path(dtype: str, device: torch.device, model_dir: Path | None = None) -> EncoderPath:
-    """The encoder path for `model.dtype` on this device (and, for int8, this model).
-
-    `auto` on CUDA: bf16 where supported, else fp16. On a CPU: int8 where the model has a
-    passed int8 check record for this CPU's ISA class that was faster than the path `auto`
-    would otherwise take; else bf16 with native bf16 (AVX512-BF16/AMX); else fp32.
-    """
-    if dtype == "fp16" and device.type == "cpu":
-        raise ModelError("fp16 is not supported on CPU; use fp32, bf16 or int8")
-    if dtype == "int8":
-        if device.type != "cpu":
-            raise ModelError("int8 runs on CPU only; use model.device cpu, or dtype auto on CUDA")
-        record = int8_check.find(model_dir) if model_dir is not None else None
-        verdict = int8_check.verdict(record, machine.isa_class())
-        if not verdict.passed:
-            log.warning("int8 on this model: %s; vectors may differ from fp32 more than the "
-                        "quality gates allow", verdict.why)
-        return EncoderPath("int8", f"configured; {verdict.why}",
-                           verdict.variant or DEFAULT_VARIANT)
-    if dtype != "auto":
-        if dtype not in _DTYPES:
-            raise ModelError(f"unknown model.dtype {dtype!r}; one of auto, fp32, bf16, fp16, int8")
-        return EncoderPath(dtype, "configured")
-    if device.type == "cuda":
-        bf16 = torch.cuda.is_bf16_supported()
-        return EncoderPath("bf16" if bf16 else "fp16",
-                           "auto on CUDA: " + ("bf16 supported" if bf16 else "no bf16, fp16"))
-    flags, source = machine.cpu_flags()
-    native = [f for f in machine.BF16_FLAGS if f in flags]
-    fallback = "bf16" if native else "fp32"
-    why = (f"auto on CPU: native bf16 ({', '.join(native)})" if native
-           else "auto on CPU: no native bf16 (no avx512_bf16/amx_bf16)") + f" per {source}"
-    if model_dir is not None:
-        verdict = int8_check.verdict(int8_check.find(model_dir), machine.isa_class())
-        if verdict.passed and verdict.faster_than(fallback):
-            return EncoderPath("int8", f"{why}; int8 check passed and faster than {fallback} "
-                               f"on {machine.isa_class()} ({verdict.why})", verdict.variant)
-        why += f"; int8 not chosen: {verdict.why if not verdict.passed else 'not faster'}"
-    return EncoderPath(fallback, why)
-
-
-def describe_path(config: ModelConfig) -> dict:
-    """The encoder path this configuration takes on this machine, without loading the model:
-    {dtype, reason, variant, device, cpu_model, isa_class, isa_source, emulated}."""
-    device = choose_device(config.device)
-    try:
-        model_dir = resolve_model_path(config.name)
-    except Exception:  # noqa: BLE001 - a missing model is reported by the commands that load it
-        model_dir = None
-    path = choose_path(config.dtype, device, model_dir)
-    flags, source = machine.cpu_flags()
-    return {**path.to_dict(), "configured": config.dtype, "device": device.type,
-            "cpu_model": machine.cpu_model(), "isa_class": machine.isa_class(),
-            "isa_flags": sorted(f for f in machine.ISA_FLAGS if f in flags),
-            "isa_source": source, "emulated": machine.emulated()}
-
-
-def choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """The torch dtype the model is loaded in: `auto` as `choose_path` without int8; int8 is
-    loaded in fp32 and quantised afterwards."""
-    name = choose_path(dtype, device).dtype
-    return torch.float32 if name == "int8" else _DTYPES[name]
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {v: k for k, v in _DTYPES.items()}[dtype]
 
 
 def plan_batches(lengths: Sequence[int], batch_tokens: int,
@@ -164,13 +64,6 @@ def plan_batches(lengths: Sequence[int], batch_tokens: int,
     return batches
 
 
-def default_streams(device: torch.device, threads: int | None = None) -> int:
-    """Batches in flight at once: one per torch thread on CPU (at most 8), one on CUDA."""
-    if device.type == "cuda":
-        return 1
-    return max(1, min(threads or torch.get_num_threads(), 8))
-
-
 @contextlib.contextmanager
 def stream_map(streams: int) -> Iterator[Callable]:
     """A `map` that runs calls `streams` at a time, results in input order.
@@ -202,7 +95,7 @@ class Encoder:
         self.model_dir = resolve_model_path(config.name)
         self.device = choose_device(config.device)
         self.path = choose_path(config.dtype, self.device, self.model_dir)
-        self.dtype = torch.float32 if self.path.dtype == "int8" else _DTYPES[self.path.dtype]
+        self.dtype = torch.float32 if self.path.dtype == "int8" else TORCH_DTYPES[self.path.dtype]
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, use_fast=True)
             self.model = AutoModel.from_pretrained(

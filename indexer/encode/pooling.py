@@ -1,13 +1,19 @@
 """Pooling: turn token states into one vector per text. Pure functions over tensors.
 
-Does not normalise; `normalize` is a separate step so each piece can be checked by hand.
+Does not normalise; `l2_normalize` is a separate step so each piece can be checked by hand.
+The ONNX query path pools the same way in numpy (`indexer.encode.onnx_pooling`;
+tests/test_pooling.py pins the two equal).
 """
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 
-POOLING_MODES = ("mean", "cls", "pooler", "last4")
+from indexer.choices import PoolingMode
+
+POOLING_MODES: tuple[PoolingMode, ...] = get_args(PoolingMode)
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

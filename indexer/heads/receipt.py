@@ -90,11 +90,6 @@ def save_head_dir(model, tokenizer, receipt: dict, out: Path) -> Path:
     return out
 
 
-def read_receipt(model_dir: Path) -> dict | None:
-    path = Path(model_dir) / RECEIPT
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def summary(receipt: dict) -> dict:
     """The short form `--json` prints: best epoch, why training stopped, validation/test
     metric, baseline, warnings."""
@@ -139,7 +134,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
     """
     import torch
 
-    from indexer.encode.encoder import default_streams
+    from indexer.encode.policy import default_streams
 
     choices = choices or {}
     n_train = len(data.splits["train"])

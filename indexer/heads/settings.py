@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from indexer.choices import HeadDtype, HeadPooling
 from indexer.config import MAX_POSITIONS
 from indexer.errors import InputError
 from indexer.heads.features import Encoded, check_lengths
@@ -51,8 +52,8 @@ class TrainSettings:
     batch_size: int | None = None  # None: see above (`resolve`)
     seed: int = 42
     threads: int | None = None
-    dtype: Literal["fp32", "bf16"] = "fp32"
-    pooling: Literal["auto", "cls", "mean"] = "auto"
+    dtype: HeadDtype = "fp32"
+    pooling: HeadPooling = "auto"
     probe_epochs: int = 0
     patience: int = DEFAULT_PATIENCE  # epochs="auto" only
     max_epochs: int = DEFAULT_MAX_EPOCHS  # epochs="auto" only

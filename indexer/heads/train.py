@@ -87,7 +87,7 @@ def set_threads(threads: int | None = None) -> int:
 
 def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
     """`model.dtype` of the config for CPU training: auto -> bf16 on CPUs with native bf16."""
-    from indexer.encode.encoder import cpu_has_bf16
+    from indexer.encode.policy import cpu_has_bf16
 
     if dtype == "auto":
         return "bf16" if cpu_has_bf16() else "fp32"

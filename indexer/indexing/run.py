@@ -8,11 +8,9 @@ tasks instead, to retry I/O and to encode on Dask workers. Does not import Prefe
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ from indexer.indexing.steps import (
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
 from indexer.progress import Progress, ProgressArg, as_mode
-from indexer.store import Store
+from indexer.store import COMPLETED_WITH_FAILURES, Store
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +127,6 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
     fields = fields or FieldMap()
     files, refused_files = expand_paths(paths, config.roots.data)
     id_registry = IdRegistry()
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
-    run_id = uuid.uuid4().hex[:12]
     encoder = steps.load(config)
     total = BatchResult()
     rejected_rows, failed, deleted, refused = [], [], [], []
@@ -140,8 +136,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
     mode = as_mode(progress)
     encode_progress = mode if mode == "bar" else "off"  # lines: one reporter for the whole run
     run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
-    with Store(Path(config.store.path)) as store:
-        store.start_run(run_id, "index", started)
+    with Store(Path(config.store.path)) as store, store.recorded_run("index") as run:
         base_version = store.data_version()
         try:
             store.set_provenance(encoder.provenance)
@@ -153,7 +148,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
                 pending_ids.difference_update(r.external_id for r in plan.batch.records)
                 try:
                     chunks = future.result() if steps.submit else future
-                    total.merge(steps.commit(plan, chunks, store, run_id))
+                    total.merge(steps.commit(plan, chunks, store, run.id))
                     run_bar.update(len(plan.batch.records))
                     room = max(0, _MAX_REJECTIONS - len(rejected_rows))
                     rejected_rows.extend(plan.batch.rejected[:room])
@@ -222,9 +217,8 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
                 log.warning("on_missing: delete skipped: the files held no documents, and "
                             "that would empty collection %s", collection)
             index_info = steps.write(store, config, total.added, removed, base_version)
-        except BaseException as exc:
-            store.record_run(run_id, "index", started, f"failed: {exc!r}"[:500],
-                             total.summary() | {"failed_batches": failed})
+        except BaseException:
+            run.summary = total.summary() | {"failed_batches": failed}  # recorded as failed
             raise
         summary = total.summary() | {
             "read": total.read + refused_records,
@@ -234,7 +228,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
             "collection": collection,
             "files": [str(p) for p in files],
             "index": index_info,
-            "run_id": run_id,
+            "run_id": run.id,
             **({"delete_skipped": delete_skipped} if seen and delete_skipped else {}),
             "rejections": [
                 {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
@@ -242,9 +236,9 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
             ],
         }
         crash_point("run.before_record")
-        store.record_run(run_id, "index", started,
-                         "completed" if not failed and not refused else "completed_with_failures",
-                         summary)
+        run.summary = summary
+        if failed or refused:
+            run.status = COMPLETED_WITH_FAILURES
     return summary
 
 
@@ -258,16 +252,13 @@ def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict
     Returns:
         {"collection", "deleted", "not_found", "chunks_removed", "index", "run_id"}.
     """
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
-    run_id = uuid.uuid4().hex[:12]
-    with Store(Path(config.store.path)) as store:
-        store.start_run(run_id, "delete", started)
+    with Store(Path(config.store.path)) as store, store.recorded_run("delete") as run:
         base = store.data_version()
         deleted, removed = store.delete_documents(collection, external_ids=external_ids)
         index_info = publish_indexes(store, config, [], removed, base)
         gone = set(deleted)
         summary = {"collection": collection, "deleted": deleted,
                    "not_found": sorted({i for i in external_ids if i not in gone}),
-                   "chunks_removed": len(removed), "index": index_info, "run_id": run_id}
-        store.record_run(run_id, "delete", started, "completed", summary)
+                   "chunks_removed": len(removed), "index": index_info, "run_id": run.id}
+        run.summary = summary
     return summary

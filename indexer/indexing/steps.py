@@ -15,7 +15,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
-from indexer.encode.onnx_encoder import export_for_index
+from indexer.encode.onnx_export import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
@@ -167,21 +167,6 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
         skipped_unchanged=plan.skipped_unchanged, rejected=len(batch.rejected),
         chunks=len(added), added=array("q", added), removed=array("q", removed),
     )
-
-
-def index_batch(
-    batch: Batch, store: Store, encoder: Encoder, config: Config, collection: str,
-    run_id: str, progress: ProgressArg = False,
-) -> BatchResult:
-    """Store one batch: unchanged documents are skipped, new and changed ones encoded.
-
-    Returns:
-        Counts plus the chunk ids added to and removed from the store.
-    """
-    store.set_provenance(encoder.provenance)
-    plan = plan_batch(batch, store, collection)
-    chunks = encode_texts_for_index(plan.texts, config, encoder, progress=progress)
-    return commit_batch(plan, chunks, store, run_id)
 
 
 def sync_vector_index(store: Store, config: Config, added, removed,

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -266,12 +264,11 @@ def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
         {"encoded": 0, "unreachable", "index", "keyword", "errors"}.
     """
     checks = {p.check for p in problems if p.repairable}
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
-    run_id = uuid.uuid4().hex[:12]
     done: dict = {"encoded": 0, "unreachable": None, "index": None, "keyword": None,
                   "errors": []}
-    with Store(path, lock=False) as store:  # writable: an older schema is upgraded here
-        store.start_run(run_id, "doctor", started)
+    with Store(path, lock=False) as store, store.recorded_run("doctor") as run:
+        # writable: an older schema is upgraded here
+        run.summary = done
         try:
             if "unreachable" in checks:
                 done["unreachable"] = store.delete_unreachable()
@@ -281,7 +278,5 @@ def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
         except BertindexError as exc:
             log.error("repair of %s stopped: %s", path, exc)
             done["errors"].append(str(exc))
-        store.record_run(run_id, "doctor", started,
-                         "completed" if not done["errors"] else "failed: " + done["errors"][0],
-                         done)
+            run.fail(done["errors"][0])
     return done

@@ -13,13 +13,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
-from indexer.encode.onnx_encoder import export_for_index
+from indexer.encode.onnx_export import export_for_index
 from indexer.faults import crash_point
 from indexer.fsio import fsync_dir
 from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
@@ -71,33 +69,30 @@ def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size:
                       progress: ProgressArg) -> tuple[str, int, int, dict]:
     """Encode every live document into the next generation; publish (not switch) its index."""
     gen_path = live.path / GENERATION_DIR
-    run_id = uuid.uuid4().hex[:12]
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
     live_hashes = live.document_hashes()
     encoded = 0
     with Store(gen_path, lock=False) as gen:
-        gen.start_run(run_id, "reindex", started)
-        gen.set_provenance(encoder.provenance)
-        have = gen.document_hashes()
-        stale = [d for d, h in have.items() if live_hashes.get(d) != h]
-        gen.delete_doc_ids(stale)  # changed or deleted in the live store since a killed run
-        done = set(have) - set(stale)
-        for collection, rows in live.iter_documents(batch_size, exclude=done):
-            chunks = encode_texts_for_index([document_text(r) for _, r, _ in rows], config,
-                                            encoder, progress=progress)
-            chunks = ChunkRows([rows[p][0] for p in chunks.doc_ids], chunks.ordinals,
-                               chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
-            gen.write_batch(collection, rows, [], [], chunks, [], run_id)
-            encoded += len(rows)
-        gen.restart_doc_ids_after(max(live_hashes, default=0))
-        gen.copy_side_tables(live)  # annotations, runs, rejects: same doc ids, kept as they are
-        # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
-        count = gen.count_vectors()
-        spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
-        index = VectorIndex.build_from_batches(spec, encoder.provenance, config.index,
-                                               gen.iter_vectors, count)
-        gen.record_run(run_id, "reindex", started, "completed",
-                       {"encoded": encoded, "documents": len(live_hashes)})
+        with gen.recorded_run("reindex") as run:
+            gen.set_provenance(encoder.provenance)
+            have = gen.document_hashes()
+            stale = [d for d, h in have.items() if live_hashes.get(d) != h]
+            gen.delete_doc_ids(stale)  # changed or deleted in the live store since a killed run
+            done = set(have) - set(stale)
+            for collection, rows in live.iter_documents(batch_size, exclude=done):
+                chunks = encode_texts_for_index([document_text(r) for _, r, _ in rows], config,
+                                                encoder, progress=progress)
+                chunks = ChunkRows([rows[p][0] for p in chunks.doc_ids], chunks.ordinals,
+                                   chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
+                gen.write_batch(collection, rows, [], [], chunks, [], run.id)
+                encoded += len(rows)
+            gen.restart_doc_ids_after(max(live_hashes, default=0))
+            gen.copy_side_tables(live)  # annotations, runs, rejects: same doc ids, kept as they are
+            # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
+            count = gen.count_vectors()
+            spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
+            index = VectorIndex.build_from_batches(spec, encoder.provenance, config.index,
+                                                   gen.iter_vectors, count)
+            run.summary = {"encoded": encoded, "documents": len(live_hashes)}
         index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
         version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot,
                              switch=False)

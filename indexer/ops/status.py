@@ -41,7 +41,7 @@ def store_status(config: Config, runs: int = 5) -> dict:
         "annotations": {head: n}, "runs": [{run_id, kind, started_at, finished_at, status,
         ...counts}], "last": {kind: the last run of that kind (index, dedup, report)
         or None}, "encoder": the path `model.dtype` takes on this machine and why
-        (`indexer.encode.encoder.describe_path`)}.
+        (`indexer.encode.policy.describe_path`)}.
     """
     path = Path(config.store.path)
     store, writer_active = open_latest(path)
@@ -56,7 +56,7 @@ def store_status(config: Config, runs: int = 5) -> dict:
             "runs": store.last_runs(runs),
             "last": {kind: store.last_run_of(kind) for kind in LAST_OF},
         }
-    from indexer.encode.encoder import describe_path
+    from indexer.encode.policy import describe_path
 
     info["encoder"] = describe_path(config.model)
     for run in info["runs"]:

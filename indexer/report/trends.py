@@ -149,22 +149,12 @@ def write_scheduled_report(config: Config) -> dict | None:
     Returns:
         {"json", "html", "buckets"}, or None when no report is scheduled.
     """
-    import uuid
-
     schedule = config.schedules.get("report")
     if schedule is None:
         return None
-    started = datetime.now(timezone.utc).replace(tzinfo=None)
-    run_id = uuid.uuid4().hex[:12]
-    with Store(Path(config.store.path)) as store:
-        store.start_run(run_id, "report", started)
-        try:
-            report = build_report(store, config, schedule.collection, schedule.heads,
-                                  schedule.by or "week")
-            files = write_report_files(report, Path(schedule.folder).expanduser())
-        except Exception as exc:
-            store.record_run(run_id, "report", started, "failed", {"error": str(exc)})
-            raise
-        summary = files | {"buckets": len(report["buckets"])}
-        store.record_run(run_id, "report", started, "completed", summary)
-    return summary
+    with Store(Path(config.store.path)) as store, store.recorded_run("report") as run:
+        report = build_report(store, config, schedule.collection, schedule.heads,
+                              schedule.by or "week")
+        files = write_report_files(report, Path(schedule.folder).expanduser())
+        run.summary = files | {"buckets": len(report["buckets"])}
+    return run.summary

@@ -1,4 +1,5 @@
-"""The review loop: pick the documents a head is least sure about (`strategies`), export them
-for a person to label (`export`), read the labelled file back with per-row reasons (`rows`,
-`importer`), and add the reviewed documents to a training split (`training`). The SQL is in
-`indexer.store.reviews`; no Click, no Prefect."""
+"""The review loop: pick the documents a head is least sure about (`strategies`), select and
+import rows with per-row reasons (`loop`), read and write review files (`files`), the
+commands' library side (`run`: export, import and publish), and the reviewed documents as a
+training split (`training`). The SQL is the store's (`Store` review methods,
+`indexer/store/reviews.py`); no Click, no Prefect."""

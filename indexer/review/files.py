@@ -16,7 +16,6 @@ from pathlib import Path
 
 from indexer.errors import InputError
 
-SUFFIXES = (".jsonl", ".csv")
 # the columns of an exported file, in order; `label` is left empty for the person
 EXPORT_FIELDS = ("id", "collection", "head", "predicted", "score", "label", "title", "text")
 

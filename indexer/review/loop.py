@@ -19,8 +19,7 @@ import numpy as np
 from indexer.errors import InputError
 from indexer.review import strategies as st
 from indexer.review.files import RawRow
-from indexer.store import Store
-from indexer.store import reviews as db
+from indexer.store import NewReview, Store
 from indexer.timeutil import parse_utc
 
 REVIEWER_ENV = "BERTINDEX_REVIEWER"  # who labelled, when the file does not say
@@ -58,14 +57,14 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
     if (strategy == "disagree") != (other is not None):
         raise InputError("--strategy disagree needs --other HEAD (the second head), and "
                          "--other is only for disagree")
-    names = db.known_heads(store)
+    names = store.known_heads()
     for name in (head, other):
-        if name is not None and db.head_info(store, name) is None:
+        if name is not None and store.head_info(name) is None:
             raise InputError(f"head '{name}' has not annotated this store (known: "
                              f"{', '.join(names) or 'none'}); run `bertindex annotate --heads "
                              f"{name}=DIR` first")
     allowed = store.filter_doc_ids(collection, where)
-    c = db.candidates(store, head, allowed, other)
+    c = store.review_candidates(head, allowed, other)
     if strategy == "uncertain":
         order = st.uncertain_order(c.top)
     elif strategy == "margin":
@@ -85,7 +84,7 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
         wanted = st.collapse_groups(part, dedup_groups(store, part))
         if len(wanted) >= n:
             break
-    rows = db.export_rows(store, head, wanted[:n])
+    rows = store.review_export_rows(head, wanted[:n])
     for row in rows:
         row.update(head=head, label="")
     return rows
@@ -183,9 +182,9 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
     Returns:
         The summary; nothing is written when no row is good.
     """
-    info = db.head_info(store, head)
+    info = store.head_info(head)
     if info is None:
-        known = ", ".join(db.known_heads(store)) or "none"
+        known = ", ".join(store.known_heads()) or "none"
         raise InputError(f"head '{head}' has not annotated this store (known: {known}); run "
                          f"`bertindex annotate --heads {head}=DIR` first, or fix --head")
     if info.task != "classifier":
@@ -200,7 +199,7 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
         item = _check_row(raw, head, info.label_names, collection, who, now, summary)
         if item is not None:
             checked.append(item)
-    found = db.resolve_documents(store, sorted({(c.collection, c.id) for c in checked},
+    found = store.resolve_documents(sorted({(c.collection, c.id) for c in checked},
                                                key=lambda k: (k[0] or "", k[1])))
     last: dict[int, tuple[_Checked, str]] = {}
     lines: dict[int, list[int]] = {}
@@ -221,15 +220,15 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
     for doc_id, seen in lines.items():
         if len(seen) > 1:
             summary.duplicates.append({"id": last[doc_id][0].id, "lines": seen, "kept": seen[-1]})
-    current = db.current_labels(store, head, list(last))
-    new: list[db.NewReview] = []
+    current = store.current_labels(head, list(last))
+    new: list[NewReview] = []
     for doc_id, (item, digest) in last.items():
         if current.get(doc_id) == item.label:
             summary.unchanged += 1
             continue
         summary.changed += doc_id in current
-        new.append(db.NewReview(doc_id, item.label, item.reviewer, item.when, digest, source))
-    db.append_reviews(store, head, new)
+        new.append(NewReview(doc_id, item.label, item.reviewer, item.when, digest, source))
+    store.append_reviews(head, new)
     summary.stored = len(new)
     return summary
 
@@ -277,13 +276,13 @@ def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str 
     Raises:
         InputError: unknown head or label, or a document no longer stored.
     """
-    info = db.head_info(store, head)
+    info = store.head_info(head)
     if info is None or label not in info.label_names:
         names = info.label_names if info else []
         raise InputError(f"label '{label}' is not one of head '{head}''s labels {names}")
-    digest = db.content_hash_of(store, doc_id)
+    digest = store.content_hash_of(doc_id)
     if digest is None:
         raise InputError(f"document {doc_id} is no longer in the store (deleted since)")
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    review = db.NewReview(doc_id, label, reviewer or default_reviewer(), now, digest, "page")
-    return db.append_reviews(store, head, [review])[0]
+    review = NewReview(doc_id, label, reviewer or default_reviewer(), now, digest, "page")
+    return store.append_reviews(head, [review])[0]

@@ -44,7 +44,8 @@ def export_reviews(config: Config, head: str, out: Path | None, stdout: IO[str] 
 
 def import_reviews(config: Config, path: Path, head: str, collection: str | None = None,
                    reviewer: str | None = None) -> ImportSummary:
-    """Import a labelled review file into the store and publish a snapshot with the labels.
+    """Import a labelled review file into the store and publish a snapshot with the labels;
+    recorded as a `review` run.
 
     Returns:
         The import summary (`loop.ImportSummary`).
@@ -52,9 +53,10 @@ def import_reviews(config: Config, path: Path, head: str, collection: str | None
     from indexer.indexing.steps import sync_vector_index
 
     rows = list(read_review_file(path))  # a file that cannot be read at all stops here
-    with Store(config.store.path) as store:
+    with Store(config.store.path) as store, store.recorded_run("review") as run:
         base = store.data_version()
         summary = import_rows(store, rows, head, Path(path).name, collection, reviewer)
+        run.summary = summary.to_dict()
         if summary.stored:
-            sync_vector_index(store, config, [], [], base)
+            run.summary["index"] = sync_vector_index(store, config, [], [], base)
     return summary

@@ -6,12 +6,14 @@ arrays of a head's scores. Pure numpy; `bertindex review export` and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import get_args
 
 import numpy as np
 
+from indexer.choices import ReviewStrategy
 from indexer.errors import InputError
 
-STRATEGIES = ("uncertain", "margin", "disagree", "random")
+STRATEGIES = get_args(ReviewStrategy)
 
 
 def uncertain_order(top: np.ndarray) -> np.ndarray:

@@ -9,7 +9,6 @@ from pathlib import Path
 from indexer.errors import InputError
 from indexer.heads.data import HeadData
 from indexer.store import Store
-from indexer.store import reviews as db
 
 
 def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
@@ -34,10 +33,10 @@ def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
     from indexer.heads.types.classifier import SentenceExample
 
     with Store(store_path, read_only=True, snapshot=False) as store:
-        if not db.has_reviews(store) or db.head_info(store, head) is None:
+        if not store.has_reviews() or store.head_info(head) is None:
             raise InputError(f"{store_path}: no reviewed labels of head '{head}'; export, label "
                              f"and import some first (`bertindex review export --head {head}`)")
-        rows = db.reviewed_documents(store, head)
+        rows = store.reviewed_documents(head)
     unknown = sorted({r[3] for r in rows} - set(data.label_names))
     if unknown:
         raise InputError(f"reviewed labels {unknown} of head '{head}' are not in the data's labels "

@@ -3,8 +3,10 @@
 Public API (import these from `indexer.store`): `Store` (the facade: open, transactions,
 documents, vectors, filters, runs, checks), its row types `Hit`, `ChunkRows`, `StoredDoc`,
 `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`, `IntegrityCounts`,
-`SnapshotFacts`; `WriterLock`; `content_hash`; `read_snapshot_facts`; the constants `DB_NAME`,
-`SCHEMA_VERSION` (the provenance keys live in `indexer.provenance`).
+`SnapshotFacts`, `Run` (what `Store.recorded_run` yields), the review rows `HeadInfo`, `Candidates`, `NewReview`; `WriterLock`;
+`content_hash`; `read_snapshot_facts`; `utc_now` (naive UTC, as stored); `new_run_id`; the constants `DB_NAME`, `SCHEMA_VERSION` (the
+provenance keys live in `indexer.provenance`). Nothing outside this package imports its
+modules or touches `Store.con`.
 
 Modules, one concept each: `store` (the facade, connection, transactions, data version),
 `lock` (writer lock), `schema` (DDL and migrations), `snapshot` (published read-only copies),
@@ -18,6 +20,7 @@ labels: the review loop), `dedup` (near-duplicate groups: `Store.dedup_groups_of
 
 from indexer.store.documents import content_hash
 from indexer.store.lock import WriterLock
+from indexer.store.reviews import Candidates, HeadInfo, NewReview
 from indexer.store.rows import (
     ChunkLayout,
     ChunkRows,
@@ -30,12 +33,14 @@ from indexer.store.rows import (
     SnapshotFacts,
     StoredDoc,
 )
+from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id, utc_now
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.snapshot import read_snapshot_facts
 from indexer.store.store import DB_NAME, Store
 
 __all__ = [
-    "DB_NAME", "SCHEMA_VERSION", "ChunkLayout", "ChunkRows",
-    "DocDigest", "DocRef", "DocText", "HashDiff", "Hit", "IntegrityCounts", "SnapshotFacts",
-    "Store", "StoredDoc", "WriterLock", "content_hash", "read_snapshot_facts",
+    "COMPLETED_WITH_FAILURES", "DB_NAME", "SCHEMA_VERSION", "Candidates", "ChunkLayout",
+    "ChunkRows", "DocDigest", "DocRef", "DocText", "HashDiff", "HeadInfo", "Hit",
+    "IntegrityCounts", "NewReview", "Run", "SnapshotFacts", "Store", "StoredDoc", "WriterLock",
+    "content_hash", "new_run_id", "read_snapshot_facts", "utc_now",
 ]

@@ -1,7 +1,7 @@
 """Human labels in the store: the heads `annotate` knew (label names to validate against),
 the candidates a review export ranks, appending reviewed labels (never replacing a row) and
 reading the current ones back. Tables come from schema step 4 in `indexer/store/schema.py`.
-Does not rank or parse files (`indexer.review`).
+Does not rank or parse files (`indexer.review`). `ReviewTables` is mixed into `Store`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import duckdb
 import numpy as np
 import pyarrow as pa
-
-from indexer.store.store import Store
 
 RECORD_HEAD = "INSERT OR REPLACE INTO review_heads VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_HEAD = "SELECT task, label_names, path, head_version FROM review_heads WHERE head = ?"
@@ -93,159 +92,154 @@ class NewReview:
     source: str  # the file it came from, or `page`
 
 
-def has_reviews(store: Store) -> bool:
-    """True when the store has the review tables (schema step 4)."""
-    return bool(store.con.execute(HAS_TABLE, ["reviews"]).fetchone()[0])
+class ReviewTables:
+    """Store methods for people's labels and the heads they are checked against (mixed into `Store`)."""
 
+    con: duckdb.DuckDBPyConnection
 
-def record_heads(store: Store, heads: Sequence[tuple[str, str, list[str], str, str]]) -> None:
-    """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
-    if not has_reviews(store):
-        return
-    now = _now()
-    for name, task, names, path, version in heads:
-        store.con.execute(RECORD_HEAD, [name, task, json.dumps(list(names)), path, version, now])
+    def has_reviews(self) -> bool:
+        """True when the store has the review tables (schema step 4)."""
+        return bool(self.con.execute(HAS_TABLE, ["reviews"]).fetchone()[0])
 
+    def record_heads(self, heads: Sequence[tuple[str, str, list[str], str, str]]) -> None:
+        """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
+        if not self.has_reviews():
+            return
+        now = _now()
+        for name, task, names, path, version in heads:
+            self.con.execute(RECORD_HEAD, [name, task, json.dumps(list(names)), path, version, now])
 
-def head_info(store: Store, head: str) -> HeadInfo | None:
-    """What `annotate` recorded of `head`; None when it never ran over this store."""
-    row = store.con.execute(SELECT_HEAD, [head]).fetchone()
-    if row is None:
-        return None
-    return HeadInfo(row[0], json.loads(row[1]), row[2], row[3])
+    def head_info(self, head: str) -> HeadInfo | None:
+        """What `annotate` recorded of `head`; None when it never ran over this self."""
+        row = self.con.execute(SELECT_HEAD, [head]).fetchone()
+        if row is None:
+            return None
+        return HeadInfo(row[0], json.loads(row[1]), row[2], row[3])
 
+    def known_heads(self) -> list[str]:
+        """Names of the heads `annotate` recorded, sorted."""
+        return [r[0] for r in self.con.execute(SELECT_HEADS).fetchall()]
 
-def known_heads(store: Store) -> list[str]:
-    """Names of the heads `annotate` recorded, sorted."""
-    return [r[0] for r in store.con.execute(SELECT_HEADS).fetchall()]
+    def review_candidates(self, head: str, allowed: np.ndarray | None, other: str | None = None
+                   ) -> Candidates:
+        """Documents `head` labelled and no person has reviewed for it.
 
+        Args:
+            head: the head's name in the self.
+            allowed: doc ids passing the export's filters (None: every document).
+            other: a second head whose label and probability come along (`disagree`).
+        """
+        con = self.con
+        with self.bound([] if allowed is None else allowed) as ids:
+            sql = SELECT_CANDIDATES.format(allowed="" if allowed is None else ALLOWED_IN.format(ids=ids))
+            t = con.execute(sql, [other, head, head]).fetch_arrow_table()
+        def floats(name: str) -> np.ndarray:
+            return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
-def candidates(store: Store, head: str, allowed: np.ndarray | None, other: str | None = None
-               ) -> Candidates:
-    """Documents `head` labelled and no person has reviewed for it.
+        return Candidates(
+            doc_ids=np.asarray(t.column("doc_id").to_numpy(), dtype=np.int64),
+            labels=np.asarray(t.column("label").to_pylist(), dtype=object),
+            top=floats("probability"), runner_up=floats("runner_up"),
+            other_labels=np.asarray(t.column("other_label").to_pylist(), dtype=object),
+            other_top=floats("other_probability"))
 
-    Args:
-        head: the head's name in the store.
-        allowed: doc ids passing the export's filters (None: every document).
-        other: a second head whose label and probability come along (`disagree`).
-    """
-    con = store.con
-    with store.bound([] if allowed is None else allowed) as ids:
-        sql = SELECT_CANDIDATES.format(allowed="" if allowed is None else ALLOWED_IN.format(ids=ids))
-        t = con.execute(sql, [other, head, head]).fetch_arrow_table()
-    def floats(name: str) -> np.ndarray:
-        return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
-
-    return Candidates(
-        doc_ids=np.asarray(t.column("doc_id").to_numpy(), dtype=np.int64),
-        labels=np.asarray(t.column("label").to_pylist(), dtype=object),
-        top=floats("probability"), runner_up=floats("runner_up"),
-        other_labels=np.asarray(t.column("other_label").to_pylist(), dtype=object),
-        other_top=floats("other_probability"))
-
-
-def export_rows(store: Store, head: str, doc_ids: Sequence[int]) -> list[dict]:
-    """Documents to review, in the order of `doc_ids`, with the head's label and score."""
-    if not len(doc_ids):
-        return []
-    with store.bound([int(d) for d in doc_ids]) as ids:
-        rows = store.con.execute(SELECT_EXPORT_ROWS.format(ids=ids), [head]).fetchall()
-    by_id = {r[0]: r for r in rows}
-    out = []
-    for doc in doc_ids:
-        r = by_id.get(int(doc))
-        if r is None:
-            continue
-        out.append({"doc_id": r[0], "collection": r[1], "id": r[2], "title": r[3], "text": r[4],
-                    "predicted": r[5], "score": None if r[6] is None else round(float(r[6]), 6)})
-    return out
-
-
-def resolve_documents(store: Store, keys: Sequence[tuple[str | None, str]]
-                      ) -> dict[tuple[str | None, str], list[tuple[int, str, str]]]:
-    """Stored documents for (collection or None for any, external id) keys.
-
-    Returns:
-        key -> [(doc id, collection, content hash)] (empty: not stored; several: the id is
-        in more than one collection and the key named none).
-    """
-    out: dict = {tuple(k): [] for k in keys}
-    if not keys:
+    def review_export_rows(self, head: str, doc_ids: Sequence[int]) -> list[dict]:
+        """Documents to review, in the order of `doc_ids`, with the head's label and score."""
+        if not len(doc_ids):
+            return []
+        with self.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.con.execute(SELECT_EXPORT_ROWS.format(ids=ids), [head]).fetchall()
+        by_id = {r[0]: r for r in rows}
+        out = []
+        for doc in doc_ids:
+            r = by_id.get(int(doc))
+            if r is None:
+                continue
+            out.append({"doc_id": r[0], "collection": r[1], "id": r[2], "title": r[3], "text": r[4],
+                        "predicted": r[5], "score": None if r[6] is None else round(float(r[6]), 6)})
         return out
-    table = pa.table({"collection": pa.array([k[0] for k in keys], pa.string()),
-                      "external_id": pa.array([k[1] for k in keys], pa.string())})
-    name = "review_keys_view"
-    store.con.register(name, table)
-    try:
-        rows = store.con.execute(SELECT_DOCS_BY_KEY.format(keys=name)).fetchall()
-    finally:
-        store.con.unregister(name)
-    for doc_id, collection, external_id, digest in rows:
-        for key in ((collection, external_id), (None, external_id)):
-            if key in out and (doc_id, collection, digest) not in out[key]:
-                out[key].append((doc_id, collection, digest))
-    return out
+
+    def resolve_documents(self, keys: Sequence[tuple[str | None, str]]
+                          ) -> dict[tuple[str | None, str], list[tuple[int, str, str]]]:
+        """Stored documents for (collection or None for any, external id) keys.
+
+        Returns:
+            key -> [(doc id, collection, content hash)] (empty: not stored; several: the id is
+            in more than one collection and the key named none).
+        """
+        out: dict = {tuple(k): [] for k in keys}
+        if not keys:
+            return out
+        table = pa.table({"collection": pa.array([k[0] for k in keys], pa.string()),
+                          "external_id": pa.array([k[1] for k in keys], pa.string())})
+        name = "review_keys_view"
+        self.con.register(name, table)
+        try:
+            rows = self.con.execute(SELECT_DOCS_BY_KEY.format(keys=name)).fetchall()
+        finally:
+            self.con.unregister(name)
+        for doc_id, collection, external_id, digest in rows:
+            for key in ((collection, external_id), (None, external_id)):
+                if key in out and (doc_id, collection, digest) not in out[key]:
+                    out[key].append((doc_id, collection, digest))
+        return out
+
+    def content_hash_of(self, doc_id: int) -> str | None:
+        """A document's content hash; None when it is not stored."""
+        row = self.con.execute("SELECT content_hash FROM documents WHERE doc_id = ?",
+                                [int(doc_id)]).fetchone()
+        return row[0] if row else None
+
+    def current_labels(self, head: str, doc_ids: Sequence[int]) -> dict[int, str]:
+        """doc id -> current human label for `head`, for those of `doc_ids` that have one."""
+        if not len(doc_ids):
+            return {}
+        with self.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.con.execute(f"SELECT doc_id, label FROM ({CURRENT}) WHERE doc_id IN {ids}",
+                                     [head]).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def append_reviews(self, head: str, reviews: Sequence[NewReview]) -> list[int]:
+        """Append human labels in one transaction (searches see them after the next publish).
+
+        Returns:
+            The new review ids, in input order.
+        """
+        if not reviews:
+            return []
+        with self.transaction():
+            start = self.con.execute(NEXT_REVIEW_ID).fetchone()[0] + 1
+            ids = list(range(start, start + len(reviews)))
+            table = pa.Table.from_pylist([
+                {"review_id": i, "doc_id": r.doc_id, "head": head, "label": r.label,
+                 "reviewer": r.reviewer, "reviewed_at": r.reviewed_at,
+                 "content_hash": r.content_hash, "source": r.source}
+                for i, r in zip(ids, reviews)], schema=REVIEW_SCHEMA)
+            self._insert_view(INSERT_REVIEWS, table)
+            self._bump_data_version()
+        return ids
+
+    def delete_review(self, head: str, review_id: int) -> bool:
+        """Remove one review row (the page's undo of the label it just stored).
+
+        Returns:
+            True when the row existed.
+        """
+        with self.transaction():
+            found = self.con.execute("SELECT count(*) FROM reviews WHERE review_id = ? AND head = ?",
+                                      [review_id, head]).fetchone()[0]
+            self.con.execute(DELETE_REVIEW, [review_id, head])
+            if found:
+                self._bump_data_version()
+        return bool(found)
+
+    def count_reviews(self, head: str) -> int:
+        """Rows in the review history of `head` (every label a person stored)."""
+        return int(self.con.execute(COUNT_REVIEWS, [head]).fetchone()[0])
+
+    def reviewed_documents(self, head: str) -> list[tuple[int, str, str, str, bool]]:
+        """Every document with a human label for `head`: (doc id, external id, current text,
+        label, fresh), fresh false when the text changed since the person labelled it."""
+        return [tuple(r) for r in self.con.execute(SELECT_REVIEWED, [head]).fetchall()]
 
 
-def content_hash_of(store: Store, doc_id: int) -> str | None:
-    """A document's content hash; None when it is not stored."""
-    row = store.con.execute("SELECT content_hash FROM documents WHERE doc_id = ?",
-                            [int(doc_id)]).fetchone()
-    return row[0] if row else None
-
-
-def current_labels(store: Store, head: str, doc_ids: Sequence[int]) -> dict[int, str]:
-    """doc id -> current human label for `head`, for those of `doc_ids` that have one."""
-    if not len(doc_ids):
-        return {}
-    with store.bound([int(d) for d in doc_ids]) as ids:
-        rows = store.con.execute(f"SELECT doc_id, label FROM ({CURRENT}) WHERE doc_id IN {ids}",
-                                 [head]).fetchall()
-    return {r[0]: r[1] for r in rows}
-
-
-def append_reviews(store: Store, head: str, reviews: Sequence[NewReview]) -> list[int]:
-    """Append human labels in one transaction (searches see them after the next publish).
-
-    Returns:
-        The new review ids, in input order.
-    """
-    if not reviews:
-        return []
-    with store.transaction():
-        start = store.con.execute(NEXT_REVIEW_ID).fetchone()[0] + 1
-        ids = list(range(start, start + len(reviews)))
-        table = pa.Table.from_pylist([
-            {"review_id": i, "doc_id": r.doc_id, "head": head, "label": r.label,
-             "reviewer": r.reviewer, "reviewed_at": r.reviewed_at,
-             "content_hash": r.content_hash, "source": r.source}
-            for i, r in zip(ids, reviews)], schema=REVIEW_SCHEMA)
-        store._insert_view(INSERT_REVIEWS, table)
-        store._bump_data_version()
-    return ids
-
-
-def delete_review(store: Store, head: str, review_id: int) -> bool:
-    """Remove one review row (the page's undo of the label it just stored).
-
-    Returns:
-        True when the row existed.
-    """
-    with store.transaction():
-        found = store.con.execute("SELECT count(*) FROM reviews WHERE review_id = ? AND head = ?",
-                                  [review_id, head]).fetchone()[0]
-        store.con.execute(DELETE_REVIEW, [review_id, head])
-        if found:
-            store._bump_data_version()
-    return bool(found)
-
-
-def count_reviews(store: Store, head: str) -> int:
-    """Rows in the review history of `head` (every label a person stored)."""
-    return int(store.con.execute(COUNT_REVIEWS, [head]).fetchone()[0])
-
-
-def reviewed_documents(store: Store, head: str) -> list[tuple[int, str, str, str, bool]]:
-    """Every document with a human label for `head`: (doc id, external id, current text,
-    label, fresh), fresh false when the text changed since the person labelled it."""
-    return [tuple(r) for r in store.con.execute(SELECT_REVIEWED, [head]).fetchall()]

@@ -1,14 +1,22 @@
-"""The run log and what `bertindex status` counts: runs started, finished or interrupted;
-documents, chunks and vectors per collection; annotations per head."""
+"""The run log and what `bertindex status` counts: runs started, finished or interrupted
+(`Store.recorded_run`, the one way a job records itself); documents, chunks and vectors per
+collection; annotations per head."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import duckdb
 
 from indexer.store.documents import to_json
+
+log = logging.getLogger(__name__)
 
 INTERRUPT_RUNNING = "UPDATE runs SET status = 'interrupted' WHERE status = 'running'"
 START_RUN = "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, NULL, 'running', NULL)"
@@ -33,34 +41,82 @@ HAS_ANNOTATION_HEADS = ("SELECT count(*) FROM information_schema.columns "
 ANNOTATIONS_PER_HEAD = "SELECT head, count(*) FROM annotations GROUP BY head ORDER BY head"
 
 
+COMPLETED, FAILED = "completed", "failed"
+COMPLETED_WITH_FAILURES = "completed_with_failures"  # some batches failed, the run went on
+
+
+def new_run_id() -> str:
+    """A run id: 12 hex digits of a random UUID."""
+    return uuid.uuid4().hex[:12]
+
+
+def utc_now() -> datetime:
+    """Now in naive UTC, as the run log stores times."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as the one line a failed run records (500 characters at most)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:500]
+
+
+@dataclass
+class Run:
+    """One run being recorded (`Store.recorded_run`): what it will log when it ends."""
+
+    id: str
+    kind: str
+    started: datetime
+    status: str = COMPLETED
+    summary: dict = field(default_factory=dict)  # counts kept as JSON
+
+    def fail(self, error: str) -> None:
+        """End as `failed`, with `error` (one line) in the summary."""
+        self.status = FAILED
+        self.summary = {**self.summary, "error": error}
+
+
 class RunLog:
     """Store methods for the run log and the status counts (mixed into `Store`)."""
 
     con: duckdb.DuckDBPyConnection
 
-    def start_run(self, run_id: str, kind: str, started: datetime) -> None:
-        """Record a run as `running`. Runs still `running` from earlier were killed: this
-        process holds the only write connection, so no other run can be alive.
+    @contextlib.contextmanager
+    def recorded_run(self, kind: str, started: datetime | None = None) -> Iterator[Run]:
+        """Record a run in the run log: `running` now, then how it ended. The one way any job
+        (index, delete, annotate, dedup, report, review, reindex, doctor) logs itself.
+
+        The body fills `run.summary` (and may `run.fail(...)` or set another status); an
+        exception records `failed` with the summary so far and its one-line error, then
+        propagates. Runs still `running` from earlier were killed: this process holds the only
+        write connection, so no other run can be alive, and they are marked `interrupted`.
 
         Args:
-            run_id: the new run's id.
-            kind: `index`, `reindex`, `annotate`, ...
-            started: when it started (naive UTC).
+            kind: `index`, `delete`, `annotate`, `dedup`, `report`, `review`, `reindex`, `doctor`.
+            started: when the work began, where it began before the store could be opened
+                (default: now).
+        Yields:
+            The `Run`: its `id` goes into the rows the run writes (`rejected.run_id`, ...).
         """
+        run = Run(new_run_id(), kind, started or utc_now())
         self.con.execute(INTERRUPT_RUNNING)
-        self.con.execute(START_RUN, [run_id, kind, started])
+        self.con.execute(START_RUN, [run.id, run.kind, run.started])
+        try:
+            yield run
+        except BaseException as exc:
+            run.fail(one_line(exc))
+            try:
+                self._finish_run(run)
+            except Exception as inner:  # noqa: BLE001 - the run's own error is the one to raise
+                log.warning("could not record the end of run %s: %s", run.id, inner)
+            raise
+        self._finish_run(run)
 
-    def record_run(self, run_id: str, kind: str, started: datetime, status: str,
-                   summary: dict) -> None:
-        """Record how a run ended, finished now.
-
-        Args:
-            run_id, kind, started: as given to `start_run`.
-            status: `completed`, `failed`, ...
-            summary: counts kept as JSON.
-        """
-        finished = datetime.now(timezone.utc).replace(tzinfo=None)
-        self.con.execute(RECORD_RUN, [run_id, kind, started, finished, status, to_json(summary)])
+    def _finish_run(self, run: Run) -> None:
+        finished = utc_now()
+        self.con.execute(RECORD_RUN, [run.id, run.kind, run.started, finished, run.status,
+                                      to_json(run.summary)])
 
     def last_runs(self, limit: int = 5) -> list[dict]:
         """The latest runs, newest first.

@@ -25,12 +25,14 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
+from indexer.store.annotations import AnnotationTables
 from indexer.store.checks import Checks
 from indexer.store.dedup import DedupTables
 from indexer.store.documents import DocumentWrites
 from indexer.store.filters import Filters
 from indexer.store.lock import WriterLock
 from indexer.store.reads import DocumentReads
+from indexer.store.reviews import ReviewTables
 from indexer.store.runs import RunLog
 from indexer.store.schema import (
     SCHEMA_VERSION,
@@ -60,7 +62,7 @@ BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 
 
 class Store(DocumentWrites, SideTables, Vectors, DocumentReads, Filters, RunLog, Checks,
-            DedupTables, Trends):
+            DedupTables, Trends, AnnotationTables, ReviewTables):
     """A store directory: `store.duckdb` plus `index/` versions beside it.
 
     Args:

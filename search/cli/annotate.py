@@ -75,12 +75,3 @@ def annotate(paths, head_args, collection, out, inbox, config_path, store_path, 
     for r in summary.get("rejections", [])[:10]:
         click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
     sys.stdout.flush()
-
-
-def hit_annotations(store, hits) -> dict:
-    """{(collection, id): {"labels", "entities"}} of search hits (empty for an old store)."""
-    from indexer.store.annotations import annotations_by_document, has_annotations
-
-    if not has_annotations(store):
-        return {}
-    return annotations_by_document(store, [(h.collection, h.id) for h in hits])

@@ -11,15 +11,79 @@ import json
 import logging
 import os
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
 import click
+from pydantic import BaseModel
 
-from indexer.config import Config, load_config
+from indexer.config import Config, LongDocumentsConfig, ModelConfig, load_config
 from indexer.errors import BertindexError
 
 log = logging.getLogger("bertindex")
+
+
+def config_choices(model: type[BaseModel], field: str) -> list[str]:
+    """The values a `Literal` field of a config model allows, in its order: a CLI choice
+    derived from the config, so each enumeration is written once (in `indexer.config` or the
+    module it takes the `Literal` from).
+
+    Args:
+        model: a config model, e.g. `ModelConfig`.
+        field: one of its fields, e.g. `pooling`.
+    Returns:
+        The allowed strings (None, for an optional field, left out).
+    Raises:
+        TypeError: the field is not a `Literal` (or an optional one): nothing to choose from.
+    """
+    values: list[str] = []
+    pending = [model.model_fields[field].annotation]
+    while pending:
+        kind = pending.pop(0)
+        kind = getattr(kind, "__value__", kind)  # a `type X = Literal[...]` alias
+        if typing.get_origin(kind) is typing.Literal:
+            values.extend(v for v in typing.get_args(kind) if v not in values)
+        else:
+            pending.extend(typing.get_args(kind))  # a union: Literal[...] | None
+    if not values:
+        raise TypeError(f"{model.__name__}.{field} is not a Literal field; "
+                        "config_choices needs one (indexer/config.py)")
+    return values
+
+
+def config_default(model: type[BaseModel], field: str):
+    """The default of a config model's field, for a CLI option that defaults to the config.
+
+    Args:
+        model: a config model, e.g. `SourceConfig`.
+        field: one of its fields, e.g. `batch_size`.
+    Returns:
+        The field's default value.
+    Raises:
+        TypeError: the field is required (no default to show).
+    """
+    info = model.model_fields[field]
+    if info.is_required():
+        raise TypeError(f"{model.__name__}.{field} has no default (indexer/config.py)")
+    return info.get_default(call_default_factory=True)
+
+
+def config_range(model: type[BaseModel], field: str) -> click.IntRange:
+    """The bounds a config model's integer field declares (`ge`, `le`), as a Click range.
+
+    Args:
+        model: a config model, e.g. `ModelConfig`.
+        field: one of its integer fields, e.g. `max_length`.
+    Returns:
+        A `click.IntRange` with the field's bounds (None where it declares none).
+    """
+    bounds = {}
+    for rule in model.model_fields[field].metadata:
+        for key in ("ge", "le"):
+            if getattr(rule, key, None) is not None:
+                bounds[key] = getattr(rule, key)
+    return click.IntRange(bounds.get("ge"), bounds.get("le"))
 
 
 def config_options(func: Callable) -> Callable:
@@ -39,11 +103,12 @@ def config_options(func: Callable) -> Callable:
 def encode_options(func: Callable) -> Callable:
     """--max-length N and --long-documents chunk|truncate, for commands that encode."""
     func = click.option(
-        "--long-documents", type=click.Choice(["chunk", "truncate"]),
+        "--long-documents", type=click.Choice(config_choices(LongDocumentsConfig, "mode")),
         help="Texts longer than max length: overlapping windows (chunk) or cut (truncate).",
     )(func)
+    max_length = config_range(ModelConfig, "max_length")
     func = click.option(
-        "--max-length", type=click.IntRange(8, 512), help="Tokens per window (at most 512)."
+        "--max-length", type=max_length, help=f"Tokens per window (at most {max_length.max})."
     )(func)
     return func
 

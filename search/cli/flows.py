@@ -8,14 +8,23 @@ import sys
 
 import click
 
-from search.cli.common import build_config, config_options, handle_errors, json_option, print_json
+from indexer.config import ModelConfig, SourceConfig
+from search.cli.common import (
+    build_config,
+    config_choices,
+    config_default,
+    config_options,
+    handle_errors,
+    json_option,
+    print_json,
+)
 
 
 @click.command()
 @click.option("--id", "ids", multiple=True, required=True, metavar="ID",
               help="Document id to delete (repeatable).")
-@click.option("--collection", default="default", show_default=True,
-              help="Collection the ids belong to.")
+@click.option("--collection", default=config_default(SourceConfig, "collection"),
+              show_default=True, help="Collection the ids belong to.")
 @config_options
 @json_option
 @handle_errors
@@ -79,7 +88,7 @@ def status(config_path, store_path, as_json):
 
 @click.command()
 @click.option("--model", "model_name", help="Encoder for the new vectors (overrides model.name).")
-@click.option("--pooling", type=click.Choice(["mean", "cls", "pooler", "last4"]),
+@click.option("--pooling", type=click.Choice(config_choices(ModelConfig, "pooling")),
               help="Pooling for the new vectors (overrides model.pooling).")
 @click.option("--batch-size", default=2048, show_default=True, type=click.IntRange(1),
               help="Documents re-encoded and committed per batch.")

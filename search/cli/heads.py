@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import click
 
+from indexer.choices import Decode, HeadPooling
+from indexer.heads.data import FORMATS, SPLITS
 from indexer.heads.types.registry import HEAD_TYPE_NAMES, head_type
 from search.cli.common import (
     build_config,
@@ -22,7 +25,10 @@ from search.cli.common import (
     show_progress,
 )
 
-FORMAT_CHOICES = ["auto", "json", "jsonl", "parquet", "conll", "tweeteval"]
+# one list each, derived (`indexer.heads.data`, `indexer.choices`)
+FORMAT_CHOICES = list(FORMATS)
+POOLING_CHOICES = list(get_args(HeadPooling))
+DECODE_CHOICES = list(get_args(Decode))
 
 
 class AutoOrInt(click.ParamType):
@@ -94,7 +100,7 @@ def train_options(func: Callable) -> Callable:
                           "(8 for a few thousand examples, up to 32, 8 for ner); with a fixed "
                           "--epochs: 32, 8 for ner."),
         click.option("--seed", type=int, default=42, show_default=True, help="Random seed."),
-        click.option("--pooling", type=click.Choice(["auto", "cls", "mean"]), default="auto", show_default=True,
+        click.option("--pooling", type=click.Choice(POOLING_CHOICES), default="auto", show_default=True,
                      help="Classifier input: [CLS] -> pooler (what transformers' pipeline computes), or the "
                           "L2-normalised token mean (kept in config.json; bertindex's loaders apply it). "
                           "auto: mean with --head-only, else cls."),
@@ -195,11 +201,11 @@ for _task in HEAD_TYPE_NAMES:
 @click.command("head")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
 @data_options
-@click.option("--split", type=click.Choice(["train", "validation", "test"]), default="test",
+@click.option("--split", type=click.Choice(list(SPLITS)), default="test",
               show_default=True, help="Which split of the data to score.")
 @click.option("--batch-size", type=click.IntRange(1, 4096), default=64, show_default=True,
               help="Examples per forward pass.")
-@click.option("--decode", type=click.Choice(["bio", "argmax"]), default="bio", show_default=True,
+@click.option("--decode", type=click.Choice(DECODE_CHOICES), default=DECODE_CHOICES[0], show_default=True,
               help="NER: most probable valid BIO sequence, or each word's most probable tag.")
 @json_option
 @config_options

@@ -1,21 +1,24 @@
-"""`bertindex` command line: index, search and evaluate. Thin layer over `indexer` and `flows`.
+"""`bertindex` command line: the group, `index` and `search`; every other command group lives
+in its own module of `search.cli`, added here. Thin layer over `indexer` and `flows`.
 
 Exit codes: 0 success (no hits included), 1 runtime error, 2 usage error.
+`search --server URL` only asks a server (`search.client`): it loads no model, index or store.
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
 import textwrap
-from pathlib import Path
 
 import click
 
+from indexer.config import FieldsConfig, SearchConfig, SourceConfig
 from indexer.ingest.formats import format_names
-from search.cli.annotate import entity_callback, hit_annotations, label_callback
+from search.cli.annotate import entity_callback, label_callback
 from search.cli.common import (
     build_config,
+    config_choices,
+    config_default,
     config_options,
     encode_options,
     handle_errors,
@@ -24,6 +27,7 @@ from search.cli.common import (
     show_progress,
     where_callback,
 )
+from search.client import DEFAULT_URL, remote_search
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,18 +38,21 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--collection", default="default", show_default=True,
-              help="Collection name; document ids are unique within it.")
+@click.option("--collection", default=config_default(SourceConfig, "collection"),
+              show_default=True, help="Collection name; document ids are unique within it.")
 @click.option("--format", "fmt", type=click.Choice(format_names()),
-              default="auto", show_default=True, help="Input format (auto: by file name).")
+              default=config_default(SourceConfig, "format"), show_default=True,
+              help="Input format (auto: by file name).")
 @click.option("--id-field", help="Column holding the document id (default: id or _id).")
-@click.option("--text-field", default="text", show_default=True, help="Column holding the text.")
-@click.option("--title-field", default="title", show_default=True,
+@click.option("--text-field", default=config_default(FieldsConfig, "text"), show_default=True,
+              help="Column holding the text.")
+@click.option("--title-field", default=config_default(FieldsConfig, "title"), show_default=True,
               help="Column holding the title (encoded before the text).")
-@click.option("--batch-size", default=2048, show_default=True, type=click.IntRange(1),
+@click.option("--batch-size", default=config_default(SourceConfig, "batch_size"),
+              show_default=True, type=click.IntRange(1),
               help="Documents read and committed per batch.")
-@click.option("--on-missing", type=click.Choice(["keep", "delete"]), default="keep",
-              show_default=True,
+@click.option("--on-missing", type=click.Choice(config_choices(SourceConfig, "on_missing")),
+              default=config_default(SourceConfig, "on_missing"), show_default=True,
               help="Documents of the collection that the files no longer hold: keep or delete.")
 @click.option("--strict", is_flag=True,
               help="A batch with any rejected record stores none of its documents (only the "
@@ -122,8 +129,9 @@ def index_errors(summary: dict) -> list[str]:
 @click.option("--collection", help="Search one collection only.")
 @click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=where_callback,
               help="Metadata filter (repeatable; all must match), applied inside the search.")
-@click.option("--mode", type=click.Choice(["dense", "keyword", "hybrid"]),
-              help="Dense vectors, BM25 keywords, or both fused (default: search.mode, hybrid).")
+@click.option("--mode", type=click.Choice(config_choices(SearchConfig, "mode")),
+              help="Dense vectors, BM25 keywords, or both fused (default: search.mode, "
+                   f"{config_default(SearchConfig, 'mode')}).")
 @click.option("--label", "labels", multiple=True, metavar="HEAD=LABEL", callback=label_callback,
               help="Only documents labelled so (repeatable; all must match): a person's label "
                    "(`bertindex review import`) where there is one, else the model's "
@@ -137,7 +145,7 @@ def index_errors(summary: dict) -> list[str]:
               help="Collapse each near-duplicate group (`bertindex dedup`) to its best-ranked "
                    "member, shown with the group's size.")
 @click.option("--server", metavar="URL",
-              help="Ask a running `bertindex serve` (e.g. http://127.0.0.1:8765) instead of "
+              help=f"Ask a running `bertindex serve` (e.g. {DEFAULT_URL}) instead of "
                    "loading the model and index here.")
 @config_options
 @encode_options
@@ -153,8 +161,6 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, s
     annotations = {}
     sizes: dict = {}
     if server:
-        from search.server import remote_search
-
         hits = remote_search(server, query, k, collection, where, mode, labels=labels,
                              entities=entities)
     else:
@@ -171,7 +177,7 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, s
                 hits = searcher.search(query, k, collection, where, mode, labels=labels,
                                        entities=entities, human=human)
             if as_json:
-                annotations = hit_annotations(store, hits)
+                annotations = store.annotations_by_document([(h.collection, h.id) for h in hits])
     if as_json:
         for h in hits:
             print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
@@ -219,96 +225,11 @@ def _print_table(hits, sizes: dict | None = None) -> None:
                    f"{textwrap.shorten(line, 90, placeholder=' …')}")
 
 
-@main.group("eval")
-def eval_group() -> None:
-    """Evaluate on public benchmarks (BEIR retrieval, STS similarity, trained heads)."""
-
-
-@eval_group.command("beir")
-@click.argument("folder", type=click.Path(exists=True, file_okay=False))
-@click.option("--split", default="test", show_default=True, help="qrels split to score.")
-@click.option("--mode", "modes", multiple=True,
-              type=click.Choice(["dense", "keyword", "hybrid"]),
-              help="Search mode to score (repeatable; default: all three).")
-@config_options
-@encode_options
-@json_option
-@handle_errors
-def eval_beir(folder, split, modes, config_path, store_path, max_length, long_documents,
-              as_json):
-    """Index a BEIR data set into a temporary store and report nDCG@10, recall@100, MRR@10.
-
-    Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}.
-    """
-    from indexer.encode.encoder import load_encoder
-    from indexer.evaluation import load_beir_queries, retrieval_scores
-    from indexer.indexing.run import run_index
-    from indexer.store import Store
-    from search.query import Searcher
-
-    cfg = build_config(config_path, None, max_length, long_documents)
-    folder = Path(folder)
-    queries, qrels = load_beir_queries(folder, split)
-    with tempfile.TemporaryDirectory(prefix="bertindex-beir-") as tmp:
-        cfg = cfg.with_overrides(**{"store.path": store_path or tmp})
-        summary = run_index([str(folder)], cfg, collection=folder.name, fmt="beir",
-                            progress=show_progress())
-        encoder = load_encoder(cfg.model)
-        with Store(cfg.store.path, read_only=True) as store:
-            searcher = Searcher(cfg, store, encoder)
-            ids = list(queries)
-            texts = [queries[q] for q in ids]
-            vectors = encoder.encode_queries(texts)
-            per_mode = {}
-            for mode in modes or ("dense", "keyword", "hybrid"):
-                results = searcher.search_many(texts, 100, mode=mode, vectors=vectors)
-                run = {q: [h.id for h in hits] for q, hits in zip(ids, results)}
-                per_mode[mode] = retrieval_scores(run, {q: qrels[q] for q in ids})
-    scores = {"modes": per_mode, "queries": len(ids), "documents": summary["read"],
-              "chunks": summary["chunks"], "max_length": cfg.model.max_length,
-              "long_documents": cfg.long_documents.mode, "dtype": encoder.provenance.dtype,
-              "fusion": cfg.search.model_dump()}
-    if as_json:
-        print_json(scores)
-    else:
-        for mode, result in per_mode.items():
-            click.echo(f"{mode:>8}  " + "  ".join(f"{key} {value}" for key, value in result.items()))
-        for key, value in scores.items():
-            if key != "modes":
-                click.echo(f"{key:>15}  {value}")
-
-
-@eval_group.command("sts")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@config_options
-@encode_options
-@json_option
-@handle_errors
-def eval_sts(file, config_path, store_path, max_length, long_documents, as_json):
-    """Spearman correlation of cosine similarity with gold scores on an STS-B file."""
-    import numpy as np
-
-    from indexer.encode.encoder import load_encoder
-    from indexer.evaluation import load_sts, spearman
-
-    cfg = build_config(config_path, store_path, max_length, long_documents)
-    left, right, gold = load_sts(Path(file))
-    encoder = load_encoder(cfg.model)
-    a = encoder.encode_texts(left)
-    b = encoder.encode_texts(right)
-    if not cfg.model.normalize:
-        a = a / np.linalg.norm(a, axis=1, keepdims=True)
-        b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    result = {"spearman": round(spearman((a * b).sum(axis=1), gold), 5), "pairs": len(gold),
-              "dtype": encoder.provenance.dtype}
-    if as_json:
-        print_json(result)
-    else:
-        click.echo(f"spearman {result['spearman']:.4f} over {result['pairs']} pairs")
-
-
 def _register_optional_commands() -> None:
     """Commands that live in their own modules."""
+    from search.cli.evaluate import eval_group
+
+    main.add_command(eval_group)  # eval beir|sts, and eval head below
     from search.cli.serve import serve
 
     main.add_command(serve)

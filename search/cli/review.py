@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import get_args
 
 import click
 
+from indexer.choices import ReviewStrategy
 from search.cli.common import (
     build_config,
     config_options,
@@ -18,7 +20,7 @@ from search.cli.common import (
     where_callback,
 )
 
-STRATEGY_CHOICES = ["uncertain", "margin", "disagree", "random"]
+STRATEGY_CHOICES = list(get_args(ReviewStrategy))  # indexer.choices
 
 
 @click.group()

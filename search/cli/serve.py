@@ -1,16 +1,24 @@
 """`bertindex serve`: a long-lived HTTP server (JSON API and search page) that keeps the
 model and indexes loaded.
 
-Thin layer over `search.server`; binds 127.0.0.1 unless told otherwise.
+Thin layer over `search.workers` (processes) and `search.server` (the app); binds 127.0.0.1
+unless told otherwise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
 
+from search.body_limit import MAX_BODY_BYTES
 from search.cli.common import build_config, config_options, handle_errors
+from search.client import DEFAULT_PORT
+from search.workers import MAX_AUTO_WORKERS, ServeSettings
+from search.workers import serve as serve_processes
+
+DEFAULT_THREADS = {f.name: f.default for f in dataclasses.fields(ServeSettings)}["threads"]
 
 
 def _workers(ctx, param, value: str) -> int | str:
@@ -24,17 +32,17 @@ def _workers(ctx, param, value: str) -> int | str:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but localhost exposes the store to the network.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535),
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535),
               help="TCP port.")
-@click.option("--max-request-bytes", default=16_384, show_default=True,
+@click.option("--max-request-bytes", default=MAX_BODY_BYTES, show_default=True,
               type=click.IntRange(256), help="Larger request bodies are refused (413).")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--threads", default=DEFAULT_THREADS, show_default=True, type=click.IntRange(1),
               help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by "
                    "side.")
 @click.option("--workers", default="auto", show_default=True, callback=_workers,
               help="Server processes, each with its own copy of the model and indexes: a "
-                   "number, or auto (one per core, at most 4, while the copies fit in half "
-                   "the available memory).")
+                   f"number, or auto (one per core, at most {MAX_AUTO_WORKERS}, while the "
+                   "copies fit in half the available memory).")
 @config_options
 @handle_errors
 def serve(host, port, max_request_bytes, threads, workers, config_path, store_path):
@@ -44,15 +52,12 @@ def serve(host, port, max_request_bytes, threads, workers, config_path, store_pa
     Open http://HOST:PORT/ in a browser, or query it with
     `bertindex search QUERY --server http://HOST:PORT`.
     """
-    from search import server
-
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: binding {host}: anyone who can reach it can query this store",
                    err=True)
     if config_path is None and Path("config.yaml").is_file():
         config_path = "config.yaml"  # as every command reads it, then fixed for the workers
     cfg = build_config(config_path, store_path)
-    settings = server.ServeSettings(str(Path(config_path).resolve()) if config_path else None,
-                                    str(Path(cfg.store.path).resolve()), threads,
-                                    max_request_bytes)
-    server.serve(settings, host, port, workers, lambda line: click.echo(line, err=True))
+    settings = ServeSettings(str(Path(config_path).resolve()) if config_path else None,
+                             str(Path(cfg.store.path).resolve()), threads, max_request_bytes)
+    serve_processes(settings, host, port, workers, lambda line: click.echo(line, err=True))

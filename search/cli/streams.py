@@ -8,7 +8,15 @@ from pathlib import Path
 
 import click
 
-from search.cli.common import build_config, config_options, handle_errors, json_option, print_json
+from indexer.config import SourceConfig
+from search.cli.common import (
+    build_config,
+    config_default,
+    config_options,
+    handle_errors,
+    json_option,
+    print_json,
+)
 
 
 @click.command()
@@ -68,7 +76,8 @@ def report(collection, heads, by, time_field, since, until, html_file, config_pa
 
 
 @click.command()
-@click.option("--collection", default="default", show_default=True, help="Collection to group.")
+@click.option("--collection", default=config_default(SourceConfig, "collection"), show_default=True,
+              help="Collection to group.")
 @click.option("--threshold", type=float,
               help="Cosine of two stored vectors at and above which they may be copies, in "
                    "(0, 1] (default: dedup.threshold).")

@@ -81,7 +81,7 @@ NER_ITEMS = [
 
 @pytest.fixture
 def classifier_json(tmp_path) -> Path:
-    items = [{"text": t, "label": l} for t, l in CLASSIFIER_ITEMS]
+    items = [{"text": t, "label": y} for t, y in CLASSIFIER_ITEMS]
     doc = {"label_names": ["neg", "pos"], "train": items, "validation": items[::2], "test": items[1::2]}
     path = tmp_path / "sentiment.json"
     path.write_text(json.dumps(doc))

@@ -12,8 +12,6 @@ from indexer.indexing.run import run_index
 from indexer.records import Annotation, Label
 from indexer.review.loop import page_review
 from indexer.store import Store
-from indexer.store import reviews as db
-from indexer.store.annotations import write_annotations
 from search.cli.heads import train
 
 
@@ -26,9 +24,9 @@ def test_train_with_reviewed_documents(tiny_bert, classifier_json, tmp_path):
     with Store(config.store.path) as store:
         docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents "
                                  "ORDER BY doc_id").fetchall()
-        write_annotations(store, docs, [Annotation(labels=[Label("pos", 0.6, "clf")])] * 3,
+        store.write_annotations(docs, [Annotation(labels=[Label("pos", 0.6, "clf")])] * 3,
                           {"clf": "v1"})
-        db.record_heads(store, [("clf", "classifier", ["neg", "pos"], "x", "v1")])
+        store.record_heads([("clf", "classifier", ["neg", "pos"], "x", "v1")])
         page_review(store, "clf", docs[0][0], "pos")
         page_review(store, "clf", docs[1][0], "neg")
     items = len(json.loads(classifier_json.read_text())["train"])

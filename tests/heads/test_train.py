@@ -22,7 +22,7 @@ from indexer.heads.train import TrainSettings, train_head
 @pytest.fixture(scope="module")
 def classifier_run(tiny_bert, classifier_items, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cls")
-    items = [{"text": t, "label": l} for t, l in classifier_items]
+    items = [{"text": t, "label": y} for t, y in classifier_items]
     path = tmp / "c.json"
     path.write_text(json.dumps({"label_names": ["neg", "pos"], "train": items,
                                 "validation": items[::2], "test": items[1::2]}))

@@ -19,7 +19,6 @@ from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import check_store
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from indexer.store.annotations import write_annotations
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
 from search.query import Searcher
@@ -61,7 +60,7 @@ def store_config(tiny_model_dir, tmp_path_factory):
         base = store.data_version()
         d1 = store.con.execute("SELECT doc_id, text, content_hash FROM documents "
                                "WHERE external_id = 'd1'").fetchone()
-        write_annotations(store, [d1], [Annotation(
+        store.write_annotations([d1], [Annotation(
             labels=[Label("pos", 0.9, head="clf")],
             entities=[Entity("LOC", 8, 11, "mat", 0.8, head="ner")])], {"clf": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)

@@ -173,19 +173,21 @@ def test_serve_a_bad_store_fails_before_any_worker(tiny_config, tmp_path):
 
 def test_worker_count(tiny_config, small_corpus, monkeypatch):
     from indexer.store import Store
-    from search import server
+    from search import workers
     from search.query import Searcher
+    from search.server import create_app
 
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path, read_only=True) as store:
-        app = server.create_app(Searcher(tiny_config, store))
-        assert server.worker_count(3, app) == 3
+        app = create_app(Searcher(tiny_config, store))
+        assert workers.worker_count(3, app) == 3
         monkeypatch.setattr(os, "cpu_count", lambda: 8)
-        monkeypatch.setattr(server, "_available_memory", lambda: 64 << 30)
-        assert server.worker_count("auto", app) == server.MAX_AUTO_WORKERS
+        monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)
+        assert workers.worker_count("auto", app) == workers.MAX_AUTO_WORKERS
         # room for one copy beside what the machine has free: one process
-        monkeypatch.setattr(server, "_available_memory", lambda: server.WORKER_OVERHEAD_BYTES * 3)
-        assert server.worker_count("auto", app) == 1
+        monkeypatch.setattr(workers, "_available_memory",
+                            lambda: workers.WORKER_OVERHEAD_BYTES * 3)
+        assert workers.worker_count("auto", app) == 1
         monkeypatch.setattr(os, "cpu_count", lambda: 1)
-        monkeypatch.setattr(server, "_available_memory", lambda: 64 << 30)
-        assert server.worker_count("auto", app) == 1
+        monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)
+        assert workers.worker_count("auto", app) == 1

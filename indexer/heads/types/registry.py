@@ -1,7 +1,7 @@
 """The head types by name: the one place a new head type is registered (one line in `_TYPES`).
 
 Types are imported on first use, so that naming them (the CLI's `train` commands) does not
-load torch. Also finds the type of a saved head (config.json `architectures`) and of an example.
+load torch. Also finds the type of a saved head (config.json `architectures`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from indexer.errors import InputError, ModelError
 
 if TYPE_CHECKING:
-    from indexer.heads.types.base import Example, HeadType
+    from indexer.heads.types.base import HeadType
 
 _TYPES = {  # name -> "module:class"
     "classifier": "indexer.heads.types.classifier:SequenceClassifier",
@@ -49,9 +49,3 @@ def head_type_of(config) -> HeadType:
     )
 
 
-def head_type_for(example: Example) -> HeadType:
-    """The head type whose examples look like `example`."""
-    for kind in head_types():
-        if isinstance(example, kind.example_type):
-            return kind
-    raise TypeError(f"{type(example).__name__} is no head type's example")

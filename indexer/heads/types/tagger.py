@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 import torch
 
+from indexer.choices import Decode
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded
 from indexer.heads.labels import (
@@ -36,7 +38,7 @@ from indexer.heads.types.base import (
 )
 from indexer.records import Entity
 
-DECODES = ("bio", "argmax")
+DECODES = get_args(Decode)
 
 
 @dataclass(frozen=True)

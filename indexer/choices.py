@@ -1,0 +1,35 @@
+"""The enumerations written once as `Literal` types, for every layer and the CLI: pooling
+modes, dtypes and devices; a head's pooling, dtype and decoding; review strategies. Other
+modules derive their tuples with `typing.get_args`, and the CLI its choices.
+
+Holds names only; what a mode or dtype does lives with the code that runs it
+(`indexer.encode.pooling`, `indexer.encode.policy`). Imports nothing of bertindex.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# `model.pooling`: how token states become one vector (indexer.encode.pooling)
+PoolingMode = Literal["mean", "cls", "pooler", "last4"]
+
+# what an encoder runs in, and what a provenance record names (`Provenance.dtype`)
+Dtype = Literal["fp32", "bf16", "fp16", "int8"]
+
+# `model.dtype`: a dtype, or `auto` (indexer.encode.policy.choose_path decides)
+DtypeChoice = Literal["auto", Dtype]
+
+# `model.device`: `auto` is CUDA when torch sees it, else the CPU
+DeviceChoice = Literal["auto", "cpu", "cuda"]
+
+# `train --pooling`: what a sentence head pools (`auto`: the base model's own pooling)
+HeadPooling = Literal["auto", "cls", "mean"]
+
+# `train --dtype`: what a head trains in
+HeadDtype = Literal["fp32", "bf16"]
+
+# a tagger's decoding of word tags into spans (indexer.heads.types.tagger)
+Decode = Literal["bio", "argmax"]
+
+# `review export --strategy`: which documents a person labels first (indexer.review.strategies)
+ReviewStrategy = Literal["uncertain", "margin", "disagree", "random"]

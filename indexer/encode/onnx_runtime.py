@@ -1,0 +1,187 @@
+"""The ONNX query encoder at run time: `tokenizers` + onnxruntime + numpy pooling, no torch.
+
+Opens the export an index version names (`indexer.encode.onnx_export`), checks it against the
+version's record and the stored vectors, and encodes texts and queries. Does not export,
+and does not choose between it and the torch encoder (`indexer.encode.query_encoder`).
+Imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from indexer.config import ModelConfig, resolve_model_path
+from indexer.encode.onnx_files import ENCODERS_DIR, INFO_FILE, TOKENIZER_FILE, Unavailable
+from indexer.encode.onnx_int8 import int8_twin
+from indexer.encode.onnx_pooling import pool_output
+from indexer.errors import ModelError
+from indexer.provenance import EXPORT_KEYS, Provenance, file_sha256, weight_stats, weights_hash
+
+QUERY_BATCH = 64  # queries per onnxruntime call
+
+
+class OnnxEncoder:
+    """Encodes texts with an exported model: `tokenizers` + onnxruntime + numpy pooling.
+
+    Matches `Encoder.encode_texts` / `encode_queries` (fp32 torch) within float rounding; the
+    int8 twin (`int8=True` in `open`) only approximately (docs/guides/fast-queries.md).
+    """
+
+    def __init__(self, folder: Path, info: dict, config: ModelConfig, model_file: Path,
+                 provenance: Provenance, threads: int | None = None):
+        from tokenizers import Tokenizer
+
+        self.folder, self.info, self.config = folder, info, config
+        self.provenance = provenance
+        self.dim = provenance.dim
+        self.cls_id, self.sep_id, self.pad_id = info["cls_id"], info["sep_id"], info["pad_id"]
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.model_file = model_file
+        self.session = self._session(threads or min(4, os.cpu_count() or 1))
+        # the one-thread session, made when calls first overlap (the session itself when it
+        # has one thread: onnxruntime runs overlapping calls of one session side by side)
+        self._single = self.session if threads == 1 else None
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def _session(self, threads: int):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        # no spinning: the pool's threads sleep between operators (spinning took 4.1 ms off a
+        # 5.6 ms query alone, but burned 28 ms of CPU a served query against 17, and the
+        # sequential p50 did not improve: the client and the server's other threads share
+        # the same 2 cores; benchmarks/serve_latency.py, 2026-12-01)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        return ort.InferenceSession(str(self.model_file), options,
+                                    providers=["CPUExecutionProvider"])
+
+    @contextlib.contextmanager
+    def _pick_session(self):
+        """The session for this call: alone, the multi-thread one (5.6 ms a SciFact query on
+        2 cores against 6.9 ms on one thread); when calls overlap (a server under load), a
+        one-thread session, so parallel queries each keep a core instead of every query's
+        operators being split across a pool whose threads the other queries need."""
+        with self._lock:
+            self._running += 1
+            alone = self._running == 1
+            if not alone and self._single is None:
+                self._single = self._session(1)
+        try:
+            yield self.session if alone else self._single
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    @classmethod
+    def open(cls, store_dir: str | Path, record: dict | None, config: ModelConfig,
+             stored: Provenance | None, int8: bool = False) -> OnnxEncoder:
+        """The export an index version names, checked against it and the stored vectors.
+
+        Args:
+            store_dir: the store directory.
+            record: the index version's `query_encoder` record (`export_encoder`'s).
+            config: the `model` section (pooling, normalisation, prompts, max length).
+            stored: the stored vectors' provenance (None: not checked).
+            int8: run the export's int8 twin (`int8_twin`, made now if missing) on one thread
+                per call: a SciFact query took 3.1 ms on one thread, 3.5 ms on two, against
+                5.3 ms for fp32 on two (docs/benchmarks.md).
+        Returns:
+            The OnnxEncoder, with the provenance of the configured model and its dtype.
+        Raises:
+            Unavailable: no export, a file missing or changed, or an export of other weights.
+            ModelError: `model.max_length` exceeds the exported model's positions.
+        """
+        if not record:
+            raise Unavailable("the index version names no ONNX query encoder")
+        store_dir = Path(store_dir)
+        model_file = store_dir / str(record.get("path", ""))
+        folder = model_file.parent
+        if folder.parent.resolve() != (store_dir / ENCODERS_DIR).resolve():
+            raise Unavailable(f"the index version names {model_file}, outside "
+                              f"{store_dir / ENCODERS_DIR}")
+        try:
+            info = json.loads((folder / INFO_FILE).read_text())
+            st = model_file.stat()
+            if ([st.st_size, st.st_mtime_ns] != [record.get("size"), record.get("mtime_ns")]
+                    and file_sha256(model_file) != record.get("sha256")):
+                raise Unavailable(f"{model_file} differs from the sha256 its index version "
+                                  "records")
+            if file_sha256(folder / TOKENIZER_FILE) != record.get("tokenizer_sha256"):
+                raise Unavailable(f"{folder / TOKENIZER_FILE} differs from the sha256 its "
+                                  "index version records")
+        except (OSError, ValueError, KeyError) as exc:
+            raise Unavailable(f"{folder}: {type(exc).__name__}: {exc}") from None
+        exported = info["provenance"]
+        if stored is not None:
+            diffs = [f"{k}: {exported[k]!r} != {getattr(stored, k)!r}" for k in EXPORT_KEYS
+                     if exported[k] != getattr(stored, k)]
+            if diffs:
+                raise Unavailable(f"{model_file} was exported from another encoder than the "
+                                  f"stored vectors' (export != store: {'; '.join(diffs)})")
+        if config.max_length > info["max_positions"]:
+            raise ModelError(f"model.max_length {config.max_length} exceeds the model's "
+                             f"{info['max_positions']} positions")
+        provenance = Provenance(
+            model_name=exported["model_name"],
+            weights_hash=_configured_weights_hash(config, info),
+            pooling=config.pooling, normalize=config.normalize, max_length=config.max_length,
+            dim=exported["dim"],
+            dtype="int8" if int8 else "fp32", document_prompt=config.document_prompt,
+            query_prompt=config.query_prompt,
+        )
+        if int8:
+            model_file = int8_twin(model_file, record["sha256"])
+        try:
+            return cls(folder, info, config, model_file, provenance, 1 if int8 else None)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors: fall back
+            raise Unavailable(f"onnxruntime cannot load {model_file}: {str(exc)[:200]}") from None
+
+    # -- encoding ---------------------------------------------------------------------------
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """One vector per text, truncated to `max_length` tokens, as `Encoder.encode_texts`."""
+        room = self.config.max_length - 2
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        seqs = [[self.cls_id, *e.ids[:room], self.sep_id] for e in encodings]
+        out = np.zeros((len(seqs), self.dim), dtype=np.float32)
+        order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+        for start in range(0, len(order), QUERY_BATCH):
+            rows = order[start:start + QUERY_BATCH]
+            width = len(seqs[rows[0]])
+            ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                ids[r, :len(seqs[i])] = seqs[i]
+                mask[r, :len(seqs[i])] = 1
+            with self._pick_session() as session:
+                (states,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
+            out[rows] = pool_output(states, mask, self.info["output"], self.config.pooling,
+                                    self.config.normalize)
+        return out
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """`model.query_prompt` + query, encoded as `encode_texts`."""
+        prompt = self.config.query_prompt
+        return self.encode_texts([prompt + q for q in queries] if prompt else queries)
+
+
+def _configured_weights_hash(config: ModelConfig, info: dict) -> str:
+    """The configured model's weights hash: the export's when the configured directory is
+    the one it was exported from with the same weight files (size, mtime), else hashed now."""
+    model_dir = resolve_model_path(config.name)
+    recorded = info.get("weights") or {}
+    if (str(model_dir) == recorded.get("dir")
+            and weight_stats(model_dir) == recorded.get("files")):
+        return info["provenance"]["weights_hash"]
+    return weights_hash(model_dir)

@@ -1,0 +1,46 @@
+"""ASGI middleware that refuses a request body before it is read: 413 for a declared length
+over the limit, 411 for a POST, PUT or PATCH without a Content-Length. Does not count the
+bytes of a body it lets through (the declared length is what the server reads).
+"""
+
+from __future__ import annotations
+
+import json
+
+MAX_BODY_BYTES = 16_384  # a query of a few thousand characters plus filters fits easily
+BODY_METHODS = ("POST", "PUT", "PATCH")  # methods whose body must declare its length
+
+
+class BodyLimit:
+    """Wraps an ASGI app; answers over-limit and length-less bodies itself.
+
+    Args:
+        app: the ASGI application (the FastAPI app of `search.server`).
+        max_bytes: the largest Content-Length let through.
+    """
+
+    def __init__(self, app, max_bytes: int = MAX_BODY_BYTES):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def __getattr__(self, name):  # TestClient and uvicorn only need the ASGI call
+        return getattr(self.app, name)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        status = None
+        if length is None and scope["method"] in BODY_METHODS:
+            status, detail = 411, "send a Content-Length header"
+        elif length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            status, detail = 413, f"request body over {self.max_bytes} bytes"
+        if status is None:
+            return await self.app(scope, receive, send)
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,159 @@
+"""Server processes of `bertindex serve`: the settings each process opens its app with, how
+many processes fit (`worker_count`), and `serve`, which runs one process or N on one socket
+(uvicorn's supervisor). The app itself and its routes are `search.server`.
+
+Each process has its own copy of the model and indexes (`open_app`). One process's threads
+cannot use 2 cores fully: the Python between the native calls holds the GIL (a search
+in-process ran 1.72x faster on two threads than on one, 1.58x through HTTP); two processes do
+not share it. `worker_count("auto")` picks one per core while the copies fit in half the
+available memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from indexer.config import load_config
+from search.body_limit import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from search.query import Searcher
+
+SETTINGS_ENV = "BERTINDEX_SERVE_SETTINGS"  # how `serve` hands its settings to each process
+APP_FACTORY = "search.workers:app_from_environment"  # what uvicorn imports in each process
+MAX_AUTO_WORKERS = 4
+WORKER_OVERHEAD_BYTES = 300 << 20  # Python, onnxruntime, DuckDB, tantivy: measured ~250 MB
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeSettings:
+    """What each server process opens: `config_path` (None: defaults) with `store.path`
+    set to `store_path`, and the app's limits (`threads`: CPU threads one query may use;
+    `max_body_bytes`: larger request bodies are refused)."""
+
+    config_path: str | None
+    store_path: str
+    threads: int = 1
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def open_app(settings: ServeSettings):
+    """Load the configuration, open the store read-only, load the Searcher and return the
+    app (one per server process; the store stays open for the process's life).
+
+    Args:
+        settings: what to open and the app's limits.
+    Returns:
+        The ASGI app of `search.server.create_app`.
+    Raises:
+        BertindexError: the store, index or model cannot be opened (before any listening).
+    """
+    import faiss  # the model, FAISS and the store load here, not when the CLI starts
+
+    from indexer.store import Store
+    from search.query import Searcher
+    from search.server import create_app
+
+    faiss.omp_set_num_threads(settings.threads)
+    config = load_config(settings.config_path).with_overrides(
+        **{"store.path": settings.store_path})
+    store = Store(config.store.path, read_only=True)
+    try:
+        store.set_threads(settings.threads)
+        return create_app(Searcher(config, store), settings.max_body_bytes, settings.threads)
+    except BaseException:
+        store.close()
+        raise
+
+
+def app_from_environment():
+    """`open_app` with the settings `serve` left in SETTINGS_ENV: the factory each worker
+    process of a multi-process server imports (APP_FACTORY).
+
+    Returns:
+        The process's app.
+    """
+    return open_app(ServeSettings(**json.loads(os.environ[SETTINGS_ENV])))
+
+
+def worker_count(requested: int | str, app) -> int:
+    """Server processes for `--workers`: a number as given; `auto`, one per core (at most
+    MAX_AUTO_WORKERS) while that many copies of this app's indexes and model fit in half of
+    the available memory, else fewer, at least one.
+
+    Args:
+        requested: a number of processes, or `auto`.
+        app: an app from `open_app`, whose searcher's sizes are counted.
+    Returns:
+        The number of processes to run.
+    """
+    if requested != "auto":
+        return int(requested)
+    searcher = app.app.state.searcher
+    each = WORKER_OVERHEAD_BYTES + _loaded_bytes(searcher)
+    cores = os.cpu_count() or 1
+    fit = int(_available_memory() // 2 // each)
+    return max(1, min(cores, MAX_AUTO_WORKERS, fit))
+
+
+def _loaded_bytes(searcher: Searcher) -> int:
+    """What one process keeps in memory for `searcher`: the vector index file(s) and the
+    query model file."""
+    from indexer.versions import version_dir
+
+    total = 0
+    index = searcher.index
+    if index is not None:
+        folder = (version_dir(searcher.store.path, index.version) if index.version
+                  else searcher.store.path)
+        total += sum(f.stat().st_size for f in folder.glob("*.faiss"))
+    model_file = getattr(searcher.encoder, "model_file", None)
+    if model_file is not None:
+        total += model_file.stat().st_size
+    return total
+
+
+def _available_memory() -> int:
+    """MemAvailable from /proc/meminfo; elsewhere, physical memory."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in open("/proc/meminfo"):  # noqa: SIM115 - a short read
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
+          announce: Callable[[str], None] = lambda message: None) -> None:
+    """Serve until stopped: one process, or `workers` processes on one socket.
+
+    The settings are checked in this process first (store, index, model), so a bad store
+    fails here with its message instead of in every worker.
+
+    Args:
+        settings: what each process opens.
+        host: the address to bind.
+        port: the TCP port.
+        workers: a number of processes, or `auto` (`worker_count`).
+        announce: called with one line once the app is loaded, before listening.
+    Raises:
+        BertindexError: the store, index or model cannot be opened.
+    """
+    import uvicorn
+
+    app = open_app(settings)
+    count = worker_count(workers, app)
+    announce(f"serving {settings.store_path} on http://{host}:{port}"
+             + (f" ({count} processes)" if count > 1 else ""))
+    if count == 1:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        return
+    app.app.state.searcher.store.close()
+    del app
+    os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
+    uvicorn.run(APP_FACTORY, factory=True, workers=count, host=host, port=port,
+                log_level="warning", access_log=False)
