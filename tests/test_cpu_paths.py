@@ -42,6 +42,10 @@ def test_each_path_holds_the_embedding_gate(fp32_and_texts, dtype, floor):
     _, texts, reference = fp32_and_texts
     if dtype == "bf16" and not machine.has_bf16():
         pytest.skip("no native bf16 here: bf16 is not a path `auto` takes on this CPU")
+    if dtype == "int8" and not machine.has_vnni():
+        # int8 matmuls without VNNI run about 30x slower than fp32 (AVX2-only EPYC: 65 s for
+        # these 24 abstracts): the same gate on the first 6
+        texts, reference = texts[:6], reference[:6]
     vectors = Encoder(ModelConfig(dtype=dtype, device="cpu", max_length=256)).encode_texts(texts)
     assert (vectors * reference).sum(axis=1).min() >= floor
 
