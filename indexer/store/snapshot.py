@@ -1,5 +1,5 @@
 """Published snapshots: the checkpointed, read-only copy of `store.duckdb` beside each index
-version. Opens, writes and inspects them; choosing which version is current is `index.versions`."""
+version. Opens, writes and inspects them; choosing which version is current is `indexer.versions`."""
 
 from __future__ import annotations
 
