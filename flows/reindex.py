@@ -16,7 +16,8 @@ from indexer.encode.encoder import load_encoder
 from indexer.index.keyword import sync_keyword_index
 from indexer.ops.reindex import reindex_store
 from indexer.progress import ProgressArg
-from indexer.store import Store, utc_now
+from indexer.store import Store
+from indexer.timeutil import utc_now
 
 
 @task(cache_policy=NONE, retries=1, retry_delay_seconds=5)

@@ -1,4 +1,4 @@
-"""ISO 8601 times as the store keeps them: naive UTC."""
+"""Times as the store keeps them: naive UTC (`utc_now`), read from ISO 8601 (`parse_utc`)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,8 @@ def parse_utc(value: str) -> datetime:
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(timezone.utc).replace(tzinfo=None)
     return parsed
+
+
+def utc_now() -> datetime:
+    """Now in naive UTC, as the store keeps times."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 SETTINGS_ENV = "BERTINDEX_SERVE_SETTINGS"  # how `serve` hands its settings to each process
 APP_FACTORY = "search.workers:app_from_environment"  # what uvicorn imports in each process
 MAX_AUTO_WORKERS = 4
+DEFAULT_THREADS = 1  # CPU threads one query may use (`serve --threads`)
 WORKER_OVERHEAD_BYTES = 300 << 20  # Python, onnxruntime, DuckDB, tantivy: measured ~250 MB
 
 
@@ -38,7 +39,7 @@ class ServeSettings:
 
     config_path: str | None
     store_path: str
-    threads: int = 1
+    threads: int = DEFAULT_THREADS
     max_body_bytes: int = MAX_BODY_BYTES
 
 

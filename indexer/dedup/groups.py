@@ -17,7 +17,6 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
 from indexer.provenance import QUERY_KEYS
 from indexer.store import Store
+from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
         raise StoreError(f"no store at {path}; index something first with "
                          f"`bertindex index PATH --store {path}`")
     started = time.perf_counter()
-    begun = datetime.now(timezone.utc).replace(tzinfo=None)
+    begun = utc_now()
     with Store(path) as store:
         n_vectors = store.collection_vector_count(collection)
         if n_vectors == 0:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from indexer.config import ModelConfig, resolve_model_path
-from indexer.encode.policy import TORCH_DTYPES, choose_device, choose_path, default_streams
+from indexer.encode.policy import choose_device, choose_path, default_streams, load_dtype
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
 from indexer.errors import ModelError
@@ -95,7 +95,7 @@ class Encoder:
         self.model_dir = resolve_model_path(config.name)
         self.device = choose_device(config.device)
         self.path = choose_path(config.dtype, self.device, self.model_dir)
-        self.dtype = torch.float32 if self.path.dtype == "int8" else TORCH_DTYPES[self.path.dtype]
+        self.dtype = load_dtype(self.path.dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, use_fast=True)
             self.model = AutoModel.from_pretrained(

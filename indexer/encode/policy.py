@@ -137,7 +137,11 @@ def describe_path(config: ModelConfig) -> dict:
 def choose_dtype(dtype: DtypeChoice | str, device: torch.device) -> torch.dtype:
     """The torch dtype the model is loaded in: `auto` as `choose_path` without int8; int8 is
     loaded in fp32 and quantised afterwards."""
-    name = choose_path(dtype, device).dtype
+    return load_dtype(choose_path(dtype, device).dtype)
+
+
+def load_dtype(name: Dtype) -> torch.dtype:
+    """The torch dtype a model runs `name` in: int8 is loaded in fp32 and quantised after."""
     return torch.float32 if name == "int8" else TORCH_DTYPES[name]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import json
 
-from indexer.store.trends import UNKNOWN
+from indexer.store import UNKNOWN
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

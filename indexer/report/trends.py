@@ -7,14 +7,13 @@ near-duplicate waves; score histograms per head and label. Documents without a r
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from indexer.config import Config
 from indexer.errors import InputError
-from indexer.store import Store
-from indexer.store.trends import TIME_UNITS, UNKNOWN
-from indexer.timeutil import parse_utc
+from indexer.store import TIME_UNITS, UNKNOWN, Store
+from indexer.timeutil import parse_utc, utc_now
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:
@@ -115,7 +114,7 @@ def build_report(store: Store, config: Config, collection: str | None = None,
         histograms.setdefault(head, {}).setdefault(label, [0] * bins)[bin_] = count
     return {"collection": collection, "by": by, "time_field": time_field if timed else None,
             "since": since, "until": until,
-            "generated_at": datetime.now(timezone.utc).replace(tzinfo=None).isoformat(
+            "generated_at": utc_now().isoformat(
                 timespec="seconds"),
             "documents": sum(counts.values()), "buckets": list(buckets.values()),
             "histograms": histograms, "bins": bins}

@@ -12,7 +12,7 @@ import getpass
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from indexer.errors import InputError
 from indexer.review import strategies as st
 from indexer.review.files import RawRow
 from indexer.store import NewReview, Store
-from indexer.timeutil import parse_utc
+from indexer.timeutil import parse_utc, utc_now
 
 REVIEWER_ENV = "BERTINDEX_REVIEWER"  # who labelled, when the file does not say
 REJECTIONS_SHOWN = 1000  # rejected rows kept in an import summary
@@ -191,7 +191,7 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
         raise InputError(f"head '{head}' is a {info.task} head; review import takes classifier "
                          "labels (entity spans are not supported yet)")
     summary = ImportSummary(file=source, head=head)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     who = reviewer or default_reviewer()
     checked: list[_Checked] = []
     for raw in rows:
@@ -283,6 +283,6 @@ def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str 
     digest = store.content_hash_of(doc_id)
     if digest is None:
         raise InputError(f"document {doc_id} is no longer in the store (deleted since)")
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     review = NewReview(doc_id, label, reviewer or default_reviewer(), now, digest, "page")
     return store.append_reviews(head, [review])[0]

@@ -1,12 +1,14 @@
 """Store: the DuckDB file and the only code that speaks SQL.
 
 Public API (import these from `indexer.store`): `Store` (the facade: open, transactions,
-documents, vectors, filters, runs, checks), its row types `Hit`, `ChunkRows`, `StoredDoc`,
-`DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`, `IntegrityCounts`,
-`SnapshotFacts`, `Run` (what `Store.recorded_run` yields), the review rows `HeadInfo`, `Candidates`, `NewReview`; `WriterLock`;
-`content_hash`; `read_snapshot_facts`; `utc_now` (naive UTC, as stored); `new_run_id`; the constants `DB_NAME`, `SCHEMA_VERSION` (the
-provenance keys live in `indexer.provenance`). Nothing outside this package imports its
-modules or touches `Store.con`.
+documents, vectors, filters, runs, checks, annotations, reviews), its row types `Hit`,
+`ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`,
+`IntegrityCounts`, `SnapshotFacts`, `Run` (what `Store.recorded_run` yields), the review rows
+`HeadInfo`, `Candidates`, `NewReview`; `WriterLock`; `content_hash`; `read_snapshot_facts`;
+`new_run_id`; the constants `DB_NAME`, `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the
+report's `TIME_UNITS` and `UNKNOWN` bucket (the provenance keys live in `indexer.provenance`).
+No module of the library, the flows or the surface imports this package's modules or touches
+`Store.con` (tests may, to check them).
 
 Modules, one concept each: `store` (the facade, connection, transactions, data version),
 `lock` (writer lock), `schema` (DDL and migrations), `snapshot` (published read-only copies),
@@ -33,14 +35,15 @@ from indexer.store.rows import (
     SnapshotFacts,
     StoredDoc,
 )
-from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id, utc_now
+from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.snapshot import read_snapshot_facts
 from indexer.store.store import DB_NAME, Store
+from indexer.store.trends import TIME_UNITS, UNKNOWN
 
 __all__ = [
-    "COMPLETED_WITH_FAILURES", "DB_NAME", "SCHEMA_VERSION", "Candidates", "ChunkLayout",
+    "COMPLETED_WITH_FAILURES", "DB_NAME", "SCHEMA_VERSION", "TIME_UNITS", "UNKNOWN", "Candidates", "ChunkLayout",
     "ChunkRows", "DocDigest", "DocRef", "DocText", "HashDiff", "HeadInfo", "Hit",
     "IntegrityCounts", "NewReview", "Run", "SnapshotFacts", "Store", "StoredDoc", "WriterLock",
-    "content_hash", "new_run_id", "read_snapshot_facts", "utc_now",
+    "content_hash", "new_run_id", "read_snapshot_facts",
 ]

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
 
 import duckdb
 import pyarrow as pa
 
 from indexer.records import RESULT_TYPES, Annotation, Entity, Label
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+from indexer.timeutil import utc_now
 
 
 class AnnotationTables:
@@ -80,7 +76,7 @@ class AnnotationTables:
             docs: (doc id, text, content hash), parallel to `annotations`.
             versions: head name -> version of every head that ran.
         """
-        now = _now()
+        now = utc_now()
         doc_ids = [d for d, _, _ in docs]
         heads = list(versions)
         rows: dict[type, list[dict]] = {rt: [] for rt in RESULT_TYPES}
@@ -162,13 +158,13 @@ class AnnotationTables:
         """Record a file as 'started' (committed before any of its work begins)."""
         self.con.execute(
             "INSERT OR REPLACE INTO inbox_ledger VALUES (?, ?, NULL, 'started', ?, ?, NULL, NULL)",
-            [content_hash, path, run_id, _now()])
+            [content_hash, path, run_id, utc_now()])
 
     def ledger_done(self, content_hash: str, rows: int, summary: dict) -> None:
         self.con.execute(
             "UPDATE inbox_ledger SET status = 'done', rows = ?, finished_at = ?, summary = ? "
             "WHERE content_hash = ?",
-            [rows, _now(), json.dumps(summary, default=str), content_hash])
+            [rows, utc_now(), json.dumps(summary, default=str), content_hash])
 
     def ledger_entries(self) -> list[dict]:
         rows = self.con.execute(

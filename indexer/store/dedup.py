@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.store.timefield import DOC_TIMES, SET_UTC, json_path
+from indexer.timeutil import utc_now
 
 # first chunk (ordinal 0) of each document of a collection: the document's vector. Content
 # hashes are compared as 64-bit hash() values, so the joins hold integers, not strings (the
@@ -71,8 +72,6 @@ SELECT_GROUP_SIZES = ("SELECT group_id, count(*) FROM dedup_members WHERE group_
                       "GROUP BY group_id")
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def _as_matrix(embeddings) -> np.ndarray:
@@ -224,7 +223,7 @@ class DedupTables:
             full: the run re-grouped the whole collection (its earlier rows go).
             state: threshold, min_jaccard, min_size, neighbours and a `summary` dict.
         """
-        now = _now()
+        now = utc_now()
         ids = np.asarray(doc_ids, dtype=np.int64)
         members = pa.table({"doc_id": pa.array(ids, pa.int64()),
                             "group_id": pa.array(np.asarray(group_ids, dtype=np.int64),

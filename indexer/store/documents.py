@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 
 import duckdb
 import numpy as np
@@ -16,6 +16,7 @@ import pyarrow as pa
 from indexer.faults import crash_point
 from indexer.ingest.readers import Record, Rejected
 from indexer.store.rows import ChunkRows, StoredDoc
+from indexer.timeutil import utc_now
 
 SEQUENCES = ("doc_ids", "chunk_ids")
 SELECT_EXISTING = ("SELECT external_id, doc_id, content_hash, metadata FROM documents "
@@ -61,8 +62,6 @@ def to_json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 class DocumentWrites:
@@ -123,7 +122,7 @@ class DocumentWrites:
         Returns:
             (chunk ids added, chunk ids removed) for the vector index.
         """
-        now = _now()
+        now = utc_now()
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
         con = self.con
         with self.transaction():

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from indexer.timeutil import utc_now
 
 RECORD_HEAD = "INSERT OR REPLACE INTO review_heads VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_HEAD = "SELECT task, label_names, path, head_version FROM review_heads WHERE head = ?"
@@ -54,8 +56,6 @@ REVIEW_SCHEMA = pa.schema([
     ("content_hash", pa.string()), ("source", pa.string())])
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class ReviewTables:
         """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
         if not self.has_reviews():
             return
-        now = _now()
+        now = utc_now()
         for name, task, names, path, version in heads:
             self.con.execute(RECORD_HEAD, [name, task, json.dumps(list(names)), path, version, now])
 

@@ -10,11 +10,12 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import duckdb
 
 from indexer.store.documents import to_json
+from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,6 @@ COMPLETED_WITH_FAILURES = "completed_with_failures"  # some batches failed, the 
 def new_run_id() -> str:
     """A run id: 12 hex digits of a random UUID."""
     return uuid.uuid4().hex[:12]
-
-
-def utc_now() -> datetime:
-    """Now in naive UTC, as the run log stores times."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def one_line(exc: BaseException) -> str:

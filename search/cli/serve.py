@@ -7,7 +7,6 @@ unless told otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
@@ -15,10 +14,8 @@ import click
 from search.body_limit import MAX_BODY_BYTES
 from search.cli.common import build_config, config_options, handle_errors
 from search.client import DEFAULT_PORT
-from search.workers import MAX_AUTO_WORKERS, ServeSettings
+from search.workers import DEFAULT_THREADS, MAX_AUTO_WORKERS, ServeSettings
 from search.workers import serve as serve_processes
-
-DEFAULT_THREADS = {f.name: f.default for f in dataclasses.fields(ServeSettings)}["threads"]
 
 
 def _workers(ctx, param, value: str) -> int | str:
