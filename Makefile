@@ -39,6 +39,15 @@ bench: $(STAMP)
 	$(PY) benchmarks/encode_throughput.py
 	$(PY) benchmarks/index_end_to_end.py
 
+# everything the GPU run (benchmarks/gpu_check.py) reads, in the git-ignored gpu-pack/ (at most
+# 64 MiB, size printed): the head is trained once, the CPU reference vectors are cached
+.PHONY: gpu-pack
+GPU_HEAD := .bench/gpu-head-offensive
+gpu-pack: $(STAMP)
+	test -f $(GPU_HEAD)/model.safetensors || $(VENV)/bin/bertindex train classifier \
+	  --data ../shared/data/tweeteval/offensive --out $(GPU_HEAD) --head-only --pooling cls
+	$(PY) benchmarks/gpu_pack.py --out gpu-pack --head $(GPU_HEAD)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check indexer flows search tests benchmarks docs
 

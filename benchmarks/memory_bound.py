@@ -82,7 +82,7 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
         started = time.perf_counter()
         out = sync_vector_index(store, config, added, removed, base_version)
         phases["peak_after_faiss_mb"] = _maxrss_mb()
-        out["keyword"] = sync_keyword_index(store)
+        out["keyword"] = sync_keyword_index(store, config.keyword.language)
         phases["index_write_s"] = round(time.perf_counter() - started, 1)
         return out
 

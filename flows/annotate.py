@@ -7,11 +7,14 @@ file in a folder through index → annotate, recorded in the `inbox_ledger` tabl
 committed before the work and 'done' after it, so a file is processed once, and a run killed
 part way redoes its 'started' files (indexing and annotating are idempotent). When the heads'
 backbone is the index's encoder, one pass per batch gives both the vectors and the labels
-(`SharedPass`).
+(`SharedPass`). With `runner: dask` the heads (store and inbox modes) and the inbox's encoding
+run on the cluster's workers (`flows.cluster`) and this process stays the only writer; file
+mode (`--out`) runs here.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -23,6 +26,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
+from flows.cluster import annotate_pass, maybe_cluster, run_index_on_cluster
 from flows.streams import keep_dedup_current, write_report
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.files import annotate_files
@@ -44,10 +48,7 @@ log = logging.getLogger(__name__)
 
 def build_annotator(head_args: list[str], config: Config) -> Annotator:
     """Heads plus the encoder settings of the configuration (dtype, device, windows, budget)."""
-    m = config.model
-    return Annotator(load_heads(head_args), dtype=m.dtype, device=m.device,
-                     max_length=m.max_length, stride=config.long_documents.stride,
-                     batch_tokens=m.batch_tokens)
+    return Annotator.for_config(load_heads(head_args), config)
 
 
 @task(cache_policy=NONE)
@@ -57,9 +58,10 @@ def load_annotator(head_args: list[str], config: Config) -> Annotator:
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
 def annotate_in_store(annotator: Annotator, config: Config, collection: str | None,
-                      progress: ProgressArg) -> dict:
-    """Annotate what is missing, then publish a snapshot with the new labels."""
-    return annotate_and_publish(annotator, config, collection, progress)
+                      progress: ProgressArg, on_cluster: Callable | None = None) -> dict:
+    """Annotate what is missing, then publish a snapshot with the new labels (`on_cluster`:
+    the pass on the cluster's workers, `flows.cluster.annotate_pass`)."""
+    return annotate_and_publish(annotator, config, collection, progress, annotate=on_cluster)
 
 
 @task(cache_policy=NONE)
@@ -102,7 +104,9 @@ class SharedPass:
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
 def index_file(path: str, config: Config, collection: str, progress: ProgressArg,
-               shared: SharedPass | None = None) -> dict:
+               shared: SharedPass | None = None, client=None) -> dict:
+    if client is not None:  # runner: dask
+        return run_index_on_cluster(client, [path], config, collection, progress=progress)
     steps = shared.index_steps() if shared is not None else None
     return run_index([path], config, collection, progress=progress, steps=steps)
 
@@ -117,6 +121,17 @@ class Steps:
     index_file: Callable = index_file.fn
 
 
+def flow_steps(head_args: list[str], config: Config, client=None) -> Steps:
+    """The flow's steps as Prefect tasks; with a cluster `client` (`runner: dask`) the
+    inbox's encoding and the store pass's heads run on its workers."""
+    if client is None:
+        return Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
+    return Steps(load_annotator,
+                 functools.partial(annotate_in_store,
+                                   on_cluster=annotate_pass(client, head_args, config)),
+                 annotate_to_file, functools.partial(index_file, client=client))
+
+
 # `bertindex annotate` runs `annotate_flow`; a `schedules.annotate` entry of config.yaml runs
 # `annotate_scheduled` (`bertindex flows serve`), which re-reads the config file each run.
 @flow(name="annotate", log_prints=False)
@@ -124,9 +139,9 @@ def annotate_flow(head_args: list[str], config: Config, collection: str | None =
              paths: list[str] | None = None, out: str | None = None, inbox: str | None = None,
              progress: ProgressArg = False) -> dict:
     """Run heads over the store, files (`paths` + `out`) or an inbox folder; see the module."""
-    steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
-    summary = run_annotate(head_args, config, collection, paths, out, inbox, progress,
-                           steps=steps)
+    with maybe_cluster(config) as client:
+        summary = run_annotate(head_args, config, collection, paths, out, inbox, progress,
+                               steps=flow_steps(head_args, config, client))
     return summary | after_annotate(config, stored=not paths)
 
 
@@ -138,8 +153,9 @@ def annotate_scheduled(config_path: str | None, store_path: str, heads: list[str
     from indexer.config import load_config
 
     config = load_config(config_path).with_overrides(**{"store.path": store_path})
-    steps = Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
-    summary = run_annotate(heads, config, collection, inbox=inbox, steps=steps)
+    with maybe_cluster(config) as client:
+        summary = run_annotate(heads, config, collection, inbox=inbox,
+                               steps=flow_steps(heads, config, client))
     return summary | after_annotate(config, stored=True)
 
 
@@ -245,6 +261,8 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
                 continue
             store.ledger_start(digest, str(path), run_id)  # committed before the work
         crash_point("inbox.after_start")
+        if config.runner == "dask" and separate is None:  # the workers encode, not this process
+            separate = "runner: dask: the workers index the file, then run the heads"
         if shared is None and separate is None:  # decided once, at the first file to index
             from indexer.encode.encoder import load_encoder  # the index's own (cached) encoder
 

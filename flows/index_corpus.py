@@ -1,18 +1,22 @@
 """Prefect flow `index_corpus`: read -> encode -> write -> index, as the library's
 `indexer.indexing.run.run_index` with each step a Prefect task.
 
-Encoding is a pure task (no retries): with `runner: dask` it runs on Dask workers, a few
-batches ahead of the writer, while this process alone writes to the store. The tasks that
-touch I/O (commit a batch, delete missing documents, publish the indexes) retry; a batch
-that still fails is reported in the summary and the others go on.
+Encoding is a pure task (no retries): with `runner: dask` each batch's texts go to the Dask
+workers as partitions (`flows.cluster`), a few batches ahead of the writer, while this process
+alone writes to the store. The tasks that touch I/O (commit a batch, delete missing
+documents, publish the indexes) retry; a batch that still fails is reported in the summary
+and the others go on.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
+from flows.cluster import cluster_client, run_index_on_cluster
 from flows.streams import keep_dedup_current
 from indexer.config import Config, SourceConfig
 from indexer.errors import ConfigError
@@ -48,8 +52,9 @@ def delete_missing_task(store: Store, collection: str, seen: set[str]
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def write_index(store: Store, config: Config, added, removed, base_version=None) -> dict:
-    return publish_indexes(store, config, added, removed, base_version)
+def write_index(store: Store, config: Config, added, removed, base_version=None,
+                build=None) -> dict:
+    return publish_indexes(store, config, added, removed, base_version, build)
 
 
 @flow(name="index_corpus", log_prints=False)
@@ -66,32 +71,29 @@ def index_corpus(
 ) -> dict:
     """Index corpus files into the configured store and return the run summary
     (`indexer.indexing.run.run_index` has the arguments); `runner: dask` encodes on the
-    Dask cluster."""
-    distributed = config.runner == "dask"
-    steps = Steps(load=load_model_task,
-                  encode=encode_batch.submit if distributed else encode_batch,
-                  commit=commit, delete_missing=delete_missing_task, write=write_index,
-                  submit=distributed, in_flight=config.dask.in_flight if distributed else 0)
-    summary = run_index(paths, config, collection, fmt, fields, batch_size, progress,
-                        on_missing=on_missing, strict=strict, steps=steps)
+    Dask cluster and adds `cluster` (work per worker, bytes per document)."""
+    steps = Steps(load=load_model_task, encode=encode_batch, commit=commit,
+                  delete_missing=delete_missing_task, write=write_index)
+    if config.runner == "dask":
+        with cluster_client(config) as client:
+            summary = run_index_on_cluster(client, paths, config, collection, fmt, fields,
+                                           batch_size, progress, on_missing=on_missing,
+                                           strict=strict, io=steps)
+    else:
+        summary = run_index(paths, config, collection, fmt, fields, batch_size, progress,
+                            on_missing=on_missing, strict=strict, steps=steps)
     summary["dedup"] = keep_dedup_current(config)
     return summary
 
 
 def flow_for(config: Config):
-    """`index_corpus` with the task runner `config.runner` asks for."""
-    if config.runner == "local":
-        return index_corpus
-    try:
-        from prefect_dask import DaskTaskRunner
-    except ImportError:
+    """`index_corpus`, after checking that `runner: dask` can reach Dask: the flow itself
+    sends partitions to the cluster (`flows.cluster.cluster_client`, with `dask.security`),
+    so no Prefect task runner and no Prefect on the workers."""
+    if config.runner == "dask" and importlib.util.find_spec("distributed") is None:
         raise ConfigError("runner: dask needs the distributed extra: "
-                          "pip install 'bertindex[distributed]'") from None
-    if config.dask.address:
-        runner = DaskTaskRunner(address=config.dask.address)
-    else:
-        runner = DaskTaskRunner(cluster_kwargs={"processes": True})
-    return index_corpus.with_options(task_runner=runner)
+                          "pip install 'bertindex[distributed]'")
+    return index_corpus
 
 
 def index_source(config: Config, source: SourceConfig, progress: ProgressArg = False) -> dict:

@@ -42,6 +42,6 @@ def run_reindex(config: Config, batch_size: int = 2048, progress: ProgressArg = 
     # recorded once the store holds the new generation (the switch replaced its file)
     with Store(Path(config.store.path)) as store, \
             store.recorded_run("reindex", started=started) as run:
-        summary["keyword"] = sync_keyword_index(store)  # doc ids kept: the keyword index holds
+        summary["keyword"] = sync_keyword_index(store, config.keyword.language)  # doc ids kept: the keyword index holds
         run.summary = summary
     return summary

@@ -33,3 +33,17 @@ Decode = Literal["bio", "argmax"]
 
 # `review export --strategy`: which documents a person labels first (indexer.review.strategies)
 ReviewStrategy = Literal["uncertain", "margin", "disagree", "random"]
+
+# `token create --scope`: what a token may do on `bertindex serve`, weakest first; each scope
+# includes those before it (indexer.store.tokens, search.access)
+TokenScope = Literal["read", "review", "admin"]
+
+# how a tagger cuts raw text into its training words (indexer.heads.segment)
+Segmentation = Literal["whitespace", "tokenizer"]
+
+# `keyword.language`: the BM25 analyzer's stemmer (indexer.index.keyword); `none`: no stemming
+KeywordLanguage = Literal["english", "italian", "german", "french", "spanish", "portuguese",
+                          "dutch", "none"]
+
+# `eval head --input`: a tagger's split as its pre-split words, or joined by spaces as raw text
+EvalInput = Literal["words", "raw-text"]

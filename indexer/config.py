@@ -13,7 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from indexer.choices import DeviceChoice, DtypeChoice, PoolingMode
+from indexer.choices import DeviceChoice, DtypeChoice, KeywordLanguage, PoolingMode
 from indexer.errors import ConfigError, ModelError, VectorIndexError
 from indexer.index_spec import parse_spec
 from indexer.ingest.formats import format_names
@@ -192,6 +192,13 @@ class SearchConfig(_Strict):
         "significantly below the train optimum 0.5; docs/benchmarks.md)")
     rrf_k: int = Field(60, ge=1, description="RRF constant")
     candidates: int = Field(100, ge=1, description="documents each side hands to the fusion")
+    rerank: str | None = Field(
+        None, description="a pair head directory (`bertindex train rerank`) that reorders the "
+        "top `rerank_depth` hits of every search by scoring the query with each hit's best "
+        "window (as --rerank); null: no reranking (the default: a reranker is trained for a "
+        "domain; README, Reranking)")
+    rerank_depth: int = Field(20, ge=1, le=1000, description="hits a reranker reorders (as "
+                              "--rerank-depth); the hits below keep their order")
     query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = Field(
         "auto", description="how a search encodes its query: `onnx` runs the ONNX export that "
         "each index version keeps under `<store>/encoders/` (onnxruntime, no torch: a cold "
@@ -200,6 +207,17 @@ class SearchConfig(_Strict):
         "slightly from fp32 (docs/guides/fast-queries.md); `torch` loads the model; `auto`: "
         "ONNX when the index has a matching export, else torch with one line on stderr. "
         "Also: `torch` writes no export when indexing")
+
+
+class KeywordConfig(_Strict):
+    """The BM25 keyword index (keyword and hybrid search)."""
+
+    language: KeywordLanguage = Field(
+        "english", description="the analyzer's Snowball stemmer; `none`: no stemming, for "
+        "languages without one (e.g. Vietnamese). Always lower-cased; every language but "
+        "`english` (kept as measured) and `none` (diacritics tell words apart) also folds "
+        "accents after stemming. Recorded in the index (`keyword/LANGUAGE`); the next index "
+        "run, reindex or `doctor --repair` rebuilds the keyword index when it changes")
 
 
 class FieldsConfig(_Strict):
@@ -289,13 +307,45 @@ def _check_cron(expr: str) -> None:
         raise ValueError(f"cron '{expr}' is not valid: {exc}") from None
 
 
+class DaskSecurityConfig(_Strict):
+    """TLS between this process, the scheduler and the workers: passed to `distributed`'s
+    `Security` (docs/guides/dask.md). Unset: plain TCP, so bind the scheduler to a private
+    interface or loopback."""
+
+    tls_ca_file: str | None = Field(None, description="CA certificate (PEM) the scheduler's and "
+                                    "workers' certificates are signed by")
+    tls_client_cert: str | None = Field(None, description="this client's certificate (PEM)")
+    tls_client_key: str | None = Field(None, description="this client's private key (PEM; may "
+                                       "be in tls_client_cert)")
+    require_encryption: bool = Field(False, description="refuse any connection that is not TLS")
+
+    def security_kwargs(self) -> dict:
+        """Keyword arguments of `distributed.security.Security` (empty: no TLS configured)."""
+        return {k: v for k, v in self.model_dump().items() if v not in (None, False)}
+
+    @model_validator(mode="after")
+    def _cert_with_ca(self) -> DaskSecurityConfig:
+        if (self.tls_client_cert or self.require_encryption) and not self.tls_ca_file:
+            raise ValueError("dask.security: tls_client_cert and require_encryption need "
+                             "tls_ca_file (the CA the cluster's certificates are signed by)")
+        return self
+
+
 class DaskConfig(_Strict):
     """The Dask cluster that runs encoding batches when `runner: dask`."""
 
     address: str | None = Field(
-        None, description="scheduler address, e.g. tcp://10.0.0.5:8786 (None: a LocalCluster "
-        "on this machine)")
+        None, description="scheduler address, e.g. tcp://10.0.0.5:8786 or tls://10.0.0.5:8786 "
+        "with `security` (None: a LocalCluster on this machine, bound to 127.0.0.1)")
     in_flight: int = Field(4, ge=1, description="batches encoding at once, ahead of the writer")
+    security: DaskSecurityConfig = DaskSecurityConfig()
+
+    @model_validator(mode="after")
+    def _tls_address_has_certs(self) -> DaskConfig:
+        if self.address and self.address.startswith("tls://") and not self.security.tls_ca_file:
+            raise ValueError(f"dask.address {self.address}: a tls:// scheduler needs "
+                             "dask.security.tls_ca_file, tls_client_cert and tls_client_key")
+        return self
 
 
 class DocumentFieldsConfig(_Strict):
@@ -327,6 +377,15 @@ class DedupConfig(_Strict):
         "every collection `bertindex dedup` has grouped")
 
 
+class ServerConfig(_Strict):
+    """`bertindex serve`: who may reach it (search/access.py)."""
+
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names the server answers beyond loopback and "
+        "the address it is bound to, e.g. [search.example.internal]; a request naming any other "
+        "host gets 403 (against DNS rebinding)")
+
+
 class Config(_Strict):
     model: ModelConfig = ModelConfig()
     long_documents: LongDocumentsConfig = LongDocumentsConfig()
@@ -334,10 +393,12 @@ class Config(_Strict):
     store: StoreConfig = StoreConfig()
     roots: RootsConfig = RootsConfig()
     search: SearchConfig = SearchConfig()
+    keyword: KeywordConfig = KeywordConfig()
     runner: Literal["local", "dask"] = Field(
         "local", description="`local`: encode in this process; `dask`: encode batches on the "
         "cluster under `dask`")
     dask: DaskConfig = DaskConfig()
+    server: ServerConfig = ServerConfig()
     fields: DocumentFieldsConfig = DocumentFieldsConfig()
     dedup: DedupConfig = DedupConfig()
     sources: dict[str, SourceConfig] = {}

@@ -24,6 +24,10 @@ POINTS = (
     "reindex.before_swap",   # new generation encoded and published, store file not replaced
     "reindex.before_pointer",  # store file replaced, CURRENT still names the old version
 )
+# Where a cluster worker (not the writer) can be killed.
+WORKER_POINTS = (
+    "partition.before_return",  # a partition encoded or annotated, its result not yet sent
+)
 
 
 def crash_point(name: str) -> None:
@@ -37,3 +41,13 @@ def crash_point(name: str) -> None:
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == int(count or 1):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(wanted: str | None) -> None:
+    """Set BERTINDEX_CRASH_AT to `wanted` (None: unset) in this process and start its counts
+    again: how a test arms a running cluster worker (`distributed.Client.run`)."""
+    _hits.clear()
+    if wanted is None:
+        os.environ.pop("BERTINDEX_CRASH_AT", None)
+    else:
+        os.environ["BERTINDEX_CRASH_AT"] = wanted

@@ -29,7 +29,9 @@ class Provenance:
     """What produced a vector. Stored with vectors and with every index, checked on use.
 
     `query_prompt` / `document_prompt`: the text put before each query / document before it
-    is tokenised ("" = none); older stores that predate them read as "".
+    is tokenised ("" = none); older stores that predate them read as "". `attention`: the
+    attention implementation that made them (`indexer.encode.model_facts.attention_for`); a
+    record only, never checked (sdpa and eager agree within float rounding).
     """
 
     model_name: str
@@ -41,6 +43,7 @@ class Provenance:
     dtype: str
     document_prompt: str = ""
     query_prompt: str = ""
+    attention: str = ""  # sdpa or eager (torch), onnx (the export); "" in older stores
 
     def to_dict(self) -> dict:
         return asdict(self)

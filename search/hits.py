@@ -21,6 +21,7 @@ class SearchHit:
     chunk_end: int
     dense: float | None = None  # cosine of the best chunk, when the dense side ranked it
     keyword: float | None = None  # BM25, when the keyword side ranked it
+    rerank: float | None = None  # the pair head's score, when `--rerank` reordered it
 
     def to_dict(self) -> dict:
         """The fields as a dict; `metadata` is the hit's own (shallow: `asdict`'s deep copy

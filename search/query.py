@@ -1,6 +1,7 @@
 """Search API: dense (FAISS over chunk vectors, a document scores as its best chunk), keyword
 (BM25 over documents) or hybrid (both, fused); filters are applied inside each search as an id
-set; the documents' metadata comes from the store.
+set; the documents' metadata comes from the store. A pair head may rerank the top hits of any
+mode (`search.rerank`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import get_args
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -57,6 +58,7 @@ class Searcher:
         self.store = store
         self._encoder = encoder
         self._keyword: KeywordIndex | None = None
+        self._rerankers: dict[str, object] = {}  # head path -> PairScorer, loaded on first use
         # (chunk ids, doc ids, start chars, end chars): 24 bytes a chunk, read once
         self._chunk_map: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         # the index version published with the snapshot this store opened (not a newer one)
@@ -91,12 +93,15 @@ class Searcher:
 
     def warm(self) -> None:
         """Load now what the first queries would load: the model, the keyword index's
-        searcher and the chunk -> document map (a server does this before it listens)."""
+        searcher, the chunk -> document map and the configured reranker (a server does this
+        before it listens)."""
         self.encoder  # noqa: B018
         if self.index is not None and self.index.ntotal:
             self._doc_of(np.zeros(0, np.int64))
         with contextlib.suppress(VectorIndexError):  # no keyword index: keyword searches say so
             self.keyword.searcher  # noqa: B018
+        if self.config.search.rerank:
+            self.reranker(self.config.search.rerank)
 
     @property
     def keyword(self) -> KeywordIndex:
@@ -110,7 +115,8 @@ class Searcher:
     def search(self, query: str, k: int = 10, collection: str | None = None,
                where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,
                labels: Sequence[tuple[str, str]] = (),
-               entities: Sequence[tuple[str, str | None]] = (), human: bool = False
+               entities: Sequence[tuple[str, str | None]] = (), human: bool = False,
+               rerank: str | Literal[False] | None = None, rerank_depth: int | None = None
                ) -> list[SearchHit]:
         """Top-k documents for one query.
 
@@ -120,23 +126,49 @@ class Searcher:
                 (`review import`) where there is one, else the model's (`annotate`).
             entities: (type, text or None) filters, likewise.
             human: `labels` match a person's labels only.
+            rerank: a pair head directory that reorders the top `rerank_depth` hits
+                (`search.rerank`); None: the config's `search.rerank`; False: none.
+            rerank_depth: None: the config's `search.rerank_depth`.
         """
         return self.search_many([query], k, collection, where, mode, labels=labels,
-                                entities=entities, human=human)[0]
+                                entities=entities, human=human, rerank=rerank,
+                                rerank_depth=rerank_depth)[0]
 
     def search_many(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
                     where: Sequence[tuple[str, str]] = (), mode: str | None = None,
                     vectors: np.ndarray | None = None, *, labels: Sequence = (),
-                    entities: Sequence = (), human: bool = False) -> list[list[SearchHit]]:
+                    entities: Sequence = (), human: bool = False,
+                    rerank: str | Literal[False] | None = None, rerank_depth: int | None = None
+                    ) -> list[list[SearchHit]]:
         """Top-k documents for each query; `vectors` may hold the queries' embeddings already.
 
+        Args:
+            rerank, rerank_depth: as `search`: with a reranker the first stage fetches
+                max(k, depth) hits, the top `depth` are reordered (`search.rerank`), k kept.
         Returns:
             One list of hits per query, best first (scores are cosine for dense, BM25 for
-            keyword, the fused score for hybrid).
+            keyword, the fused score for hybrid; `rerank` the pair head's, when reranked).
         """
-        ranked = self.rank_documents(queries, k, collection, where, mode, vectors,
-                                     labels=labels, entities=entities, human=human)
-        return self._hits(ranked)
+        head = self.config.search.rerank if rerank is None else rerank or None
+        depth = rerank_depth or self.config.search.rerank_depth
+        ranked = self.rank_documents(queries, max(k, depth) if head else k, collection, where,
+                                     mode, vectors, labels=labels, entities=entities, human=human)
+        hits = self._hits(ranked)
+        if not head:
+            return hits
+        from search.rerank import rerank_hits
+
+        scorer = self.reranker(head)
+        return [rerank_hits(q, h, scorer, depth)[:k] for q, h in zip(queries, hits)]
+
+    def reranker(self, path: str):
+        """The pair head at `path` as a `PairScorer`, loaded once (torch and the head load only
+        when a search reranks)."""
+        if path not in self._rerankers:
+            from indexer.heads.pairs import PairScorer
+
+            self._rerankers[path] = PairScorer(path)
+        return self._rerankers[path]
 
     def search_unique(self, query: str, k: int = 10, collection: str | None = None,
                       where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,

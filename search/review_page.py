@@ -1,7 +1,9 @@
 """The review page of `bertindex serve` (`/review`): one document at a time with the head's
 label and score, a button (and a key) per label, skip and undo. A label is stored as `bertindex
 review import` stores a row (`indexer.review.loop.page_review`: the same checks, one row
-appended to the review history, `source` = `page`); undo deletes the row it just wrote.
+appended to the review history, `source` = `page`; under tokens `who` = the token's name);
+undo deletes the row it just wrote. The head is chosen from the store's (`/review/api/heads`).
+Who may call which route is checked before (`search.access`); this module does not.
 
 Each write opens the live store for the moment it takes (one writer at a time); while another
 process writes (`bertindex index`, `annotate`) the page answers 409 and the click can be
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from fastapi import Request  # at module level: FastAPI resolves the annotation by name
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.errors import BertindexError, InputError, StoreError
@@ -45,12 +48,14 @@ class UndoRequest(BaseModel):
     review_id: int
 
 
-def add_review_routes(app, store_path: str | Path) -> None:
+def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None = None) -> None:
     """Add `/review` and its JSON API to a FastAPI app.
 
     Args:
         app: the server's FastAPI application.
         store_path: the store directory (its live `store.duckdb` is written).
+        lock: held around each connection to the live store (None: a new one); the server
+            shares it with what else of it writes there (a token's last use).
     """
     from fastapi import HTTPException, Query
     from fastapi.responses import Response
@@ -59,7 +64,7 @@ def add_review_routes(app, store_path: str | Path) -> None:
     from indexer.review.strategies import STRATEGIES
     from indexer.store import Store
 
-    lock = threading.Lock()  # one writer connection at a time from this process
+    lock = lock or threading.Lock()  # one writer connection at a time from this process
 
     def open_store() -> Store:
         try:
@@ -82,6 +87,12 @@ def add_review_routes(app, store_path: str | Path) -> None:
         if name not in PAGE_FILES:
             raise HTTPException(status_code=404, detail="no such file")
         return static(name)
+
+    @app.get("/review/api/heads")
+    def heads() -> dict:
+        """The heads `annotate` recorded in the store, for the page's choice of head."""
+        with lock, open_store() as store:
+            return {"heads": store.known_heads()}
 
     @app.get("/review/api/next")
     def next_document(head: str = Query(min_length=1, max_length=200),
@@ -111,12 +122,15 @@ def add_review_routes(app, store_path: str | Path) -> None:
                                                         "text", "predicted", "score")}}
 
     @app.post("/review/api/label")
-    def label_document(request: LabelRequest) -> dict:
-        """Store a person's label, as `review import` would; returns the review id for undo."""
+    def label_document(request: LabelRequest, http: Request) -> dict:
+        """Store a person's label, as `review import` would; returns the review id for undo.
+        Under tokens the token's name is stored as who made it."""
+        caller = getattr(http.state, "caller", None)  # set by search.access
         with lock, open_store() as store:
             try:
                 review_id = page_review(store, request.head, request.doc_id, request.label,
-                                        request.reviewer or None)
+                                        request.reviewer or None,
+                                        caller.name if caller is not None else None)
             except InputError as exc:
                 raise HTTPException(status_code=400, detail=str(exc)) from None
             except BertindexError as exc:

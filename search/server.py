@@ -3,7 +3,8 @@ model, FAISS and keyword indexes stay loaded, so a query costs only encode + sea
 Does not start processes or listen (`search.workers`); the client is `search.client`.
 
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
-`POST /facets`, and the review page `/review` (`search.review_page`). Bodies over the
+`POST /facets`, and the review page `/review` (`search.review_page`). Who may call which is
+checked before any route runs (`search.access`: Host, Origin, tokens). Bodies over the
 configured size, and POST bodies without a Content-Length, are refused before they are
 read (`search.body_limit`). Queries run side by side on a thread pool: each thread queries
 the read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB
@@ -37,7 +38,8 @@ MAX_QUERY_CHARS = 4_000
 MAX_K = 1_000
 SearchMode = SearchConfig.model_fields["mode"].annotation  # the config's list of modes
 # the page's files (package data); nothing else under static/ is served
-STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css"}
+STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css",
+                "token.js": "text/javascript"}  # token.js: both pages' token handling
 PAGE_HEADERS = {  # the page runs only its own script: injected markup could not execute
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
                                "img-src 'self' data:; object-src 'none'; base-uri 'none'",
@@ -76,6 +78,10 @@ class SearchRequest(Filters):
     annotations: bool = Field(False, description="add each hit's labels and entities")
     highlight: bool = Field(False, description="add each hit's matching window and the spans "
                                                "of it that hold query words")
+    rerank: bool | None = Field(None, description="reorder the top hits with the server's pair "
+                                "head (`search.rerank`); None: as the server's config")
+    rerank_depth: int | None = Field(None, ge=1, le=MAX_K, description="hits the reranker "
+                                     "reorders (None: `search.rerank_depth`)")
 
 
 def _one_line(exc) -> str:
@@ -118,7 +124,8 @@ def thread_pinner(threads: int | None) -> Callable[[], None]:
 
 
 def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
-               threads: int | None = None):
+               threads: int | None = None, *, bound: str | None = None,
+               session_hash: str | None = None):
     """The FastAPI application serving `searcher`.
 
     Args:
@@ -127,14 +134,21 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         max_body_bytes: larger request bodies get 413 without being read.
         threads: CPU threads one query may use in torch and FAISS (None: as the calling
             thread).
+        bound: the address `serve` bound (its Host is answered; None: loopback and the
+            address each request arrived on only).
+        session_hash: SHA-256 of the session token `serve` minted (None: none).
     Returns:
-        The FastAPI app wrapped in `BodyLimit` (the app itself is its `.app`).
+        The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit` (the
+        FastAPI app itself is `.app.app`; attributes reach it through both).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
 
-    app = FastAPI(title="bertindex", description="Search one bertindex store.")
+    # no /docs, /redoc or /openapi.json: the first two load scripts from a CDN, and every
+    # route is described in docs/guides/server.md (search.access.ROUTES lists them)
+    app = FastAPI(title="bertindex", description="Search one bertindex store.", docs_url=None,
+                  redoc_url=None, openapi_url=None)
     app.state.searcher = searcher
     store = searcher.store
     if store.read_only:
@@ -178,9 +192,14 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         pin_threads()
         try:
             filters = request.parsed()
+            if request.rerank and not searcher.config.search.rerank:
+                raise InputError("this server has no reranker: set search.rerank in its "
+                                 "config.yaml to a pair head (`bertindex train rerank`)")
             with serial:
                 hits = searcher.search(request.query, request.k + request.offset,
-                                       mode=request.mode, **filters)[request.offset:]
+                                       mode=request.mode, **filters,
+                                       rerank=None if request.rerank else request.rerank,
+                                       rerank_depth=request.rerank_depth)[request.offset:]
                 found = (store.annotations_by_document([(h.collection, h.id) for h in hits])
                          if request.annotations else {})
         except InputError as exc:
@@ -215,10 +234,14 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         except BertindexError as exc:
             raise HTTPException(status_code=500, detail=str(exc)) from None
 
+    from search.access import AccessGuard, TokenBook
     from search.review_page import add_review_routes
 
-    add_review_routes(app, searcher.store.path)  # /review (search/review_page.py)
-    return BodyLimit(app, max_body_bytes)
+    write_lock = threading.Lock()  # one writer connection to the live store from this process
+    add_review_routes(app, store.path, write_lock)  # /review (search/review_page.py)
+    book = TokenBook(store.path, session_hash, fallback=store.tokens(), write_lock=write_lock)
+    guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
+    return BodyLimit(guard, max_body_bytes)
 
 
 def _static(name: str) -> bytes:

@@ -35,12 +35,16 @@ WORKER_OVERHEAD_BYTES = 300 << 20  # Python, onnxruntime, DuckDB, tantivy: measu
 class ServeSettings:
     """What each server process opens: `config_path` (None: defaults) with `store.path`
     set to `store_path`, and the app's limits (`threads`: CPU threads one query may use;
-    `max_body_bytes`: larger request bodies are refused)."""
+    `max_body_bytes`: larger request bodies are refused), the address bound (`host`, whose
+    name the server answers) and the SHA-256 of `serve`'s session token (`session_hash`; the
+    token itself never reaches the workers)."""
 
     config_path: str | None
     store_path: str
     threads: int = DEFAULT_THREADS
     max_body_bytes: int = MAX_BODY_BYTES
+    host: str | None = None
+    session_hash: str | None = None
 
 
 def open_app(settings: ServeSettings):
@@ -66,7 +70,8 @@ def open_app(settings: ServeSettings):
     store = Store(config.store.path, read_only=True)
     try:
         store.set_threads(settings.threads)
-        return create_app(Searcher(config, store), settings.max_body_bytes, settings.threads)
+        return create_app(Searcher(config, store), settings.max_body_bytes, settings.threads,
+                          bound=settings.host, session_hash=settings.session_hash)
     except BaseException:
         store.close()
         raise

@@ -38,7 +38,11 @@ def reviews(store_path) -> list[tuple]:
 
 
 @pytest.fixture
-def served(tiny_model_dir, tmp_path):
+def served(request, tiny_model_dir, tmp_path):
+    """A `bertindex serve` process over three annotated documents; with a param (a scope),
+    the store has a token of that scope named `rita`. Yields (port, store, rita's token or
+    None, the session address `serve` printed or None)."""
+    scope = getattr(request, "param", None)
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, (t, _, _) in DOCS.items()))
     config = tiny_model_config(tiny_model_dir, tmp_path / "store")
@@ -51,6 +55,7 @@ def served(tiny_model_dir, tmp_path):
             Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])]) for d in docs],
             {"clf": "v1"})
         store.record_heads([("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
+        token = store.create_token("rita", scope) if scope else None
         sync_vector_index(store, config, [], [], base)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config.model_dump()))
@@ -65,14 +70,19 @@ def served(tiny_model_dir, tmp_path):
             assert server.poll() is None, server.stderr.read().decode()
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.3)
-        yield port, config.store.path
+        session = None
+        while token and session is None:  # printed before listening
+            line = server.stderr.readline().decode()
+            assert line, "serve printed no session address"
+            session = next((w for w in line.split() if "#token=" in w), None)
+        yield port, config.store.path, token, session
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
 def test_review_page_labels_skips_and_undoes(served, tmp_path):
-    port, store_path = served
+    port, store_path, _, _ = served
     assert set(listeners(port)) == {"0100007F"}  # 127.0.0.1 only
     with headless_chromium() as driver:
         wait = WebDriverWait(driver, 30)
@@ -119,4 +129,58 @@ def test_review_page_labels_skips_and_undoes(served, tmp_path):
         driver.get(f"http://127.0.0.1:{port}/review?head=nope")
         wait.until(lambda d: "has not annotated" in d.find_element(By.ID, "status").text)
         errors = [e for e in console_errors(driver) if "/review/api/next" not in e]
+        assert errors == []
+
+
+def who_labelled(store_path) -> list[tuple]:
+    with Store(store_path, read_only=True, snapshot=False) as store:
+        return [(r.id, r.label, r.who) for r in store.review_history("clf")]
+
+
+@pytest.mark.parametrize("served", ["review"], indirect=True)
+def test_pages_with_tokens(served):
+    """With a token in the store: without one both pages say a token is needed (401) and ask
+    for it; a typed token works and is recorded as who labelled; the session address `serve`
+    printed works and leaves the address bar without the token; a search is kept in the URL."""
+    port, store_path, token, session = served
+    base = f"http://127.0.0.1:{port}"
+    assert session.startswith(base + "/#token=bi_")
+    with headless_chromium() as driver:
+        wait = WebDriverWait(driver, 30)
+        status = lambda d: d.find_element(By.ID, "status").text  # noqa: E731
+        driver.get(f"{base}/review?head=clf")
+        wait.until(lambda d: "needs an access token" in status(d) and "401" in status(d))
+        assert not driver.find_elements(By.ID, "doc-text") or not driver.find_element(
+            By.ID, "doc-text").text
+        driver.find_element(By.ID, "token-input").send_keys(token)
+        driver.find_element(By.ID, "token-use").click()
+        wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h1"
+                   and not d.find_element(By.ID, "doc").get_attribute("hidden"))
+        options = [o.text for o in driver.find_elements(By.CSS_SELECTOR, "#head option")]
+        assert options == ["clf"]
+        driver.find_element(By.TAG_NAME, "body").send_keys("1")
+        wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h2")
+        assert who_labelled(store_path) == [("h1", "neg", "rita")]
+
+        driver.get(session.replace("/#", "/review?head=clf#"))  # the address serve printed
+        wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h2"
+                   and not d.find_element(By.ID, "doc").get_attribute("hidden"))
+        assert "token" not in driver.current_url
+        driver.find_element(By.TAG_NAME, "body").send_keys("2")
+        wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h3")
+        assert who_labelled(store_path)[-1] == ("h2", "pos", "serve")
+
+        driver.get(f"{base}/?q=film&mode=keyword")  # the tab keeps its token
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#hits li.hit")
+                   and not d.find_element(By.TAG_NAME, "body").get_attribute("data-busy"))
+        assert driver.find_element(By.ID, "query").get_attribute("value") == "film"
+        assert driver.find_element(By.ID, "mode").get_attribute("value") == "keyword"
+        assert "q=film" in driver.current_url and "mode=keyword" in driver.current_url
+        driver.execute_script("sessionStorage.clear()")
+        driver.refresh()
+        message = lambda d: d.find_element(By.ID, "message").text  # noqa: E731
+        wait.until(lambda d: "needs an access token" in message(d))
+        assert not driver.find_elements(By.CSS_SELECTOR, "#hits li.hit")
+        assert driver.find_element(By.ID, "token-form").is_displayed()
+        errors = [e for e in console_errors(driver) if "401" not in e and "/api/" not in e]
         assert errors == []

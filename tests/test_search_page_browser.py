@@ -173,7 +173,9 @@ def test_bad_input_is_shown_as_text(demo_server):
         assert message(driver) == (f"No results for “parse command line arguments” with "
                                    f"kind = {hostile}.")
         assert hostile in driver.find_element(By.ID, "active-filters").text
-        assert len(driver.find_elements(By.TAG_NAME, "script")) == 1  # the page's own
+        scripts = [e.get_attribute("src") for e in driver.find_elements(By.TAG_NAME, "script")]
+        assert [x.rsplit("/", 2)[-2:] for x in scripts] == [["static", "token.js"],
+                                                            ["static", "app.js"]]  # its own
         assert driver.find_elements(By.CSS_SELECTOR, "#message *, #active-filters img") == []
         with pytest.raises(NoAlertPresentException):
             driver.switch_to.alert.text  # noqa: B018

@@ -68,7 +68,7 @@ def test_migrations_from_an_empty_file(tmp_path):
     with Store(tmp_path / "s") as store:
         assert store.side_tables() == ["annotated", "annotations", "dedup_members",
                                        "dedup_state", "entities", "inbox_ledger", "rejected",
-                                       "review_heads", "reviews", "runs"]
+                                       "review_heads", "reviews", "runs", "tokens"]
         assert store.count_documents() == store.count_chunks() == store.count_vectors() == 0
         assert store.provenance() is None
         assert store.data_version() == SCHEMA_VERSION - 1  # each step after 1 moved it

@@ -18,13 +18,15 @@ import logging
 import types
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from indexer.encode.encoder import plan_batches, stream_map, weights_hash
+from indexer.encode.model_facts import forward_inputs, usable_length
 from indexer.encode.policy import choose_device, choose_dtype, default_streams, dtype_name
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
@@ -32,7 +34,11 @@ from indexer.heads.predict import load_model_dir
 from indexer.heads.types.base import HeadType
 from indexer.ingest.chunking import window_spans
 from indexer.records import Annotation
-from indexer.store import ChunkRows
+
+# the store (duckdb) is imported only when a shared pass returns the index's chunks, so that
+# annotating alone runs where duckdb is absent (benchmarks/gpu_check.py on a bare GPU machine)
+if TYPE_CHECKING:
+    from indexer.store import ChunkRows
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,8 @@ class Head:
 
     `top(hidden, mask)` maps the backbone's last hidden state (batch, seq, hidden) and the
     attention mask (None: no padding) to logits; None when the head runs whole (`model`).
+    `options`: what the head's config fixes for annotating (`HeadType.saved_options`: a
+    tagger's segmentation of raw text into its training words).
     """
 
     name: str
@@ -54,6 +62,7 @@ class Head:
     tokenizer: object
     backbone_key: str
     top: object = None
+    options: dict = field(default_factory=dict)
 
 
 def head_version(path: Path) -> str:
@@ -96,7 +105,8 @@ def load_heads(args: Sequence[str]) -> list[Head]:
             raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is required")
         key = _backbone_key(model) if _splits(kind, model) else f"solo:{name}"
         labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-        heads.append(Head(name, path, head_version(path), kind, labels, model, tokenizer, key))
+        heads.append(Head(name, path, head_version(path), kind, labels, model, tokenizer, key,
+                          options=kind.saved_options(model.config, str(path))))
     return heads
 
 
@@ -113,7 +123,7 @@ class _Group:
         first = heads[0].model
         self.tokenizer = heads[0].tokenizer
         self.split = _splits(heads[0].kind, first)
-        self.max_positions = min(getattr(first.config, "max_position_embeddings", 512), 512)
+        self.max_positions = min(usable_length(first, self.tokenizer).limit, 512)
         self.embed: _EmbeddingTop | None = None  # the index's embedding, when shared
         if self.split:
             for h in heads:
@@ -140,10 +150,10 @@ class _Group:
         mask, full_mask = (None if bool(mask.all()) else mask), mask
         if not self.split:
             head = self.heads[0]
-            batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+            batch = forward_inputs(head.model, ids, mask)  # token types only where taken
             return [head.kind.logits(head.model, batch).float()], vectors
         embed = embed and self.embed is not None
-        out = self.backbone(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+        out = self.backbone(**forward_inputs(self.backbone, ids, mask),
                             output_hidden_states=embed and self.embed.layers)
         if embed:
             vectors = self.embed(out, full_mask)
@@ -239,6 +249,14 @@ class Annotator:
         self.embed_group: _Group | None = None  # set by share_embedding
         log.info("%d head(s) in %d backbone pass(es) per batch, %s on %s, %d stream(s)",
                  len(heads), len(self.groups), dtype_name(self.dtype), self.device, self.streams)
+
+    @classmethod
+    def for_config(cls, heads: list[Head], config) -> Annotator:
+        """An Annotator with the encoder settings of a `Config` (dtype, device, windows, token
+        budget): what `bertindex annotate` and `eval head --input raw-text` run."""
+        m = config.model
+        return cls(heads, dtype=m.dtype, device=m.device, max_length=m.max_length,
+                   stride=config.long_documents.stride, batch_tokens=m.batch_tokens)
 
     @property
     def dtype_name(self) -> str:
@@ -370,7 +388,8 @@ class Annotator:
                             _, s, e = windows[w]
                             kept[w] = h.kind.window_output(out[row], e - s)
                 for h, kept in zip(g.heads, outputs):
-                    per_text = h.kind.annotate(h.name, h.labels, texts, enc, windows, kept)
+                    per_text = h.kind.annotate(h.name, h.labels, texts, enc, windows, kept,
+                                               **h.options)
                     for result, found in zip(results, per_text):
                         result.add(found)
                 if want:
@@ -411,4 +430,6 @@ def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> 
         starts.append(first)
         ends.append(last)
         n_tokens.append(e - s + 2)
+    from indexer.store import ChunkRows
+
     return ChunkRows(owners, ordinals, starts, ends, n_tokens, vectors)

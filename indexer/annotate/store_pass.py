@@ -7,6 +7,7 @@ searches see the labels. Does not load heads (`indexer.annotate.annotator`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from indexer.annotate.annotator import Annotator
@@ -26,13 +27,7 @@ def annotate_store(store: Store, annotator: Annotator, collection: str | None = 
     Returns:
         {"documents", "annotated", "skipped", "labels", "entities", "heads", "dtype"}.
     """
-    versions = annotator.versions()
-    # the review loop validates imported labels against these
-    store.record_heads([(h.name, h.kind.name, h.labels, str(h.path), h.version)
-                       for h in annotator.heads])
-    store.remove_orphan_annotations()
-    todo = store.pending_doc_ids(versions, collection)
-    total = store.count_documents(collection)
+    versions, todo, total = pending_work(store, annotator, collection)
     buffered: deque = deque()
 
     def texts():
@@ -54,8 +49,24 @@ def annotate_store(store: Store, annotator: Annotator, collection: str | None = 
             "dtype": annotator.dtype_name}
 
 
+def pending_work(store: Store, annotator: Annotator, collection: str | None = None
+                 ) -> tuple[dict[str, str], list[int], int]:
+    """Record the annotator's heads, drop orphaned annotations, and list what is missing.
+
+    Returns:
+        (head versions, doc ids that miss a head at its version, documents in scope).
+    """
+    versions = annotator.versions()
+    # the review loop validates imported labels against these
+    store.record_heads([(h.name, h.kind.name, h.labels, str(h.path), h.version)
+                       for h in annotator.heads])
+    store.remove_orphan_annotations()
+    return versions, store.pending_doc_ids(versions, collection), store.count_documents(collection)
+
+
 def annotate_and_publish(annotator: Annotator, config: Config, collection: str | None = None,
-                         progress: ProgressArg = False) -> dict:
+                         progress: ProgressArg = False, *, annotate: Callable | None = None
+                         ) -> dict:
     """Annotate what is missing in the configured store as one `annotate` run, then publish a
     snapshot with the new labels.
 
@@ -64,12 +75,14 @@ def annotate_and_publish(annotator: Annotator, config: Config, collection: str |
         config: the configuration (`store.path`, the index settings for the snapshot).
         collection: only this collection (None: all).
         progress: progress on stderr.
+        annotate: the pass, `annotate(store, annotator, collection, progress=...)` (None:
+            `annotate_store`; `indexer.annotate.cluster` runs it on cluster workers).
     Returns:
         `annotate_store`'s summary plus `index` (what was published).
     """
     with Store(Path(config.store.path)) as store, store.recorded_run("annotate") as run:
         base = store.data_version()
-        summary = annotate_store(store, annotator, collection, progress=progress)
+        summary = (annotate or annotate_store)(store, annotator, collection, progress=progress)
         run.summary = summary
         summary["index"] = sync_vector_index(store, config, [], [], base)
     return summary

@@ -17,6 +17,13 @@ import numpy as np
 import torch
 
 from indexer.config import ModelConfig, resolve_model_path
+from indexer.encode.model_facts import (
+    check_length,
+    load_transformer,
+    special_tokens,
+    takes_token_types,
+    usable_length,
+)
 from indexer.encode.policy import choose_device, choose_path, default_streams, load_dtype
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
@@ -82,7 +89,8 @@ def stream_map(streams: int) -> Iterator[Callable]:
 
 
 class Encoder:
-    """A BERT-style encoder that pools and (optionally) normalises.
+    """A transformer encoder (any family `indexer.encode.model_facts` reads) that pools and
+    (optionally) normalises.
 
     Args:
         config: the `model` section of the configuration.
@@ -98,23 +106,27 @@ class Encoder:
         self.dtype = load_dtype(self.path.dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, use_fast=True)
-            self.model = AutoModel.from_pretrained(
-                self.model_dir, attn_implementation="sdpa", dtype=self.dtype
-            )
+            # sdpa where the model class supports it (MPNet, DeBERTa-v2 do not: eager)
+            self.model, self.attention = load_transformer(self.model_dir, AutoModel,
+                                                          dtype=self.dtype)
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot load model from {self.model_dir}: {exc}") from None
         if not self.tokenizer.is_fast:
             raise ModelError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is required")
         self.model.eval().to(self.device)
-        limit = getattr(self.model.config, "max_position_embeddings", 512)
-        if config.max_length > limit:
-            raise ModelError(
-                f"model.max_length {config.max_length} exceeds the model's {limit} positions"
-            )
+        self.length = usable_length(self.model, self.tokenizer)
+        check_length(config.max_length, self.length, "model.max_length", str(self.model_dir))
+        self.token_types = takes_token_types(self.model)
         self.streams = config.streams or default_streams(self.device)
-        self.cls_id = self.tokenizer.cls_token_id
-        self.sep_id = self.tokenizer.sep_token_id
-        self.pad_id = self.tokenizer.pad_token_id or 0
+        # the tokenizer's own framing of one text ([CLS] … [SEP], <s> … </s>), pad id and side
+        self.specials = special_tokens(self.tokenizer, str(self.model_dir))
+        self.cls_id, self.sep_id = self.specials.prefix[0], self.specials.suffix[0]
+        self.pad_id = self.specials.pad_id
+        self.left_pad = self.specials.padding_side == "left"
+        if self.left_pad and config.pooling in ("cls", "pooler"):
+            raise ModelError(f"{self.model_dir}: the tokenizer pads on the left, so position 0 "
+                             f"is padding and model.pooling {config.pooling} would read it; "
+                             "set model.pooling to mean")
         if self.path.dtype == "int8":
             self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT,
                                        calibration=self.calibrate)
@@ -130,6 +142,7 @@ class Encoder:
             dtype=self.path.dtype,
             document_prompt=config.document_prompt,
             query_prompt=config.query_prompt,
+            attention=self.attention,
         )
         # the document prompt's tokens, put after [CLS] in every window (`make_windows`)
         self.document_prefix = (self.tokenize([config.document_prompt])[0]
@@ -151,15 +164,28 @@ class Encoder:
         room = self.config.max_length - 2
         seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
         for start in range(0, len(seqs), 16):
-            batch = seqs[start:start + 16]
-            width = max(len(s) for s in batch)
-            ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, seq in enumerate(batch):
-                ids[row, :len(seq)] = torch.as_tensor(seq)
-                mask[row, :len(seq)] = 1
-            model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                  token_type_ids=torch.zeros_like(ids).to(self.device))
+            ids, mask = self.pad(seqs[start:start + 16])
+            model(**self.inputs(ids.to(self.device), mask.to(self.device)))
+
+    def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, mask), each (batch, longest), padded with the tokenizer's pad id on its
+        padding side."""
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, seq in enumerate(seqs):
+            span = slice(width - len(seq), width) if self.left_pad else slice(0, len(seq))
+            ids[row, span] = torch.as_tensor(seq, dtype=torch.long)
+            mask[row, span] = 1
+        return ids, mask
+
+    def inputs(self, ids: torch.Tensor, mask: torch.Tensor | None) -> dict:
+        """A forward's keyword arguments: token type ids (all zero) only for a model that
+        takes them."""
+        out = {"input_ids": ids, "attention_mask": mask}
+        if self.token_types:
+            out["token_type_ids"] = torch.zeros_like(ids)
+        return out
 
     # -- tokenisation -------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], offsets: bool = False):
@@ -180,7 +206,7 @@ class Encoder:
         return enc["input_ids"]
 
     def wrap(self, ids: Sequence[int]) -> list[int]:
-        """[CLS] ids [SEP]."""
+        """The tokenizer's framing around ids: [CLS] ids [SEP], <s> ids </s>, …"""
         return [self.cls_id, *ids, self.sep_id]
 
     # -- forward ------------------------------------------------------------------------
@@ -210,15 +236,16 @@ class Encoder:
         """
         def states(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
             return self.model(
-                input_ids=ids, attention_mask=None if bool(mask.all()) else mask,
-                token_type_ids=torch.zeros_like(ids),
+                **self.inputs(ids, None if bool(mask.all()) else mask)
             ).last_hidden_state.float()
 
         out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(sequences)
         for positions, hidden in self._run(sequences, states, progress):
+            width = hidden.shape[1]
             for row, i in enumerate(positions):
                 rows = list(keep[i]) if keep is not None else list(range(len(sequences[i])))
-                out[i] = hidden[row, rows]
+                shift = width - len(sequences[i]) if self.left_pad else 0
+                out[i] = hidden[row, [r + shift for r in rows]]
         return out
 
     def plan(self, lengths: Sequence[int]) -> list[list[int]]:
@@ -238,8 +265,8 @@ class Encoder:
     def _run(self, sequences: Sequence[Sequence[int]], forward, progress: ProgressArg):
         """Yield (positions, float32 array) per batch, `streams` batches in flight at once.
 
-        `forward(ids, mask)` runs on right-padded batches; each stream enters inference mode
-        itself (it is thread-local).
+        `forward(ids, mask)` runs on batches padded on the tokenizer's side; each stream
+        enters inference mode itself (it is thread-local).
         """
         if not sequences:
             return
@@ -247,13 +274,7 @@ class Encoder:
         batches = self.plan(lengths)
 
         def run(positions: list[int]) -> np.ndarray:
-            width = lengths[positions[0]]
-            ids = torch.full((len(positions), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(positions), width), dtype=torch.long)
-            for row, i in enumerate(positions):
-                seq = sequences[i]
-                ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-                mask[row, : len(seq)] = 1
+            ids, mask = self.pad([sequences[i] for i in positions])
             with torch.inference_mode():
                 return forward(ids.to(self.device), mask.to(self.device)).cpu().numpy()
 
@@ -267,12 +288,8 @@ class Encoder:
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         need_layers = self.config.pooling == "last4"
         # A batch without padding needs no mask, which lets SDPA take its fused kernel.
-        outputs = self.model(
-            input_ids=ids,
-            attention_mask=None if bool(mask.all()) else mask,
-            token_type_ids=torch.zeros_like(ids),
-            output_hidden_states=need_layers,
-        )
+        outputs = self.model(**self.inputs(ids, None if bool(mask.all()) else mask),
+                             output_hidden_states=need_layers)
         vectors = pool(outputs, mask, self.config.pooling)  # (batch, dim) float32
         return l2_normalize(vectors) if self.config.normalize else vectors
 

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from indexer.config import Config
+from indexer.encode.model_facts import forward_inputs, load_transformer
 from indexer.encode.onnx_files import (
     INFO_FILE,
     MODEL_FILE,
@@ -58,8 +59,9 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         if encoder.dtype != torch.float32 or encoder.device.type != "cpu":
             from transformers import AutoModel
 
-            model = AutoModel.from_pretrained(encoder.model_dir, dtype=torch.float32,
-                                              attn_implementation="eager").eval()
+            model, _ = load_transformer(encoder.model_dir, AutoModel, dtype=torch.float32,
+                                        attn_implementation="eager")
+            model.eval()
         kind = output_kind(encoder.config.pooling)
         # eval: the exporter puts the module back in the mode it found it in, dropout included
         wrapper = _export_wrapper(model, kind).eval()
@@ -79,8 +81,10 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
             "provenance": {k: getattr(encoder.provenance, k)
                            for k in ("model_name", "weights_hash", "pooling", "dim")},
             "output": kind,
-            "max_positions": int(getattr(model.config, "max_position_embeddings", 512)),
+            # the usable length (`model_facts.usable_length`), not the raw position count
+            "max_positions": encoder.length.limit,
             "cls_id": encoder.cls_id, "sep_id": encoder.sep_id, "pad_id": encoder.pad_id,
+            "padding_side": encoder.specials.padding_side,
             "sha256": file_sha256(tmp / MODEL_FILE),
             "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
             # the weights it came from: a search trusts the hash while these are unchanged
@@ -131,8 +135,7 @@ def _wrapper_class():
             self.model, self.kind = model, kind
 
         def forward(self, input_ids, attention_mask):
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             token_type_ids=torch.zeros_like(input_ids),
+            out = self.model(**forward_inputs(self.model, input_ids, attention_mask),
                              output_hidden_states=self.kind == "last4")
             if self.kind == "pooler":
                 return out.pooler_output  # (batch, hidden)

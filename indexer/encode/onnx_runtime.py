@@ -42,6 +42,7 @@ class OnnxEncoder:
         self.provenance = provenance
         self.dim = provenance.dim
         self.cls_id, self.sep_id, self.pad_id = info["cls_id"], info["sep_id"], info["pad_id"]
+        self.left_pad = info.get("padding_side", "right") == "left"  # older exports: right
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
@@ -131,15 +132,16 @@ class OnnxEncoder:
                 raise Unavailable(f"{model_file} was exported from another encoder than the "
                                   f"stored vectors' (export != store: {'; '.join(diffs)})")
         if config.max_length > info["max_positions"]:
-            raise ModelError(f"model.max_length {config.max_length} exceeds the model's "
-                             f"{info['max_positions']} positions")
+            raise ModelError(f"model.max_length {config.max_length} exceeds the usable length "
+                             f"of the exported model: {info['max_positions']} tokens; set "
+                             f"model.max_length to at most {info['max_positions']}")
         provenance = Provenance(
             model_name=exported["model_name"],
             weights_hash=_configured_weights_hash(config, info),
             pooling=config.pooling, normalize=config.normalize, max_length=config.max_length,
             dim=exported["dim"],
             dtype="int8" if int8 else "fp32", document_prompt=config.document_prompt,
-            query_prompt=config.query_prompt,
+            query_prompt=config.query_prompt, attention="onnx",
         )
         if int8:
             model_file = int8_twin(model_file, record["sha256"])
@@ -162,8 +164,9 @@ class OnnxEncoder:
             ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
-                ids[r, :len(seqs[i])] = seqs[i]
-                mask[r, :len(seqs[i])] = 1
+                span = slice(width - len(seqs[i]), width) if self.left_pad else slice(0, len(seqs[i]))
+                ids[r, span] = seqs[i]
+                mask[r, span] = 1
             with self._pick_session() as session:
                 (states,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
             out[rows] = pool_output(states, mask, self.info["output"], self.config.pooling,

@@ -1,4 +1,5 @@
-"""Readers for labelled splits: JSON, JSONL, Parquet, CoNLL column files, TweetEval folders.
+"""Readers for labelled splits: JSON, JSONL, Parquet, CoNLL column files, TweetEval folders,
+pair CSV and STS-B files (`pair_files`).
 
 Returns examples with label ids and the label list; what an item holds and which labels are
 valid is the head type's (`heads.types`). Does not tokenize.
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.errors import InputError
+from indexer.heads.pair_files import read_pair_table
 from indexer.heads.types.registry import head_type, head_types
 
 if TYPE_CHECKING:
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Task = str  # a head type's name (`heads.types.registry`)
-FORMATS = ("auto", "json", "jsonl", "parquet", "conll", "tweeteval")
+FORMATS = ("auto", "json", "jsonl", "parquet", "conll", "tweeteval", "csv", "stsb")
 SPLITS = ("train", "validation", "test")
 _TWEETEVAL_SPLITS = {"train": "train", "validation": "val", "test": "test"}
 _UNSPLIT = "_"  # a file that holds one split, named by the option that pointed to it
@@ -46,7 +48,7 @@ class _Raw:
 
 
 def detect_format(path: Path) -> str:
-    """Pick a format from the path: folder -> tweeteval; .json/.jsonl/.parquet; else conll."""
+    """Pick a format from the path: folder -> tweeteval; .json/.jsonl/.parquet/.csv; else conll."""
     if path.is_dir():
         return "tweeteval"
     suffix = path.suffix.lower()
@@ -56,6 +58,8 @@ def detect_format(path: Path) -> str:
         return "jsonl"
     if suffix in (".parquet", ".pq"):
         return "parquet"
+    if suffix in (".csv", ".tsv"):
+        return "csv"  # pairs; STS-B's tab-separated .csv files are recognised inside
     return "conll"
 
 
@@ -70,7 +74,8 @@ def read_head_data(
     """Read the splits for `task`.
 
     Args:
-        task: a head type's name: "classifier" (items `{text, label}`) or "ner" (items
+        task: a head type's name: "classifier" (items `{text, label}`), "pair" (items
+            `{text_a, text_b, label or score}`) or "ner" (items
             `{tokens, tags}`).
         data: a file holding the splits (JSON, TweetEval folder), or the train split file.
         validation: a file for the validation split (a JSON file gives its `validation`).
@@ -145,6 +150,8 @@ def _read_any(path: Path, fmt: str, task: Task) -> _Raw:
         return _read_jsonl(path)
     if kind == "parquet":
         return _read_parquet(path)
+    if kind in ("csv", "stsb"):
+        return _Raw({_UNSPLIT: read_pair_table(path, kind)}, None, str(path))
     return _read_conll(path)
 
 
@@ -296,14 +303,14 @@ def _label_list(task: Task, names: list[str] | None, raws: dict[str, _Raw]) -> l
             raise InputError(f"label_names has duplicates: {names}")
         kind.check_label_names(names)
         return list(names)
-    key = kind.label_key
     seen: set = set()
     for raw in raws.values():
         for split_items in raw.items.values():
             for item_id, item in split_items:
                 where = f"{raw.source}, {item_id}"
-                if not isinstance(item, dict) or key not in item:
-                    raise InputError(f"{where}: missing '{key}'")
+                reason = kind.missing_label(item) if isinstance(item, dict) else "expected an object"
+                if reason:
+                    raise InputError(f"{where}: {reason}")
                 values = kind.item_labels(item, where)
                 seen.update(v for v in values if isinstance(v, (str, int)) and not isinstance(v, bool))
     if any(isinstance(v, int) for v in seen) and not all(isinstance(v, int) for v in seen):

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from indexer.config import MAX_POSITIONS
+from indexer.encode.model_facts import usable_length
 from indexer.errors import InputError
 from indexer.heads.data import HeadData
 from indexer.heads.features import check_lengths
@@ -35,7 +36,7 @@ def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", ba
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     examples = [_relabel(kind, e, data.label_names, names) for e in data.splits[split]]
     encoded = kind.encode(tokenizer, examples)
-    check_lengths({split: encoded}, min(MAX_POSITIONS, model.config.max_position_embeddings))
+    check_lengths({split: encoded}, min(MAX_POSITIONS, usable_length(model, tokenizer).limit))
     logits = model_logits(kind, model, encoded, pad_id_of(tokenizer), batch_size)
     options = {"decode": decode} if kind.decodes else {}
     scores = score_logits(kind, logits, examples, encoded, names, **options)

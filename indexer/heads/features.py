@@ -21,12 +21,14 @@ SORT_POOL = 50  # training batches drawn from length-sorted pools of SORT_POOL b
 
 @dataclass
 class Encoded:
-    """One split, tokenised. `labels[i]` is an int (classifier) or one id per token (NER)."""
+    """One split, tokenised. `labels[i]` is an int (classifier), a float (a regression pair
+    head) or one id per token (NER)."""
 
     ids: list[str]
     input_ids: list[list[int]]
     labels: list
     word_positions: list[dict[int, int]] | None = None  # NER: word -> first subword position
+    token_type_ids: list[list[int]] | None = None  # a pair: 0 for text_a, 1 for text_b
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -36,8 +38,11 @@ class Encoded:
         return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self))
 
 
-def check_lengths(splits: dict[str, Encoded], max_length: int) -> None:
+def check_lengths(splits: dict[str, Encoded], max_length: int, limit: int = MAX_POSITIONS
+                  ) -> None:
     """Refuse examples longer than `max_length` tokens in any split, before any training.
+
+    `limit`: the model's usable length, the most `--max-length` can be raised to.
 
     Raises:
         InputError: how many are too long per split, the first few ids and lengths, the
@@ -56,10 +61,10 @@ def check_lengths(splits: dict[str, Encoded], max_length: int) -> None:
         return
     total = sum(int(c.split()[0]) for c in counts)
     more = f" and {total - len(shown)} more" if total > len(shown) else ""
-    if longest <= MAX_POSITIONS:
-        raise_to = f"raise --max-length to at least {longest} (at most {MAX_POSITIONS})"
+    if longest <= limit:
+        raise_to = f"raise --max-length to at least {longest} (at most {limit})"
     else:
-        raise_to = f"raise --max-length (at most {MAX_POSITIONS}, which is still too short for {longest})"
+        raise_to = f"raise --max-length (at most {limit}, which is still too short for {longest})"
     raise InputError(
         f"{' + '.join(counts)} example(s) are longer than --max-length {max_length} after "
         f"tokenisation: {', '.join(shown)}{more}. Nothing is truncated; either {raise_to}, "
@@ -92,8 +97,9 @@ def collate(encoded: Encoded, index: Sequence[int], pad_id: int, with_labels: bo
     """Right-padded tensors for the examples at `index`.
 
     Returns:
-        {"input_ids", "attention_mask"} of shape (batch, longest), plus "labels":
-        (batch,) for a classifier, (batch, longest) with -100 on padding for NER.
+        {"input_ids", "attention_mask"} of shape (batch, longest), "token_type_ids" when the
+        split has them (pairs), plus "labels": (batch,) for a classifier (float for a
+        regression head), (batch, longest) with -100 on padding for NER.
     """
     rows = [encoded.input_ids[i] for i in index]
     width = max(len(r) for r in rows)
@@ -103,13 +109,19 @@ def collate(encoded: Encoded, index: Sequence[int], pad_id: int, with_labels: bo
         input_ids[j, : len(row)] = torch.tensor(row, dtype=torch.long)
         mask[j, : len(row)] = 1
     batch = {"input_ids": input_ids, "attention_mask": mask}
+    if encoded.token_type_ids is not None:  # padding is type 0, as the tokenizer pads
+        types = torch.zeros((len(rows), width), dtype=torch.long)
+        for j, i in enumerate(index):
+            types[j, : len(rows[j])] = torch.tensor(encoded.token_type_ids[i], dtype=torch.long)
+        batch["token_type_ids"] = types
     if with_labels:
         first = encoded.labels[index[0]]
         if isinstance(first, list):
             labels = torch.full((len(rows), width), -100, dtype=torch.long)  # -100: padding
             for j, i in enumerate(index):
                 labels[j, : len(encoded.labels[i])] = torch.tensor(encoded.labels[i], dtype=torch.long)
-        else:
-            labels = torch.tensor([encoded.labels[i] for i in index], dtype=torch.long)
+        else:  # a class id, or a float target (a regression head)
+            dtype = torch.float32 if isinstance(first, float) else torch.long
+            labels = torch.tensor([encoded.labels[i] for i in index], dtype=dtype)
         batch["labels"] = labels
     return batch

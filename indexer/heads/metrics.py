@@ -1,4 +1,5 @@
-"""Scores for heads: macro-F1 for classifiers, entity-F1 over BIO spans for NER.
+"""Scores for heads: macro-F1 for classifiers, entity-F1 over BIO spans for NER, Spearman and
+Pearson for a regression pair head.
 
 Entity-F1 counts a predicted entity as correct only when its type and both boundaries
 match a gold entity; it equals seqeval's default (conlleval-style) micro F1.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+
+import numpy as np
 
 from indexer.heads.labels import bio_spans
 
@@ -66,6 +69,12 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
             raise ValueError(f"sentence {i}: {len(g)} gold tags but {len(p)} predicted")
         gold_set.update((i, *span) for span in bio_spans(g))
         pred_set.update((i, *span) for span in bio_spans(p))
+    return span_f1(gold_set, pred_set)
+
+
+def span_f1(gold_set: set[tuple], pred_set: set[tuple]) -> dict:
+    """Micro entity-F1 of sets of (item, type, start, end) spans (word or character offsets):
+    what `entity_f1` returns, for spans already read."""
     hits = gold_set & pred_set
     kinds = sorted({s[1] for s in gold_set | pred_set})
     per_type = {}
@@ -85,3 +94,37 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
         "per_type": per_type,
     }
 
+
+
+def _average_ranks(x) -> np.ndarray:
+    """1-based ranks of `x`, ties sharing their average rank."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    sorted_x = x[order]
+    starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])  # first of each tie run
+    ends = np.r_[starts[1:], len(x)]
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.repeat((starts + ends - 1) / 2.0 + 1, ends - starts)
+    return ranks
+
+
+def correlations(gold: Sequence[float], pred: Sequence[float]) -> dict:
+    """Spearman and Pearson correlation of predicted against gold scores.
+
+    Args:
+        gold: gold scores (e.g. STS-B's 0-5).
+        pred: predicted scores, same length.
+    Returns:
+        {"spearman", "pearson", "pairs"}; a constant side correlates 0.0.
+    """
+    if len(gold) != len(pred):
+        raise ValueError(f"{len(gold)} gold scores but {len(pred)} predictions")
+
+    def corr(a, b) -> float:
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if len(a) < 2 or a.std() == 0 or b.std() == 0:
+            return 0.0
+        return float(np.corrcoef(a, b)[0, 1])
+
+    return {"spearman": corr(_average_ranks(gold), _average_ranks(pred)),
+            "pearson": corr(gold, pred), "pairs": len(gold)}

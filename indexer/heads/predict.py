@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from indexer.config import MAX_POSITIONS
+from indexer.encode.model_facts import drop_unused_inputs, load_transformer, usable_length
 from indexer.errors import InputError, ModelError
 from indexer.heads.types.base import HeadType
 from indexer.heads.types.registry import head_type_of
@@ -31,7 +32,8 @@ def load_model_dir(path: str | Path):
         raise ModelError(f"{path}: not a model directory (no config.json); give a --out of 'bertindex train'")
     try:
         kind = head_type_of(AutoConfig.from_pretrained(path))
-        model = kind.model_class().from_pretrained(path).eval()
+        model, _ = load_transformer(path, kind.model_class())  # sdpa where the class has it
+        model.eval()
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load the head in {path}: {exc}") from None
@@ -40,12 +42,17 @@ def load_model_dir(path: str | Path):
 
 
 class Predictor:
-    """A loaded head: `predict(texts)` -> one result per text (see the module)."""
+    """A loaded head: `predict(texts)` -> one result per text (see the module).
 
-    def __init__(self, kind: HeadType, model, tokenizer):
+    `options`: what the head's config fixes for predicting (`HeadType.saved_options`: a
+    tagger's segmentation of raw text into its training words).
+    """
+
+    def __init__(self, kind: HeadType, model, tokenizer, where: str = "the head"):
         self.kind, self.model, self.tokenizer = kind, model, tokenizer
+        self.options = kind.saved_options(model.config, where)
         self.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-        self.max_positions = min(getattr(model.config, "max_position_embeddings", MAX_POSITIONS), MAX_POSITIONS)
+        self.max_positions = min(usable_length(model, tokenizer).limit, MAX_POSITIONS)
 
     @torch.inference_mode()
     def predict(self, texts: Sequence[str], batch_size: int = 32, **options) -> list:
@@ -54,7 +61,8 @@ class Predictor:
         Args:
             texts: a list of texts (not one string).
             batch_size: texts per forward pass.
-            options: the head type's decoding options (a tagger's `decode`: "bio" or "argmax").
+            options: the head type's decoding options (a tagger's `decode`: "bio" or
+                "argmax"; its `segmentation`, default the head's own).
         Returns:
             A Label per text (classifier), or a list of Entity spans per text (tagger).
         """
@@ -65,8 +73,9 @@ class Predictor:
             chunk = list(texts[start : start + batch_size])
             enc = self._encode(chunk)
             offsets = enc.pop("offset_mapping")  # (B, L, 2)
-            logits = self.kind.logits(self.model, enc)
-            out.extend(self.kind.predict(chunk, enc, offsets, logits, self.labels, **options))
+            logits = self.kind.logits(self.model, drop_unused_inputs(self.model, enc))
+            out.extend(self.kind.predict(chunk, enc, offsets, logits, self.labels,
+                                         **{**self.options, **options}))
         return out
 
     def _encode(self, texts: list[str]):
@@ -88,4 +97,4 @@ def load_head(path: str | Path) -> Predictor:
     Returns:
         A Predictor, with a `predict(texts)` method.
     """
-    return Predictor(*load_model_dir(path))
+    return Predictor(*load_model_dir(path), where=str(path))

@@ -90,6 +90,21 @@ def save_head_dir(model, tokenizer, receipt: dict, out: Path) -> Path:
     return out
 
 
+def update_receipt(out: Path, fields: dict, receipt: dict) -> dict:
+    """`receipt` (as saved in `out`) with `fields` added, written back in place (a record the
+    caller knows and training does not, e.g. how a reranker's pairs were drawn).
+
+    Returns:
+        The updated receipt.
+    """
+    receipt = {**receipt, **fields}
+    path = Path(out) / RECEIPT
+    tmp = path.with_name(f".{RECEIPT}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(receipt, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return receipt
+
+
 def summary(receipt: dict) -> dict:
     """The short form `--json` prints: best epoch, why training stopped, validation/test
     metric, baseline, warnings."""
@@ -111,6 +126,9 @@ def summary(receipt: dict) -> dict:
         "training_seconds": receipt["training_seconds"],
         "examples_per_second": receipt["examples_per_second"],
     }
+    if receipt.get("raw_text") and metric in receipt["raw_text"]:  # a tagger, as annotate runs
+        out["raw_text"] = {"split": receipt["raw_text"]["split"],
+                           metric: receipt["raw_text"][metric]}
     if receipt.get("reviewed"):
         out["reviewed"] = receipt["reviewed"]
     if receipt.get("baseline"):

@@ -66,23 +66,26 @@ def auto_batch_size(n_train: int, largest: int) -> int:
     return min(size, largest)
 
 
-def auto_max_length(encoded: dict[str, Encoded]) -> tuple[int, str]:
-    """The smallest multiple of LENGTH_STEP (at most MAX_POSITIONS) that fits every example of
+def auto_max_length(encoded: dict[str, Encoded], limit: int = MAX_POSITIONS) -> tuple[int, str]:
+    """The smallest multiple of LENGTH_STEP (at most `limit`) that fits every example of
     every split.
 
+    Args:
+        encoded: the tokenised splits.
+        limit: the model's usable length (at most MAX_POSITIONS).
     Returns:
         (length, a note naming the longest example).
     Raises:
-        InputError: some example is longer than MAX_POSITIONS (named, as `check_lengths` does).
+        InputError: some example is longer than `limit` (named, as `check_lengths` does).
     """
-    check_lengths(encoded, MAX_POSITIONS)
+    check_lengths(encoded, limit, limit)
     longest, where = 0, None
     for split, enc in encoded.items():
         if len(enc):
             i = int(np.argmax(enc.lengths))
             if enc.lengths[i] > longest:
                 longest, where = int(enc.lengths[i]), f"{split} {enc.ids[i]}"
-    length = min(MAX_POSITIONS, max(LENGTH_STEP, math.ceil(longest / LENGTH_STEP) * LENGTH_STEP))
+    length = min(limit, max(LENGTH_STEP, math.ceil(longest / LENGTH_STEP) * LENGTH_STEP))
     return length, f"auto: {length}, the longest example is {longest} tokens ({where})"
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from indexer.choices import HeadDtype, HeadPooling
 from indexer.config import MAX_POSITIONS
+from indexer.encode.model_facts import Length
 from indexer.errors import InputError
 from indexer.heads.features import Encoded, check_lengths
 from indexer.heads.schedule import (
@@ -81,18 +82,28 @@ class TrainSettings:
             return EpochRule(self.max_epochs, self.patience)
         return EpochRule(int(self.epochs))
 
-    def resolve(self, encoded: dict[str, Encoded]) -> tuple[TrainSettings, dict]:
+    def resolve(self, encoded: dict[str, Encoded], length: Length | None = None
+                ) -> tuple[TrainSettings, dict]:
         """These settings with `batch_size` and `max_length` made concrete for this data.
 
+        Args:
+            encoded: the tokenised splits.
+            length: the base model's usable length (`model_facts.usable_length`; None: 512).
         Returns:
             (settings, {"batch_size": how it was chosen, "max_length": how it was chosen}).
         Raises:
-            InputError: an example is longer than the given `max_length` (or than 512).
+            InputError: an example is longer than the given `max_length` (or than the model's
+                usable length), or `max_length` exceeds that length (the real limit named).
         """
+        limit = min(MAX_POSITIONS, length.limit) if length is not None else MAX_POSITIONS
+        if self.max_length != "auto" and self.max_length > limit:
+            raise InputError(f"--max-length {self.max_length} exceeds the usable length of "
+                             f"{self.base}: {limit} tokens ({length.why if length else ''}); "
+                             f"give at most {limit}, or leave it auto")
         if self.max_length == "auto":
-            max_length, length_rule = auto_max_length(encoded)
+            max_length, length_rule = auto_max_length(encoded, limit)
         else:
-            check_lengths(encoded, self.max_length)
+            check_lengths(encoded, self.max_length, limit)
             max_length, length_rule = self.max_length, "given"
         n_train = len(encoded["train"]) if "train" in encoded else 0
         if self.batch_size is not None:

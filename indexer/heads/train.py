@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from indexer.config import MAX_POSITIONS
+from indexer.encode.model_facts import load_transformer, usable_length
 from indexer.errors import InputError, ModelError
 from indexer.heads.baseline import baseline_warning
 from indexer.heads.data import HeadData, require_splits
@@ -45,7 +46,7 @@ from indexer.heads.settings import (
     WEIGHT_DECAY,
     TrainSettings,
 )
-from indexer.heads.types.registry import head_type
+from indexer.heads.types.registry import HEAD_TYPE_KEY, head_type
 from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,11 @@ def load_base(settings: TrainSettings, label_names: list[str]):
     seed_everything(settings.seed)  # the new head's initial weights
     kind = settings.kind
     try:
-        tokenizer = AutoTokenizer.from_pretrained(settings.base)
-        model = kind.model_class().from_pretrained(
-            settings.base,
+        # e.g. a tagger's byte-level BPE gets a prefix space for its pre-split words
+        tokenizer = kind.prepare_tokenizer(AutoTokenizer.from_pretrained(settings.base),
+                                           str(settings.base))
+        model, _ = load_transformer(
+            settings.base, kind.model_class(),
             num_labels=len(label_names),
             id2label=dict(enumerate(label_names)),
             label2id={name: i for i, name in enumerate(label_names)},
@@ -130,6 +133,7 @@ def load_base(settings: TrainSettings, label_names: list[str]):
     pooling = settings.sentence_pooling
     if pooling is not None:
         setattr(model.config, POOLING_KEY, pooling)  # saved in config.json; read by every loader
+    setattr(model.config, HEAD_TYPE_KEY, kind.name)  # which head type loads it (`head_type_of`)
     kind.check_model(model, tokenizer, str(settings.base))
     return model, tokenizer
 
@@ -251,13 +255,6 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     return result
 
 
-def validation_loss(logits: list[torch.Tensor], targets: list[torch.Tensor]) -> float:
-    """Mean cross-entropy of per-example logits ((C,) or (rows, C)) against their targets."""
-    width = logits[0].shape[-1]
-    x = torch.cat([t.reshape(-1, width) for t in logits]).float()
-    return float(torch.nn.functional.cross_entropy(x, torch.cat([t.reshape(-1) for t in targets])))
-
-
 def better(score: float, loss: float, best_score: float, best_loss: float, ties: bool) -> bool:
     """Whether an epoch beats the best so far: a higher validation score; with `ties` (auto
     epochs) also the same score with a validation loss lower by more than LOSS_TIE_DELTA
@@ -338,7 +335,7 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
         model.eval()
         logits = val_logits()
         scores = score_logits(kind, logits, data.splits["validation"], val, data.label_names)
-        score, val_loss = scores[metric], validation_loss(logits, val_targets)
+        score, val_loss = scores[metric], kind.validation_loss(logits, val_targets, model)
         if better(score, val_loss, best_score, best_loss, ties=rule.patience is not None):
             best_score, best_loss, best_epoch = score, val_loss, epoch
             if stage is None:
@@ -469,6 +466,24 @@ def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], s
     return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names)
 
 
+def raw_text_split(model, tokenizer, data: HeadData, kind, where: str) -> dict | None:
+    """A tagger's test split (else validation) scored as raw text through `predict`, which
+    gives the entities `annotate` stores (`indexer.heads.raw_text`): the receipt's
+    `raw_text`. None for other head types; {"skipped": why} when a text is too long."""
+    from indexer.heads.predict import Predictor
+    from indexer.heads.raw_text import RAW_TEXT_NOTE, score_raw_text
+
+    if kind.name != "ner":
+        return None
+    split = "test" if "test" in data.splits else "validation"
+    predictor = Predictor(kind, model.eval(), tokenizer, where)
+    try:
+        scores = score_raw_text(data.splits[split], data.label_names, predictor.predict)
+    except InputError as exc:  # a joined text longer than the model's positions
+        return {"split": split, "skipped": str(exc)}
+    return {"split": split, "note": RAW_TEXT_NOTE, **predictor.options, **scores}
+
+
 def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = False) -> dict:
     """Load base → encode → choose batch size and max length (refuse over-long) → fit → score
     → baseline → save; the one training path (`bertindex train` runs it through the
@@ -489,15 +504,17 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
     check_out_dir(Path(settings.out))
     threads = set_threads(settings.threads)
     model, tokenizer = load_base(settings, data.label_names)
+    settings.kind.fit_config(model, data)
     encoded = encode_splits(tokenizer, data)
-    settings, choices = settings.resolve(encoded)
+    settings, choices = settings.resolve(encoded, usable_length(model, tokenizer))
     for key in ("max_length", "batch_size"):
         if choices[key] != "given":
             write_line(f"{key.replace('_', ' ')}: {choices[key]}", progress)
     fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
     validation = score_split(model, tokenizer, data, encoded, "validation")
     test = score_split(model, tokenizer, data, encoded, "test") if "test" in data.splits else None
-    baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed)
+    raw_text = raw_text_split(model, tokenizer, data, settings.kind, str(settings.out))
+    baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed, base=settings.base)
     metric = settings.kind.metric
     warning = baseline_warning(metric, validation[metric], baseline, len(data.splits["validation"]),
                                {"auto_epochs": settings.auto_epochs, "head_only": settings.head_only})
@@ -505,5 +522,7 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
         log.warning("%s", warning["message"])
     receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads, choices,
                             [warning] if warning else [])
+    if raw_text is not None:
+        receipt["raw_text"] = raw_text
     save_head_dir(model, tokenizer, receipt, Path(settings.out))
     return receipt

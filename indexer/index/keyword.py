@@ -1,8 +1,12 @@
-"""Keyword index: BM25 over document titles and texts with tantivy, kept in step with the store.
+"""Keyword index: BM25 over document titles and texts with tantivy, kept in step with the store,
+analysed for the corpus's language (`keyword.language`).
 
-Layout under the store directory: `keyword/` (a tantivy index) and `keyword/manifest.parquet`
-(doc id -> content hash of what the index holds). Syncing diffs the store's documents against
-the manifest, so it follows adds, changes and deletes whichever way they reached the store.
+Layout under the store directory: `keyword/` (a tantivy index), `keyword/manifest.parquet`
+(doc id -> content hash of what the index holds) and `keyword/LANGUAGE` (the analyzer it was
+built with; absent: `english`, the only analyzer before the setting). Syncing diffs the store's
+documents against the manifest, so it follows adds, changes and deletes whichever way they
+reached the store, and rebuilds the whole index when the configured language differs from the
+recorded one. Searches analyse the query with the recorded language, whatever the config says.
 Does not encode and does not apply metadata filters itself (the caller passes allowed doc ids).
 """
 
@@ -13,13 +17,15 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tantivy
 
-from indexer.errors import VectorIndexError
+from indexer.choices import KeywordLanguage
+from indexer.errors import ConfigError, VectorIndexError
 from indexer.store import HashDiff, Store
 
 log = logging.getLogger(__name__)
@@ -27,16 +33,64 @@ log = logging.getLogger(__name__)
 KEYWORD_DIR = "keyword"
 MANIFEST_FILE = "manifest.parquet"
 SCHEMA_VERSION = "1"  # bump when the tantivy schema or analyzer changes: forces a rebuild
-_TOKENIZER = "en_stem"  # lower-case, split on non-alphanumerics, English Snowball stemmer
+LANGUAGE_FILE = "LANGUAGE"
+LANGUAGES = get_args(KeywordLanguage)
+DEFAULT_LANGUAGE = "english"  # an index without LANGUAGE was built with it
 _WRITE_BATCH = 10_000  # documents fetched from the store per round trip
 _QUERY_CLEAN = re.compile(r"[^\w]+", re.UNICODE)
+_MAX_TOKEN = 40  # longer tokens are dropped, as tantivy's built-in `en_stem` does
 
 
-def _schema() -> tantivy.Schema:
+def tokenizer_name(language: str) -> str:
+    """The tantivy analyzer name of a `keyword.language`.
+
+    `english` is tantivy's built-in `en_stem` (split on non-alphanumerics, drop tokens over 40
+    bytes, lower-case, English Snowball), unchanged so English figures stay as measured; it
+    keeps accents (`café` and `cafe` differ). Every other language runs the same steps with
+    its own Snowball stemmer and then folds accents to ASCII (`città`, `Straße`, `Häuser`
+    match `citta`, `strasse`, `hauser`'s stem): stemming sees the accented word, which the
+    stemmers expect, and folding afterwards lets a query typed without accents match.
+    `none` (languages without a Snowball stemmer, such as Vietnamese) lower-cases only and
+    keeps diacritics, which tell Vietnamese words apart (`ma`, `má`, `mà` are three words).
+    """
+    if language not in LANGUAGES:
+        raise ConfigError(f"keyword.language '{language}' is unknown; choose one of "
+                          f"{', '.join(LANGUAGES)}")
+    return "en_stem" if language == DEFAULT_LANGUAGE else f"bertindex_{language}"
+
+
+def _analyzer(language: str) -> tantivy.TextAnalyzer:
+    """The analyzer `tokenizer_name` describes (for `english`, the steps of the built-in
+    `en_stem`, which the index itself uses)."""
+    builder = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+               .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
+               .filter(tantivy.Filter.lowercase()))
+    if language != "none":
+        builder = builder.filter(tantivy.Filter.stemmer(language))
+    if language not in ("none", DEFAULT_LANGUAGE):
+        builder = builder.filter(tantivy.Filter.ascii_fold())
+    return builder.build()
+
+
+def analyze(text: str, language: str) -> list[str]:
+    """The terms `language`'s analyzer makes of `text` (what the index stores and a query
+    looks up)."""
+    tokenizer_name(language)  # refuses an unknown language
+    return _analyzer(language).analyze(text)
+
+
+def recorded_language(folder: Path) -> str:
+    """The language a keyword index folder was built with (`english` when not recorded)."""
+    path = Path(folder) / LANGUAGE_FILE
+    return path.read_text().strip() if path.is_file() else DEFAULT_LANGUAGE
+
+
+def _schema(language: str) -> tantivy.Schema:
+    name = tokenizer_name(language)
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("doc_id", stored=False, indexed=True, fast=True)
-    builder.add_text_field("title", stored=False, tokenizer_name=_TOKENIZER)
-    builder.add_text_field("body", stored=False, tokenizer_name=_TOKENIZER)
+    builder.add_text_field("title", stored=False, tokenizer_name=name)
+    builder.add_text_field("body", stored=False, tokenizer_name=name)
     return builder.build()
 
 
@@ -58,9 +112,11 @@ class KeywordIndex:
     Args:
         folder: the `keyword/` directory of a store.
         create: create an empty index when none exists.
+        language: with `create`, the analyzer of a new index (`keyword.language`); an existing
+            index keeps the language it records (`sync_keyword_index` rebuilds it to change).
     """
 
-    def __init__(self, folder: Path, create: bool = False):
+    def __init__(self, folder: Path, create: bool = False, language: str = DEFAULT_LANGUAGE):
         self.folder = Path(folder)
         self._version_file = self.folder / "SCHEMA_VERSION"
         if not create and not self.exists(self.folder):
@@ -68,13 +124,24 @@ class KeywordIndex:
                 f"no keyword index in {self.folder}; run `bertindex index` on this store once "
                 "to build it from the stored documents (or search with --mode dense)"
             )
+        new = not self.exists(self.folder)
+        self.language = language if new else recorded_language(self.folder)
+        if self.language not in LANGUAGES:
+            raise VectorIndexError(f"{self.folder / LANGUAGE_FILE} names language "
+                                   f"'{self.language}', which this bertindex does not know "
+                                   f"({', '.join(LANGUAGES)}); delete the folder and re-run "
+                                   "`bertindex index` to rebuild it")
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.schema = _schema()
+        self.schema = _schema(self.language)
         try:
             self.index = tantivy.Index(self.schema, path=str(self.folder), reuse=True)
         except (OSError, ValueError) as exc:
             raise VectorIndexError(f"cannot open keyword index {self.folder} ({exc}); delete the "
                               "folder and re-run `bertindex index` to rebuild it") from None
+        if self.language != DEFAULT_LANGUAGE:  # custom analyzers live in the process only
+            self.index.register_tokenizer(tokenizer_name(self.language), _analyzer(self.language))
+        if new and self.language != DEFAULT_LANGUAGE:
+            (self.folder / LANGUAGE_FILE).write_text(self.language)
         if not self._version_file.is_file():
             self._version_file.write_text(SCHEMA_VERSION)
         self._searcher = None
@@ -195,18 +262,21 @@ class KeywordIndex:
         self._searcher = None
 
 
-def sync_keyword_index(store: Store) -> dict:
+def sync_keyword_index(store: Store, language: str = DEFAULT_LANGUAGE) -> dict:
     """Bring the store's keyword index in step with its documents.
 
     Compares every stored document's content hash with the index manifest: new and changed
     documents are (re)indexed, documents gone from the store are removed. A missing, damaged or
-    outdated index is rebuilt from the stored texts. Nothing is encoded.
+    outdated index, or one built for another language, is rebuilt from the stored texts.
+    Nothing is encoded.
 
     Args:
         store: an open, writable Store.
+        language: `keyword.language`, the analyzer the index must have.
     Returns:
         {"documents", "added", "updated", "removed", "rebuilt"}.
     """
+    tokenizer_name(language)  # an unknown language is refused before anything is removed
     folder = Path(store.path) / KEYWORD_DIR
     rebuilt = False
     version_file = folder / "SCHEMA_VERSION"
@@ -215,8 +285,13 @@ def sync_keyword_index(store: Store) -> dict:
         log.warning("keyword index %s is incomplete or outdated; rebuilding it", folder)
         shutil.rmtree(folder)
         rebuilt = True
+    elif folder.exists() and recorded_language(folder) != language:
+        log.warning("keyword index %s was built for %s, keyword.language is %s; rebuilding it",
+                    folder, recorded_language(folder), language)
+        shutil.rmtree(folder)
+        rebuilt = True
     try:
-        index = KeywordIndex(folder, create=True)
+        index = KeywordIndex(folder, create=True, language=language)
         listed = index.manifest_rows()
         if index.num_docs != listed:
             raise VectorIndexError(f"keyword index holds {index.num_docs} documents, its manifest "
@@ -224,7 +299,7 @@ def sync_keyword_index(store: Store) -> dict:
     except VectorIndexError as exc:
         log.warning("%s; rebuilding the keyword index from the store", exc)
         shutil.rmtree(folder, ignore_errors=True)
-        index = KeywordIndex(folder, create=True)
+        index = KeywordIndex(folder, create=True, language=language)
         rebuilt = True
     change = index.diff(store)
     if not change.empty:

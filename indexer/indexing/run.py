@@ -64,7 +64,7 @@ def delete_missing(store: Store, collection: str, seen: set[str]) -> tuple[list[
 
 
 def publish_indexes(store: Store, config: Config, added, removed,
-                    base_version: int | None = None) -> dict:
+                    base_version: int | None = None, build: Callable | None = None) -> dict:
     """Bring the FAISS and keyword indexes in step with the store and publish them.
 
     Args:
@@ -72,19 +72,22 @@ def publish_indexes(store: Store, config: Config, added, removed,
         config: the configuration (`index` section).
         added, removed: chunk ids added to / removed from the store by this run.
         base_version: the store's data_version when the run started.
+        build: how a rebuild is made (`sync_vector_index`; None: in this process).
     Returns:
         The vector index info (`sync_vector_index`) plus `keyword`.
     """
-    return sync_vector_index(store, config, added, removed, base_version) | {
-        "keyword": sync_keyword_index(store)}
+    return sync_vector_index(store, config, added, removed, base_version, build=build) | {
+        "keyword": sync_keyword_index(store, config.keyword.language)}
 
 
 @dataclass
 class Steps:
     """An index run's steps; the defaults are the plain functions.
 
-    `submit` true: `encode` returns a future (a Prefect task submitted to a Dask task
-    runner), resolved in order by the writer, with at most `in_flight` batches ahead.
+    `submit` true: `encode(partition id, texts, config)` returns a future (a partition sent
+    to a cluster worker, `flows.cluster`), resolved in order by the writer, with at most
+    `in_flight` batches ahead; the partition id is the batch's file and rows
+    (`BatchPlan.describe`), stable across runs.
     """
 
     load: Callable = load_model
@@ -188,7 +191,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
                 plan = plan_batch(batch, store, collection)
                 try:
                     if steps.submit:
-                        future = steps.encode(plan.texts, config, None, False)
+                        future = steps.encode(plan.describe(), plan.texts, config)
                     else:
                         future = steps.encode(plan.texts, config, encoder, encode_progress)
                 except _FATAL:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,7 +171,8 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
 
 
 def sync_vector_index(store: Store, config: Config, added, removed,
-                      base_version: int | None = None, force: bool = False) -> dict:
+                      base_version: int | None = None, force: bool = False,
+                      build: Callable | None = None) -> dict:
     """Bring the FAISS index in step with the store and publish it as a new version, with a
     read-only snapshot of the store that searches open.
 
@@ -185,6 +187,9 @@ def sync_vector_index(store: Store, config: Config, added, removed,
         added, removed: chunk ids (any int sequence) added to / removed from the store.
         force: rebuild from the stored vectors whatever the current index holds
             (`bertindex doctor --repair`).
+        build: makes a rebuild, `build(spec, provenance, index config, batches, count)`
+            (None: `VectorIndex.build_from_batches`; `flows.cluster` builds IVF specs in
+            shards on the workers).
     Returns:
         {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
     """
@@ -221,8 +226,8 @@ def sync_vector_index(store: Store, config: Config, added, removed,
             current.add(store.fetch_vectors(part), part)
         index = current
     else:
-        index = VectorIndex.build_from_batches(spec, provenance, config.index,
-                                               store.iter_vectors, store.count_vectors())
+        index = (build or VectorIndex.build_from_batches)(
+            spec, provenance, config.index, store.iter_vectors, store.count_vectors())
     if index.ntotal != total:
         raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "

@@ -17,7 +17,12 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.errors import BertindexError, StoreError, VectorIndexError, repair_hint
-from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, sync_keyword_index
+from indexer.index.keyword import (
+    KEYWORD_DIR,
+    KeywordIndex,
+    recorded_language,
+    sync_keyword_index,
+)
 from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
 from indexer.indexing.steps import sync_vector_index
@@ -122,7 +127,7 @@ def diagnose(path: Path, config: Config) -> Diagnosis:
                      "keyword_documents": None}
         _check_store(store, out)
         chunk_ids = store.chunk_ids()
-        _check_keyword(store, out)
+        _check_keyword(store, out, config.keyword.language)
     if provenance is not None:
         _check_index(path, config, provenance, data_version, chunk_ids, out)
     return out
@@ -221,8 +226,9 @@ def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) ->
         out.add("snapshot", snap, f"holds {chunks} chunks, its index {index.ntotal} vectors", fix)
 
 
-def _check_keyword(store: Store, out: Diagnosis) -> None:
-    """The BM25 index: present, openable, its count and manifest in step with the store."""
+def _check_keyword(store: Store, out: Diagnosis, language: str) -> None:
+    """The BM25 index: present, openable, built for `keyword.language`, its count and
+    manifest in step with the store."""
     folder = store.path / KEYWORD_DIR
     fix = repair_hint(store.path)
     if not folder.exists():
@@ -237,6 +243,10 @@ def _check_keyword(store: Store, out: Diagnosis) -> None:
     if version_file.read_text().strip() != KEYWORD_SCHEMA:
         out.add("keyword", folder, f"schema {version_file.read_text().strip()!r}, this "
                 f"bertindex writes {KEYWORD_SCHEMA!r}", fix)
+        return
+    if recorded_language(folder) != language:
+        out.add("keyword", folder, f"built for language {recorded_language(folder)!r}, "
+                f"keyword.language is {language!r}", fix)
         return
     try:
         keyword = KeywordIndex(folder)
@@ -274,7 +284,7 @@ def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
                 done["unreachable"] = store.delete_unreachable()
             if checks & set(VECTOR_CHECKS):
                 done["index"] = sync_vector_index(store, config, [], [], force=True)
-            done["keyword"] = sync_keyword_index(store)
+            done["keyword"] = sync_keyword_index(store, config.keyword.language)
         except BertindexError as exc:
             log.error("repair of %s stopped: %s", path, exc)
             done["errors"].append(str(exc))

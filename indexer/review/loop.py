@@ -267,9 +267,12 @@ def _check_row(raw: RawRow, head: str, label_names: list[str], collection: str |
     return _Checked(raw.line, row_collection, item_id, label, who, when)
 
 
-def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str | None = None
-                ) -> int:
+def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str | None = None,
+                who: str | None = None) -> int:
     """Store one label from the review page, checked as `review import` checks a row.
+
+    `who` is the name of the token the request carried (None: the server has no tokens); it
+    is also the reviewer when the page names none.
 
     Returns:
         The new review id (the page's undo deletes it).
@@ -284,5 +287,6 @@ def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str 
     if digest is None:
         raise InputError(f"document {doc_id} is no longer in the store (deleted since)")
     now = utc_now()
-    review = NewReview(doc_id, label, reviewer or default_reviewer(), now, digest, "page")
+    review = NewReview(doc_id, label, reviewer or who or default_reviewer(), now, digest, "page",
+                       who)
     return store.append_reviews(head, [review])[0]

@@ -4,7 +4,8 @@ Public API (import these from `indexer.store`): `Store` (the facade: open, trans
 documents, vectors, filters, runs, checks, annotations, reviews), its row types `Hit`,
 `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`,
 `IntegrityCounts`, `SnapshotFacts`, `Run` (what `Store.recorded_run` yields), the review rows
-`HeadInfo`, `Candidates`, `NewReview`; `WriterLock`; `content_hash`; `read_snapshot_facts`;
+`HeadInfo`, `Candidates`, `NewReview`, `ReviewRow`; the access tokens' `StoredToken`,
+`read_token_table`, `hash_token`, `new_token`, `scope_allows`, `SCOPES`; `WriterLock`; `content_hash`; `read_snapshot_facts`;
 `new_run_id`; the constants `DB_NAME`, `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the
 report's `TIME_UNITS` and `UNKNOWN` bucket (the provenance keys live in `indexer.provenance`).
 No module of the library, the flows or the surface imports this package's modules or touches
@@ -16,13 +17,13 @@ Modules, one concept each: `store` (the facade, connection, transactions, data v
 name), `vectors` (vectors and provenance), `reads` (documents read back), `filters` (search
 filters as bound SQL), `runs` (run log and status counts), `checks` (integrity), `rows`
 (row dataclasses), `annotations` (labels, entities and the inbox ledger), `reviews` (people's
-labels: the review loop), `dedup` (near-duplicate groups: `Store.dedup_groups_of`), `trends`
+labels: the review loop), `tokens` (access tokens, hashed), `dedup` (near-duplicate groups: `Store.dedup_groups_of`), `trends`
 (the report's aggregates), `timefield` (a metadata field read as a time).
 """
 
 from indexer.store.documents import content_hash
 from indexer.store.lock import WriterLock
-from indexer.store.reviews import Candidates, HeadInfo, NewReview
+from indexer.store.reviews import Candidates, HeadInfo, NewReview, ReviewRow
 from indexer.store.rows import (
     ChunkLayout,
     ChunkRows,
@@ -38,12 +39,14 @@ from indexer.store.rows import (
 from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.snapshot import read_snapshot_facts
-from indexer.store.store import DB_NAME, Store
+from indexer.store.store import DB_NAME, Store, read_token_table
+from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
 
 __all__ = [
     "COMPLETED_WITH_FAILURES", "DB_NAME", "SCHEMA_VERSION", "TIME_UNITS", "UNKNOWN", "Candidates", "ChunkLayout",
     "ChunkRows", "DocDigest", "DocRef", "DocText", "HashDiff", "HeadInfo", "Hit",
     "IntegrityCounts", "NewReview", "Run", "SnapshotFacts", "Store", "StoredDoc", "WriterLock",
-    "content_hash", "new_run_id", "read_snapshot_facts",
+    "content_hash", "new_run_id", "read_snapshot_facts", "ReviewRow", "SCOPES", "StoredToken",
+    "hash_token", "new_token", "read_token_table", "scope_allows",
 ]

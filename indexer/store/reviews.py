@@ -1,6 +1,7 @@
 """Human labels in the store: the heads `annotate` knew (label names to validate against),
 the candidates a review export ranks, appending reviewed labels (never replacing a row) and
-reading the current ones back. Tables come from schema step 4 in `indexer/store/schema.py`.
+reading the current ones back and the history. Tables come from schema step 4 in
+`indexer/store/schema.py` (`reviews.who`, the token a page label came with: step 5).
 Does not rank or parse files (`indexer.review`). `ReviewTables` is mixed into `Store`.
 """
 
@@ -53,7 +54,11 @@ SELECT_REVIEWED = (
 REVIEW_SCHEMA = pa.schema([
     ("review_id", pa.int64()), ("doc_id", pa.int64()), ("head", pa.string()),
     ("label", pa.string()), ("reviewer", pa.string()), ("reviewed_at", pa.timestamp("us")),
-    ("content_hash", pa.string()), ("source", pa.string())])
+    ("content_hash", pa.string()), ("source", pa.string()), ("who", pa.string())])
+SELECT_HISTORY = (
+    "SELECT r.review_id, d.collection, d.external_id, r.label, r.reviewer, r.who, r.reviewed_at, "
+    "r.source FROM reviews r LEFT JOIN documents d ON d.doc_id = r.doc_id WHERE r.head = ? "
+    "ORDER BY r.review_id")
 
 
 
@@ -90,6 +95,28 @@ class NewReview:
     reviewed_at: datetime
     content_hash: str
     source: str  # the file it came from, or `page`
+    who: str | None = None  # the name of the token the page label came with (None: no token)
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    """One row of a head's review history, as `bertindex review history` prints it."""
+
+    review_id: int
+    collection: str | None  # None: the document was deleted since
+    id: str | None
+    label: str
+    reviewer: str
+    who: str | None
+    reviewed_at: datetime
+    source: str
+
+    def to_dict(self) -> dict:
+        """The row as JSON-ready values (`reviewed_at` in ISO 8601, UTC)."""
+        return {"review_id": self.review_id, "collection": self.collection, "id": self.id,
+                "label": self.label, "reviewer": self.reviewer, "who": self.who,
+                "reviewed_at": self.reviewed_at.isoformat(timespec="seconds") + "Z",
+                "source": self.source}
 
 
 class ReviewTables:
@@ -213,7 +240,7 @@ class ReviewTables:
             table = pa.Table.from_pylist([
                 {"review_id": i, "doc_id": r.doc_id, "head": head, "label": r.label,
                  "reviewer": r.reviewer, "reviewed_at": r.reviewed_at,
-                 "content_hash": r.content_hash, "source": r.source}
+                 "content_hash": r.content_hash, "source": r.source, "who": r.who}
                 for i, r in zip(ids, reviews)], schema=REVIEW_SCHEMA)
             self._insert_view(INSERT_REVIEWS, table)
             self._bump_data_version()
@@ -236,6 +263,12 @@ class ReviewTables:
     def count_reviews(self, head: str) -> int:
         """Rows in the review history of `head` (every label a person stored)."""
         return int(self.con.execute(COUNT_REVIEWS, [head]).fetchone()[0])
+
+    def review_history(self, head: str) -> list[ReviewRow]:
+        """Every review row of `head`, oldest first: each label a person stored, who stored it
+        (the reviewer's name and, for page labels under tokens, the token's name), when and
+        from where."""
+        return [ReviewRow(*r) for r in self.con.execute(SELECT_HISTORY, [head]).fetchall()]
 
     def reviewed_documents(self, head: str) -> list[tuple[int, str, str, str, bool]]:
         """Every document with a human label for `head`: (doc id, external id, current text,

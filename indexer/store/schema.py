@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from indexer.records import Entity, Label
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # DuckDB column types of the Arrow types the records' schemas use
 _SQL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.string(): "VARCHAR",
@@ -106,6 +106,15 @@ CREATE_REVIEW_HEADS = """CREATE TABLE review_heads (
             path VARCHAR, head_version VARCHAR, recorded_at TIMESTAMP NOT NULL)"""
 ADD_RUNNER_UP = add_column_sql(Label.table, Label.table_schema.field("runner_up"))
 
+# -- step 5: who may ask (indexer/store/tokens.py). `tokens` keeps a name, a scope and the
+# SHA-256 of each access token, never the token; `reviews.who` is the name of the token a
+# review page label was stored with (NULL: no token, or a file import). A store written before
+# step 5 has no token, so every server over it behaves as before until `token create`.
+CREATE_TOKENS = """CREATE TABLE tokens (
+            name VARCHAR PRIMARY KEY, scope VARCHAR NOT NULL, token_hash VARCHAR NOT NULL UNIQUE,
+            created_at TIMESTAMP NOT NULL, last_used_at TIMESTAMP)"""
+ADD_REVIEW_WHO = "ALTER TABLE reviews ADD COLUMN who VARCHAR"
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
         CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
@@ -115,6 +124,7 @@ MIGRATIONS: dict[int, list[str]] = {
     # 3: near-duplicate groups (issue 14, another branch); numbering reconciled at merge
     4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS,
         ADD_RUNNER_UP],
+    5: [CREATE_TOKENS, ADD_REVIEW_WHO],
 }
 
 # -- created on demand ----------------------------------------------------------------------

@@ -43,6 +43,7 @@ from indexer.store.schema import (
 )
 from indexer.store.side_tables import SideTables
 from indexer.store.snapshot import copy_snapshot, open_current_snapshot
+from indexer.store.tokens import StoredToken, TokenTables, read_tokens_file
 from indexer.store.trends import Trends
 from indexer.store.vectors import Vectors
 from indexer.versions import SNAPSHOT_FILE, version_dir
@@ -61,8 +62,20 @@ SET_THREADS = "SET threads TO {threads}"
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 
 
+def read_token_table(store_dir: str | Path) -> list[StoredToken] | None:
+    """The access tokens of a store, read from its live file (not the published snapshot, so
+    a token created or revoked since the last publish counts), without taking the writer lock.
+
+    Args:
+        store_dir: the store directory.
+    Returns:
+        The rows (empty: no store or no token), or None while a writer holds the file.
+    """
+    return read_tokens_file(Path(store_dir) / DB_NAME)
+
+
 class Store(DocumentWrites, SideTables, Vectors, DocumentReads, Filters, RunLog, Checks,
-            DedupTables, Trends, AnnotationTables, ReviewTables):
+            DedupTables, Trends, AnnotationTables, ReviewTables, TokenTables):
     """A store directory: `store.duckdb` plus `index/` versions beside it.
 
     Args:

@@ -23,6 +23,7 @@ from search.cli.common import (
 )
 
 SEARCH_MODES = config_choices(SearchConfig, "mode")
+RERANK_DEPTH = SearchConfig.model_fields["rerank_depth"].default
 
 
 @click.group("eval")
@@ -35,44 +36,78 @@ def eval_group() -> None:
 @click.option("--split", default="test", show_default=True, help="qrels split to score.")
 @click.option("--mode", "modes", multiple=True, type=click.Choice(SEARCH_MODES),
               help="Search mode to score (repeatable; default: every mode).")
+@click.option("--collection", help="Collection the corpus is indexed into (default: the "
+                                   "folder's name; `default` reuses a `bertindex index` store).")
+@click.option("--rerank", metavar="HEAD", type=click.Path(exists=True, file_okay=False),
+              help="Also score each mode reranked by this pair head (`MODE+rerank`), with the "
+                   "reranking's share of the query time.")
+@click.option("--rerank-depth", type=click.IntRange(1, 100), default=RERANK_DEPTH,
+              show_default=True, help="Hits --rerank reorders per query.")
+@click.option("--max-queries", type=click.IntRange(1), metavar="N",
+              help="Score the first N queries only (a quick check; not the set's figure).")
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def eval_beir(folder, split, modes, config_path, store_path, max_length, long_documents,
-              as_json):
+def eval_beir(folder, split, modes, collection, rerank, rerank_depth, max_queries, config_path,
+              store_path, max_length, long_documents, as_json):
     """Index a BEIR data set into a temporary store and report nDCG@10, recall@100, MRR@10.
 
-    Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}.
+    Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}; with
+    --rerank also `MODE+rerank` and {"rerank": {depth, seconds, share of the query time}}.
     """
+    import time
+
     from indexer.encode.encoder import load_encoder
     from indexer.evaluation import load_beir_queries, retrieval_scores
     from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher
+    from search.rerank import rerank_hits
 
     cfg = build_config(config_path, None, max_length, long_documents)
     folder = Path(folder)
     queries, qrels = load_beir_queries(folder, split)
+    timing = {}
     with tempfile.TemporaryDirectory(prefix="bertindex-beir-") as tmp:
         cfg = cfg.with_overrides(**{"store.path": store_path or tmp})
-        summary = run_index([str(folder)], cfg, collection=folder.name, fmt="beir",
+        summary = run_index([str(folder)], cfg, collection=collection or folder.name, fmt="beir",
                             progress=show_progress())
         encoder = load_encoder(cfg.model)
         with Store(cfg.store.path, read_only=True) as store:
             searcher = Searcher(cfg, store, encoder)
-            ids = list(queries)
+            ids = list(queries)[:max_queries]
             texts = [queries[q] for q in ids]
+            started = time.perf_counter()
             vectors = encoder.encode_queries(texts)
+            encode_seconds = time.perf_counter() - started
+            scorer = searcher.reranker(rerank) if rerank else None
             per_mode = {}
             for mode in modes or SEARCH_MODES:
-                results = searcher.search_many(texts, 100, mode=mode, vectors=vectors)
+                started = time.perf_counter()
+                results = searcher.search_many(texts, 100, mode=mode, vectors=vectors,
+                                               rerank=False)
+                first = time.perf_counter() - started + encode_seconds
                 run = {q: [h.id for h in hits] for q, hits in zip(ids, results)}
                 per_mode[mode] = retrieval_scores(run, {q: qrels[q] for q in ids})
+                if scorer is None:
+                    continue
+                started = time.perf_counter()
+                reranked = [rerank_hits(t, hits, scorer, rerank_depth)
+                            for t, hits in zip(texts, results)]
+                seconds = time.perf_counter() - started
+                run = {q: [h.id for h in hits] for q, hits in zip(ids, reranked)}
+                per_mode[f"{mode}+rerank"] = retrieval_scores(run, {q: qrels[q] for q in ids})
+                timing[mode] = {"first_stage_s_per_query": round(first / len(ids), 4),
+                                "rerank_s_per_query": round(seconds / len(ids), 4),
+                                "rerank_share": round(seconds / (seconds + first), 3)}
     scores = {"modes": per_mode, "queries": len(ids), "documents": summary["read"],
               "chunks": summary["chunks"], "max_length": cfg.model.max_length,
               "long_documents": cfg.long_documents.mode, "dtype": encoder.provenance.dtype,
               "fusion": cfg.search.model_dump()}
+    if rerank:
+        scores["rerank"] = {"head": str(rerank), "depth": rerank_depth,
+                            "max_length": scorer.max_length, "timing": timing}
     if as_json:
         print_json(scores)
     else:

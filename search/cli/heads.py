@@ -1,5 +1,5 @@
-"""`bertindex train classifier|ner` (one command per registered head type) and `bertindex
-eval head`: fine-tune a head on the encoder (Prefect flow `train_head`, in process, which runs
+"""`bertindex train classifier|ner|pair` (one command per registered head type), `bertindex
+train rerank` (a pair head from a BEIR set's judgements) and `bertindex eval head`: fine-tune a head on the encoder (Prefect flow `train_head`, in process, which runs
 `indexer.heads.train.train_head`) and score a saved head.
 
 Thin layer: options in, `indexer.heads` / `flows.train` do the work.
@@ -13,7 +13,7 @@ from typing import get_args
 
 import click
 
-from indexer.choices import Decode, HeadPooling
+from indexer.choices import Decode, EvalInput, HeadPooling
 from indexer.heads.data import FORMATS, SPLITS
 from indexer.heads.types.registry import HEAD_TYPE_NAMES, head_type
 from search.cli.common import (
@@ -24,11 +24,13 @@ from search.cli.common import (
     print_json,
     show_progress,
 )
+from search.rerank import DEFAULT_NEGATIVES, MINE_DEPTH
 
 # one list each, derived (`indexer.heads.data`, `indexer.choices`)
 FORMAT_CHOICES = list(FORMATS)
 POOLING_CHOICES = list(get_args(HeadPooling))
 DECODE_CHOICES = list(get_args(Decode))
+INPUT_CHOICES = list(get_args(EvalInput))
 
 
 class AutoOrInt(click.ParamType):
@@ -111,7 +113,8 @@ def train_options(func: Callable) -> Callable:
 
 @click.group(name="train")
 def train() -> None:
-    """Fine-tune a head on the encoder: a sentence classifier or a BIO NER tagger."""
+    """Fine-tune a head on the encoder: a sentence classifier, a BIO NER tagger, or a
+    sentence-pair cross-encoder (a reranker)."""
 
 
 def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, patience,
@@ -198,6 +201,98 @@ for _task in HEAD_TYPE_NAMES:
     _add_train_command(_task)
 
 
+RERANK_MAX_LENGTH = 256  # `train rerank --max-length auto`: query + passage, the passage cut to fit
+
+
+@train.command("rerank")
+@click.option("--beir", "folder", required=True, type=click.Path(exists=True, file_okay=False),
+              help="A BEIR-layout folder (corpus, queries, qrels/SPLIT.tsv); its corpus is "
+                   "indexed into --store first (unchanged documents are skipped).")
+@click.option("--split", default="train", show_default=True,
+              help="The qrels split whose queries it trains on (never the one you score).")
+@click.option("--negatives", type=click.IntRange(0, 100), default=DEFAULT_NEGATIVES,
+              show_default=True, help="Hard negatives per query, drawn from its top "
+                                      "--mine-depth hybrid hits not judged relevant.")
+@click.option("--mine-depth", type=click.IntRange(1, 1000), default=MINE_DEPTH, show_default=True,
+              help="Hybrid hits per query the negatives are drawn from.")
+@click.option("--collection", help="Collection the corpus is indexed into (default: the "
+                                   "folder's name; `default` reuses a `bertindex index` store).")
+@click.option("--max-queries", type=click.IntRange(1), metavar="N",
+              help="Use the first N queries of the split only (a quick run; recorded).")
+@click.option("--validation-share", type=click.FloatRange(0.05, 0.5), default=0.2,
+              show_default=True, help="Share of the split's queries held out, whole, to pick "
+                                      "the best epoch.")
+@train_options
+@json_option
+@config_options
+@handle_errors
+def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, validation_share,
+                 out, base, head_only,
+                 epochs, patience, max_epochs, probe_epochs, lr, max_length, batch_size, seed,
+                 pooling, as_json, config_path, store_path) -> None:
+    """Train a pair head as a reranker from a BEIR-layout set: judged positives (score 1) and
+    hard negatives (score 0) from the store's own hybrid hits; use it with `search --rerank`.
+
+    Each passage is the hit's title and best window, cut so the pair fits --max-length (auto:
+    256) as reranking cuts it; the receipt's `rerank_pairs` says how the pairs were drawn.
+    """
+    from transformers import AutoTokenizer
+
+    from indexer.config import resolve_model_path
+    from indexer.evaluation import load_beir_queries
+    from indexer.heads.data import HeadData
+    from indexer.heads.receipt import summary, update_receipt
+    from indexer.heads.train import TrainSettings, resolve_dtype, train_head
+    from indexer.heads.types.pair import REGRESSION
+    from indexer.indexing.run import run_index
+    from indexer.store import Store
+    from search.query import Searcher
+    from search.rerank import cut_passages, mine_pairs, split_queries
+
+    if epochs != "auto" and (patience is not None or max_epochs is not None):
+        raise click.UsageError("--patience and --max-epochs apply to --epochs auto only")
+    stop = {k: v for k, v in (("patience", patience), ("max_epochs", max_epochs)) if v is not None}
+    cfg = build_config(config_path, store_path)
+    folder = Path(folder)
+    queries, qrels = load_beir_queries(folder, split)
+    if max_queries:
+        queries = dict(list(queries.items())[:max_queries])
+    collection = collection or folder.name
+    run_index([str(folder)], cfg, collection=collection, fmt="beir", progress=show_progress())
+    with Store(cfg.store.path, read_only=True) as store:
+        items, record = mine_pairs(Searcher(cfg, store), collection, queries, qrels,
+                                   negatives, mine_depth, seed)
+    base_dir = resolve_model_path(base or cfg.model.name)
+    length = RERANK_MAX_LENGTH if max_length == "auto" else max_length
+    record["passages_cut"] = cut_passages(items, AutoTokenizer.from_pretrained(base_dir), length)
+    record["max_length"] = length
+    record["max_queries"] = max_queries
+    train_items, val_items = split_queries(items, validation_share, seed)
+    record["validation_queries"] = len({i["id"].split("/", 1)[0] for i in val_items})
+    kind = head_type("pair")
+    where = f"{folder} qrels/{split}.tsv"
+    data = HeadData(task="pair", label_names=list(REGRESSION), splits={
+        name: [kind.example(i["id"], i, REGRESSION, f"{where}, {i['id']}") for i in rows]
+        for name, rows in (("train", train_items), ("validation", val_items))},
+        sources={"train": f"{where}: pairs mined from {cfg.store.path}",
+                 "validation": f"{where}: {validation_share:.0%} of the queries, held out"})
+    settings = TrainSettings(
+        task="pair", base=base_dir, out=Path(out), head_only=head_only, epochs=epochs,
+        probe_epochs=probe_epochs, lr=lr, max_length=length, batch_size=batch_size, seed=seed,
+        dtype=resolve_dtype(cfg.model.dtype), pooling=pooling, **stop)
+    receipt = update_receipt(Path(out), {"rerank_pairs": record},
+                             train_head(data, settings, progress=show_progress()))
+    short = summary(receipt)
+    short["rerank_pairs"] = record
+    if as_json:
+        print_json(short)
+        return
+    click.echo(f"saved reranker to {out}: {record['pairs']} pairs ({record['positives']} "
+               f"positive, {record['negatives']} negative) from {record['queries']} queries")
+    click.echo(f"{receipt['stopped']['message']}; validation spearman "
+               f"{short['validation'][receipt['metric']]:.4f}")
+
+
 @click.command("head")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
 @data_options
@@ -207,11 +302,16 @@ for _task in HEAD_TYPE_NAMES:
               help="Examples per forward pass.")
 @click.option("--decode", type=click.Choice(DECODE_CHOICES), default=DECODE_CHOICES[0], show_default=True,
               help="NER: most probable valid BIO sequence, or each word's most probable tag.")
+@click.option("--input", "input_kind", type=click.Choice(INPUT_CHOICES), default=INPUT_CHOICES[0],
+              show_default=True,
+              help="NER: score the split's pre-split words, or its words joined by spaces run "
+              "as raw text through the annotate path (the figure annotate delivers; BIO decoding, "
+              "the config's dtype and windows).")
 @json_option
 @config_options
 @handle_errors
-def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode, as_json, config_path,
-              store_path) -> None:
+def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode, input_kind,
+              as_json, config_path, store_path) -> None:
     """Score a saved head on a labelled split: macro_f1 or entity_f1, with per-class detail.
 
     --data is a file holding the splits (JSON, TweetEval folder), or the file of --split.
@@ -223,13 +323,21 @@ def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode,
     from indexer.heads.evaluate import evaluate_head
     from indexer.heads.types.registry import head_type_of
 
-    build_config(config_path, store_path)  # a broken config is reported like everywhere else
+    config = build_config(config_path, store_path)  # a broken config is reported as everywhere
+    if input_kind == "raw-text" and decode != DECODE_CHOICES[0]:
+        raise click.UsageError(f"--input raw-text runs the annotate path, which decodes "
+                               f"{DECODE_CHOICES[0]} only; drop --decode {decode}")
     try:
         kind = head_type_of(AutoConfig.from_pretrained(model_dir))
     except (OSError, ValueError) as exc:
         raise ModelError(f"{model_dir}: not a saved head: {exc}") from None
     splits = read_head_data(kind.name, data, validation, test, fmt, single_split=split)
-    scores = evaluate_head(model_dir, splits, split, batch_size, decode)
+    if input_kind == "raw-text":
+        from indexer.annotate.raw_eval import evaluate_raw_text
+
+        scores = evaluate_raw_text(model_dir, splits, config, split)
+    else:
+        scores = evaluate_head(model_dir, splits, split, batch_size, decode)
     if as_json:
         print_json(scores)
         return

@@ -27,7 +27,7 @@ from search.cli.common import (
     show_progress,
     where_callback,
 )
-from search.client import DEFAULT_URL, remote_search
+from search.client import DEFAULT_URL, TOKEN_ENV, remote_search
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,16 +144,31 @@ def index_errors(summary: dict) -> list[str]:
 @click.option("--unique", is_flag=True,
               help="Collapse each near-duplicate group (`bertindex dedup`) to its best-ranked "
                    "member, shown with the group's size.")
+@click.option("--rerank", metavar="HEAD",
+              help="Reorder the top --rerank-depth hits with a pair head (`bertindex train "
+                   "rerank`), scoring the query with each hit's best window; `none`: no "
+                   "reranking (default: search.rerank, none unless set).")
+@click.option("--rerank-depth", type=click.IntRange(1, 1000), metavar="N",
+              help="Hits --rerank reorders; those below keep their order (default: "
+                   f"search.rerank_depth, {config_default(SearchConfig, 'rerank_depth')}).")
 @click.option("--server", metavar="URL",
               help=f"Ask a running `bertindex serve` (e.g. {DEFAULT_URL}) instead of "
                    "loading the model and index here.")
+@click.option("--token", envvar=TOKEN_ENV, metavar="TOKEN",
+              help=f"With --server: the access token (default: ${TOKEN_ENV}).")
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def search(query, k, collection, where, mode, labels, entities, human, unique, server,
-           config_path, store_path, max_length, long_documents, as_json):
+def search(query, k, collection, where, mode, labels, entities, human, unique, rerank,
+           rerank_depth, server, token, config_path, store_path, max_length, long_documents,
+           as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
+    if server and (rerank or rerank_depth):
+        raise click.UsageError("--rerank with --server: the server reranks with its own "
+                               "search.rerank (POST /search {\"rerank\": true})")
+    if unique and rerank and rerank != "none":
+        raise click.UsageError("--rerank and --unique do not combine yet; use one")
     if server and (human or unique):
         raise click.UsageError("--human and --unique are not supported with --server yet")
     if human and not labels:
@@ -162,7 +177,7 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, s
     sizes: dict = {}
     if server:
         hits = remote_search(server, query, k, collection, where, mode, labels=labels,
-                             entities=entities)
+                             entities=entities, token=token)
     else:
         from indexer.store import Store
         from search.query import Searcher
@@ -175,7 +190,9 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, s
                                                      labels=labels, entities=entities, human=human)
             else:
                 hits = searcher.search(query, k, collection, where, mode, labels=labels,
-                                       entities=entities, human=human)
+                                       entities=entities, human=human,
+                                       rerank=False if rerank == "none" else rerank,
+                                       rerank_depth=rerank_depth)
             if as_json:
                 annotations = store.annotations_by_document([(h.collection, h.id) for h in hits])
     if as_json:
@@ -195,12 +212,13 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, s
 def hit_scores(hit) -> dict:
     """Why a hit ranks where it does: the cosine of its best chunk (`dense`), its BM25 score
     (`keyword`), each null when that side did not rank it among its candidates, and the score
-    it was ranked by (`fused`: the fusion in hybrid mode, else the one side's score)."""
+    it was ranked by (`fused`: the fusion in hybrid mode, else the one side's score), and the
+    pair head's score when `--rerank` reordered it (`rerank`, else null)."""
     def rounded(value):
         return None if value is None else round(value, 6)
 
     return {"dense": rounded(hit.dense), "keyword": rounded(hit.keyword),
-            "fused": rounded(hit.score)}
+            "fused": rounded(hit.score), "rerank": rounded(hit.rerank)}
 
 
 def _side(value) -> str:
@@ -245,6 +263,9 @@ def _register_optional_commands() -> None:
     from search.cli.review import review
 
     main.add_command(review)
+    from search.cli.tokens import token
+
+    main.add_command(token)
     from search.cli.streams import dedup, report
 
     main.add_command(report)

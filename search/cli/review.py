@@ -64,6 +64,30 @@ def export_command(head, strategy, n, collection, where, other, seed, out, confi
         click.echo(f"exported {result['exported']} documents ({strategy})", err=True)
 
 
+@review.command("history")
+@click.option("--head", required=True, help="The head whose review history to show.")
+@config_options
+@json_option
+@handle_errors
+def history_command(head, config_path, store_path, as_json):
+    """Every label people stored for HEAD, oldest first: the document, the label, the reviewer,
+    who (the name of the token a review page label came with; empty without tokens), when and
+    from where (a file name, or `page`). Reads the live store: labels show at once."""
+    from indexer.store import Store
+
+    cfg = build_config(config_path, store_path)
+    with Store(cfg.store.path, read_only=True, snapshot=False) as store:
+        rows = [r.to_dict() for r in store.review_history(head)]
+    for r in rows:
+        if as_json:
+            print_json(r)
+        else:
+            click.echo(f"{r['review_id']}\t{r['collection']}\t{r['id']}\t{r['label']}\t"
+                       f"{r['reviewer']}\t{r['who'] or '-'}\t{r['reviewed_at']}\t{r['source']}")
+    if not rows:
+        click.echo(f"no review labels for head '{head}'", err=True)
+
+
 @review.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--head", required=True, help="The head the labels are for.")

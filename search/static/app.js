@@ -48,7 +48,7 @@ async function post(path, body) {
   try {
     response = await fetch(path, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: bertindexToken.headers({ "Content-Type": "application/json" }),
       body: JSON.stringify(body),
     });
   } catch (err) {
@@ -61,10 +61,48 @@ async function post(path, body) {
     answer = null;
   }
   if (!response.ok) {
-    const detail = answer && answer.detail !== undefined ? answer.detail : response.statusText;
-    throw new Error(typeof detail === "string" ? detail : JSON.stringify(detail));
+    let detail = answer && answer.detail !== undefined ? answer.detail : response.statusText;
+    detail = typeof detail === "string" ? detail : JSON.stringify(detail);
+    if (response.status === 401) bertindexToken.ask(() => run());
+    throw new Error(bertindexToken.explain(response.status, detail));
   }
   return answer;
+}
+
+// The search in the address bar (?q=&mode=&collection=&where=F=V&label=H=L&entity=T&offset=),
+// so a search can be bookmarked or shared; the token is never part of it.
+function saveToUrl() {
+  const params = new URLSearchParams();
+  if (state.query) params.set("q", state.query);
+  if (state.mode !== "hybrid") params.set("mode", state.mode);
+  if (state.collection) params.set("collection", state.collection);
+  for (const [field, value] of state.where) params.append("where", `${field}=${value}`);
+  for (const label of state.labels) params.append("label", label);
+  for (const entity of state.entities) params.append("entity", entity);
+  if (state.offset) params.set("offset", String(state.offset));
+  const url = new URL(window.location);
+  url.search = params.toString();
+  window.history.replaceState(null, "", url);
+}
+
+function loadFromUrl() {
+  const params = new URLSearchParams(window.location.search);
+  state.query = (params.get("q") || "").slice(0, MAX_QUERY * 2);
+  const mode = params.get("mode");
+  state.mode = ["hybrid", "dense", "keyword"].includes(mode) ? mode : "hybrid";
+  state.collection = params.get("collection") || "";
+  state.where = params.getAll("where").filter((w) => w.includes("="))
+    .map((w) => [w.slice(0, w.indexOf("=")), w.slice(w.indexOf("=") + 1)]);
+  state.labels = params.getAll("label");
+  state.entities = params.getAll("entity");
+  state.offset = Math.max(0, Number.parseInt(params.get("offset") || "0", 10) || 0);
+  $("query").value = state.query;
+  $("mode").value = state.mode;
+  if (state.collection) {
+    $("collection").append(el("option", { value: state.collection }, state.collection));
+    $("collection").value = state.collection;
+  }
+  return Boolean(state.query);
 }
 
 function describeFilters() {
@@ -202,6 +240,7 @@ async function run() {
 
 async function search() {
   renderActiveFilters();
+  saveToUrl();
   const query = state.query;
   if (!query.trim()) {
     clearResults();
@@ -269,7 +308,8 @@ function init() {
   });
   $("next").addEventListener("click", () => { state.offset += PAGE; run(); });
   $("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); run(); });
-  refreshFacets();
+  if (loadFromUrl()) run();
+  else refreshFacets();
 }
 
 document.addEventListener("DOMContentLoaded", init);

@@ -12,7 +12,7 @@ function setStatus(text, error = false) {
 }
 
 async function call(method, path, body) {
-  const options = { method, headers: {} };
+  const options = { method, headers: bertindexToken.headers() };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
     options.body = JSON.stringify(body);
@@ -21,6 +21,10 @@ async function call(method, path, body) {
   const answer = await response.json().catch(() => ({}));
   if (!response.ok) {
     const detail = typeof answer.detail === "string" ? answer.detail : JSON.stringify(answer.detail);
+    if (response.status === 401) bertindexToken.ask(() => loadHeads().then((ok) => { if (ok && $("head").value) start(); }));
+    if (response.status === 401 || response.status === 403) {
+      throw new Error(bertindexToken.explain(response.status, detail));
+    }
     throw new Error(`${response.status}: ${detail}`);
   }
   return answer;
@@ -118,7 +122,7 @@ function undo() {
 
 function start(event) {
   if (event) event.preventDefault();
-  state.head = $("head").value.trim();
+  state.head = ($("head").value || "").trim();
   state.strategy = $("strategy").value;
   state.collection = $("collection").value.trim();
   state.skipped = [];
@@ -151,8 +155,32 @@ $("setup").addEventListener("submit", start);
 $("skip").addEventListener("click", skip);
 $("undo").addEventListener("click", undo);
 
+// The store's heads in the select; a head named in the address but not recorded stays
+// choosable, so the server can say why it has nothing to review.
+async function loadHeads() {
+  const wanted = new URLSearchParams(window.location.search).get("head") || state.head;
+  let heads = [];
+  try {
+    heads = (await call("GET", "/review/api/heads")).heads;
+  } catch (err) {
+    setStatus(err.message, true);
+    return false;
+  }
+  if (wanted && !heads.includes(wanted)) heads.push(wanted);
+  const select = $("head");
+  select.replaceChildren();
+  for (const name of heads) {
+    const option = document.createElement("option");
+    option.value = name;
+    option.textContent = name;
+    select.append(option);
+  }
+  if (wanted) select.value = wanted;
+  if (!heads.length) setStatus("no head has annotated this store yet: run bertindex annotate first", true);
+  return true;
+}
+
 const query = new URLSearchParams(window.location.search);
-$("head").value = query.get("head") || "";
 $("strategy").value = query.get("strategy") || "uncertain";
 $("collection").value = query.get("collection") || "";
-if ($("head").value) start();
+loadHeads().then((ok) => { if (ok && query.get("head")) start(); });

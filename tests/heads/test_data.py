@@ -89,6 +89,8 @@ def test_errors_name_the_problem(tmp_path):
     with pytest.raises(InputError, match="2 lines but train_labels.txt has 1"):
         read_head_data("classifier", tmp_path)
     with pytest.raises(InputError, match="unknown format"):
+        read_head_data("classifier", bad, fmt="xlsx")
+    with pytest.raises(InputError, match="format 'csv' holds no classifier items; use train pair"):
         read_head_data("classifier", bad, fmt="csv")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -97,6 +98,10 @@ class HeadType(ABC):
     def label_names_from(self, seen: set) -> list[str]:
         """The label list from the labels seen in every split (all str or all int)."""
 
+    def missing_label(self, item: dict) -> str | None:
+        """Why a data item has no label, for the reader's refusal (None: it has one)."""
+        return None if self.label_key in item else f"missing '{self.label_key}'"
+
     def check_label_names(self, names: list[str]) -> None:
         """Refuse a given `label_names` list this type cannot train on."""
 
@@ -111,6 +116,20 @@ class HeadType(ABC):
 
     def check_model(self, model, tokenizer, where: str) -> None:
         """Refuse a loaded model or tokenizer this type cannot run (naming `where`)."""
+
+    def prepare_tokenizer(self, tokenizer, where: str):
+        """The base's tokenizer as this type trains with it (default: as it is); saved with
+        the head, so every later load tokenises the same way."""
+        return tokenizer
+
+    def saved_options(self, config, where: str) -> dict:
+        """The `predict` / `annotate` options a saved head's config fixes (a tagger's
+        segmentation); {} for none. `where`: the head directory, for errors."""
+        return {}
+
+    def fit_config(self, model, data) -> None:
+        """Record on `model.config` (saved as config.json) what this type takes from the
+        training data before training starts (`data`: the `HeadData`)."""
 
     def pooling(self, requested: str, head_only: bool) -> str | None:
         """`bertindex_pooling` to record for a training run (None: not a pooled head)."""
@@ -155,12 +174,25 @@ class HeadType(ABC):
               encoded: Encoded, label_names: Sequence[str], **options) -> dict:
         """Metrics (`metric` among them) of per-example logits against the examples' labels."""
 
+    def validation_loss(self, logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
+                        model=None) -> float:
+        """Mean cross-entropy of per-example logits ((C,) or (rows, C)) against their
+        `feature_targets` (the tie-break of `--epochs auto`); `model` for types whose loss
+        reads its config."""
+        import torch
+
+        width = logits[0].shape[-1]
+        x = torch.cat([t.reshape(-1, width) for t in logits]).float()
+        return float(torch.nn.functional.cross_entropy(x, torch.cat([t.reshape(-1) for t in targets])))
+
     def receipt_fields(self, validation: dict | None, test: dict | None) -> dict:
         """Extra top-level fields of this type's run receipt."""
         return {}
 
-    def baseline(self, splits: dict, label_names: list[str], seed: int) -> dict | None:
-        """A non-neural baseline on the same splits (None: none for this type)."""
+    def baseline(self, splits: dict, label_names: list[str], seed: int,
+                 base: Path | None = None) -> dict | None:
+        """A baseline on the same splits (None: none for this type); `base` is the encoder
+        the head was trained from (a pair head scores its bi-encoder cosine)."""
         return None
 
     # -- predict and annotate ---------------------------------------------------------------
@@ -186,13 +218,14 @@ class HeadType(ABC):
 
     @abstractmethod
     def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
-                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray]
-                 ) -> list[list]:
+                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray],
+                 **options) -> list[list]:
         """Per text, its results from the windows' `window_output`s.
 
         Args:
             windows: (text index, token start, token end) per window.
             enc: the texts' encodings (no special tokens, with offsets).
+            options: the head's `saved_options`.
         """
 
 

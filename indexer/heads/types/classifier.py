@@ -146,7 +146,7 @@ class SequenceClassifier(HeadType):
         pred = [int(x.argmax()) for x in logits]
         return macro_f1([e.label for e in examples], pred, label_names)
 
-    def baseline(self, splits: dict, label_names: list[str], seed: int) -> dict:
+    def baseline(self, splits: dict, label_names: list[str], seed: int, base=None) -> dict:
         return tfidf_baseline(splits["train"], splits["validation"], label_names,
                               splits.get("test"), seed=seed)
 

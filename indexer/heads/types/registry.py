@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 _TYPES = {  # name -> "module:class"
     "classifier": "indexer.heads.types.classifier:SequenceClassifier",
     "ner": "indexer.heads.types.tagger:TokenTagger",
+    "pair": "indexer.heads.types.pair:PairHead",
 }
+HEAD_TYPE_KEY = "bertindex_head_type"  # config.json: the type that trained it (older heads: none)
 HEAD_TYPE_NAMES = tuple(_TYPES)
 
 
@@ -37,7 +39,11 @@ def head_types() -> list[HeadType]:
 
 
 def head_type_of(config) -> HeadType:
-    """The head type of a model config, from its `architectures`."""
+    """The head type of a model config: its `bertindex_head_type`, else (heads saved before
+    the key) the first type whose architecture its `architectures` end with."""
+    named = getattr(config, HEAD_TYPE_KEY, None)
+    if named in _TYPES:
+        return head_type(named)
     archs = getattr(config, "architectures", None) or []
     for arch in archs:
         for kind in head_types():

@@ -1,14 +1,17 @@
 """The BIO token tagger head type (NER): items `{tokens, tags}` -> `Entity` spans per text.
 
-Subwords are merged back into words (a word takes its first subword's logits) and the words
-are decoded the same way everywhere (`decode_words`): by default the most probable valid BIO
-sequence, so `predict`, `eval head` and `annotate` give the same entities. Under `annotate`
-each token's logits come from the window where it sits farthest from an edge. Scored by
-entity-F1.
+Raw text is cut into words as the head's training words were (`indexer.heads.segment`: at
+whitespace unless the head records otherwise), subwords are merged back into those words (a
+word takes its first subword's logits) and the words are decoded the same way everywhere
+(`decode_words`): by default the most probable valid BIO sequence, so `predict`, `eval head`
+and `annotate` give the same entities. Under `annotate` each token's logits come from the
+window where it sits farthest from an edge. Scored by entity-F1.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import get_args
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 
 from indexer.choices import Decode
+from indexer.encode.model_facts import add_prefix_space
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded
 from indexer.heads.labels import (
@@ -25,11 +29,11 @@ from indexer.heads.labels import (
     decode_bio,
     first_subword_positions,
     is_bio_tag,
-    merge_subwords,
     order_bio_labels,
     word_spans,
 )
 from indexer.heads.metrics import entity_f1
+from indexer.heads.segment import ASSUMED, SEGMENTATION_KEY, saved_segmentation, text_words
 from indexer.heads.types.base import (
     Example,
     HeadType,
@@ -39,6 +43,8 @@ from indexer.heads.types.base import (
 from indexer.records import Entity
 
 DECODES = get_args(Decode)
+_SPACE = re.compile(r"\s")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,9 @@ def decode_words(logits: np.ndarray, label_names: Sequence[str], decode: str = "
 
 
 def text_entities(text: str, word_ids, offsets, logits: np.ndarray, label_names: Sequence[str],
-                  decode: str = "bio", head: str | None = None) -> list[Entity]:
-    """Entity spans of one encoded text.
+                  decode: str = "bio", head: str | None = None, segmentation: str = ASSUMED
+                  ) -> list[Entity]:
+    """Entity spans of one encoded raw text.
 
     Args:
         word_ids: per token its word index or None (special tokens, padding).
@@ -81,10 +88,12 @@ def text_entities(text: str, word_ids, offsets, logits: np.ndarray, label_names:
         logits: (tokens, labels), one row per token of `word_ids`.
         decode: see `decode_words`.
         head: the head's name, kept on each Entity (annotate).
+        segmentation: how the head's training words were cut (`indexer.heads.segment`).
     Returns:
-        Entities in text order; score is the mean probability of their words' tags.
+        Entities in text order, spanning whole words; score is the mean probability of their
+        words' tags.
     """
-    words = merge_subwords(word_ids, offsets)  # [start, end, first-subword position]
+    words = text_words(text, word_ids, offsets, segmentation)  # [start, end, first position]
     rows = logits[[w[2] for w in words]] if words else logits[:0]  # (words, labels)
     ids, probs = decode_words(rows, label_names, decode)
     tags = [label_names[i] for i in ids]
@@ -148,6 +157,30 @@ class TokenTagger(HeadType):
     def check_model(self, model, tokenizer, where: str) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise ModelError(f"{where}: NER needs a fast tokenizer (tokenizer.json)")
+
+    def prepare_tokenizer(self, tokenizer, where: str):
+        """Byte-level BPE (RoBERTa, ModernBERT) with a prefix space: training words come
+        pre-split, and each must be tokenised as inside running text (`Ġword`)."""
+        if getattr(tokenizer, "is_fast", False):
+            add_prefix_space(tokenizer)
+        return tokenizer
+
+    def saved_options(self, config, where: str) -> dict:
+        """The segmentation the head's training words had (`segment.saved_segmentation`)."""
+        return {"segmentation": saved_segmentation(config, where)}
+
+    def fit_config(self, model, data) -> None:
+        """Records `whitespace` segmentation (`indexer.heads.segment`): every training item is
+        a pre-split word list, and raw text split at whitespace gives those words back. Words
+        holding whitespace themselves cannot be reproduced from raw text; a warning counts
+        the items that have them."""
+        spaced = sum(any(_SPACE.search(t) for t in e.tokens)
+                     for split in data.splits.values() for e in split)
+        if spaced:
+            log.warning("%d training item(s) hold words with whitespace inside; raw text at "
+                        "predict and annotate time is split at whitespace, so those words are "
+                        "split there", spaced)
+        setattr(model.config, SEGMENTATION_KEY, "whitespace")  # saved in config.json
 
     def pooling(self, requested: str, head_only: bool) -> None:
         if requested == "mean":
@@ -215,9 +248,11 @@ class TokenTagger(HeadType):
 
     # -- predict and annotate ---------------------------------------------------------------
     def predict(self, texts: Sequence[str], enc, offsets, logits: torch.Tensor,
-                label_names: list[str], decode: str = "bio") -> list[list[Entity]]:
+                label_names: list[str], decode: str = "bio", segmentation: str = ASSUMED
+                ) -> list[list[Entity]]:
         lg = logits.float().numpy()  # (B, L, C)
-        return [text_entities(text, enc.word_ids(j), offsets[j], lg[j], label_names, decode)
+        return [text_entities(text, enc.word_ids(j), offsets[j], lg[j], label_names, decode,
+                              segmentation=segmentation)
                 for j, text in enumerate(texts)]
 
     def top(self, model, device: torch.device) -> torch.nn.Module:
@@ -227,8 +262,8 @@ class TokenTagger(HeadType):
         return out[1:1 + n_tokens].numpy()  # (n_tokens, C): [CLS] and [SEP] dropped
 
     def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
-                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray]
-                 ) -> list[list[Entity]]:
+                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray],
+                 segmentation: str = ASSUMED) -> list[list[Entity]]:
         by_text: dict[int, list[tuple[int, int, np.ndarray]]] = {}
         for (i, s, e), out in zip(windows, outputs):
             by_text.setdefault(i, []).append((s, e, out))
@@ -240,7 +275,7 @@ class TokenTagger(HeadType):
                 continue
             tok = _stitch(by_text[i], n_tok)  # (n_tok, C): each token from its best window
             results.append(text_entities(text, enc.word_ids(i), enc["offset_mapping"][i], tok,
-                                         label_names, head=head))
+                                         label_names, head=head, segmentation=segmentation))
         return results
 
 

@@ -1,0 +1,168 @@
+"""Access tokens in the store: a name, a scope (`read`, `review`, `admin`) and the SHA-256 of
+the token, never the token itself; creating, listing, revoking, recording when each was last
+used, and reading the table back for a server (`read_token_table`). Table from schema step 5
+(`indexer/store/schema.py`). Does not check a request (`search.access` does); `TokenTables` is
+mixed into `Store`.
+
+A token is 32 random bytes (`secrets.token_urlsafe`), so a plain SHA-256 is enough to make a
+stolen store useless for logging in: nothing slow (bcrypt, scrypt) is needed against guessing
+a 256-bit secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import get_args
+
+import duckdb
+
+from indexer.choices import TokenScope
+from indexer.errors import InputError
+from indexer.timeutil import utc_now
+
+TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
+TOKEN_BYTES = 32
+SCOPES: tuple[str, ...] = get_args(TokenScope)  # weakest first: each includes the ones before
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+HAS_TOKENS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tokens'"
+INSERT_TOKEN = "INSERT INTO tokens VALUES (?, ?, ?, ?, NULL)"
+SELECT_TOKEN_NAME = "SELECT count(*) FROM tokens WHERE name = ?"
+SELECT_TOKENS = "SELECT name, scope, token_hash, created_at, last_used_at FROM tokens ORDER BY name"
+DELETE_TOKEN = "DELETE FROM tokens WHERE name = ?"
+TOUCH_TOKEN = ("UPDATE tokens SET last_used_at = greatest(coalesce(last_used_at, ?), ?) "
+               "WHERE name = ?")
+
+
+@dataclass(frozen=True)
+class StoredToken:
+    """One row of the token table (`token_hash`: hex SHA-256 of the token)."""
+
+    name: str
+    scope: str
+    token_hash: str
+    created_at: datetime
+    last_used_at: datetime | None
+
+    def to_dict(self) -> dict:
+        """What `bertindex token list --json` prints: never the hash."""
+        return {"name": self.name, "scope": self.scope,
+                "created": self.created_at.isoformat(timespec="seconds") + "Z",
+                "last_used": (self.last_used_at.isoformat(timespec="seconds") + "Z"
+                              if self.last_used_at else None)}
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 a token is stored and compared as.
+
+    Args:
+        token: the token as a client sends it.
+    Returns:
+        64 hex characters.
+    """
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def scope_allows(held: str, needed: str) -> bool:
+    """True when a token of scope `held` may use a route that needs `needed`.
+
+    Args:
+        held: the token's scope, one of SCOPES.
+        needed: the route's scope, one of SCOPES.
+    """
+    return SCOPES.index(held) >= SCOPES.index(needed)
+
+
+def new_token() -> str:
+    """A fresh random token (TOKEN_PREFIX + 43 URL-safe characters)."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def _rows(con: duckdb.DuckDBPyConnection) -> list[StoredToken]:
+    if not con.execute(HAS_TOKENS_TABLE).fetchone()[0]:
+        return []  # a store (or snapshot) from before schema step 5: no tokens
+    return [StoredToken(*r) for r in con.execute(SELECT_TOKENS).fetchall()]
+
+
+def read_tokens_file(path: Path) -> list[StoredToken] | None:
+    """The tokens in one DuckDB file, opened read-only for the moment it takes (the facade's
+    `read_token_table` names the live file).
+
+    Args:
+        path: a store's `store.duckdb`.
+    Returns:
+        The rows (empty: no file, or no token in it), or None when the file cannot be opened
+        now (a writer holds it); the caller keeps what it read last and tries again later.
+    """
+    if not path.is_file():
+        return []
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return _rows(con)
+    finally:
+        con.close()
+
+
+class TokenTables:
+    """Store methods for access tokens (mixed into `Store`)."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def tokens(self) -> list[StoredToken]:
+        """Every stored token, by name (empty on a store without the table)."""
+        return _rows(self.con)
+
+    def create_token(self, name: str, scope: str) -> str:
+        """Store a new token's hash under `name`.
+
+        Args:
+            name: who or what holds it (letters, digits, `_.@-`, at most 64; recorded as who
+                made each review label).
+            scope: one of SCOPES.
+        Returns:
+            The token: shown once, never stored.
+        Raises:
+            InputError: a bad name or scope, or the name is taken.
+        """
+        if not NAME_PATTERN.fullmatch(name):
+            raise InputError(f"token name {name!r}: use letters, digits and _ . @ - (at most 64, "
+                             "starting with a letter or digit), e.g. --name alice")
+        if scope not in SCOPES:
+            raise InputError(f"token scope {scope!r}: choose one of {', '.join(SCOPES)}")
+        if self.con.execute(SELECT_TOKEN_NAME, [name]).fetchone()[0]:
+            raise InputError(f"a token named {name!r} exists; revoke it first "
+                             f"(`bertindex token revoke {name}`) or choose another --name")
+        token = new_token()
+        with self.transaction():
+            self.con.execute(INSERT_TOKEN, [name, scope, hash_token(token), utc_now()])
+        return token
+
+    def revoke_token(self, name: str) -> None:
+        """Delete the token named `name`; servers refuse it from their next look at the store.
+
+        Raises:
+            InputError: no token has that name.
+        """
+        known = [t.name for t in self.tokens()]
+        if name not in known:
+            raise InputError(f"no token named {name!r}; the tokens are: "
+                             f"{', '.join(known) or 'none'} (`bertindex token list`)")
+        with self.transaction():
+            self.con.execute(DELETE_TOKEN, [name])
+
+    def touch_tokens(self, used: dict[str, datetime]) -> None:
+        """Record when tokens were last used (a later time never moves back).
+
+        Args:
+            used: token name -> when a server last accepted it (UTC, naive).
+        """
+        with self.transaction():
+            for name, when in used.items():
+                self.con.execute(TOUCH_TOKEN, [when, when, name])

@@ -1,0 +1,339 @@
+"""Who may ask `bertindex serve`: the Host check (against DNS rebinding), the Origin check on
+writes (against cross-site posts), and Bearer tokens with scopes, as ASGI middleware over the
+FastAPI app. `ROUTES` lists every route with the scope it needs. Does not create or store
+tokens (`indexer.store.tokens`, `bertindex token`) and does not listen (`search.workers`).
+
+Rules, in order: a Host that is not loopback, the address the request arrived on, the address
+`serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens
+(or `serve` minted a session token), every route but the open ones needs
+`Authorization: Bearer TOKEN`: none or an unknown one gets 401, a token whose scope is below
+the route's gets 403; then a write (a route needing more than `read`) whose Origin is not the
+server's own gets 403. The open routes are `/health` and the page shells (`/`, `/review` and
+their static files: package files with no store data; the pages then send the token with each
+call). A store without tokens on loopback answers as before: no token needed.
+
+Tokens are read from the live store, again whenever its files change (at most once a
+second), so `token create` and `token revoke` count within a second on a running server; while
+a writer holds the file the last table read stays in force. A token's last use is written back
+at most once a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from indexer.errors import StoreError
+from indexer.store import DB_NAME, SCOPES, Store, hash_token, read_token_table, scope_allows
+from indexer.timeutil import utc_now
+
+log = logging.getLogger(__name__)
+
+OPEN = "open"  # no token needed
+# (method, route path) -> the scope it needs; a route of the app missing here needs `admin`
+# (and fails tests/test_server_access.py)
+ROUTES: dict[tuple[str, str], str] = {
+    ("GET", "/"): OPEN,
+    ("GET", "/static/{name}"): OPEN,
+    ("GET", "/health"): OPEN,
+    ("POST", "/search"): "read",
+    ("POST", "/facets"): "read",
+    ("GET", "/review"): OPEN,
+    ("GET", "/review/static/{name}"): OPEN,
+    ("GET", "/review/api/heads"): "read",
+    ("GET", "/review/api/next"): "read",
+    ("POST", "/review/api/label"): "review",
+    ("POST", "/review/api/undo"): "review",
+}
+LOOPBACK_NAMES = ("localhost",)
+SESSION_NAME = "serve"  # who a label made with `serve`'s session token is recorded as
+SESSION_SCOPE = "review"
+CHECK_EVERY_S = 1.0  # how often the store's files are looked at for token changes
+TOUCH_EVERY_S = 60.0  # how often last use is written back (the resolution of `token list`)
+WILDCARD_BINDS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1).
+
+    Args:
+        host: a name or address, without port or brackets.
+    """
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name or address of a Host header, lowercased, without port or IPv6 brackets.
+
+    Args:
+        header: e.g. `127.0.0.1:8765`, `[::1]:8765`, `Search.Example`.
+    """
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value[1:]
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request came from: the token's name and scope (None: the server has no tokens)."""
+
+    name: str | None
+    scope: str | None
+
+
+class TokenBook:
+    """The tokens a server accepts: the store's (re-read when its files change) plus an
+    optional session token that `serve` minted and only this server knows.
+
+    Args:
+        store_dir: the store directory (its live `store.duckdb` is read).
+        session_hash: SHA-256 of `serve`'s session token (None: none).
+        fallback: tokens to use while the live file cannot be read at start (the snapshot's).
+        write_lock: held while last use is written (the review page's writer lock).
+    """
+
+    def __init__(self, store_dir: str | Path, session_hash: str | None = None,
+                 fallback: Sequence = (), write_lock: threading.Lock | None = None):
+        self.store_dir = Path(store_dir)
+        self.session_hash = session_hash
+        self._lock = threading.Lock()
+        self._write_lock = write_lock or threading.Lock()
+        self._signature: tuple | None = None
+        self._checked = 0.0
+        self._entries: list[tuple[str, str, str]] = []  # (hash, name, scope)
+        self._used: dict[str, datetime] = {}
+        self._touched = time.monotonic()
+        self.writer: threading.Thread | None = None  # the last write-back of last use
+        if not self._reload():
+            self._entries = [(t.token_hash, t.name, t.scope) for t in fallback]
+
+    @property
+    def required(self) -> bool:
+        """True when requests must carry a token (the store has one, or a session token)."""
+        self._refresh()
+        return bool(self._entries) or self.session_hash is not None
+
+    def names(self) -> list[str]:
+        """Names of the stored tokens now accepted."""
+        self._refresh()
+        return sorted(name for _, name, _ in self._entries)
+
+    def check(self, token: str) -> Caller | None:
+        """The caller a token belongs to, None when no accepted token matches. Every known hash
+        is compared (in constant time each) whatever matched, so timing tells nothing.
+
+        Args:
+            token: the Bearer token of a request.
+        """
+        self._refresh()
+        digest = hash_token(token)
+        found = None
+        if self.session_hash is not None and hmac.compare_digest(self.session_hash, digest):
+            found = Caller(SESSION_NAME, SESSION_SCOPE)
+        for stored, name, scope in self._entries:
+            if hmac.compare_digest(stored, digest):
+                found = Caller(name, scope)
+        if found is not None and found.name != SESSION_NAME:
+            self._note_use(found.name)
+        return found
+
+    # -- keeping up with the store -------------------------------------------------------------
+    def _files_signature(self) -> tuple:
+        out = []
+        for name in (DB_NAME, DB_NAME + ".wal"):
+            with contextlib.suppress(OSError):
+                st = os.stat(self.store_dir / name)
+                out.append((name, st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    def _reload(self) -> bool:
+        signature = self._files_signature()
+        rows = read_token_table(self.store_dir)
+        if rows is None:
+            return False  # a writer holds the file: keep what was read last
+        self._entries = [(t.token_hash, t.name, t.scope) for t in rows]
+        self._signature = signature
+        return True
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < CHECK_EVERY_S:
+            return
+        with self._lock:
+            if now - self._checked < CHECK_EVERY_S:
+                return
+            self._checked = now
+            if self._files_signature() != self._signature and not self._reload():
+                log.info("tokens of %s not re-read: a writer holds the store", self.store_dir)
+            if self._used and now - self._touched >= TOUCH_EVERY_S:
+                self._touched = now
+                used, self._used = self._used, {}
+                self.writer = threading.Thread(target=self._write_use, args=(used,), daemon=True)
+                self.writer.start()
+
+    def _note_use(self, name: str) -> None:
+        self._used[name] = utc_now()
+
+    def _write_use(self, used: dict[str, datetime]) -> None:
+        """Write last use back; skipped (and kept for the next time) while another process
+        writes the store."""
+        with self._write_lock:
+            try:
+                with Store(self.store_dir) as store:
+                    store.touch_tokens(used)
+            except StoreError:
+                with self._lock:
+                    for name, when in used.items():
+                        self._used.setdefault(name, when)
+
+
+def current_tokens(store_dir: str | Path) -> list:
+    """The store's tokens now: from the live file, or while a writer holds it from the
+    published snapshot (`serve` decides with it whether tokens are required).
+
+    Args:
+        store_dir: the store directory.
+    Returns:
+        `StoredToken` rows (empty: none, or no store yet).
+    """
+    rows = read_token_table(store_dir)
+    if rows is not None:
+        return rows
+    with Store(store_dir, read_only=True) as store:
+        return store.tokens()
+
+
+def route_key(app, scope) -> tuple[tuple[str, str] | None, bool]:
+    """The `ROUTES` key of the route a request matches.
+
+    Args:
+        app: the FastAPI (Starlette) app.
+        scope: the request's ASGI scope.
+    Returns:
+        ((method, route path) or None when no route has this path, full match: False when
+        the path matched but not the method).
+    """
+    from starlette.routing import Match
+
+    method = "GET" if scope["method"] == "HEAD" else scope["method"]
+    partial = None
+    for route in app.router.routes:
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            return (method, route.path), True
+        if match == Match.PARTIAL and partial is None:
+            partial = (method, route.path)
+    return partial, False
+
+
+def app_routes(app) -> list[tuple[str, str]]:
+    """Every (method, path) the app answers (HEAD left out: it is GET's), for the route table
+    test.
+
+    Args:
+        app: the FastAPI app.
+    """
+    out = []
+    for route in app.router.routes:
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method != "HEAD":
+                out.append((method, route.path))
+    return out
+
+
+class AccessGuard:
+    """ASGI middleware applying the module's rules before a request reaches a route.
+
+    Args:
+        app: the FastAPI app.
+        book: the tokens accepted.
+        allowed_hosts: Host names answered beyond loopback and the bound address
+            (`server.allowed_hosts`).
+        bound: the address `serve` bound (None: unknown, as in tests).
+    """
+
+    def __init__(self, app, book: TokenBook, allowed_hosts: Iterable[str] = (),
+                 bound: str | None = None):
+        self.app = app
+        self.book = book
+        self.allowed_hosts = {h.lower() for h in allowed_hosts}
+        if bound and bound not in WILDCARD_BINDS:
+            self.allowed_hosts.add(host_name(bound) if ":" not in bound else bound.lower())
+
+    def __getattr__(self, name):  # `.state`, `.routes`: the app's
+        return getattr(self.app, name)
+
+    def host_allowed(self, host: str, scope) -> bool:
+        """True when `host` (from the Host header) names this server."""
+        if not host:
+            return False
+        if is_loopback(host) or host in self.allowed_hosts:
+            return True
+        server = scope.get("server")
+        return bool(server) and host == str(server[0]).lower()  # the address it arrived on
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        raw_host = headers.get("host", "")
+        host = host_name(raw_host)
+        if not self.host_allowed(host, scope):
+            return await _refuse(send, 403, f"Host {raw_host!r} is not a name of this server: "
+                                 "use http://127.0.0.1:PORT/, or add the name to "
+                                 "server.allowed_hosts in config.yaml")
+        key, full = route_key(self.app, scope)
+        needed = ROUTES.get(key, "read" if not full else "admin")  # unlisted: the strictest
+        if needed != OPEN and self.book.required:
+            auth = headers.get("authorization", "")
+            kind, _, token = auth.partition(" ")
+            if kind.lower() != "bearer" or not token.strip():
+                return await _refuse(send, 401, "this server needs a token: send "
+                                     "`Authorization: Bearer TOKEN` (create one with `bertindex "
+                                     "token create --scope read --name NAME`)", challenge=True)
+            caller = self.book.check(token.strip())
+            if caller is None:
+                return await _refuse(send, 401, "the token is not accepted here (revoked, "
+                                     "mistyped, or for another store); `bertindex token list` "
+                                     "names the valid ones", challenge=True)
+            if not scope_allows(caller.scope, needed):
+                path = key[1] if key else scope["path"]
+                return await _refuse(send, 403, f"token {caller.name!r} has scope "
+                                     f"{caller.scope}; {scope['method']} {path} needs "
+                                     f"{needed} (`bertindex token create --scope {needed}`)")
+            scope.setdefault("state", {})["caller"] = caller
+        if needed not in (OPEN, SCOPES[0]):  # a write
+            origin = headers.get("origin")
+            own = f"{scope.get('scheme', 'http')}://{raw_host.strip().lower()}"
+            if origin is not None and origin.lower() != own:
+                return await _refuse(send, 403, f"Origin {origin!r} is not this server's "
+                                     f"({own}): labels are written from its own pages only")
+        return await self.app(scope, receive, send)
+
+
+async def _refuse(send, status: int, detail: str, challenge: bool = False) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if challenge:
+        headers.append((b"www-authenticate", b'Bearer realm="bertindex"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

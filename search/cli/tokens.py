@@ -1,0 +1,83 @@
+"""`bertindex token create|list|revoke`: the access tokens `bertindex serve` accepts, kept in
+the store as SHA-256 hashes (`indexer.store.tokens`). Thin layer over the store; does not
+check requests (`search.access`).
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import click
+
+from indexer.choices import TokenScope
+from search.cli.common import build_config, config_options, handle_errors, json_option, print_json
+
+SCOPE_CHOICES = list(get_args(TokenScope))  # indexer.choices
+
+
+@click.group("token")
+def token() -> None:
+    """Access tokens for `bertindex serve`: once a store has one, every request needs one."""
+
+
+@token.command("create")
+@click.option("--name", required=True,
+              help="Who or what holds it (letters, digits, _ . @ -); review labels record it.")
+@click.option("--scope", type=click.Choice(SCOPE_CHOICES), default="read", show_default=True,
+              help="read: search, facets, review queues; review: also store review labels; "
+                   "admin: everything.")
+@config_options
+@json_option
+@handle_errors
+def create_command(name, scope, config_path, store_path, as_json):
+    """Create a token and print it once on stdout; only its hash is stored. Send it as
+    `Authorization: Bearer TOKEN`, `bertindex search --server URL --token TOKEN`, or open
+    http://HOST:PORT/#token=TOKEN."""
+    from indexer.store import Store
+
+    cfg = build_config(config_path, store_path)
+    with Store(cfg.store.path) as store:
+        secret = store.create_token(name, scope)
+    if as_json:
+        print_json({"name": name, "scope": scope, "token": secret})
+    else:
+        click.echo(secret)
+        click.echo(f"token {name!r} ({scope}) created: it is shown only now; running servers "
+                   "accept it within a second", err=True)
+
+
+@token.command("list")
+@config_options
+@json_option
+@handle_errors
+def list_command(config_path, store_path, as_json):
+    """Name, scope, creation and last use of each token (never the token or its hash)."""
+    from indexer.store import Store
+
+    cfg = build_config(config_path, store_path)
+    with Store(cfg.store.path) as store:
+        rows = [t.to_dict() for t in store.tokens()]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo("no tokens: `bertindex serve` on loopback needs none "
+                   "(create one with `bertindex token create --name NAME`)", err=True)
+    for r in rows:
+        click.echo(f"{r['name']}\t{r['scope']}\tcreated {r['created']}\t"
+                   f"last used {r['last_used'] or 'never'}")
+
+
+@token.command("revoke")
+@click.argument("name")
+@config_options
+@handle_errors
+def revoke_command(name, config_path, store_path):
+    """Delete the token NAME; running servers refuse it within a second (while another
+    process writes the store, once it has finished)."""
+    from indexer.store import Store
+
+    cfg = build_config(config_path, store_path)
+    with Store(cfg.store.path) as store:
+        store.revoke_token(name)
+    click.echo(f"token {name!r} revoked", err=True)

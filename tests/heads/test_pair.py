@@ -1,0 +1,235 @@
+"""The pair head (a cross-encoder) on the tiny BERT: the recipe's pair inputs (token types 0/1,
+the template without them), the refusal of an over-long pair by name, a toy rule learnt from
+both texts together, the STS-B layout, and reranking that reorders hits by the head's scores
+without dropping or adding any."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from indexer.errors import InputError, ModelError
+from indexer.heads.data import read_head_data
+from indexer.heads.types.registry import head_type
+
+FILLER = ["sofa", "apple", "pear", "river", "sea", "city"]
+
+
+def _toy_pairs(n: int, seed: int) -> list[dict]:
+    """Score 1 for (cat, mat) and (dog, rug), 0 for (cat, rug) and (dog, mat), each text padded
+    with a filler word: an XOR, so neither text alone tells."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a, b = rng.choice(["cat", "dog"]), rng.choice(["mat", "rug"])
+        rows.append({"id": f"p{i}", "text_a": f"{a} {rng.choice(FILLER)}",
+                     "text_b": f"{rng.choice(FILLER)} {b}",
+                     "score": 1.0 if (a, b) in (("cat", "mat"), ("dog", "rug")) else 0.0})
+    return rows
+
+
+def _write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def pair_bert(tmp_path_factory):
+    """A random 2-layer BERT with a BERT tokenizer (token types) and BERT's own 0.02 init (the
+    shared tiny encoder's wide 0.5 init suits embeddings, not fine-tuning)."""
+    import torch
+    from conftest import TINY_WORDS
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    path = tmp_path_factory.mktemp("pair-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]
+    BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True
+                      ).save_pretrained(path)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=37)).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy_head(pair_bert, tmp_path_factory):
+    """A tiny pair head trained on the toy rule; (head dir, receipt, validation rows)."""
+    from indexer.heads.train import TrainSettings, train_head
+
+    tmp = tmp_path_factory.mktemp("pair")
+    train, val = _toy_pairs(192, seed=1), _toy_pairs(48, seed=2)
+    data = read_head_data("pair", _write_jsonl(tmp / "train.jsonl", train),
+                          _write_jsonl(tmp / "val.jsonl", val))
+    settings = TrainSettings(task="pair", base=pair_bert, out=tmp / "head", epochs=16, lr=3e-3,
+                             batch_size=16, threads=1)
+    receipt = train_head(data, settings)
+    return tmp / "head", receipt, val
+
+
+def test_pair_inputs_carry_token_types_0_then_1(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from indexer.heads.features import collate
+    from indexer.heads.types.pair import PairExample
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)  # a BERT tokenizer
+    kind = head_type("pair")
+    enc = kind.encode(tokenizer, [PairExample("x", "cat sat", "the mat", 0, 1.0)])
+    tokens = tokenizer.convert_ids_to_tokens(enc.input_ids[0])
+    assert tokens == ["[CLS]", "cat", "sat", "[SEP]", "the", "mat", "[SEP]"]
+    assert enc.token_type_ids[0] == [0, 0, 0, 0, 1, 1, 1]  # A and its [SEP]: 0; B and its [SEP]: 1
+    batch = collate(enc, [0], pad_id=0)
+    assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 1]]
+    assert batch["labels"].dtype.is_floating_point  # a regression target stays a float
+
+
+def test_pair_template_without_token_types(tiny_bert):
+    """A tokenizer without token types (its model has none, as RoBERTa) still gets its pair
+    template, and no token_type_ids are invented."""
+    from transformers import AutoTokenizer
+
+    from indexer.heads.features import collate
+    from indexer.heads.types.pair import PairExample
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    assert "token_type_ids" not in tokenizer.model_input_names
+    enc = head_type("pair").encode(tokenizer, [PairExample("x", "john", "the film", 0, 1.0)])
+    assert tokenizer.convert_ids_to_tokens(enc.input_ids[0]) == [
+        "[CLS]", "john", "[SEP]", "the", "film", "[SEP]"]
+    assert enc.token_type_ids is None
+    assert "token_type_ids" not in collate(enc, [0], pad_id=0)
+
+
+def test_a_pair_longer_than_max_length_is_refused_by_name(tiny_model_dir, tmp_path):
+    from indexer.heads.train import TrainSettings, train_head
+
+    rows = _toy_pairs(8, seed=3)
+    rows[5]["text_b"] = " ".join(["river"] * 20)
+    data = read_head_data("pair", _write_jsonl(tmp_path / "t.jsonl", rows),
+                          _write_jsonl(tmp_path / "v.jsonl", rows[:4]))
+    settings = TrainSettings(task="pair", base=tiny_model_dir, out=tmp_path / "out", max_length=16,
+                             epochs=1)
+    with pytest.raises(InputError, match=r"--max-length 16 .*: p5 \(25 tokens\)"):
+        train_head(data, settings)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pair_data_refuses_mixed_targets_and_reads_stsb(tmp_path):
+    rows = [{"text_a": "a", "text_b": "b", "score": 1}, {"text_a": "a", "text_b": "b", "label": 0}]
+    with pytest.raises(InputError, match="line 1: has 'score' but other items have 'label'"):
+        read_head_data("pair", _write_jsonl(tmp_path / "mixed.jsonl", rows))
+    sts = tmp_path / "sts-train.csv"  # the STS-B layout: tab-separated, no header, no quoting
+    sts.write_text("main-news\tMSRvid\t2012test\t0001\t4.200\tA "
+                   "man \"sings\".\tA man sings.\n"
+                   "main-news\tMSRvid\t2012test\t0002\t0.500\tA cat.\tA dog runs.\textra\tx\n")
+    data = read_head_data("pair", sts)
+    assert data.label_names == ["score"]
+    first = data.splits["train"][0]
+    assert (first.text_a, first.text_b, first.score) == ('A man "sings".', "A man sings.", 4.2)
+    csv = tmp_path / "pairs.csv"
+    csv.write_text("text_a,text_b,label\nhi,there,yes\n\"a, b\",c,no\n")
+    data = read_head_data("pair", csv)
+    assert data.label_names == ["no", "yes"] and data.splits["train"][1].text_a == "a, b"
+
+
+def test_a_tiny_pair_head_learns_a_rule_of_both_texts(toy_head):
+    from indexer.heads.evaluate import evaluate_head
+    from indexer.heads.pairs import PairScorer
+
+    head, receipt, val = toy_head
+    assert receipt["task"] == "pair" and receipt["pair"]["kind"] == "regression"
+    # binary gold: a perfect ranking of 24 + 24 scores Spearman 0.866, chance 0
+    assert receipt["validation"]["spearman"] > 0.8
+    assert receipt["baseline"]["name"] == "bi-encoder cosine"
+    assert json.loads((head / "config.json").read_text())["bertindex_score_range"] == [0.0, 1.0]
+    scores = PairScorer(head).score([(r["text_a"], r["text_b"]) for r in val])
+    gold = np.array([r["score"] for r in val])
+    assert scores[gold == 1].mean() > scores[gold == 0].mean() + 0.5
+    data = read_head_data("pair", head.parent / "val.jsonl", single_split="test")
+    result = evaluate_head(head, data, "test")
+    assert result["spearman"] == pytest.approx(receipt["validation"]["spearman"], abs=1e-6)
+
+
+def test_a_pair_head_refuses_head_only_and_single_texts(toy_head, tiny_model_dir, tmp_path):
+    from indexer.heads.predict import load_head
+    from indexer.heads.train import TrainSettings, train_head
+
+    head, _, _ = toy_head
+    data = read_head_data("pair", head.parent / "train.jsonl", head.parent / "val.jsonl")
+    with pytest.raises(ModelError, match="without them"):
+        train_head(data, TrainSettings(task="pair", base=tiny_model_dir, out=tmp_path / "o",
+                                       head_only=True, epochs=1))
+    with pytest.raises(ModelError, match="scores pairs of texts"):
+        load_head(head).predict(["the mat"])
+
+
+def test_reranking_reorders_by_the_heads_scores_and_keeps_every_hit(toy_head):
+    from indexer.heads.pairs import PairScorer
+    from search.hits import SearchHit
+    from search.rerank import hit_passage, rerank_hits
+
+    head, _, _ = toy_head
+    scorer = PairScorer(head)
+    texts = ["sea mat", "pear rug", "city mat", "sofa rug", "river mat", "apple rug", "sea rug"]
+    hits = [SearchHit(i + 1, 1.0 - i / 10, f"d{i}", "c", None, t, {}, 0, len(t))
+            for i, t in enumerate(texts)]
+    reranked = rerank_hits("cat apple", hits, scorer, depth=5)
+    assert sorted(h.id for h in reranked) == sorted(h.id for h in hits)  # none dropped or added
+    assert [h.rank for h in reranked] == list(range(1, len(hits) + 1))
+    expected = scorer.score([("cat apple", hit_passage(h)) for h in hits[:5]])
+    order = sorted(range(5), key=lambda i: (-expected[i], i))
+    assert [h.id for h in reranked[:5]] == [hits[i].id for i in order]
+    assert [h.rerank for h in reranked[:5]] == pytest.approx(sorted(expected, reverse=True))
+    assert [h.id for h in reranked[5:]] == ["d5", "d6"] and reranked[5].rerank is None
+    assert [h.text.endswith("mat") for h in reranked[:5]] == [True] * 3 + [False] * 2  # cat: mat
+    assert [h.score for h in reranked[:5]] == [hits[i].score for i in order]  # first stage kept
+
+
+def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_corpus, tmp_path):
+    """`search --rerank HEAD --json`: the same hits as without it, the top --rerank-depth
+    ordered by their `rerank` score, the rest in their first-stage order; the server's request
+    reranks with its configured `search.rerank`."""
+    import yaml
+    from click.testing import CliRunner
+    from fastapi.testclient import TestClient
+
+    from indexer.indexing.run import run_index
+    from indexer.store import Store
+    from search.cli.main import main
+    from search.query import Searcher
+    from search.server import create_app
+
+    head, _, _ = toy_head
+    run_index([str(small_corpus)], tiny_config)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(tiny_config.model_dump()))
+    runner = CliRunner()
+
+    def search(*extra) -> list[dict]:
+        result = runner.invoke(main, ["search", "cat mat", "--config", str(config), "--json",
+                                      "-k", "5", *extra])
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    plain = search()
+    reranked = search("--rerank", str(head), "--rerank-depth", "3")
+    assert sorted(h["id"] for h in reranked) == sorted(h["id"] for h in plain)
+    top = [h["scores"]["rerank"] for h in reranked[:3]]
+    assert top == sorted(top, reverse=True) and None not in top
+    assert {h["id"] for h in reranked[:3]} == {h["id"] for h in plain[:3]}
+    assert [h["id"] for h in reranked[3:]] == [h["id"] for h in plain[3:]]
+    assert all(h["scores"]["rerank"] is None for h in reranked[3:] + plain)
+    assert runner.invoke(main, ["search", "cat", "--config", str(config), "--rerank",
+                                str(head), "--unique"]).exit_code == 2
+
+    served = tiny_config.with_overrides(**{"search.rerank": str(head), "search.rerank_depth": 3})
+    with Store(served.store.path, read_only=True) as store:
+        client = TestClient(create_app(Searcher(served, store)))
+        body = client.post("/search", json={"query": "cat mat", "k": 5}).json()
+        assert [h["id"] for h in body["hits"]] == [h["id"] for h in reranked]
+        off = client.post("/search", json={"query": "cat mat", "k": 5, "rerank": False}).json()
+        assert [h["id"] for h in off["hits"]] == [h["id"] for h in plain]
+        assert off["hits"][0]["rerank"] is None
