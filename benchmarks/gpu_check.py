@@ -139,6 +139,7 @@ def device_info(device: str) -> dict:
     import transformers
 
     info = {"device": device, "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
             "libraries": {"torch": torch.__version__, "transformers": transformers.__version__,
                           "sentence_transformers": sentence_transformers.__version__,
                           "numpy": numpy.__version__, "cuda": torch.version.cuda}}
@@ -163,7 +164,7 @@ def matmul_peak_tflops(device: str, m: int, k: int, n: int, repeats: int = 20) -
     b = torch.randn(k, n, device=device, dtype=dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     _, times = timed(lambda: a @ b, repeats, sync)
-    return round(2 * m * k * n / min(times) / 1e12, 2)
+    return round(2 * m * k * n / min(times) / 1e12, 4)
 
 
 def correctness(encoder, texts: list[str], ids: list[str], reference) -> dict:

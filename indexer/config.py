@@ -332,7 +332,8 @@ class DaskSecurityConfig(_Strict):
 
 
 class DaskConfig(_Strict):
-    """The Dask cluster that runs encoding batches when `runner: dask`."""
+    """The Dask cluster that encodes index partitions and runs the heads of `annotate` when
+    `runner: dask` (the flow process stays the only writer; docs/guides/dask.md)."""
 
     address: str | None = Field(
         None, description="scheduler address, e.g. tcp://10.0.0.5:8786 or tls://10.0.0.5:8786 "
@@ -395,8 +396,8 @@ class Config(_Strict):
     search: SearchConfig = SearchConfig()
     keyword: KeywordConfig = KeywordConfig()
     runner: Literal["local", "dask"] = Field(
-        "local", description="`local`: encode in this process; `dask`: encode batches on the "
-        "cluster under `dask`")
+        "local", description="`local`: encode and annotate in this process; `dask`: encode "
+        "partitions and run heads on the cluster under `dask`")
     dask: DaskConfig = DaskConfig()
     server: ServerConfig = ServerConfig()
     fields: DocumentFieldsConfig = DocumentFieldsConfig()

@@ -1,6 +1,6 @@
 """`runner: dask` against a real cluster: a `dask scheduler` and two `dask worker --nthreads 1`
 processes on 127.0.0.1 (free ports, no nanny, stopped by the test), indexing and annotating
-the tiny random BERT's corpus. Both workers do at least a third of the model work, the store
+the tiny random BERT's corpus (store and inbox modes). Both workers do at least a third of the model work, the store
 (documents, chunks, vectors, labels, entities, search results of the IVF index the workers
 built in shards) equals the local runner's, and
 a worker armed to SIGKILL itself mid-run (`indexer.faults.arm`, `partition.before_return`) loses
@@ -168,6 +168,24 @@ def test_index_and_annotate_on_two_worker_processes(prefect_api, local_reference
     assert indexed["cluster"]["index"] == {"on": "workers", "shards": 1}  # one batch of vectors
     sent = indexed["cluster"]["bytes_per_document"]
     assert 0 < sent["sent"] < 200 and sent["received"] > 32 * 4  # texts out, vectors back
+    _assert_same_store(cfg, ref_cfg, ref_annotations)
+
+
+def test_inbox_on_the_cluster_gives_the_same_store(prefect_api, local_reference, heads,  # noqa: F811
+                                                   cluster, tmp_path):
+    import shutil
+
+    from flows.annotate import annotate_flow
+
+    corpus, ref_cfg, ref_annotations = local_reference
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copy(corpus, inbox / "docs.jsonl")
+    cfg = _on_cluster(ref_cfg, cluster[0], tmp_path / "store")
+    summary = annotate_flow(_head_args(heads), cfg, inbox=str(inbox))
+    assert [f["status"] for f in summary["files"]] == ["done"]
+    assert summary["annotated"] == DOCS and not summary["shared_pass"]
+    assert "runner: dask" in summary["separate_pass_reason"]
     _assert_same_store(cfg, ref_cfg, ref_annotations)
 
 
