@@ -517,7 +517,8 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
     baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed, base=settings.base)
     metric = settings.kind.metric
     warning = baseline_warning(metric, validation[metric], baseline, len(data.splits["validation"]),
-                               {"auto_epochs": settings.auto_epochs, "head_only": settings.head_only})
+                               {"auto_epochs": settings.auto_epochs,
+                                "head_only": settings.head_only or not settings.kind.head_only})
     if warning:
         log.warning("%s", warning["message"])
     receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads, choices,

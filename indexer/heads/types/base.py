@@ -88,6 +88,7 @@ class HeadType(ABC):
     default_batch_size: ClassVar[int]  # examples per training step
     decodes: ClassVar[tuple[str, ...]] = ()  # `decode` choices of score/predict, default first
     decode_note: ClassVar[str | None] = None  # receipt `recipe.ner_decode`
+    head_only: ClassVar[bool] = True  # can train on frozen features (`--head-only`)
 
     # -- data -------------------------------------------------------------------------------
     @abstractmethod

@@ -85,6 +85,7 @@ class PairHead(HeadType):
     formats = ("json", "jsonl", "parquet", "csv", "stsb")
     label_key = "label"
     default_batch_size = 16
+    head_only = False  # refused: see `head_modules`
 
     # -- data -------------------------------------------------------------------------------
     def missing_label(self, item: dict) -> str | None:
