@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from indexer.errors import InputError
+from indexer.heads.metrics import correlations
+from indexer.heads.pair_files import read_pair_table
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -100,35 +102,19 @@ def retrieval_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mappi
 
 
 def load_sts(path: Path) -> tuple[list[str], list[str], np.ndarray]:
-    """STS-B file: tab-separated, no quoting; score in column 5, sentences in 6 and 7."""
+    """STS-B file: tab-separated, no quoting; score in column 5, sentences in 6 and 7 (read by
+    the pair heads' reader, `indexer.heads.pair_files`)."""
     if not path.is_file():
         raise InputError(f"{path}: no such STS file")
-    left, right, gold = [], [], []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) < 7:
-                raise InputError(f"{path}:{number}: expected at least 7 tab-separated columns")
-            gold.append(float(parts[4]))
-            left.append(parts[5])
-            right.append(parts[6])
-    return left, right, np.asarray(gold)
+    items = [item for _, item in read_pair_table(path, "stsb")]
+    try:
+        gold = np.asarray([float(item["score"]) for item in items])
+    except ValueError as exc:
+        raise InputError(f"{path}: a score (5th column) is not a number: {exc}") from None
+    return [item["text_a"] for item in items], [item["text_b"] for item in items], gold
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman rank correlation (ties share their average rank)."""
-    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    sorted_x = x[order]
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1
-        i = j + 1
-    return ranks
+    """Spearman rank correlation (ties share their average rank): the one the pair heads'
+    receipts report (`indexer.heads.metrics.correlations`)."""
+    return correlations(b, a)["spearman"]
