@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from indexer.config import MAX_POSITIONS
+from indexer.encode.model_facts import usable_length
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded, collate, sorted_batches
 from indexer.heads.inference import pad_id_of
@@ -58,8 +59,7 @@ class PairScorer:
         if self.kind.name != "pair":
             raise ModelError(f"{self.path} is a {self.kind.name} head; reranking needs a pair head "
                              "(`bertindex train rerank` or `bertindex train pair`)")
-        positions = min(getattr(self.model.config, "max_position_embeddings", MAX_POSITIONS),
-                        MAX_POSITIONS)
+        positions = min(usable_length(self.model, self.tokenizer).limit, MAX_POSITIONS)
         self.max_length = max_length or trained_max_length(self.path, positions)
         self.pad_id = pad_id_of(self.tokenizer)
         if threads is not None:
