@@ -93,8 +93,14 @@ def _directory_files(folder: Path) -> tuple[list[Path], list[Rejected]]:
     for entry in sorted(folder.iterdir()):
         if not entry.is_file():
             continue
-        if corpus_format(entry) is not None:
+        fmt = corpus_format(entry)
+        if fmt is not None and fmt.in_folders:
             found.append(entry)
+        elif fmt is not None:
+            unknown.append(Rejected(str(entry), 0, None,
+                                    f"not read: {fmt.name} files are read only when named on "
+                                    "their own (a folder's README is not a corpus); name the "
+                                    "file to read it"))
         elif not entry.name.startswith("."):
             unknown.append(Rejected(str(entry), 0, None,
                                     f"not read: {unknown_suffix_reason()}"))

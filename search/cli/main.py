@@ -275,6 +275,9 @@ def _register_optional_commands() -> None:
     except ImportError:
         return
     main.add_command(train)
+    from search.cli.adapt import adapt
+
+    main.add_command(adapt)
     eval_group.add_command(eval_head, name="head")
 
 

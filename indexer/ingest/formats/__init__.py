@@ -1,5 +1,5 @@
 """Input formats, registered here and nowhere else: each is one module of this package
-(`jsonl`, `csv`, `tsv`, `parquet`, `beir`) whose `FORMAT` is listed in `FORMATS` below.
+(`jsonl`, `csv`, `tsv`, `parquet`, `text`, `beir`) whose `FORMAT` is listed in `FORMATS` below.
 
 Everything that names formats or suffixes derives from this registry: the `--format` choices
 and the `format` config key (`format_names`), detection by file name (`detect_format`),
@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexer.errors import InputError
-from indexer.ingest.formats import beir, csv, jsonl, parquet, tsv
+from indexer.ingest.formats import beir, csv, jsonl, parquet, text, tsv
 from indexer.ingest.formats.base import Format
 
 AUTO = "auto"
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    jsonl.FORMAT, csv.FORMAT, tsv.FORMAT, parquet.FORMAT, beir.FORMAT,
+    jsonl.FORMAT, csv.FORMAT, tsv.FORMAT, parquet.FORMAT, text.FORMAT, beir.FORMAT,
 )}
 
 

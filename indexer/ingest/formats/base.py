@@ -40,6 +40,9 @@ class Format:
         claims: a file this format claims whatever its suffix, tried before suffixes.
         directory_corpus: the one corpus file a directory stands for, when it is this
             format's data-set folder (BEIR), else None.
+        in_folders: whether a folder's files of this format are read when the folder is
+            given (False for plain text: a folder's README.txt is not a corpus); a file
+            named on its own is always read.
     """
 
     name: str
@@ -50,6 +53,7 @@ class Format:
     fields: Mapping[str, str | None] | None = None
     claims: Callable[[Path], bool] | None = None
     directory_corpus: Callable[[Path], Path | None] | None = None
+    in_folders: bool = True
 
     def all_suffixes(self) -> tuple[str, ...]:
         """Every file name ending this format reads, `.gz` variants included."""
