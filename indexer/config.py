@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -186,10 +186,19 @@ class SearchConfig(_Strict):
         "weighted", description="hybrid: `weighted` (min-max-normalised weighted sum), `zscore` "
         "(weighted sum of scores scaled by their per-query standard deviation) or `rrf` "
         "(reciprocal rank fusion)")
-    dense_weight: float = Field(
-        0.6, ge=0.0, le=1.0, description="weighted and zscore fusion: dense share, keyword gets "
-        "the rest (0.6: the most dense-leaning weight whose SciFact-train nDCG@10 is not "
-        "significantly below the train optimum 0.5; docs/benchmarks.md)")
+    dense_weight: Annotated[float, Field(ge=0.0, le=1.0)] | Literal["auto"] = Field(
+        "auto", description="weighted and zscore fusion: dense share, keyword gets the rest. "
+        "`auto`: the weight the last index run tuned on pseudo-queries drawn from the store "
+        "(sentences searched with their own document, the sentence cut out; no labels; "
+        "`search.tune_queries`), or 0.6 where the store has none (fewer than 50 documents of "
+        "two sentences, tuning off, an older store); a number pins it (0.6: the fixed weight "
+        "chosen on SciFact train queries; docs/benchmarks.md)")
+    tune_queries: int = Field(
+        400, ge=0, le=5000, description="pseudo-queries an index run draws from the store to "
+        "tune `dense_weight: auto` (when the store has no tuning for its encoder, or its "
+        "document count moved by more than a tenth since; 70-80 s on SciFact's 5,183 "
+        "abstracts, 17 s on 5,000 MS MARCO passages, one thread of a loaded AVX2-only AMD "
+        "EPYC); 0: never tune")
     rrf_k: int = Field(60, ge=1, description="RRF constant")
     candidates: int = Field(100, ge=1, description="documents each side hands to the fusion")
     rerank: str | None = Field(

@@ -1,5 +1,6 @@
 """What produced a vector (`Provenance`) and the model facts it is made of: the weights' hash,
-a readable model name, the hidden width. Imports neither torch nor transformers, so a process
+a readable model name, the hidden width; and what produced a store's tuned hybrid weight
+(`FusionTuning`). Imports neither torch nor transformers, so a process
 that only searches (the ONNX query path) can check provenance without them.
 """
 
@@ -55,6 +56,34 @@ class Provenance:
             for k in keys
             if getattr(self, k) != getattr(other, k)
         ]
+
+
+@dataclass(frozen=True)
+class FusionTuning:
+    """The hybrid dense weight an index run tuned on pseudo-queries drawn from the store
+    (`indexer.indexing.fusion_tune`), and what it was tuned on. Written by the index run into
+    the store's meta table, read by every search with `search.dense_weight: auto`.
+
+    `documents`: the store's document count when tuned (a later run re-tunes once it moves
+    by a tenth); `weights_hash`: the encoder's (another encoder's vectors re-tune);
+    `curve`: mean nDCG@10 on the pseudo-queries by weight; `dense_ndcg` / `keyword_ndcg`:
+    each side alone on them.
+    """
+
+    dense_weight: float
+    queries: int
+    documents: int
+    sample_documents: int
+    weights_hash: str
+    dense_ndcg: float
+    keyword_ndcg: float
+    curve: dict[str, float]
+    seed: int
+    tuned_at: str
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def weight_files(model_dir: Path) -> list[Path]:

@@ -58,6 +58,7 @@ class Searcher:
         self.store = store
         self._encoder = encoder
         self._keyword: KeywordIndex | None = None
+        self._dense_weight: float | None = None  # `dense_weight`, read on first use
         self._rerankers: dict[str, object] = {}  # head path -> PairScorer, loaded on first use
         # (chunk ids, doc ids, start chars, end chars): 24 bytes a chunk, read once
         self._chunk_map: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -240,13 +241,32 @@ class Searcher:
                         for d, s in fused[:k]])
         return out
 
+    @property
+    def dense_weight(self) -> float:
+        """The dense share of weighted and zscore fusion: `search.dense_weight` when it is a
+        number; for `auto`, the weight the store's last index run tuned for it (when tuned
+        for the store's encoder), else `fusion.FALLBACK_DENSE_WEIGHT`. Read once per Searcher (a
+        Searcher holds one snapshot)."""
+        if self._dense_weight is None:
+            configured = self.config.search.dense_weight
+            if configured != "auto":
+                self._dense_weight = float(configured)
+            else:
+                tuned = self.store.fusion_tuning()
+                provenance = self.store.provenance()
+                same = (tuned is not None and provenance is not None
+                        and tuned.weights_hash == provenance.weights_hash)
+                self._dense_weight = tuned.dense_weight if same else fusion.FALLBACK_DENSE_WEIGHT
+        return self._dense_weight
+
     def fuse(self, dense: fusion.Ranked, keyword: fusion.Ranked) -> list[tuple[int, float]]:
         """The configured fusion of a dense and a keyword ranking of documents."""
         cfg = self.config.search
         if cfg.fusion == "rrf":
             return fusion.rrf([dense, keyword], k=cfg.rrf_k)
         combine = fusion.zscore if cfg.fusion == "zscore" else fusion.weighted
-        return combine([dense, keyword], [cfg.dense_weight, 1.0 - cfg.dense_weight])
+        weight = self.dense_weight
+        return combine([dense, keyword], [weight, 1.0 - weight])
 
     def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
                      where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),

@@ -66,7 +66,7 @@ def test_a_directory_without_corpus_files_is_an_error_naming_what_it_holds(tmp_p
 @pytest.mark.parametrize(("name", "expected"), [
     ("x.jsonl", "jsonl"), ("x.ndjson", "jsonl"), ("x.json", "jsonl"), ("X.JSONL.GZ", "jsonl"),
     ("x.csv", "csv"), ("x.csv.gz", "csv"), ("x.tsv", "tsv"), ("x.tsv.gz", "tsv"),
-    ("x.parquet", "parquet"),
+    ("x.parquet", "parquet"), ("x.txt", "text"), ("x.txt.gz", "text"),
 ])
 def test_detect_format_by_name(name, expected):
     assert detect_format(Path(name)) == expected
@@ -103,3 +103,28 @@ def test_config_file_with_an_unknown_format_names_the_key(tmp_path):
     path.write_text("sources:\n  docs:\n    paths: [x]\n    format: xml\n")
     with pytest.raises(ConfigError, match=r"sources\.docs\.format.*unknown format 'xml'"):
         load_config(path)
+
+
+def test_a_text_file_named_is_one_document_per_line_and_a_folder_leaves_it_out(tiny_config,
+                                                                                tmp_path):
+    """`.txt` (TweetEval's `*_text.txt`): each non-blank line a document `<name>:<line>`, a
+    line that is not UTF-8 rejected by number; a folder given whole reports its .txt files
+    as not read (a README.txt is not a corpus)."""
+    tweets = tmp_path / "tweets.txt"
+    tweets.write_bytes(b"the cat sat\n\nthe dog slept\n\xff\xfe broken\nred apple\n")
+    summary = run_index([str(tweets)], tiny_config)
+    assert summary["encoded"] == 3
+    assert [(r["row"], "UTF-8" in r["reason"]) for r in summary["rejections"]] == [(4, True)]
+    from indexer.store import Store
+
+    with Store(tiny_config.store.path, read_only=True) as store:
+        doc_ids = [int(i) for ids, _ in store.iter_texts("default") for i in ids]
+        hits = store.fetch_documents(doc_ids)
+    assert sorted((h.external_id, h.text) for h in hits.values()) == [
+        ("tweets.txt:1", "the cat sat"), ("tweets.txt:3", "the dog slept"),
+        ("tweets.txt:5", "red apple")]
+    folder = write_mixed_folder(tmp_path / "corpus")
+    (folder / "README.txt").write_text("how this folder was made\n")
+    other = tiny_config.with_overrides(**{"store.path": str(tmp_path / "store2")})
+    reported = {Path(r["source"]).name: r["reason"] for r in run_index([str(folder)], other)["rejections"]}
+    assert "read only when named" in reported["README.txt"]

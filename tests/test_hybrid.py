@@ -242,8 +242,9 @@ def test_qrels_with_or_without_a_header(tmp_path):
 
 @pytest.mark.slow
 def test_scifact_hybrid_beats_both_halves():
-    """Defaults (chunk, 256 tokens, weighted fusion, dense weight 0.6 chosen on train queries
-    by `benchmarks/fusion_robust.py`): BEIR test split.
+    """Defaults (chunk, 256 tokens, weighted fusion, the dense weight the index run tunes on
+    the store's own pseudo-queries: 0.40 here, `benchmarks/fusion_label_free.py`): BEIR test
+    split.
 
     Also the published scores: BM25's (BEIR paper), and the model's dense 0.645 (MTEB, each
     abstract truncated at 256 tokens) as a floor for our chunked dense side, which scores each

@@ -10,6 +10,11 @@ from collections.abc import Callable, Sequence
 
 Ranked = Sequence[tuple[int, float]]  # (id, score), best first
 
+# The dense weight of `search.dense_weight: auto` on a store with no tuning of its own
+# (`indexer.indexing.fusion_tune`): the fixed weight chosen on SciFact train queries
+# (docs/benchmarks.md, Fusion across collections).
+FALLBACK_DENSE_WEIGHT = 0.6
+
 
 def rrf(rankings: Sequence[Ranked], k: int = 60, weights: Sequence[float] | None = None
         ) -> list[tuple[int, float]]:

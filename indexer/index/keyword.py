@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import get_args
 
@@ -26,7 +27,7 @@ import tantivy
 
 from indexer.choices import KeywordLanguage
 from indexer.errors import ConfigError, VectorIndexError
-from indexer.store import HashDiff, Store
+from indexer.store import DocText, HashDiff, Store
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +223,25 @@ class KeywordIndex:
         """The store's documents against the manifest: doc ids to add, re-index or remove
         (joined inside DuckDB, so memory does not grow with the number of documents)."""
         return store.diff_hashes(self.folder / MANIFEST_FILE)
+
+    def add_documents(self, docs: Iterable[DocText]) -> None:
+        """Add documents and commit, without a manifest: for an index that follows no store
+        (the fusion tuning's temporary index of a sample, `indexer.indexing.fusion_tune`).
+
+        Args:
+            docs: titles and texts, each with its doc id.
+        """
+        writer = self.index.writer(heap_size=64_000_000, num_threads=1)
+        try:
+            for doc in docs:
+                writer.add_document(tantivy.Document(doc_id=doc.doc_id, title=doc.title or "",
+                                                     body=doc.text))
+            writer.commit()
+            writer.wait_merging_threads()
+        except BaseException:
+            writer.rollback()
+            raise
+        self._searcher = None
 
     def _write_manifest(self, store: Store) -> None:
         """The manifest after a sync: every stored document at its stored hash, streamed

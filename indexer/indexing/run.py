@@ -19,6 +19,7 @@ from indexer.encode.encoder import Encoder, load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.faults import crash_point
 from indexer.index.keyword import sync_keyword_index
+from indexer.indexing.fusion_tune import is_due, tune_dense_weight
 from indexer.indexing.steps import (
     BatchPlan,
     BatchResult,
@@ -74,10 +75,18 @@ def publish_indexes(store: Store, config: Config, added, removed,
         base_version: the store's data_version when the run started.
         build: how a rebuild is made (`sync_vector_index`; None: in this process).
     Returns:
-        The vector index info (`sync_vector_index`) plus `keyword`.
+        The vector index info (`sync_vector_index`) plus `keyword`, and `fusion` when the
+        run tuned the hybrid weight (`indexer.indexing.fusion_tune`: before the publish, so
+        the new version's snapshot carries it).
     """
+    tuned = {}
+    if is_due(store, config):
+        record = tune_dense_weight(store, config, load_model(config))
+        if record is not None:
+            tuned = {"fusion": {"dense_weight": record.dense_weight, "queries": record.queries,
+                                "seconds": record.seconds}}
     return sync_vector_index(store, config, added, removed, base_version, build=build) | {
-        "keyword": sync_keyword_index(store, config.keyword.language)}
+        "keyword": sync_keyword_index(store, config.keyword.language)} | tuned
 
 
 @dataclass

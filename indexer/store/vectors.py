@@ -1,6 +1,6 @@
 """Stored vectors and their provenance: which encoder set-up made them (checked before adding
 or querying), streaming them out for FAISS, fetching some by chunk id, and the chunk -> document
-map a dense search needs. Does not touch FAISS."""
+map a dense search needs; the hybrid weight tuned for the store. Does not touch FAISS."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import duckdb
 import numpy as np
 
 from indexer.errors import ProvenanceMismatch, StoreError
-from indexer.provenance import WRITE_KEYS, Provenance
-from indexer.store.schema import INSERT_META, create_vectors_sql, read_meta
+from indexer.provenance import WRITE_KEYS, FusionTuning, Provenance
+from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql, read_meta
 
+FUSION_TUNING_KEY = "fusion_tuning"  # meta key of the FusionTuning record (JSON)
 SELECT_VECTORS = "SELECT chunk_id, embedding FROM vectors"
 SELECT_VECTORS_OF = ("SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} "
                      "ORDER BY chunk_id")
@@ -72,6 +73,22 @@ class Vectors:
         if self.provenance() is None:
             self.con.execute(INSERT_META, ["provenance", json.dumps(current.to_dict())])
             self.con.execute(create_vectors_sql(current.dim))
+
+    def fusion_tuning(self) -> FusionTuning | None:
+        """The hybrid weight the last index run tuned for this store; None when none did."""
+        value = read_meta(self.con, FUSION_TUNING_KEY)
+        return FusionTuning(**json.loads(value)) if value is not None else None
+
+    def set_fusion_tuning(self, record: FusionTuning) -> None:
+        """Record (or replace) the store's tuned hybrid weight; searches see it once the
+        next index version (and its snapshot) is published.
+
+        Args:
+            record: what `indexer.indexing.fusion_tune.tune_dense_weight` measured.
+        """
+        with self.transaction():
+            self.con.execute(SET_META, [FUSION_TUNING_KEY, json.dumps(record.to_dict())])
+            self._bump_data_version()  # what a search sees changed
 
     def count_vectors(self) -> int:
         """Stored vectors (what `iter_vectors` yields); 0 before the first."""

@@ -82,6 +82,10 @@ def eval_beir(folder, split, modes, collection, rerank, rerank_depth, max_querie
             vectors = encoder.encode_queries(texts)
             encode_seconds = time.perf_counter() - started
             scorer = searcher.reranker(rerank) if rerank else None
+            tuning = store.fusion_tuning()
+            fused = cfg.search.model_dump() | {
+                "dense_weight_used": searcher.dense_weight,
+                "tuning": tuning.to_dict() if tuning is not None else None}
             per_mode = {}
             for mode in modes or SEARCH_MODES:
                 started = time.perf_counter()
@@ -104,7 +108,7 @@ def eval_beir(folder, split, modes, collection, rerank, rerank_depth, max_querie
     scores = {"modes": per_mode, "queries": len(ids), "documents": summary["read"],
               "chunks": summary["chunks"], "max_length": cfg.model.max_length,
               "long_documents": cfg.long_documents.mode, "dtype": encoder.provenance.dtype,
-              "fusion": cfg.search.model_dump()}
+              "fusion": fused}
     if rerank:
         scores["rerank"] = {"head": str(rerank), "depth": rerank_depth,
                             "max_length": scorer.max_length, "timing": timing}
