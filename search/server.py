@@ -178,10 +178,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
 
     @app.get("/health")
     def health() -> dict:
-        """Liveness and what is loaded."""
+        """Liveness and what is loaded; `rerank`: whether a pair head is configured (the
+        search page shows its Rerank switch only then), not which one."""
         ntotal = searcher.index.ntotal if searcher.index is not None else 0
+        settings = searcher.config.search
         return {"status": "ok", "store": str(store.path), "vectors": ntotal,
-                "mode": searcher.config.search.mode}
+                "mode": settings.mode, "rerank": bool(settings.rerank),
+                "rerank_depth": settings.rerank_depth}
 
     @app.post("/search")
     def search(request: SearchRequest) -> Response:  # a plain def: FastAPI runs it on its pool

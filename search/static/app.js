@@ -1,11 +1,16 @@
 // The bertindex search page: talks to POST /search and POST /facets of the server that
-// served it. Every piece of text from the store or the user reaches the page through
-// textContent or createTextNode, never as HTML.
+// served it, and reads GET /health once for what the server offers (a reranker). Every piece
+// of text from the store or the user reaches the page through textContent or createTextNode,
+// never as HTML.
 "use strict";
 
 const PAGE = 10;
 const MAX_QUERY = 4000; // search.server.MAX_QUERY_CHARS
-const state = { query: "", mode: "hybrid", collection: "", where: [], labels: [], entities: [], offset: 0 };
+const state = { query: "", mode: "hybrid", collection: "", where: [], labels: [], entities: [], offset: 0,
+                rerank: true };
+// what GET /health says the server offers; `reranker`: a pair head is configured (search.rerank)
+const server = { reranker: false, rerankDepth: null };
+let ready = null; // the promise of loadServer(): a search waits for it
 
 const $ = (id) => document.getElementById(id);
 
@@ -69,8 +74,9 @@ async function post(path, body) {
   return answer;
 }
 
-// The search in the address bar (?q=&mode=&collection=&where=F=V&label=H=L&entity=T&offset=),
-// so a search can be bookmarked or shared; the token is never part of it.
+// The search in the address bar (?q=&mode=&collection=&where=F=V&label=H=L&entity=T&offset=
+// &rerank=off), so a search can be bookmarked or shared; the token is never part of it. Like
+// the mode, the Rerank switch is written only when off its default (on, as the server's config).
 function saveToUrl() {
   const params = new URLSearchParams();
   if (state.query) params.set("q", state.query);
@@ -80,6 +86,7 @@ function saveToUrl() {
   for (const label of state.labels) params.append("label", label);
   for (const entity of state.entities) params.append("entity", entity);
   if (state.offset) params.set("offset", String(state.offset));
+  if (server.reranker && !state.rerank) params.set("rerank", "off");
   const url = new URL(window.location);
   url.search = params.toString();
   window.history.replaceState(null, "", url);
@@ -96,6 +103,7 @@ function loadFromUrl() {
   state.labels = params.getAll("label");
   state.entities = params.getAll("entity");
   state.offset = Math.max(0, Number.parseInt(params.get("offset") || "0", 10) || 0);
+  state.rerank = params.get("rerank") !== "off";
   $("query").value = state.query;
   $("mode").value = state.mode;
   if (state.collection) {
@@ -157,13 +165,14 @@ function fmt(value) {
   return value === null || value === undefined ? "–" : Number(value).toFixed(3);
 }
 
-function renderHit(hit) {
+function renderHit(hit, reranked) {
   const title = (hit.title || "").trim() || hit.id;
   const window = hit.window !== undefined ? hit.window : hit.text.slice(hit.chunk_start, hit.chunk_end);
   const item = el("li", { class: "hit", "data-id": hit.id },
     el("div", { class: "title" }, title),
     el("div", { class: "meta" },
-      `${hit.id} · ${hit.collection} · score ${fmt(hit.score)} (dense ${fmt(hit.dense)}, keyword ${fmt(hit.keyword)})`),
+      `${hit.id} · ${hit.collection} · score ${fmt(hit.score)} (dense ${fmt(hit.dense)}, keyword ${fmt(hit.keyword)}` +
+      (reranked ? `, rerank ${fmt(hit.rerank)})` : ")")),
     highlighted(window, hit.highlights));
   const chips = el("div", { class: "chips" });
   for (const label of hit.labels || []) {
@@ -229,6 +238,24 @@ async function refreshFacets() {
   }
 }
 
+// Ask the server once what it offers; without an answer (an older server) the page has no
+// Rerank switch and searches as before.
+async function loadServer() {
+  try {
+    const response = await fetch("/health", { headers: bertindexToken.headers({}) });
+    const health = response.ok ? await response.json() : {};
+    server.reranker = health.rerank === true;
+    server.rerankDepth = health.rerank_depth || null;
+  } catch (err) {
+    server.reranker = false;
+  }
+  $("rerank-switch").hidden = !server.reranker;
+  $("rerank").checked = server.reranker && state.rerank;
+  if (server.rerankDepth) {
+    $("rerank-switch").title = `reorder the top ${server.rerankDepth} hits with the server's pair head`;
+  }
+}
+
 async function run() {
   document.body.dataset.busy = "1"; // tests wait for it to go
   try {
@@ -239,6 +266,7 @@ async function run() {
 }
 
 async function search() {
+  await ready;
   renderActiveFilters();
   saveToUrl();
   const query = state.query;
@@ -255,11 +283,14 @@ async function search() {
   }
   say("");
   $("summary").textContent = "searching…";
+  const body = { query, k: PAGE, offset: state.offset, mode: state.mode, ...filters(),
+                 annotations: true, highlight: true };
+  const reranked = server.reranker && state.rerank;
+  if (server.reranker) body.rerank = state.rerank; // without a reranker: the request of before
   let answer;
   try {
     [answer] = await Promise.all([
-      post("/search", { query, k: PAGE, offset: state.offset, mode: state.mode, ...filters(),
-                        annotations: true, highlight: true }),
+      post("/search", body),
       refreshFacets(),
     ]);
   } catch (err) {
@@ -268,7 +299,7 @@ async function search() {
     return;
   }
   const hits = answer.hits;
-  $("hits").replaceChildren(...hits.map(renderHit));
+  $("hits").replaceChildren(...hits.map((hit) => renderHit(hit, reranked)));
   $("hits").setAttribute("start", String(state.offset + 1));
   $("prev").disabled = state.offset === 0;
   $("next").disabled = hits.length < PAGE;
@@ -278,7 +309,8 @@ async function search() {
     say(state.offset ? "No more results." : `No results for “${query}”${scope ? ` with ${scope}` : ""}.`, "info");
     return;
   }
-  $("summary").textContent = `results ${state.offset + 1}–${state.offset + hits.length} (${answer.mode}, ${answer.took_ms} ms)`;
+  $("summary").textContent = `results ${state.offset + 1}–${state.offset + hits.length} ` +
+    `(${answer.mode}${reranked ? ", reranked" : ""}, ${answer.took_ms} ms)`;
 }
 
 function init() {
@@ -306,9 +338,16 @@ function init() {
     state.offset = 0;
     run();
   });
+  $("rerank").addEventListener("change", () => {
+    state.rerank = $("rerank").checked;
+    if ($("query").value.trim()) $("search-form").requestSubmit(); // the search again, from page 1
+    else saveToUrl();
+  });
   $("next").addEventListener("click", () => { state.offset += PAGE; run(); });
   $("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); run(); });
-  if (loadFromUrl()) run();
+  const fromUrl = loadFromUrl();
+  ready = loadServer();
+  if (fromUrl) run();
   else refreshFacets();
 }
 
