@@ -14,7 +14,8 @@ Every finished step is kept in `--work` and in `--out` (re-running skips it), so
 short resumes. CPU-heavy: a run of all of it on 2 AVX2 cores takes hours; `--tasks hate
 --seeds 1` is the quick one.
 Usage: python benchmarks/adapt_tweets.py [--max-tokens 600000] [--tasks hate,offensive]
-       [--seeds 1,2,3] [--head-only] [--scifact] [--work /tmp/bertindex-adapt]
+       [--seeds 1,2,3] [--head-only] [--encoders packaged,adapted] [--scifact]
+       [--work /tmp/bertindex-adapt]
        [--out benchmarks/results/adapt_tweets.json]
 """
 
@@ -64,6 +65,9 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--head-only", action="store_true")
     ap.add_argument("--scifact", action="store_true")
+    ap.add_argument("--encoders", default="packaged,adapted",
+                    help="which encoders the heads are trained on and --scifact scores (both "
+                         "by default)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bertindex-adapt"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/adapt_tweets.json")
     args = ap.parse_args()
@@ -93,6 +97,7 @@ def main() -> None:
               f"tokens/s; held-out {receipt['history'][0]['held_out_accuracy']} -> "
               f"{receipt['history'][-1]['held_out_accuracy']}", flush=True)
     encoders = {"packaged": None, "adapted": str(adapted)}
+    heads_on = [e for e in args.encoders.split(",") if e]
 
     for name, base in encoders.items():
         key = f"sts/{name}"
@@ -107,9 +112,10 @@ def main() -> None:
             print(f"{key}: {result['runs'][key]}", flush=True)
 
     suffix = "-head-only" if args.head_only else ""
-    for seed in args.seeds.split(","):
-        for task in args.tasks.split(","):
-            for name, base in encoders.items():
+    for seed in [s for s in args.seeds.split(",") if s]:
+        for task in [t for t in args.tasks.split(",") if t]:
+            for name in heads_on:
+                base = encoders[name]
                 key = f"{task}{suffix}/{name}/{seed}"
                 if key in result["runs"]:
                     continue
@@ -128,7 +134,7 @@ def main() -> None:
                 print(f"{key}: test macro-F1 {out['test']['macro_f1']:.4f}", flush=True)
 
     if args.scifact:
-        for name, base in encoders.items():
+        for name in heads_on:
             key = f"scifact/{name}"
             if key in result["runs"]:
                 continue
