@@ -15,7 +15,6 @@ markdown table of nDCG@10 per set.
 from __future__ import annotations
 
 import argparse
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -25,16 +24,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from fusion_robust import adaptive, score
+from fusion_robust import rankings as robust_rankings
 from machine import write_json
 
 from indexer.config import Config
 from indexer.encode.encoder import load_encoder
-from indexer.evaluation import load_beir_queries
 from indexer.index import fusion
 from indexer.indexing.fusion_tune import measure_dense_weight
-from indexer.indexing.run import run_index
 from indexer.store import Store
-from search.query import Searcher
 
 GRID = [round(0.05 * i, 2) for i in range(2, 19)]  # fixed weights a LOCO fold may choose
 PRIORS = (0.4, 0.5, 0.6, 0.7)  # the per-query rules' prior dense share
@@ -46,33 +43,8 @@ def open_config(folder: Path, store_root: Path, depth: int) -> Config:
 
 
 def rankings(folder: Path, store_root: Path, depth: int) -> dict:
-    """split -> (query ids, qrels, dense rankings, keyword rankings, doc id -> external id)."""
-    cache = store_root / f"rankings-{folder.name}-{depth}.pkl"
-    if cache.is_file():
-        return pickle.loads(cache.read_bytes())
-    cfg = open_config(folder, store_root, depth)
-    if not (Path(cfg.store.path) / "store.duckdb").is_file():
-        summary = run_index([str(folder)], cfg, collection=folder.name, fmt="beir")
-        print(f"{folder.name}: encoded {summary['encoded']}", file=sys.stderr)
-    else:
-        print(f"{folder.name}: reusing {cfg.store.path}, encoded 0", file=sys.stderr)
-    encoder = load_encoder(cfg.model)
-    out = {}
-    with Store(cfg.store.path, read_only=True) as store:
-        searcher = Searcher(cfg, store, encoder)
-        external = {d.doc_id: d.external_id
-                    for d in store.fetch_documents(list(store.document_hashes())).values()}
-        for split_file in sorted((folder / "qrels").glob("*.tsv")):
-            queries, qrels = load_beir_queries(folder, split_file.stem)
-            ids = list(queries)
-            texts = [queries[q] for q in ids]
-            vectors = encoder.encode_queries(texts)
-            dense = [[(m.doc_id, m.score) for m in r]
-                     for r in searcher.dense_ranked(vectors, depth)]
-            keyword = searcher.keyword_ranked(texts, depth)
-            out[split_file.stem] = (ids, {q: qrels[q] for q in ids}, dense, keyword, external)
-    cache.write_bytes(pickle.dumps(out))
-    return out
+    """`fusion_robust.rankings` with this benchmark's config (no tuning while indexing)."""
+    return robust_rankings(folder, store_root, depth, open_config(folder, store_root, depth))
 
 
 def _head(ranked, top: int = 10) -> float:

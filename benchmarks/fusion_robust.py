@@ -37,13 +37,16 @@ from indexer.store import Store
 from search.query import Searcher
 
 
-def rankings(folder: Path, store_root: Path, depth: int) -> dict:
-    """split -> (query ids, qrels, dense rankings, keyword rankings, doc id -> external id)."""
+def rankings(folder: Path, store_root: Path, depth: int, cfg: Config | None = None) -> dict:
+    """split -> (query ids, qrels, dense rankings, keyword rankings, doc id -> external id).
+
+    `cfg`: the configuration to index and search with (default: the defaults, the store at
+    `store_root/store-<folder name>`, `depth` candidates)."""
     cache = store_root / f"rankings-{folder.name}-{depth}.pkl"
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
-    cfg = Config().with_overrides(**{"store.path": str(store_root / f"store-{folder.name}"),
-                                     "search.candidates": depth})
+    cfg = cfg or Config().with_overrides(**{
+        "store.path": str(store_root / f"store-{folder.name}"), "search.candidates": depth})
     started = time.perf_counter()
     summary = run_index([str(folder)], cfg, collection=folder.name, fmt="beir")
     print(f"{folder.name}: encoded {summary['encoded']} (unchanged "
@@ -59,7 +62,7 @@ def rankings(folder: Path, store_root: Path, depth: int) -> dict:
             queries, qrels = load_beir_queries(folder, split_file.stem)
             ids = list(queries)
             texts = [queries[q] for q in ids]
-            vectors = encoder.encode_texts(texts)
+            vectors = encoder.encode_queries(texts)
             dense = [[(m.doc_id, m.score) for m in r]
                      for r in searcher.dense_ranked(vectors, depth)]
             keyword = searcher.keyword_ranked(texts, depth)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from indexer.adapt.corpus import Corpus, Sequences, build_corpus
-from indexer.adapt.masking import IGNORE, MaskRule, mask_tokens
+from indexer.adapt.masking import MaskRule, mask_tokens
 from indexer.adapt.mlm import head_logits, load_mlm, mlm_loss, save_adapted
 from indexer.encode.model_facts import (
     check_length,
@@ -351,5 +351,3 @@ def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
     (out / CHECKPOINT).unlink(missing_ok=True)
     return receipt
 
-
-__all__ = ["AdaptSettings", "IGNORE", "MaskRule", "RECEIPT", "CHECKPOINT", "adapt", "check_out"]

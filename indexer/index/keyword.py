@@ -231,8 +231,14 @@ class KeywordIndex:
         Args:
             docs: titles and texts, each with its doc id.
         """
+        self._write((), docs)
+
+    def _write(self, deletes: Iterable[int], docs: Iterable[DocText]) -> None:
+        """Delete `deletes` (doc ids), add `docs`, commit; roll back on any error."""
         writer = self.index.writer(heap_size=64_000_000, num_threads=1)
         try:
+            for doc_id in deletes:
+                writer.delete_documents_by_term("doc_id", doc_id)
             for doc in docs:
                 writer.add_document(tantivy.Document(doc_id=doc.doc_id, title=doc.title or "",
                                                      body=doc.text))
@@ -263,23 +269,11 @@ class KeywordIndex:
         New documents are not deleted first: the manifest does not list them, so the index
         cannot hold them unless its count disagrees with the manifest (a rebuild).
         """
-        writer = self.index.writer(heap_size=64_000_000, num_threads=1)
         upsert = np.concatenate([change.new, change.changed])
-        try:
-            for doc_id in np.concatenate([change.changed, change.gone]).tolist():
-                writer.delete_documents_by_term("doc_id", doc_id)
-            for start in range(0, len(upsert), _WRITE_BATCH):
-                part = upsert[start:start + _WRITE_BATCH].tolist()
-                for doc in store.documents_text(part):
-                    writer.add_document(tantivy.Document(doc_id=doc.doc_id, title=doc.title or "",
-                                                         body=doc.text))
-            writer.commit()
-            writer.wait_merging_threads()
-        except BaseException:
-            writer.rollback()
-            raise
+        docs = (doc for start in range(0, len(upsert), _WRITE_BATCH)
+                for doc in store.documents_text(upsert[start:start + _WRITE_BATCH].tolist()))
+        self._write(np.concatenate([change.changed, change.gone]).tolist(), docs)
         self._write_manifest(store)
-        self._searcher = None
 
 
 def sync_keyword_index(store: Store, language: str = DEFAULT_LANGUAGE) -> dict:

@@ -98,8 +98,7 @@ def adapt(files, fmt, collection, out, base, epochs, max_tokens, max_length, bat
                             collection or config_default(SourceConfig, "collection"),
                             show_progress())
     if as_json:
-        print_json({k: v for k, v in receipt.items() if k != "history"} | {
-            "history": receipt["history"]})
+        print_json(receipt)
         return
     last = receipt["history"][-1]
     click.echo(f"saved the adapted encoder to {out}: {receipt['tokens_seen']:,} tokens in "
