@@ -5,7 +5,11 @@ from a BEIR-layout set.
 dense side matched; the whole text, cut by the scorer, for a keyword-only hit; the title before
 it), orders those hits by that score (ties keep the first-stage order) and leaves the hits
 below `depth` in their order beneath: no hit is dropped or added, `score` stays the first
-stage's and `rerank` holds the head's. `mine_pairs` draws judged positives and hard negatives
+stage's and `rerank` holds the head's. A head trained by `train rerank` carries a weight
+(`RERANK_WEIGHT_KEY` in its config.json, chosen on held-out queries by `choose_rerank_weight`):
+the order is by `(1 - w) * first + w * head`, each min-max scaled over the reranked hits, so a
+reranker that knows less than the first stage moves it less; a head without one (a `train pair`
+head) orders by its score alone (w = 1). `mine_pairs` draws judged positives and hard negatives
 (the store's own hybrid hits not judged relevant). Does not train (`indexer.heads.train`).
 """
 
@@ -14,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from search.hits import SearchHit
 
+RERANK_WEIGHT_KEY = "bertindex_rerank_weight"  # config.json: the head's share of the order
+RERANK_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 (first stage) .. 1 (head alone)
 DEFAULT_NEGATIVES = 4  # hard negatives per training query
 MINE_DEPTH = 30  # hybrid hits a training query's negatives are drawn from
 
@@ -31,12 +38,41 @@ def hit_passage(hit: SearchHit) -> str:
     return passage_of(hit.title, hit.text, hit.chunk_start, hit.chunk_end)
 
 
-def rerank_hits(query: str, hits: Sequence[SearchHit], scorer, depth: int) -> list[SearchHit]:
-    """The hits with the top `depth` reordered by the head's score of (query, passage).
+def rerank_weight(scorer) -> float:
+    """The head's share of the order: its config's `RERANK_WEIGHT_KEY`, else 1 (alone)."""
+    config = getattr(getattr(scorer, "model", None), "config", None)
+    weight = getattr(config, RERANK_WEIGHT_KEY, None)
+    return 1.0 if weight is None else float(weight)
+
+
+def _scaled(values: Sequence[float]) -> list[float]:
+    """Min-max to 0..1 (all 0 when the values are equal)."""
+    low, high = min(values), max(values)
+    return [(v - low) / (high - low) if high > low else 0.0 for v in values]
+
+
+def interpolated(first: Sequence[float], head: Sequence[float], weight: float) -> list[float]:
+    """`(1 - weight) * first + weight * head`, each min-max scaled over these hits."""
+    if not first:
+        return []
+    return [(1.0 - weight) * f + weight * h for f, h in zip(_scaled(first), _scaled(head))]
+
+
+def rerank_order(first: Sequence[float], head: Sequence[float], weight: float) -> list[int]:
+    """Indexes of the hits in reranked order (ties keep the first-stage order)."""
+    mix = interpolated(first, head, weight) if weight < 1.0 else [float(h) for h in head]
+    return sorted(range(len(mix)), key=lambda i: (-mix[i], i))
+
+
+def rerank_hits(query: str, hits: Sequence[SearchHit], scorer, depth: int,
+                weight: float | None = None) -> list[SearchHit]:
+    """The hits with the top `depth` reordered by the head's score of (query, passage), mixed
+    with the first stage's by the head's weight (see the module).
 
     Args:
         scorer: has `score(pairs) -> scores` (`indexer.heads.pairs.PairScorer`).
         depth: how many of the first hits to rerank (>= 1).
+        weight: the head's share (None: the head's own, `rerank_weight`).
     Returns:
         The same hits, renumbered: the reranked ones first, best first, each with `rerank`;
         those below `depth` after them, in their order, `rerank` None.
@@ -45,10 +81,60 @@ def rerank_hits(query: str, hits: Sequence[SearchHit], scorer, depth: int) -> li
         raise ValueError(f"rerank depth must be >= 1, not {depth}")
     head, tail = list(hits[:depth]), list(hits[depth:])
     scores = scorer.score([(query, hit_passage(h)) for h in head]) if head else []
-    order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+    weight = rerank_weight(scorer) if weight is None else weight
+    order = rerank_order([h.score for h in head], [float(x) for x in scores], weight)
     ranked = [dataclasses.replace(head[i], rerank=float(scores[i])) for i in order] + tail
     return [dataclasses.replace(h, rank=n) for n, h in enumerate(ranked, start=1)]
 
+
+def choose_rerank_weight(runs: Sequence[tuple[Sequence[SearchHit], Sequence[float]]],
+                         qrels: Mapping[str, Mapping[str, int]], query_ids: Sequence[str]) -> dict:
+    """The head's share (`RERANK_WEIGHTS`) with the best nDCG@10 over held-out queries; the
+    lowest such share on a tie (0 keeps the first stage's order: the head adds nothing).
+
+    Args:
+        runs: per query, its first-stage hits (top depth) and the head's scores of them.
+        qrels: query id -> judged documents; query_ids: the queries of `runs`, in order.
+    Returns:
+        {"weight", "ndcg@10": by weight, "queries"} for the receipt.
+    """
+    from indexer.evaluation import retrieval_scores
+
+    tried = {}
+    for weight in RERANK_WEIGHTS:
+        run = {}
+        for q, (hits, scores) in zip(query_ids, runs):
+            order = rerank_order([h.score for h in hits], scores, weight)
+            run[q] = [hits[i].id for i in order]
+        tried[weight] = retrieval_scores(run, {q: qrels[q] for q in query_ids})["ndcg@10"]
+    best = max(RERANK_WEIGHTS, key=lambda w: (round(tried[w], 6), -w))
+    return {"weight": best, "ndcg@10": {str(w): round(v, 4) for w, v in tried.items()},
+            "queries": len(query_ids)}
+
+
+def tune_rerank_weight(searcher, collection: str, head: Path, queries: dict, qrels: dict) -> dict:
+    """Choose a trained reranker's share of the order on held-out queries (their hybrid top
+    `search.rerank_depth` hits, `search.rerank.choose_rerank_weight`) and keep it in the
+    head's config.json."""
+    import json
+
+    from indexer.heads.pairs import PairScorer
+
+    depth = searcher.config.search.rerank_depth
+    ids = list(queries)
+    results = searcher.search_many([queries[q] for q in ids], depth, collection=collection,
+                                   mode="hybrid", rerank=False)
+    scorer = PairScorer(head)
+    runs = [(hits, [float(x) for x in scorer.score([(queries[q], hit_passage(h)) for h in hits])])
+            for q, hits in zip(ids, results)]
+    chosen = choose_rerank_weight(runs, qrels, ids)
+    config_file = head / "config.json"
+    config = json.loads(config_file.read_text())
+    config[RERANK_WEIGHT_KEY] = chosen["weight"]
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return {**chosen, "depth": depth, "mode": "hybrid",
+            "rule": "the head's share w of (1 - w) * first stage + w * head, each min-max "
+                    "scaled over the reranked hits, by nDCG@10 on the held-out queries"}
 
 def mine_pairs(searcher, collection: str, queries: Mapping[str, str],
                qrels: Mapping[str, Mapping[str, int]], negatives: int = DEFAULT_NEGATIVES,

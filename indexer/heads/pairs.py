@@ -5,7 +5,9 @@ batches. Search reranking (`search.rerank`) runs it on (query, hit window) pairs
 Unlike training, scoring cuts: a pair longer than the head's trained `max_length` (its run
 receipt; else the model's positions) keeps all of text_a (the query) and is cut at the end of
 text_b (the passage), since a search must answer; a text_a alone over the limit is refused,
-named. Does not train or search.
+named. A regression head trained with a blend (`heads.pair_blend`) mixes in the cosine of the
+two texts from its bi-encoder, loaded on first use, as `eval head` scores it. Does not train or
+search.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from indexer.encode.model_facts import usable_length
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded, collate, sorted_batches
 from indexer.heads.inference import pad_id_of
+from indexer.heads.pair_blend import blend_of, cosine_encoder, text_cosines
 from indexer.heads.receipt import RECEIPT
 from indexer.heads.types.pair import pair_scores
 
@@ -62,6 +65,8 @@ class PairScorer:
         positions = min(usable_length(self.model, self.tokenizer).limit, MAX_POSITIONS)
         self.max_length = max_length or trained_max_length(self.path, positions)
         self.pad_id = pad_id_of(self.tokenizer)
+        self.blend = blend_of(self.model.config)
+        self._cosine_encoder = None
         if threads is not None:
             torch.set_num_threads(threads)
 
@@ -94,9 +99,17 @@ class PairScorer:
         if not pairs:
             return np.zeros(0)
         encoded = self.encode(pairs)
+        cosines = self.cosines(pairs) if self.blend else None
         out = np.zeros(len(pairs))
         for index in sorted_batches(encoded.lengths, batch_size):
             batch = collate(encoded, index, self.pad_id, with_labels=False)
             logits = self.kind.logits(self.model, batch).float().numpy()  # (B, outputs)
-            out[index] = pair_scores(logits, self.model.config)
+            out[index] = pair_scores(logits, self.model.config,
+                                     None if cosines is None else cosines[index])
         return out
+
+    def cosines(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The blend's bi-encoder cosine per pair (its encoder loaded on first use)."""
+        if self._cosine_encoder is None:
+            self._cosine_encoder = cosine_encoder(self.blend["encoder"])
+        return text_cosines(self._cosine_encoder, [a for a, _ in pairs], [b for _, b in pairs])

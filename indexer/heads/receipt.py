@@ -131,6 +131,9 @@ def summary(receipt: dict) -> dict:
                            metric: receipt["raw_text"][metric]}
     if receipt.get("reviewed"):
         out["reviewed"] = receipt["reviewed"]
+    if receipt.get("blend"):
+        out["blend"] = {k: receipt["blend"].get(k) for k in ("weight", "alone", "validation",
+                                                               "test_alone", "test")}
     if receipt.get("baseline"):
         out["baseline"] = {
             "name": receipt["baseline"]["name"],

@@ -58,6 +58,7 @@ class TrainSettings:
     probe_epochs: int = 0
     patience: int = DEFAULT_PATIENCE  # epochs="auto" only
     max_epochs: int = DEFAULT_MAX_EPOCHS  # epochs="auto" only
+    blend: bool = True  # after training, the head type's blend (`HeadType.blend`), if it has one
 
     def __post_init__(self) -> None:
         _ = self.sentence_pooling  # refuses --pooling mean for NER before any work

@@ -459,11 +459,38 @@ def _keep_average(model, candidates: list[tuple[list[int], dict]], best_epoch: i
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
-                batch_size: int = 64) -> dict:
-    """Score the current model on one split (full metrics)."""
+                batch_size: int = 64, logits: list | None = None) -> dict:
+    """Score the current model on one split (full metrics; `logits`: already computed)."""
     kind = head_type(data.task)
-    logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
-    return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names)
+    if logits is None:
+        logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
+    options = kind.score_options(model, data.splits[split])
+    return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names,
+                        **options)
+
+
+def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
+               settings: TrainSettings, batch_size: int = 64) -> tuple[dict | None, dict]:
+    """The head type's blend after training (`HeadType.blend`; a regression pair head with the
+    bi-encoder), unless `settings.blend` is off.
+
+    Returns:
+        (the receipt's `blend` record or None, split -> logits of validation and test).
+    """
+    from indexer.config import DEFAULT_MODEL, resolve_model_path
+
+    kind = settings.kind
+    logits = {split: model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
+              for split in ("validation", "test") if split in data.splits}
+    if not settings.blend:
+        return None, logits
+    try:
+        packaged = resolve_model_path(DEFAULT_MODEL) == Path(settings.base).resolve()
+    except ModelError:
+        packaged = False
+    record = kind.blend(model, data.splits, logits, data.label_names, settings.base,
+                        DEFAULT_MODEL if packaged else str(Path(settings.base).resolve()))
+    return record, logits
 
 
 def raw_text_split(model, tokenizer, data: HeadData, kind, where: str) -> dict | None:
@@ -511,8 +538,14 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
         if choices[key] != "given":
             write_line(f"{key.replace('_', ' ')}: {choices[key]}", progress)
     fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
-    validation = score_split(model, tokenizer, data, encoded, "validation")
-    test = score_split(model, tokenizer, data, encoded, "test") if "test" in data.splits else None
+    blend, logits = blend_head(model, tokenizer, data, encoded, settings)
+    if blend is not None:
+        write_line(f"blend with the bi-encoder: weight {blend['weight']} (validation "
+                   f"{blend['alone']:.4f} alone -> {blend['validation']:.4f})", progress)
+    validation = score_split(model, tokenizer, data, encoded, "validation",
+                             logits=logits["validation"])
+    test = (score_split(model, tokenizer, data, encoded, "test", logits=logits["test"])
+            if "test" in data.splits else None)
     raw_text = raw_text_split(model, tokenizer, data, settings.kind, str(settings.out))
     baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed, base=settings.base)
     metric = settings.kind.metric
@@ -525,5 +558,7 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
                             [warning] if warning else [])
     if raw_text is not None:
         receipt["raw_text"] = raw_text
+    if blend is not None:
+        receipt["blend"] = blend
     save_head_dir(model, tokenizer, receipt, Path(settings.out))
     return receipt

@@ -16,6 +16,7 @@ import click
 from indexer.choices import Decode, EvalInput, HeadPooling
 from indexer.heads.data import FORMATS, SPLITS
 from indexer.heads.types.registry import HEAD_TYPE_NAMES, head_type
+from indexer.progress import write_line
 from search.cli.common import (
     build_config,
     config_options,
@@ -119,7 +120,7 @@ def train() -> None:
 
 def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, patience,
            max_epochs, probe_epochs, lr, max_length, batch_size, seed, pooling, as_json, config_path,
-           store_path, reviewed=None) -> None:
+           store_path, reviewed=None, blend=True) -> None:
     from flows.runtime import wait_for_api, warm_up_api
 
     warm_up_api()  # the Prefect API starts while torch and the model load
@@ -135,7 +136,7 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
         task=task, base=resolve_model_path(base or cfg.model.name), out=Path(out),
         head_only=head_only, epochs=epochs, probe_epochs=probe_epochs, lr=lr, max_length=max_length,
         batch_size=batch_size, seed=seed, dtype=resolve_dtype(cfg.model.dtype), pooling=pooling,
-        **stop,
+        blend=blend, **stop,
     )
     from flows.train import train_head
 
@@ -178,11 +179,17 @@ class _TrainCommand(click.Command):
 def _add_train_command(task: str) -> None:
     """`bertindex train TASK` for one registered head type."""
 
-    reviewed = [click.option(
+    extra = [click.option(
         "--reviewed", metavar="HEAD",
         help="Add the documents people labelled for HEAD in the store (`bertindex review "
              "import`) to the train split (never to validation or test).")] \
         if task == "classifier" else []
+    if task == "pair":
+        extra.append(click.option(
+            "--blend/--no-blend", default=True, show_default=True,
+            help="Regression: after training, mix the head's score with the base encoder's "
+                 "cosine of the two texts, the weight chosen on validation (0: the head alone; "
+                 "kept in config.json). --no-blend keeps the head alone."))
 
     @train.command(task, cls=_TrainCommand)
     @data_options
@@ -193,7 +200,7 @@ def _add_train_command(task: str) -> None:
     def command(**options) -> None:
         _train(task, **options)
 
-    for option in reviewed:
+    for option in extra:
         option(command)
 
 
@@ -247,7 +254,7 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher
-    from search.rerank import cut_passages, mine_pairs, split_queries
+    from search.rerank import cut_passages, mine_pairs, split_queries, tune_rerank_weight
 
     if epochs != "auto" and (patience is not None or max_epochs is not None):
         raise click.UsageError("--patience and --max-epochs apply to --epochs auto only")
@@ -279,11 +286,20 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     settings = TrainSettings(
         task="pair", base=base_dir, out=Path(out), head_only=head_only, epochs=epochs,
         probe_epochs=probe_epochs, lr=lr, max_length=length, batch_size=batch_size, seed=seed,
-        dtype=resolve_dtype(cfg.model.dtype), pooling=pooling, **stop)
-    receipt = update_receipt(Path(out), {"rerank_pairs": record},
-                             train_head(data, settings, progress=show_progress()))
+        dtype=resolve_dtype(cfg.model.dtype), pooling=pooling, blend=False, **stop)
+    receipt = train_head(data, settings, progress=show_progress())
+    held = sorted({i["id"].split("/", 1)[0] for i in val_items})
+    with Store(cfg.store.path, read_only=True) as store:
+        weight = tune_rerank_weight(Searcher(cfg, store), collection, Path(out),
+                                    {q: queries[q] for q in held}, qrels)
+    write_line(f"reranker's share of the order: {weight['weight']} (validation nDCG@10 "
+               f"{weight['ndcg@10']['0.0']:.4f} first stage -> "
+               f"{weight['ndcg@10'][str(weight['weight'])]:.4f})", show_progress())
+    receipt = update_receipt(Path(out), {"rerank_pairs": record, "rerank_weight": weight},
+                             receipt)
     short = summary(receipt)
     short["rerank_pairs"] = record
+    short["rerank_weight"] = {k: weight[k] for k in ("weight", "depth", "queries")}
     if as_json:
         print_json(short)
         return
@@ -291,6 +307,9 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
                f"positive, {record['negatives']} negative) from {record['queries']} queries")
     click.echo(f"{receipt['stopped']['message']}; validation spearman "
                f"{short['validation'][receipt['metric']]:.4f}")
+    click.echo(f"reranker's share of the order: {weight['weight']} (chosen by nDCG@10 on the "
+               f"{weight['queries']} held-out queries)")
+
 
 
 @click.command("head")

@@ -151,6 +151,25 @@ def test_a_tiny_pair_head_learns_a_rule_of_both_texts(toy_head):
     data = read_head_data("pair", head.parent / "val.jsonl", single_split="test")
     result = evaluate_head(head, data, "test")
     assert result["spearman"] == pytest.approx(receipt["validation"]["spearman"], abs=1e-6)
+    blend = receipt["blend"]  # chosen on validation: never below the head alone there
+    assert blend["validation"] >= blend["alone"] and 0.0 <= blend["weight"] < 1.0
+    assert receipt["validation"]["spearman"] == pytest.approx(blend["validation"], abs=1e-9)
+
+
+def test_the_blend_weight_follows_what_validation_says():
+    """A cosine that ranks better than the head gets a share; one that only adds noise gets 0
+    (the head alone), so the blend cannot lower the validation score."""
+    from indexer.heads.pair_blend import choose_weight, mixed
+
+    rng = np.random.default_rng(0)
+    gold = rng.uniform(0, 5, 400)
+    head = gold / 5 + rng.normal(0, 0.3, 400)  # informative, noisy
+    useful = gold / 5 + rng.normal(0, 0.3, 400)  # as good, errors of its own
+    chosen = choose_weight(gold, head, useful)
+    assert 0.3 <= chosen["weight"] <= 0.7 and chosen["validation"] > chosen["alone"] + 0.02
+    noise = rng.normal(0, 1, 400)
+    assert choose_weight(gold, head, noise)["weight"] == 0.0
+    assert mixed(np.ones(3), np.zeros(3), 0.25).tolist() == [0.75] * 3
 
 
 def test_a_pair_head_refuses_head_only_and_single_texts(toy_head, tiny_model_dir, tmp_path):
@@ -186,6 +205,35 @@ def test_reranking_reorders_by_the_heads_scores_and_keeps_every_hit(toy_head):
     assert [h.id for h in reranked[5:]] == ["d5", "d6"] and reranked[5].rerank is None
     assert [h.text.endswith("mat") for h in reranked[:5]] == [True] * 3 + [False] * 2  # cat: mat
     assert [h.score for h in reranked[:5]] == [hits[i].score for i in order]  # first stage kept
+
+
+def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
+    """Share 0 keeps the first stage's order, 1 is the head's; between, both scaled 0..1; the
+    share is chosen by nDCG@10 on held-out queries and kept in config.json."""
+    import json as jsonlib
+
+    from indexer.heads.pairs import PairScorer
+    from search.hits import SearchHit
+    from search.rerank import RERANK_WEIGHT_KEY, choose_rerank_weight, interpolated, rerank_hits
+
+    head, _, _ = toy_head
+    scorer = PairScorer(head)
+    texts = ["sea rug", "pear rug", "city mat", "sofa rug", "river mat"]
+    hits = [SearchHit(i + 1, 1.0 - i / 10, f"d{i}", "c", None, t, {}, 0, len(t))
+            for i, t in enumerate(texts)]
+    kept = rerank_hits("cat apple", hits, scorer, depth=5, weight=0.0)
+    assert [h.id for h in kept] == [h.id for h in hits]  # the first stage's order
+    alone = rerank_hits("cat apple", hits, scorer, depth=5, weight=1.0)
+    assert [h.text.endswith("mat") for h in alone] == [True, True, False, False, False]
+    assert interpolated([3.0, 1.0, 2.0], [0.0, 1.0, 0.5], 0.5) == pytest.approx([0.5, 0.5, 0.5])
+    # d2 and d4 are the relevant ones: the head finds them, the first stage ranks them low
+    scores = [float(x) for x in scorer.score([("cat apple", t) for t in texts])]
+    chosen = choose_rerank_weight([(hits, scores)], {"q": {"d2": 1, "d4": 1}}, ["q"])
+    assert chosen["weight"] > 0.0 and chosen["ndcg@10"][str(chosen["weight"])] > chosen["ndcg@10"]["0.0"]
+    # a head config with a share: rerank_hits reads it
+    config = jsonlib.loads((head / "config.json").read_text())
+    assert RERANK_WEIGHT_KEY not in config  # a `train pair` head: alone (1)
+    assert [h.id for h in rerank_hits("cat apple", hits, scorer, depth=5)] == [h.id for h in alone]
 
 
 def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_corpus, tmp_path):
@@ -233,3 +281,45 @@ def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_co
         off = client.post("/search", json={"query": "cat mat", "k": 5, "rerank": False}).json()
         assert [h["id"] for h in off["hits"]] == [h["id"] for h in plain]
         assert off["hits"][0]["rerank"] is None
+
+
+def test_train_rerank_mines_pairs_and_keeps_a_share_chosen_on_held_out_queries(
+        pair_bert, tiny_config, tmp_path):
+    """`train rerank --beir DIR`: judged positives and hard negatives from the store's own
+    hybrid hits (recorded), then the head's share of the order chosen by nDCG@10 on the held-out
+    queries and kept in config.json, where search reads it."""
+    import yaml
+    from click.testing import CliRunner
+
+    from search.cli.main import main
+    from search.rerank import RERANK_WEIGHT_KEY, RERANK_WEIGHTS
+
+    folder = tmp_path / "mini"
+    (folder / "qrels").mkdir(parents=True)
+    animals, things = ["cat", "dog", "sea", "city"], ["mat", "rug", "pear", "river"]
+    docs = [{"_id": f"d{i}{j}", "title": "", "text": f"the {a} and the {t}"}
+            for i, a in enumerate(animals) for j, t in enumerate(things)]
+    queries = [{"_id": f"q{i}{j}", "text": f"{a} {t}"} for i, a in enumerate(animals)
+               for j, t in enumerate(things)]
+    _write_jsonl(folder / "corpus.jsonl", docs)
+    _write_jsonl(folder / "queries.jsonl", queries)
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q['_id']}\td{q['_id'][1:]}\t1\n" for q in queries))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(tiny_config.model_dump()))
+    out = tmp_path / "rerank"
+    result = CliRunner().invoke(main, [
+        "train", "rerank", "--beir", str(folder), "--negatives", "2", "--epochs", "2",
+        "--lr", "1e-3", "--batch-size", "8", "--base", str(pair_bert), "--max-length", "32",
+        "--validation-share", "0.25", "--out", str(out), "--config", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    short = json.loads(result.stdout)
+    pairs = short["rerank_pairs"]
+    assert pairs["queries"] == 16 and pairs["positives"] == 16 and pairs["negatives"] == 32
+    assert pairs["validation_queries"] == 4
+    share = json.loads((out / "config.json").read_text())[RERANK_WEIGHT_KEY]
+    assert share in RERANK_WEIGHTS and short["rerank_weight"]["weight"] == share
+    receipt = json.loads((out / "run-receipt.json").read_text())
+    tried = receipt["rerank_weight"]["ndcg@10"]
+    assert set(tried) == {str(w) for w in RERANK_WEIGHTS}
+    assert tried[str(share)] == max(tried.values())  # the best on the held-out queries

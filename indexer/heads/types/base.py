@@ -190,6 +190,18 @@ class HeadType(ABC):
         """Extra top-level fields of this type's run receipt."""
         return {}
 
+    def score_options(self, model, examples: Sequence[Example]) -> dict:
+        """Options of `score` a saved head's config asks for on these examples (a blended
+        pair head's cosines); {} for none."""
+        return {}
+
+    def blend(self, model, splits: dict, logits: dict, label_names: list[str],
+              base: Path | None, encoder_name: str | None) -> dict | None:
+        """After training: mix the head's score with another signal by a weight chosen on
+        validation, kept on `model.config` (a pair head's bi-encoder cosine); the receipt's
+        `blend` record, None for none."""
+        return None
+
     def baseline(self, splits: dict, label_names: list[str], seed: int,
                  base: Path | None = None) -> dict | None:
         """A baseline on the same splits (None: none for this type); `base` is the encoder

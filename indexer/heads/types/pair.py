@@ -9,7 +9,8 @@ macro-F1), `score` per pair -> regression: one logit, trained with binary cross-
 the score scaled to 0..1 by the train split's range (the sentence-transformers cross-encoder
 recipe for STS-B; unlike MSE through a sigmoid its gradient does not vanish at the ends), the
 range kept in config.json (`bertindex_score_range`), scored by Spearman (picks the epoch) and
-Pearson. A pair head trains the whole model (`--head-only` is refused: a frozen backbone's
+Pearson; after training its score is mixed with the bi-encoder's cosine of the two texts by a
+weight chosen on validation (`heads.pair_blend`; 0 keeps the head alone). A pair head trains the whole model (`--head-only` is refused: a frozen backbone's
 pooled vector is the bi-encoder again). It scores pairs, never single texts: `annotate` and
 `predict` refuse it; `indexer.heads.pairs` loads one to score pairs (search reranking).
 """
@@ -26,6 +27,7 @@ import torch
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
+from indexer.heads.pair_blend import BLEND_KEY, blend_of, choose_weight, mixed
 from indexer.heads.sentence import sequence_logits
 from indexer.heads.types.base import Example, HeadType, label_index, softmax
 from indexer.records import Label
@@ -55,14 +57,23 @@ def score_range(config) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def pair_scores(logits: np.ndarray, config) -> np.ndarray:
+def sigmoid(x) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def pair_scores(logits: np.ndarray, config, cosines: np.ndarray | None = None) -> np.ndarray:
     """(pairs, outputs) logits -> one score per pair: a regression head's score on its train
-    range; a classifier's probability of its last label (`1`, `relevant`: labels sort so the
-    positive class of 0/1 data comes last)."""
+    range (mixed with `cosines` when the head has a blend, `heads.pair_blend`); a
+    classifier's probability of its last label (`1`, `relevant`: labels sort so the positive
+    class of 0/1 data comes last)."""
     logits = np.asarray(logits, dtype=np.float64)
     if logits.shape[-1] == 1:
         low, high = score_range(config)
-        return low + (high - low) / (1.0 + np.exp(-logits[:, 0]))
+        probability = sigmoid(logits[:, 0])
+        blend = blend_of(config)
+        if blend is not None and cosines is not None:
+            probability = mixed(probability, cosines, blend["weight"])
+        return low + (high - low) * probability
     return softmax(logits)[:, -1]
 
 
@@ -210,12 +221,27 @@ class PairHead(HeadType):
     def example_logits(self, out: torch.Tensor, encoded: Encoded, i: int) -> torch.Tensor:
         return out
 
+    def score_options(self, model, examples: Sequence[PairExample]) -> dict:
+        """A blended regression head scores with the bi-encoder's cosines of the pairs."""
+        blend = blend_of(model.config)
+        if blend is None or not examples:
+            return {}
+        from indexer.heads.pair_blend import cosine_encoder, text_cosines
+
+        cosines = text_cosines(cosine_encoder(blend["encoder"]), [e.text_a for e in examples],
+                               [e.text_b for e in examples])
+        return {"cosines": cosines, "blend_weight": blend["weight"]}
+
     def score(self, logits: Sequence[torch.Tensor], examples: Sequence[PairExample],
-              encoded: Encoded, label_names: Sequence[str], **options) -> dict:
-        """Regression: Spearman (`primary`) and Pearson of the sigmoid output against the
-        given scores; classes: macro-F1 (`primary`) and accuracy."""
+              encoded: Encoded, label_names: Sequence[str], cosines: np.ndarray | None = None,
+              blend_weight: float = 0.0, **options) -> dict:
+        """Regression: Spearman (`primary`) and Pearson of the sigmoid output (mixed with
+        `cosines` by `blend_weight`, `score_options`) against the given scores; classes:
+        macro-F1 (`primary`) and accuracy."""
         if is_regression(label_names):
-            pred = 1.0 / (1.0 + np.exp(-np.array([float(x.reshape(-1)[0]) for x in logits])))
+            pred = sigmoid([float(x.reshape(-1)[0]) for x in logits])
+            if cosines is not None and blend_weight:
+                pred = mixed(pred, cosines, blend_weight)
             out = correlations([e.score for e in examples], pred)
             return {"primary": out["spearman"], "primary_name": "spearman", **out}
         out = macro_f1([e.label for e in examples], [int(x.argmax()) for x in logits], label_names)
@@ -227,6 +253,41 @@ class PairHead(HeadType):
                          "primary": name,
                          "inputs": "the tokenizer's pair template, token type ids 0/1 where it "
                                    "gives them; never truncated in training"}}
+
+    def blend(self, model, splits: dict, logits: dict, label_names: list[str],
+              base: Path | None, encoder_name: str | None) -> dict | None:
+        """A regression head's mix with the bi-encoder (`heads.pair_blend`): the weight chosen
+        on validation, kept in config.json when above 0.
+
+        Args:
+            splits: split name -> examples; logits: split name -> per-example logits (the
+                trained head's, validation and maybe test).
+            encoder_name: what config.json names the bi-encoder by (the base's model name).
+        Returns:
+            The receipt's `blend` record, None for a classifier or without a base.
+        """
+        if not is_regression(label_names) or base is None:
+            return None
+        from indexer.heads.pair_blend import cosine_encoder, text_cosines
+
+        encoder = cosine_encoder(base)
+        record: dict = {"encoder": encoder_name or str(base)}
+        cos, prob = {}, {}
+        for split, rows in logits.items():
+            examples = splits[split]
+            cos[split] = text_cosines(encoder, [e.text_a for e in examples],
+                                      [e.text_b for e in examples])
+            prob[split] = sigmoid([float(x.reshape(-1)[0]) for x in rows])
+        chosen = choose_weight([e.score for e in splits["validation"]], prob["validation"],
+                               cos["validation"])
+        record.update(chosen)
+        if "test" in logits:
+            gold = [e.score for e in splits["test"]]
+            record["test"] = correlations(gold, mixed(prob["test"], cos["test"], chosen["weight"]))["spearman"]
+            record["test_alone"] = correlations(gold, prob["test"])["spearman"]
+        setattr(model.config, BLEND_KEY,
+                {"weight": chosen["weight"], "encoder": record["encoder"]} if chosen["weight"] else None)
+        return record
 
     def baseline(self, splits: dict, label_names: list[str], seed: int,
                  base: Path | None = None) -> dict | None:
