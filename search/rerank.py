@@ -20,9 +20,9 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from indexer.heads.pair_blend import RERANK_WEIGHT_KEY
 from search.hits import SearchHit
 
-RERANK_WEIGHT_KEY = "bertindex_rerank_weight"  # config.json: the head's share of the order
 RERANK_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 (first stage) .. 1 (head alone)
 DEFAULT_NEGATIVES = 4  # hard negatives per training query
 MINE_DEPTH = 30  # hybrid hits a training query's negatives are drawn from

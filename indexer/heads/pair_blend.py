@@ -9,7 +9,8 @@ Spearman; 0 (the cross-encoder alone) is among them, so the choice cannot lower 
 score. The mix is `(1 - w) * p + w * cos`, p the head's sigmoid output (0..1) and cos the cosine,
 then put back on the train scores' range. Kept in config.json (`BLEND_KEY`: weight and encoder),
 so `eval head` and `PairScorer` score as trained. A reranker (`train rerank`) is not blended
-this way: its first stage is the search itself (`search.rerank`). Does not train.
+this way: its score is mixed with the first stage's instead (`RERANK_WEIGHT_KEY`, applied by
+`search.rerank`). Does not train.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import numpy as np
 from indexer.heads.metrics import correlations
 
 BLEND_KEY = "bertindex_cosine_blend"  # config.json: {"weight": w, "encoder": path or name}
+# config.json of a reranker (`train rerank`): its share of the order against the first stage,
+# mixed by `search.rerank`; absent: the head alone
+RERANK_WEIGHT_KEY = "bertindex_rerank_weight"
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(10))  # 0.0 .. 0.9: the cosine's share
 
 

@@ -27,7 +27,7 @@ import torch
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
-from indexer.heads.pair_blend import BLEND_KEY, blend_of, choose_weight, mixed
+from indexer.heads.pair_blend import BLEND_KEY, RERANK_WEIGHT_KEY, blend_of, choose_weight, mixed
 from indexer.heads.sentence import sequence_logits
 from indexer.heads.types.base import Example, HeadType, label_index, softmax
 from indexer.records import Label
@@ -153,7 +153,12 @@ class PairHead(HeadType):
                              "tokenizer")
 
     def fit_config(self, model, data) -> None:
-        """A regression head keeps the train split's score range (targets scale by it)."""
+        """A regression head keeps the train split's score range (targets scale by it). A
+        base that is itself a pair head passes on no blend or rerank share: they are chosen
+        for the new head after its training."""
+        for key in (BLEND_KEY, RERANK_WEIGHT_KEY):
+            if hasattr(model.config, key):
+                delattr(model.config, key)
         if not is_regression(data.label_names):
             return
         scores = [e.score for e in data.splits["train"]]
