@@ -39,7 +39,7 @@ def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", ba
     check_lengths({split: encoded}, min(MAX_POSITIONS, usable_length(model, tokenizer).limit))
     logits = model_logits(kind, model, encoded, pad_id_of(tokenizer), batch_size)
     options = {"decode": decode} if kind.decodes else {}
-    extra = kind.score_options(model, examples)  # a blended pair head's cosines
+    extra = kind.score_options(model, examples, Path(model_dir))  # a blended pair head's cosines
     scores = score_logits(kind, logits, examples, encoded, names, **options, **extra)
     return {"split": split, "examples": len(examples), "metric": kind.metric, **options, **scores}
 

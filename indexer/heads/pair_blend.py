@@ -40,13 +40,17 @@ def mixed(probability: np.ndarray, cosine: np.ndarray, weight: float) -> np.ndar
     return (1.0 - weight) * np.asarray(probability, dtype=np.float64) + weight * np.asarray(cosine)
 
 
-def cosine_encoder(name: str | Path):
-    """The bi-encoder a blend reads: mean-pooled, normalised, fp32 (as the baseline)."""
+def cosine_encoder(name: str | Path, head: str | Path | None = None):
+    """The bi-encoder a blend reads: mean-pooled, normalised, fp32 (as the baseline). `name`
+    is a folder inside the head directory `head` (a tuned one), a model directory, or the
+    packaged model's name."""
     from indexer.config import ModelConfig, resolve_model_path
     from indexer.encode.encoder import Encoder
     from indexer.heads.pair_baseline import BASELINE_MAX_LENGTH
 
-    return Encoder(ModelConfig(name=str(resolve_model_path(str(name))), pooling="mean",
+    inside = Path(head) / str(name) if head is not None else None
+    path = inside if inside is not None and inside.is_dir() else resolve_model_path(str(name))
+    return Encoder(ModelConfig(name=str(path), pooling="mean",
                                normalize=True, max_length=BASELINE_MAX_LENGTH, device="cpu",
                                dtype="fp32"))
 

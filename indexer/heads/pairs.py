@@ -42,6 +42,16 @@ def trained_max_length(path: Path, positions: int) -> int:
     return min(int(length), positions) if isinstance(length, int) else positions
 
 
+def _scoring_dtype(dtype: str) -> str:
+    from indexer.encode.policy import cpu_has_bf16
+
+    if dtype == "auto":
+        return "bf16" if cpu_has_bf16() else "fp32"
+    if dtype not in ("fp32", "bf16"):
+        raise ModelError(f"a pair head scores in fp32, bf16 or auto, not '{dtype}'")
+    return dtype
+
+
 class PairScorer:
     """A loaded pair head. `score(pairs)` -> one float per pair (a regression head: on its
     train range, e.g. 0-5 for STS-B or 0-1 for a reranker; a classifier: the probability of
@@ -51,10 +61,12 @@ class PairScorer:
         path: a head directory written by `bertindex train pair` or `train rerank`.
         max_length: longest pair in tokens (None: as trained, see the module).
         threads: torch threads (None: leave torch's setting).
+        dtype: `auto` (bf16 weights on CPUs with native bf16, AVX512-BF16 or AMX, as annotate
+            runs heads; else fp32), `fp32` or `bf16`.
     """
 
     def __init__(self, path: str | Path, max_length: int | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, dtype: str = "auto"):
         from indexer.heads.predict import load_model_dir
 
         self.path = Path(path)
@@ -65,6 +77,9 @@ class PairScorer:
         positions = min(usable_length(self.model, self.tokenizer).limit, MAX_POSITIONS)
         self.max_length = max_length or trained_max_length(self.path, positions)
         self.pad_id = pad_id_of(self.tokenizer)
+        self.dtype = _scoring_dtype(dtype)
+        if self.dtype == "bf16":
+            self.model.to(torch.bfloat16)
         self.blend = blend_of(self.model.config)
         self._cosine_encoder = None
         if threads is not None:
@@ -111,5 +126,5 @@ class PairScorer:
     def cosines(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """The blend's bi-encoder cosine per pair (its encoder loaded on first use)."""
         if self._cosine_encoder is None:
-            self._cosine_encoder = cosine_encoder(self.blend["encoder"])
+            self._cosine_encoder = cosine_encoder(self.blend["encoder"], self.path)
         return text_cosines(self._cosine_encoder, [a for a, _ in pairs], [b for _, b in pairs])

@@ -66,8 +66,10 @@ def check_out_dir(out: Path) -> None:
         )
 
 
-def save_head_dir(model, tokenizer, receipt: dict, out: Path) -> Path:
-    """Write model + tokenizer + receipt to a temp folder beside `out`, then rename it.
+def save_head_dir(model, tokenizer, receipt: dict, out: Path,
+                  folders: dict[str, Path] | None = None) -> Path:
+    """Write model + tokenizer + receipt (and `folders`: name -> a directory moved inside) to a
+    temp folder beside `out`, then rename it.
 
     An earlier head at `out` is replaced only once the new one is complete.
     """
@@ -81,6 +83,8 @@ def save_head_dir(model, tokenizer, receipt: dict, out: Path) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / RECEIPT).write_text(json.dumps(receipt, indent=2, ensure_ascii=False) + "\n")
+        for name, folder in (folders or {}).items():
+            shutil.move(str(folder), str(tmp / name))
         if out.exists():
             os.replace(out, old)
         os.replace(tmp, out)

@@ -58,7 +58,10 @@ class TrainSettings:
     probe_epochs: int = 0
     patience: int = DEFAULT_PATIENCE  # epochs="auto" only
     max_epochs: int = DEFAULT_MAX_EPOCHS  # epochs="auto" only
-    blend: bool = True  # after training, the head type's blend (`HeadType.blend`), if it has one
+    # after training, the head type's blend (`HeadType.blend`), if it has one: a pair head's
+    # with the base encoder's cosine ("base"), with a bi-encoder fine-tuned on the same train
+    # pairs ("tuned", `heads.pair_bi_encoder`), or none ("off")
+    blend: Literal["base", "tuned", "off"] = "base"
 
     def __post_init__(self) -> None:
         _ = self.sentence_pooling  # refuses --pooling mean for NER before any work

@@ -20,6 +20,8 @@ import copy
 import logging
 import os
 import random
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -459,38 +461,63 @@ def _keep_average(model, candidates: list[tuple[list[int], dict]], best_epoch: i
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
-                batch_size: int = 64, logits: list | None = None) -> dict:
-    """Score the current model on one split (full metrics; `logits`: already computed)."""
+                batch_size: int = 64, logits: list | None = None, head: Path | None = None) -> dict:
+    """Score the current model on one split (full metrics; `logits`: already computed; `head`:
+    where what its config names lies, `HeadType.score_options`)."""
     kind = head_type(data.task)
     if logits is None:
         logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
-    options = kind.score_options(model, data.splits[split])
+    options = kind.score_options(model, data.splits[split], head)
     return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names,
                         **options)
 
 
 def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
-               settings: TrainSettings, batch_size: int = 64) -> tuple[dict | None, dict]:
-    """The head type's blend after training (`HeadType.blend`; a regression pair head with the
-    bi-encoder), unless `settings.blend` is off.
+               settings: TrainSettings, scratch: Path, batch_size: int = 64
+               ) -> tuple[dict | None, dict, dict[str, Path]]:
+    """The head type's blend after training (`HeadType.blend`; a regression pair head with a
+    bi-encoder: the base, or with `settings.blend` "tuned" one fine-tuned here on the train
+    pairs, in `scratch`), unless `settings.blend` is "off".
 
     Returns:
-        (the receipt's `blend` record or None, split -> logits of validation and test).
+        (the receipt's `blend` record or None, split -> logits of validation and test, folders
+        to save inside the head: name -> directory).
     """
     from indexer.config import DEFAULT_MODEL, resolve_model_path
 
     kind = settings.kind
     logits = {split: model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
               for split in ("validation", "test") if split in data.splits}
-    if not settings.blend:
-        return None, logits
-    try:
-        packaged = resolve_model_path(DEFAULT_MODEL) == Path(settings.base).resolve()
-    except ModelError:
-        packaged = False
-    record = kind.blend(model, data.splits, logits, data.label_names, settings.base,
-                        DEFAULT_MODEL if packaged else str(Path(settings.base).resolve()))
-    return record, logits
+    if settings.blend == "off":
+        return None, logits, {}
+    folders: dict[str, Path] = {}
+    tuned = None
+    if settings.blend == "tuned" and kind.blend_tunes(model):
+        from indexer.heads.pair_bi_encoder import BI_ENCODER_DIR, tune_bi_encoder
+        from indexer.heads.types.pair import score_range
+
+        low, high = score_range(model.config)
+        train = data.splits["train"]
+        folder = scratch / BI_ENCODER_DIR
+        tuned = tune_bi_encoder(settings.base, [e.text_a for e in train],
+                                [e.text_b for e in train],
+                                [(e.score - low) / (high - low) for e in train], folder,
+                                seed=settings.seed, bf16=settings.dtype == "bf16")
+        folders[BI_ENCODER_DIR] = folder
+        encoder, name = folder, BI_ENCODER_DIR
+    else:
+        try:
+            packaged = resolve_model_path(DEFAULT_MODEL) == Path(settings.base).resolve()
+        except ModelError:
+            packaged = False
+        encoder = Path(settings.base)
+        name = DEFAULT_MODEL if packaged else str(Path(settings.base).resolve())
+    record = kind.blend(model, data.splits, logits, data.label_names, encoder, name)
+    if record is not None and tuned is not None:
+        record["bi_encoder"] = tuned
+    if record is None or not record.get("weight"):
+        folders = {}  # the head alone: nothing to keep
+    return record, logits, folders
 
 
 def raw_text_split(model, tokenizer, data: HeadData, kind, where: str) -> dict | None:
@@ -538,14 +565,28 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
         if choices[key] != "given":
             write_line(f"{key.replace('_', ' ')}: {choices[key]}", progress)
     fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
-    blend, logits = blend_head(model, tokenizer, data, encoded, settings)
+    scratch = Path(tempfile.mkdtemp(prefix="bertindex-blend-"))
+    try:
+        return _finish(model, tokenizer, data, encoded, settings, fitted, threads, choices,
+                       progress, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _finish(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
+            settings: TrainSettings, fitted: FitResult, threads: int, choices: dict, progress,
+            scratch: Path) -> dict:
+    """After `fit`: blend, score validation and test, baseline, receipt, save."""
+    if settings.blend == "tuned" and settings.kind.blend_tunes(model):
+        write_line("fine-tuning the bi-encoder of the blend on the train pairs", progress)
+    blend, logits, folders = blend_head(model, tokenizer, data, encoded, settings, scratch)
     if blend is not None:
         write_line(f"blend with the bi-encoder: weight {blend['weight']} (validation "
                    f"{blend['alone']:.4f} alone -> {blend['validation']:.4f})", progress)
     validation = score_split(model, tokenizer, data, encoded, "validation",
-                             logits=logits["validation"])
-    test = (score_split(model, tokenizer, data, encoded, "test", logits=logits["test"])
-            if "test" in data.splits else None)
+                             logits=logits["validation"], head=scratch)
+    test = (score_split(model, tokenizer, data, encoded, "test", logits=logits["test"],
+                        head=scratch) if "test" in data.splits else None)
     raw_text = raw_text_split(model, tokenizer, data, settings.kind, str(settings.out))
     baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed, base=settings.base)
     metric = settings.kind.metric
@@ -560,5 +601,5 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
         receipt["raw_text"] = raw_text
     if blend is not None:
         receipt["blend"] = blend
-    save_head_dir(model, tokenizer, receipt, Path(settings.out))
+    save_head_dir(model, tokenizer, receipt, Path(settings.out), folders)
     return receipt

@@ -120,7 +120,7 @@ def train() -> None:
 
 def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epochs, patience,
            max_epochs, probe_epochs, lr, max_length, batch_size, seed, pooling, as_json, config_path,
-           store_path, reviewed=None, blend=True) -> None:
+           store_path, reviewed=None, blend="base") -> None:
     from flows.runtime import wait_for_api, warm_up_api
 
     warm_up_api()  # the Prefect API starts while torch and the model load
@@ -186,10 +186,12 @@ def _add_train_command(task: str) -> None:
         if task == "classifier" else []
     if task == "pair":
         extra.append(click.option(
-            "--blend/--no-blend", default=True, show_default=True,
-            help="Regression: after training, mix the head's score with the base encoder's "
-                 "cosine of the two texts, the weight chosen on validation (0: the head alone; "
-                 "kept in config.json). --no-blend keeps the head alone."))
+            "--blend", type=click.Choice(["base", "tuned", "off"]), default="base",
+            show_default=True,
+            help="Regression: after training, mix the head's score with a bi-encoder's cosine "
+                 "of the two texts, the weight chosen on validation (0: the head alone; kept in "
+                 "config.json). base: the base encoder; tuned: a copy of it fine-tuned on the "
+                 "train pairs, saved inside the head; off: the head alone."))
 
     @train.command(task, cls=_TrainCommand)
     @data_options
@@ -286,7 +288,7 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     settings = TrainSettings(
         task="pair", base=base_dir, out=Path(out), head_only=head_only, epochs=epochs,
         probe_epochs=probe_epochs, lr=lr, max_length=length, batch_size=batch_size, seed=seed,
-        dtype=resolve_dtype(cfg.model.dtype), pooling=pooling, blend=False, **stop)
+        dtype=resolve_dtype(cfg.model.dtype), pooling=pooling, blend="off", **stop)
     receipt = train_head(data, settings, progress=show_progress())
     held = sorted({i["id"].split("/", 1)[0] for i in val_items})
     with Store(cfg.store.path, read_only=True) as store:

@@ -156,6 +156,49 @@ def test_a_tiny_pair_head_learns_a_rule_of_both_texts(toy_head):
     assert receipt["validation"]["spearman"] == pytest.approx(blend["validation"], abs=1e-9)
 
 
+def _shared_word_pairs(n: int, seed: int) -> list[dict]:
+    """Score 1 when the two texts share their first word: a rule two vectors can tell."""
+    rng = random.Random(seed)
+    words = ["cat", "dog", *FILLER]
+    rows = []
+    for i in range(n):
+        a, b = rng.choice(words), rng.choice(words)
+        rows.append({"id": f"s{i}", "text_a": f"{a} {rng.choice(FILLER)}",
+                     "text_b": f"{b} {rng.choice(FILLER)}", "score": float(a == b)})
+    return rows
+
+
+def test_a_tuned_blend_saves_its_bi_encoder_inside_the_head(pair_bert, tmp_path):
+    """`--blend tuned`: a bi-encoder fine-tuned on the train pairs is saved inside the head and
+    read from there by `eval head` and `PairScorer`, wherever the head is moved. The head
+    itself is barely trained (one epoch at a tiny rate), so the cosine earns a share."""
+    import shutil
+
+    from indexer.heads.evaluate import evaluate_head
+    from indexer.heads.pair_bi_encoder import BI_ENCODER_DIR
+    from indexer.heads.pairs import PairScorer
+    from indexer.heads.train import TrainSettings, train_head
+
+    val = _shared_word_pairs(64, seed=4)
+    data = read_head_data("pair", _write_jsonl(tmp_path / "train.jsonl", _shared_word_pairs(96, 3)),
+                          _write_jsonl(tmp_path / "val.jsonl", val))
+    settings = TrainSettings(task="pair", base=pair_bert, out=tmp_path / "head", epochs=1,
+                             lr=1e-6, batch_size=16, threads=1, blend="tuned")
+    receipt = train_head(data, settings)
+    blend = receipt["blend"]
+    assert len(blend["bi_encoder"]["loss"]) == blend["bi_encoder"]["epochs"] >= 1
+    assert blend["weight"] > 0 and blend["validation"] > blend["alone"]
+    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert config["bertindex_cosine_blend"]["encoder"] == BI_ENCODER_DIR
+    assert (tmp_path / "head" / BI_ENCODER_DIR / "config.json").is_file()
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(tmp_path / "head"), str(moved))
+    result = evaluate_head(moved, read_head_data("pair", tmp_path / "val.jsonl",
+                                                 single_split="test"), "test")
+    assert result["spearman"] == pytest.approx(receipt["validation"]["spearman"], abs=1e-6)
+    assert len(PairScorer(moved).score([(r["text_a"], r["text_b"]) for r in val[:4]])) == 4
+
+
 def test_the_blend_weight_follows_what_validation_says():
     """A cosine that ranks better than the head gets a share; one that only adds noise gets 0
     (the head alone), so the blend cannot lower the validation score."""

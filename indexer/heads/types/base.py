@@ -190,17 +190,23 @@ class HeadType(ABC):
         """Extra top-level fields of this type's run receipt."""
         return {}
 
-    def score_options(self, model, examples: Sequence[Example]) -> dict:
+    def score_options(self, model, examples: Sequence[Example], head: Path | None = None) -> dict:
         """Options of `score` a saved head's config asks for on these examples (a blended
-        pair head's cosines); {} for none."""
+        pair head's cosines); {} for none. `head`: the directory holding what the config
+        names (the head's own, or where training keeps it before saving)."""
         return {}
 
     def blend(self, model, splits: dict, logits: dict, label_names: list[str],
-              base: Path | None, encoder_name: str | None) -> dict | None:
+              encoder: Path | None, encoder_name: str | None) -> dict | None:
         """After training: mix the head's score with another signal by a weight chosen on
         validation, kept on `model.config` (a pair head's bi-encoder cosine); the receipt's
         `blend` record, None for none."""
         return None
+
+    def blend_tunes(self, model) -> bool:
+        """Whether `--blend tuned` fine-tunes a bi-encoder for this head (a regression pair
+        head)."""
+        return False
 
     def baseline(self, splits: dict, label_names: list[str], seed: int,
                  base: Path | None = None) -> dict | None:

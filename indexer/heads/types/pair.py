@@ -226,15 +226,17 @@ class PairHead(HeadType):
     def example_logits(self, out: torch.Tensor, encoded: Encoded, i: int) -> torch.Tensor:
         return out
 
-    def score_options(self, model, examples: Sequence[PairExample]) -> dict:
-        """A blended regression head scores with the bi-encoder's cosines of the pairs."""
+    def score_options(self, model, examples: Sequence[PairExample],
+                      head: Path | None = None) -> dict:
+        """A blended regression head scores with the bi-encoder's cosines of the pairs (a tuned
+        one is read from the head directory `head`)."""
         blend = blend_of(model.config)
         if blend is None or not examples:
             return {}
         from indexer.heads.pair_blend import cosine_encoder, text_cosines
 
-        cosines = text_cosines(cosine_encoder(blend["encoder"]), [e.text_a for e in examples],
-                               [e.text_b for e in examples])
+        cosines = text_cosines(cosine_encoder(blend["encoder"], head),
+                               [e.text_a for e in examples], [e.text_b for e in examples])
         return {"cosines": cosines, "blend_weight": blend["weight"]}
 
     def score(self, logits: Sequence[torch.Tensor], examples: Sequence[PairExample],
@@ -260,23 +262,25 @@ class PairHead(HeadType):
                                    "gives them; never truncated in training"}}
 
     def blend(self, model, splits: dict, logits: dict, label_names: list[str],
-              base: Path | None, encoder_name: str | None) -> dict | None:
-        """A regression head's mix with the bi-encoder (`heads.pair_blend`): the weight chosen
+              encoder: Path | None, encoder_name: str | None) -> dict | None:
+        """A regression head's mix with a bi-encoder (`heads.pair_blend`): the weight chosen
         on validation, kept in config.json when above 0.
 
         Args:
             splits: split name -> examples; logits: split name -> per-example logits (the
                 trained head's, validation and maybe test).
-            encoder_name: what config.json names the bi-encoder by (the base's model name).
+            encoder: the bi-encoder's directory (the base, or one tuned on the train pairs).
+            encoder_name: what config.json names it by (the packaged model's name, a path,
+                or a folder inside the head).
         Returns:
-            The receipt's `blend` record, None for a classifier or without a base.
+            The receipt's `blend` record, None for a classifier or without an encoder.
         """
-        if not is_regression(label_names) or base is None:
+        if not is_regression(label_names) or encoder is None:
             return None
         from indexer.heads.pair_blend import cosine_encoder, text_cosines
 
-        encoder = cosine_encoder(base)
-        record: dict = {"encoder": encoder_name or str(base)}
+        record: dict = {"encoder": encoder_name or str(encoder)}
+        encoder = cosine_encoder(encoder)
         cos, prob = {}, {}
         for split, rows in logits.items():
             examples = splits[split]
@@ -293,6 +297,9 @@ class PairHead(HeadType):
         setattr(model.config, BLEND_KEY,
                 {"weight": chosen["weight"], "encoder": record["encoder"]} if chosen["weight"] else None)
         return record
+
+    def blend_tunes(self, model) -> bool:
+        return model.config.num_labels == 1
 
     def baseline(self, splits: dict, label_names: list[str], seed: int,
                  base: Path | None = None) -> dict | None:
