@@ -405,7 +405,9 @@ def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, da
                                        kind, mode)
         if result.average["kept"]:
             return
-    if best_state is not None and best_epoch != epoch:
+    # a mean scored and not kept left its weights in the model: the best epoch's come back
+    # even when it was the last
+    if best_state is not None and (best_epoch != epoch or result.average is not None):
         model.load_state_dict(best_state)
 
 

@@ -110,7 +110,7 @@ def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_be
         assert torch.equal(value, snapshots[1][key])  # and came back to epoch 2
 
 
-def _scripted_run(tiny_bert, script, epochs="auto"):
+def _scripted_run(tiny_bert, script, epochs="auto", max_epochs=20):
     """`_train_epochs` on a linear toy model whose validation logits follow `script`, one
     entry per validation pass; returns (result, model, the weights at each pass)."""
     from indexer.heads.types.classifier import SentenceExample
@@ -131,7 +131,7 @@ def _scripted_run(tiny_bert, script, epochs="auto"):
         return list(script(gold)[len(snapshots) - 1])
 
     settings = TrainSettings("classifier", tiny_bert, tiny_bert / "unused", batch_size=2, lr=0.1,
-                             epochs=epochs)
+                             epochs=epochs, max_epochs=max_epochs)
     result = FitResult()
     _train_epochs(model, [model], step_loss, val_logits, np.ones(8, dtype=np.int64), data, val,
                   settings, np.random.default_rng(0), result, "off", rule=settings.epoch_rule,
@@ -190,6 +190,18 @@ def test_the_best_epoch_stays_when_the_mean_does_not_beat_it_and_fixed_epochs_ne
     fixed, _, passes = _scripted_run(
         tiny_bert, lambda g: [_predictions(g, 6), _predictions(g, 4), _predictions(g, 4)], epochs=3)
     assert fixed.average is None and len(passes) == 3  # `--epochs 3`: the seeds' recipe
+
+
+def test_the_last_epoch_stays_when_it_is_best_and_the_mean_scores_lower(tiny_bert):
+    """Auto epochs stopped at --max-epochs with the last epoch best: the mean of epochs 2-3 is
+    scored (its weights loaded), scores lower, and the last epoch's own weights come back."""
+    result, model, snapshots = _scripted_run(
+        tiny_bert, lambda g: [_predictions(g, 4), _predictions(g, 5), _predictions(g, 6),
+                              _predictions(g, 4)], max_epochs=3)
+    assert (result.epochs_run, result.best_epoch, result.stop_reason) == (3, 3, "max_epochs")
+    assert result.average["epochs"] == [2, 3] and not result.average["kept"]
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, snapshots[2][key])  # epoch 3's own weights, not the mean
 
 
 def test_auto_epochs_end_to_end(tiny_bert, ner_conll, tmp_path):
