@@ -13,16 +13,12 @@ import numpy as np
 
 from indexer.heads.metrics import correlations, macro_f1
 
-BASELINE_MAX_LENGTH = 512  # each text alone; a longer one is cut (a baseline, not the head)
-
 
 def pair_cosines(encoder, examples) -> np.ndarray:
     """Cosine of text_a and text_b per example, from one encoder."""
-    if not examples:
-        return np.zeros(0)
-    a = encoder.encode_texts([e.text_a for e in examples])  # (pairs, hidden), normalised
-    b = encoder.encode_texts([e.text_b for e in examples])
-    return (a * b).sum(axis=1).astype(np.float64)
+    from indexer.heads.pair_blend import text_cosines
+
+    return text_cosines(encoder, [e.text_a for e in examples], [e.text_b for e in examples])
 
 
 def cosine_baseline(splits: dict, label_names: list[str], base: Path, seed: int = 42) -> dict:
@@ -36,13 +32,11 @@ def cosine_baseline(splits: dict, label_names: list[str], base: Path, seed: int 
         {"name", "validation": metrics, "test": metrics or None, "seconds"}; the metrics
         carry `primary` like the head's.
     """
-    from indexer.config import ModelConfig
-    from indexer.encode.encoder import Encoder
+    from indexer.heads.pair_blend import cosine_encoder
     from indexer.heads.types.pair import is_regression
 
     started = time.perf_counter()
-    encoder = Encoder(ModelConfig(name=str(base), pooling="mean", normalize=True,
-                                  max_length=BASELINE_MAX_LENGTH, device="cpu", dtype="fp32"))
+    encoder = cosine_encoder(base)
     cos = {s: pair_cosines(encoder, splits[s]) for s in ("train", "validation", "test")
            if s in splits and (s != "train" or not is_regression(label_names))}
     if is_regression(label_names):

@@ -22,6 +22,8 @@ import numpy as np
 
 from indexer.heads.metrics import correlations
 
+BASELINE_MAX_LENGTH = 512  # each text alone; a longer one is cut (a comparison, not the head)
+
 BLEND_KEY = "bertindex_cosine_blend"  # config.json: {"weight": w, "encoder": path or name}
 # config.json of a reranker (`train rerank`): its share of the order against the first stage,
 # mixed by `search.rerank`; absent: the head alone
@@ -46,8 +48,6 @@ def cosine_encoder(name: str | Path, head: str | Path | None = None):
     packaged model's name."""
     from indexer.config import ModelConfig, resolve_model_path
     from indexer.encode.encoder import Encoder
-    from indexer.heads.pair_baseline import BASELINE_MAX_LENGTH
-
     inside = Path(head) / str(name) if head is not None else None
     path = inside if inside is not None and inside.is_dir() else resolve_model_path(str(name))
     return Encoder(ModelConfig(name=str(path), pooling="mean",

@@ -42,16 +42,6 @@ def trained_max_length(path: Path, positions: int) -> int:
     return min(int(length), positions) if isinstance(length, int) else positions
 
 
-def _scoring_dtype(dtype: str) -> str:
-    from indexer.encode.policy import cpu_has_bf16
-
-    if dtype == "auto":
-        return "bf16" if cpu_has_bf16() else "fp32"
-    if dtype not in ("fp32", "bf16"):
-        raise ModelError(f"a pair head scores in fp32, bf16 or auto, not '{dtype}'")
-    return dtype
-
-
 class PairScorer:
     """A loaded pair head. `score(pairs)` -> one float per pair (a regression head: on its
     train range, e.g. 0-5 for STS-B or 0-1 for a reranker; a classifier: the probability of
@@ -68,6 +58,7 @@ class PairScorer:
     def __init__(self, path: str | Path, max_length: int | None = None,
                  threads: int | None = None, dtype: str = "auto"):
         from indexer.heads.predict import load_model_dir
+        from indexer.heads.train import resolve_dtype
 
         self.path = Path(path)
         self.kind, self.model, self.tokenizer = load_model_dir(self.path)
@@ -77,7 +68,7 @@ class PairScorer:
         positions = min(usable_length(self.model, self.tokenizer).limit, MAX_POSITIONS)
         self.max_length = max_length or trained_max_length(self.path, positions)
         self.pad_id = pad_id_of(self.tokenizer)
-        self.dtype = _scoring_dtype(dtype)
+        self.dtype = resolve_dtype(dtype)
         if self.dtype == "bf16":
             self.model.to(torch.bfloat16)
         self.blend = blend_of(self.model.config)

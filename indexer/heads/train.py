@@ -89,13 +89,14 @@ def set_threads(threads: int | None = None) -> int:
 
 
 def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
-    """`model.dtype` of the config for CPU training: auto -> bf16 on CPUs with native bf16."""
+    """`model.dtype` of the config for a head on CPU (training, and `PairScorer` scoring):
+    auto -> bf16 on CPUs with native bf16."""
     from indexer.encode.policy import cpu_has_bf16
 
     if dtype == "auto":
         return "bf16" if cpu_has_bf16() else "fp32"
     if dtype not in ("fp32", "bf16"):
-        raise ModelError(f"training on CPU supports model.dtype fp32, bf16 or auto, not '{dtype}'")
+        raise ModelError(f"a head on CPU runs in model.dtype fp32, bf16 or auto, not '{dtype}'")
     return dtype  # type: ignore[return-value]
 
 
@@ -463,15 +464,15 @@ def _keep_average(model, candidates: list[tuple[list[int], dict]], best_epoch: i
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
-                batch_size: int = 64, logits: list | None = None, head: Path | None = None) -> dict:
-    """Score the current model on one split (full metrics; `logits`: already computed; `head`:
-    where what its config names lies, `HeadType.score_options`)."""
+                batch_size: int = 64, logits: list | None = None, options: dict | None = None
+                ) -> dict:
+    """Score the current model on one split (full metrics; `logits`: already computed;
+    `options`: the head type's `score` options, e.g. a blend's cosines)."""
     kind = head_type(data.task)
     if logits is None:
         logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
-    options = kind.score_options(model, data.splits[split], head)
     return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names,
-                        **options)
+                        **(options or {}))
 
 
 def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
@@ -582,13 +583,14 @@ def _finish(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
     if settings.blend == "tuned" and settings.kind.blend_tunes(model):
         write_line("fine-tuning the bi-encoder of the blend on the train pairs", progress)
     blend, logits, folders = blend_head(model, tokenizer, data, encoded, settings, scratch)
+    options = blend.pop("options", {}) if blend is not None else {}
     if blend is not None:
         write_line(f"blend with the bi-encoder: weight {blend['weight']} (validation "
                    f"{blend['alone']:.4f} alone -> {blend['validation']:.4f})", progress)
     validation = score_split(model, tokenizer, data, encoded, "validation",
-                             logits=logits["validation"], head=scratch)
+                             logits=logits["validation"], options=options.get("validation"))
     test = (score_split(model, tokenizer, data, encoded, "test", logits=logits["test"],
-                        head=scratch) if "test" in data.splits else None)
+                        options=options.get("test")) if "test" in data.splits else None)
     raw_text = raw_text_split(model, tokenizer, data, settings.kind, str(settings.out))
     baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed, base=settings.base)
     metric = settings.kind.metric

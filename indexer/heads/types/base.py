@@ -200,7 +200,8 @@ class HeadType(ABC):
               encoder: Path | None, encoder_name: str | None) -> dict | None:
         """After training: mix the head's score with another signal by a weight chosen on
         validation, kept on `model.config` (a pair head's bi-encoder cosine); the receipt's
-        `blend` record, None for none."""
+        `blend` record, None for none. The record's `options` (split -> `score` options) are
+        taken out by the caller and score those splits."""
         return None
 
     def blend_tunes(self, model) -> bool:

@@ -27,7 +27,15 @@ import torch
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
-from indexer.heads.pair_blend import BLEND_KEY, RERANK_WEIGHT_KEY, blend_of, choose_weight, mixed
+from indexer.heads.pair_blend import (
+    BLEND_KEY,
+    RERANK_WEIGHT_KEY,
+    blend_of,
+    choose_weight,
+    cosine_encoder,
+    mixed,
+    text_cosines,
+)
 from indexer.heads.sentence import sequence_logits
 from indexer.heads.types.base import Example, HeadType, label_index, softmax
 from indexer.records import Label
@@ -233,8 +241,6 @@ class PairHead(HeadType):
         blend = blend_of(model.config)
         if blend is None or not examples:
             return {}
-        from indexer.heads.pair_blend import cosine_encoder, text_cosines
-
         cosines = text_cosines(cosine_encoder(blend["encoder"], head),
                                [e.text_a for e in examples], [e.text_b for e in examples])
         return {"cosines": cosines, "blend_weight": blend["weight"]}
@@ -277,8 +283,6 @@ class PairHead(HeadType):
         """
         if not is_regression(label_names) or encoder is None:
             return None
-        from indexer.heads.pair_blend import cosine_encoder, text_cosines
-
         record: dict = {"encoder": encoder_name or str(encoder)}
         encoder = cosine_encoder(encoder)
         cos, prob = {}, {}
@@ -296,6 +300,9 @@ class PairHead(HeadType):
             record["test_alone"] = correlations(gold, prob["test"])["spearman"]
         setattr(model.config, BLEND_KEY,
                 {"weight": chosen["weight"], "encoder": record["encoder"]} if chosen["weight"] else None)
+        # what `score` takes per split, so the blended head is scored from these cosines
+        record["options"] = {split: {"cosines": cos[split], "blend_weight": chosen["weight"]}
+                             for split in cos}
         return record
 
     def blend_tunes(self, model) -> bool:
