@@ -10,17 +10,18 @@ score. The mix is `(1 - w) * p + w * cos`, p the head's sigmoid output (0..1) an
 then put back on the train scores' range. Kept in config.json (`BLEND_KEY`: weight and encoder),
 so `eval head` and `PairScorer` score as trained. A reranker (`train rerank`) is not blended
 this way: its score is mixed with the first stage's instead (`RERANK_WEIGHT_KEY`, applied by
-`search.rerank`). Does not train.
+`search.rerank`). Does not train. Imports no numpy until a function needs it: the keys are read
+on the thin client's path (`search.rerank` through the CLI), which loads no numeric library.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from indexer.heads.metrics import correlations
+if TYPE_CHECKING:
+    import numpy as np
 
 BASELINE_MAX_LENGTH = 512  # each text alone; a longer one is cut (a comparison, not the head)
 
@@ -39,6 +40,7 @@ def blend_of(config) -> dict | None:
 
 
 def mixed(probability: np.ndarray, cosine: np.ndarray, weight: float) -> np.ndarray:
+    import numpy as np
     return (1.0 - weight) * np.asarray(probability, dtype=np.float64) + weight * np.asarray(cosine)
 
 
@@ -57,6 +59,7 @@ def cosine_encoder(name: str | Path, head: str | Path | None = None):
 
 def text_cosines(encoder, firsts: Sequence[str], seconds: Sequence[str]) -> np.ndarray:
     """Cosine of firsts[i] and seconds[i] per pair, from one encoder."""
+    import numpy as np
     if not firsts:
         return np.zeros(0)
     a = encoder.encode_texts(list(firsts))  # (pairs, hidden), normalised
@@ -71,6 +74,7 @@ def choose_weight(gold: Sequence[float], probability: np.ndarray, cosine: np.nda
     Returns:
         {"weight", "validation": Spearman at it, "alone": the head's own, "tried": {w: Spearman}}.
     """
+    from indexer.heads.metrics import correlations
     tried = {w: correlations(gold, mixed(probability, cosine, w))["spearman"] for w in WEIGHTS}
     best = max(WEIGHTS, key=lambda w: (round(tried[w], 6), -w))
     return {"weight": best, "validation": tried[best], "alone": tried[0.0],
