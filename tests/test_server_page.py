@@ -152,21 +152,19 @@ def test_worker_threads_get_the_thread_cap():
 
     from search.server import thread_pinner
 
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(2)
-    try:
-        seen = {}
+    seen = {}
 
-        def worker(pin):
-            if pin is not None:
-                pin()
-            seen[pin is not None] = faiss.omp_get_max_threads()
+    def worker(pin):
+        # a team of 2 in this thread whatever OMP_NUM_THREADS the run has: the pinner must
+        # bring it down (and leave an unpinned thread's as it was)
+        faiss.omp_set_num_threads(2)
+        if pin is not None:
+            pin()
+        seen[pin is not None] = faiss.omp_get_max_threads()
 
-        pin = thread_pinner(1)
-        for p in (None, pin):
-            thread = threading.Thread(target=worker, args=(p,))
-            thread.start()
-            thread.join()
-        assert seen == {False: 2, True: 1}
-    finally:
-        faiss.omp_set_num_threads(before)
+    pin = thread_pinner(1)
+    for p in (None, pin):
+        thread = threading.Thread(target=worker, args=(p,))
+        thread.start()
+        thread.join()
+    assert seen == {False: 2, True: 1}
