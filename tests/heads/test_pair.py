@@ -273,6 +273,11 @@ def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
     scores = [float(x) for x in scorer.score([("cat apple", t) for t in texts])]
     chosen = choose_rerank_weight([(hits, scores)], {"q": {"d2": 1, "d4": 1}}, ["q"])
     assert chosen["weight"] > 0.0 and chosen["ndcg@10"][str(chosen["weight"])] > chosen["ndcg@10"]["0.0"]
+    # a flat curve (a SciFact reranker's held-out nDCG@10): the lowest share near the best
+    from search.rerank import RERANK_TIE, lowest_of_the_best
+    curve = {0.0: 0.7504, 0.2: 0.7686, 0.3: 0.7789, 0.5: 0.7791, 0.8: 0.77912, 1.0: 0.7737}
+    assert lowest_of_the_best(curve) == 0.3 and lowest_of_the_best(curve, tie=0.0) == 0.8
+    assert lowest_of_the_best({0.0: 0.70, 0.4: 0.70 + 2 * RERANK_TIE}) == 0.4
     # a head config with a share: rerank_hits reads it
     config = jsonlib.loads((head / "config.json").read_text())
     assert RERANK_WEIGHT_KEY not in config  # a `train pair` head: alone (1)
