@@ -20,7 +20,7 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from indexer.heads.pair_blend import RERANK_WEIGHT_KEY
+from indexer.heads.pair_keys import RERANK_WEIGHT_KEY
 from search.hits import SearchHit
 
 RERANK_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 (first stage) .. 1 (head alone)

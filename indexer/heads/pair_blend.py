@@ -7,28 +7,24 @@ STS-B, cross-encoder 0.837 and bi-encoder 0.820 test Spearman, the mix 0.858 (RE
 heads and reranking"). The weight is picked after training from `WEIGHTS` by validation
 Spearman; 0 (the cross-encoder alone) is among them, so the choice cannot lower the validation
 score. The mix is `(1 - w) * p + w * cos`, p the head's sigmoid output (0..1) and cos the cosine,
-then put back on the train scores' range. Kept in config.json (`BLEND_KEY`: weight and encoder),
-so `eval head` and `PairScorer` score as trained. A reranker (`train rerank`) is not blended
-this way: its score is mixed with the first stage's instead (`RERANK_WEIGHT_KEY`, applied by
-`search.rerank`). Does not train. Imports no numpy until a function needs it: the keys are read
-on the thin client's path (`search.rerank` through the CLI), which loads no numeric library.
+then put back on the train scores' range. Kept in config.json (`heads.pair_keys.BLEND_KEY`:
+weight and encoder), so `eval head` and `PairScorer` score as trained. A reranker (`train
+rerank`) is not blended this way: its score is mixed with the first stage's instead
+(`heads.pair_keys.RERANK_WEIGHT_KEY`, applied by `search.rerank`). Does not train.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
+
+from indexer.heads.metrics import correlations
+from indexer.heads.pair_keys import BLEND_KEY
 
 BASELINE_MAX_LENGTH = 512  # each text alone; a longer one is cut (a comparison, not the head)
 
-BLEND_KEY = "bertindex_cosine_blend"  # config.json: {"weight": w, "encoder": path or name}
-# config.json of a reranker (`train rerank`): its share of the order against the first stage,
-# mixed by `search.rerank`; absent: the head alone
-RERANK_WEIGHT_KEY = "bertindex_rerank_weight"
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(10))  # 0.0 .. 0.9: the cosine's share
 
 
@@ -40,7 +36,6 @@ def blend_of(config) -> dict | None:
 
 
 def mixed(probability: np.ndarray, cosine: np.ndarray, weight: float) -> np.ndarray:
-    import numpy as np
     return (1.0 - weight) * np.asarray(probability, dtype=np.float64) + weight * np.asarray(cosine)
 
 
@@ -59,7 +54,6 @@ def cosine_encoder(name: str | Path, head: str | Path | None = None):
 
 def text_cosines(encoder, firsts: Sequence[str], seconds: Sequence[str]) -> np.ndarray:
     """Cosine of firsts[i] and seconds[i] per pair, from one encoder."""
-    import numpy as np
     if not firsts:
         return np.zeros(0)
     a = encoder.encode_texts(list(firsts))  # (pairs, hidden), normalised
@@ -74,7 +68,6 @@ def choose_weight(gold: Sequence[float], probability: np.ndarray, cosine: np.nda
     Returns:
         {"weight", "validation": Spearman at it, "alone": the head's own, "tried": {w: Spearman}}.
     """
-    from indexer.heads.metrics import correlations
     tried = {w: correlations(gold, mixed(probability, cosine, w))["spearman"] for w in WEIGHTS}
     best = max(WEIGHTS, key=lambda w: (round(tried[w], 6), -w))
     return {"weight": best, "validation": tried[best], "alone": tried[0.0],

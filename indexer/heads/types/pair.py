@@ -28,14 +28,13 @@ from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
 from indexer.heads.pair_blend import (
-    BLEND_KEY,
-    RERANK_WEIGHT_KEY,
     blend_of,
     choose_weight,
     cosine_encoder,
     mixed,
     text_cosines,
 )
+from indexer.heads.pair_keys import BLEND_KEY, RERANK_WEIGHT_KEY
 from indexer.heads.sentence import sequence_logits
 from indexer.heads.types.base import Example, HeadType, label_index, softmax
 from indexer.records import Label
