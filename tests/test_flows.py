@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 from click.testing import CliRunner
-from test_crash_safety import results, write_corpus
+from test_crash_safety import assert_same_results, results, write_corpus
 
 from flows.index_corpus import flow_for
 from indexer.config import load_config
@@ -83,7 +83,7 @@ def test_dask_runner_gives_the_store_of_the_local_runner(prefect_api, tiny_confi
     local, dask = check_store(tiny_config), check_store(dask_cfg)
     assert local.problems == [] and dask.problems == []
     assert dask.differences(local) == []
-    assert results(dask_cfg) == results(tiny_config)
+    assert_same_results(dask_cfg, tiny_config)  # other batch shapes: near-ties may swap
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Consistency check of a store and its published index: no duplicate ids, FAISS holds exactly
 the stored chunk ids, the snapshot searches read agrees with the live store. Also returns the
 content (documents, chunk layout, vectors keyed by external id) so two stores can be compared,
-e.g. a store that survived killed runs against one built in a single clean run.
+e.g. a store that survived killed runs against one built in a single clean run, under the
+tolerance rules of `indexer.ops.tolerance` (vectors by cosine; everything else exactly).
 
 Reads only; the store must not have a writer.
 """
@@ -16,6 +17,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.index.vector import VectorIndex
+from indexer.ops.tolerance import FP32, Tolerance, far_vectors, for_dtype
 from indexer.store import Store
 
 
@@ -25,9 +27,16 @@ class StoreContents:
     chunks: dict[tuple[str, str, int], tuple[int, int]]  # (collection, id, ordinal) -> span
     vectors: dict[tuple[str, str, int], np.ndarray]
     problems: list[str] = field(default_factory=list)
+    tolerance: Tolerance = FP32  # the encoder dtype's (`tolerance.for_dtype`)
 
-    def differences(self, other: StoreContents, atol: float = 1e-5) -> list[str]:
-        """What differs from `other` (empty: same documents, chunks and vectors)."""
+    def differences(self, other: StoreContents, tol: Tolerance | None = None) -> list[str]:
+        """What differs from `other` (empty: same documents, chunks and vectors).
+
+        Documents and chunks compare exactly, vectors by cosine under `tol` (default: the looser
+        of the two stores' tolerances).
+        """
+        if tol is None:
+            tol = min(self.tolerance, other.tolerance, key=lambda t: t.min_cosine)
         out = []
         for name in ("documents", "chunks"):
             mine, theirs = getattr(self, name), getattr(other, name)
@@ -36,10 +45,9 @@ class StoreContents:
                 only_b = len(set(theirs) - set(mine))
                 changed = sum(1 for k in set(mine) & set(theirs) if mine[k] != theirs[k])
                 out.append(f"{name}: {only_a} only here, {only_b} only there, {changed} differ")
-        common = set(self.vectors) & set(other.vectors)
-        far = [k for k in common if not np.allclose(self.vectors[k], other.vectors[k], atol=atol)]
+        far = far_vectors(self.vectors, other.vectors, tol)
         if far:
-            out.append(f"vectors: {len(far)} differ beyond {atol}, e.g. {far[0]}")
+            out.append(f"vectors: {len(far)} below cosine {tol.min_cosine}, e.g. {far[0]}")
         return out
 
 
@@ -98,4 +106,4 @@ def check_store(config: Config) -> StoreContents:
             with Store(path, read_only=True) as snap:
                 if snap.version is not None and snap.data_version() != data_version:
                     problems.append("the published snapshot is behind the store")
-    return StoreContents(docs, chunks, vectors, problems)
+    return StoreContents(docs, chunks, vectors, problems, for_dtype(config.model.dtype))
