@@ -1,7 +1,8 @@
 """Who may ask `bertindex serve`: the Host check (against DNS rebinding), the Origin check on
 writes (against cross-site posts), and Bearer tokens with scopes, as ASGI middleware over the
 FastAPI app. Each route declares the scope it needs where it is defined (`needs`);
-`route_table` reads them back from the app. Does not create or store tokens (`indexer.store.tokens`, `bertindex token`) and does not listen (`search.workers`).
+`route_table` reads them back from the app. Does not create or store tokens
+(`indexer.store.tokens`, `bertindex token`) and does not listen (`search.workers`).
 
 Rules, in order: a Host that is not loopback, the address the request arrived on, the address
 `serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens

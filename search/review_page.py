@@ -7,9 +7,9 @@ Each route declares the scope it needs (`search.access.needs`); the check runs b
 
 Each write opens the live store for the moment it takes (one writer at a time); while another
 process writes (`bertindex index`, `annotate`) the page answers 409 (`search.error_map`) and
-the click can be retried. The page builds every element with `textContent`, so document text is never markup,
-and a Content-Security-Policy allows only its own script and style. Searches see page labels
-after the next published snapshot (any `index`, `annotate` or `review import` run).
+the click can be retried. The page builds every element with `textContent`, so document text is
+never markup, and a Content-Security-Policy allows only its own script and style. Searches see
+page labels after the next published snapshot (any `index`, `annotate` or `review import` run).
 """
 
 from __future__ import annotations
