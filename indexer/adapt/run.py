@@ -40,13 +40,14 @@ from indexer.encode.model_facts import (
     takes_token_types,
     usable_length,
 )
+from indexer.encode.policy import resolve_dtype
 from indexer.errors import InputError, ModelError
 from indexer.faults import crash_point
 from indexer.fsio import fsync_file
 from indexer.heads.features import training_batches
 from indexer.heads.schedule import Schedule
 from indexer.heads.settings import GRAD_CLIP, WEIGHT_DECAY
-from indexer.heads.train import resolve_dtype, set_threads
+from indexer.machine import set_threads
 from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)

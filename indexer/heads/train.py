@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import random
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -49,6 +47,7 @@ from indexer.heads.settings import (
     TrainSettings,
 )
 from indexer.heads.types.registry import HEAD_TYPE_KEY, head_type
+from indexer.machine import set_threads
 from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)
@@ -72,32 +71,6 @@ class FitResult:
     # auto epochs: the better of two means of the weights (epochs 2 on; the best epoch on),
     # scored on validation, kept when it beats the best epoch (`_keep_average`'s record)
     average: dict | None = None
-
-
-def set_threads(threads: int | None = None) -> int:
-    """Size torch's intra-op pool: `threads`, else OMP_NUM_THREADS, else every CPU this
-    process may run on (on a shared machine, OMP_NUM_THREADS=1 avoids spin-wait stalls)."""
-    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        threads = int(os.environ["OMP_NUM_THREADS"])
-    if threads is None:
-        try:
-            threads = len(os.sched_getaffinity(0))
-        except AttributeError:
-            threads = os.cpu_count() or 1
-    torch.set_num_threads(max(1, threads))
-    return torch.get_num_threads()
-
-
-def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
-    """`model.dtype` of the config for a head on CPU (training, and `PairScorer` scoring):
-    auto -> bf16 on CPUs with native bf16."""
-    from indexer.encode.policy import cpu_has_bf16
-
-    if dtype == "auto":
-        return "bf16" if cpu_has_bf16() else "fp32"
-    if dtype not in ("fp32", "bf16"):
-        raise ModelError(f"a head on CPU runs in model.dtype fp32, bf16 or auto, not '{dtype}'")
-    return dtype  # type: ignore[return-value]
 
 
 def _autocast(dtype: str):
