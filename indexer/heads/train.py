@@ -68,10 +68,8 @@ class FitResult:
     cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
     feature_seconds: float = 0.0
     # auto epochs: the better of two means of the weights (epochs 2 on; the best epoch on),
-    # scored on validation, kept when it beats the best epoch (`_keep_average`'s record)
+    # scored on validation, kept when it beats the best epoch (`heads.selection.keep_average`'s record)
     average: dict | None = None
-
-
 
 
 def seed_everything(seed: int) -> None:
