@@ -418,28 +418,7 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _schedules_name_sources(self) -> Config:
         for flow_name, schedule in self.schedules.items():
-            timed = schedule.cron is not None or schedule.interval is not None
-            if flow_name in AFTER_ANNOTATE:
-                if timed:
-                    raise ValueError(f"schedules.{flow_name} runs after each annotate run: "
-                                     "remove 'cron'/'interval'")
-                if not schedule.folder:
-                    raise ValueError(f"schedules.{flow_name} needs 'folder:' (where "
-                                     "report.html and report.json are written)")
-            elif not timed:
-                raise ValueError(f"schedules.{flow_name}: give exactly one of 'cron' (e.g. "
-                                 "'0 * * * *') and 'interval' (seconds)")
-            else:
-                for key in ("folder", "by"):
-                    if getattr(schedule, key) is not None:
-                        raise ValueError(f"schedules.{flow_name}.{key}: only report takes {key}")
-            if schedule.sources is not None and flow_name != "index_corpus":
-                raise ValueError(f"schedules.{flow_name}.sources: only index_corpus takes sources")
-            for key in ("heads", "inbox", "collection"):
-                takes = ("annotate", "report") if key != "inbox" else ("annotate",)
-                if getattr(schedule, key) is not None and flow_name not in takes:
-                    raise ValueError(f"schedules.{flow_name}.{key}: only "
-                                     f"{' and '.join(takes)} take {key}")
+            _check_schedule(flow_name, schedule)
         annotate_schedule = self.schedules.get("annotate")
         if annotate_schedule is not None and not annotate_schedule.heads:
             raise ValueError("schedules.annotate needs 'heads:' (head directories, as "
@@ -537,3 +516,30 @@ def load_config(path: str | Path | None) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return _validate(data, source=str(path))
+
+
+def _check_schedule(flow_name: str, schedule: ScheduleConfig) -> None:
+    """One entry of `schedules:`: timed or run after annotate, and only the keys its flow
+    takes."""
+    timed = schedule.cron is not None or schedule.interval is not None
+    if flow_name in AFTER_ANNOTATE:
+        if timed:
+            raise ValueError(f"schedules.{flow_name} runs after each annotate run: "
+                             "remove 'cron'/'interval'")
+        if not schedule.folder:
+            raise ValueError(f"schedules.{flow_name} needs 'folder:' (where "
+                             "report.html and report.json are written)")
+    elif not timed:
+        raise ValueError(f"schedules.{flow_name}: give exactly one of 'cron' (e.g. "
+                         "'0 * * * *') and 'interval' (seconds)")
+    else:
+        for key in ("folder", "by"):
+            if getattr(schedule, key) is not None:
+                raise ValueError(f"schedules.{flow_name}.{key}: only report takes {key}")
+    if schedule.sources is not None and flow_name != "index_corpus":
+        raise ValueError(f"schedules.{flow_name}.sources: only index_corpus takes sources")
+    for key in ("heads", "inbox", "collection"):
+        takes = ("annotate", "report") if key != "inbox" else ("annotate",)
+        if getattr(schedule, key) is not None and flow_name not in takes:
+            raise ValueError(f"schedules.{flow_name}.{key}: only "
+                             f"{' and '.join(takes)} take {key}")

@@ -83,31 +83,17 @@ def model_defaults(model_dir: Path, keys: Collection[str] = ("pooling",)) -> dic
     config = _read(model_dir / ST_MODEL_FILE) if (model_dir / ST_MODEL_FILE).is_file() else {}
     similarity = config.get("similarity_fn_name")  # sentence-transformers' default: cosine
     out["normalize"] = "Normalize" in kinds or similarity in (None, "cosine")
-    pooling = kinds.get("Pooling")
     include_prompt = True
+    pooling = kinds.get("Pooling")
     if pooling is not None:
         pool_file = model_dir / pooling.get("path", "1_Pooling") / "config.json"
         pool_config = _read(pool_file) if pool_file.is_file() else {}
-        modes = [name for flag, name in POOLING_FLAGS.items() if pool_config.get(flag)]
-        if pool_config.get("pooling_mode"):  # newer files name it directly
-            modes = [str(pool_config["pooling_mode"]).replace("mean_tokens", "mean")
-                     .replace("cls_token", "cls")]
         if "pooling" in keys:
-            if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
-                raise ValueError(f"{pool_file} asks for {' + '.join(modes) or 'no'} pooling; "
-                                 f"bertindex pools with one of {', '.join(SUPPORTED_POOLING)}: "
-                                 "set model.pooling in config.yaml to override")
-            out["pooling"] = modes[0]
+            out["pooling"] = _pooling_mode(pool_file, pool_config)
         include_prompt = pool_config.get("include_prompt", True)
-    # sentence-transformers < 5 writes max_seq_length here; later versions leave it to the
-    # tokenizer's model_max_length
-    length = None
-    if (model_dir / ST_CONFIG_FILE).is_file():
-        length = _read(model_dir / ST_CONFIG_FILE).get("max_seq_length")
-    if length is None and (model_dir / TOKENIZER_CONFIG_FILE).is_file():
-        length = _read(model_dir / TOKENIZER_CONFIG_FILE).get("model_max_length")
-    if isinstance(length, int) and 8 <= length <= 1_000_000:  # HF writes 1e30 for "none"
-        out["max_length"] = min(length, MAX_POSITIONS)
+    length = _max_length(model_dir)
+    if length is not None:
+        out["max_length"] = length
     prompts = config.get("prompts") or {}
     default = prompts.get(config.get("default_prompt_name") or "", "")
     out["query_prompt"] = prompts.get("query", default)
@@ -116,3 +102,31 @@ def model_defaults(model_dir: Path, keys: Collection[str] = ("pooling",)) -> dic
     if not include_prompt:  # checked against the prompts in use (ModelConfig)
         out["include_prompt"] = False
     return out
+
+
+def _pooling_mode(pool_file: Path, pool_config: dict) -> str:
+    """The one pooling mode a `Pooling` module's config asks for, if bertindex runs it."""
+    modes = [name for flag, name in POOLING_FLAGS.items() if pool_config.get(flag)]
+    if pool_config.get("pooling_mode"):  # newer files name it directly
+        modes = [str(pool_config["pooling_mode"]).replace("mean_tokens", "mean")
+                 .replace("cls_token", "cls")]
+    if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
+        raise ValueError(f"{pool_file} asks for {' + '.join(modes) or 'no'} pooling; "
+                         f"bertindex pools with one of {', '.join(SUPPORTED_POOLING)}: "
+                         "set model.pooling in config.yaml to override")
+    return modes[0]
+
+
+def _max_length(model_dir: Path) -> int | None:
+    """The directory's declared max sequence length, capped at the learned positions.
+
+    sentence-transformers < 5 writes max_seq_length in its config; later versions leave it to
+    the tokenizer's model_max_length (HF writes 1e30 there for "none")."""
+    length = None
+    if (model_dir / ST_CONFIG_FILE).is_file():
+        length = _read(model_dir / ST_CONFIG_FILE).get("max_seq_length")
+    if length is None and (model_dir / TOKENIZER_CONFIG_FILE).is_file():
+        length = _read(model_dir / TOKENIZER_CONFIG_FILE).get("model_max_length")
+    if isinstance(length, int) and 8 <= length <= 1_000_000:
+        return min(length, MAX_POSITIONS)
+    return None

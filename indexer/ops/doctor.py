@@ -186,25 +186,31 @@ def _check_index(path: Path, config: Config, provenance, data_version: int,
         out.add("index_provenance", folder / PROVENANCE_FILE, "the index was built by another "
                 f"encoder set-up than the store's vectors (index != store: {'; '.join(diffs)})",
                 fix)
-    ids = np.sort(faiss_ids(index))
-    extra, missing = np.setdiff1d(ids, chunk_ids), np.setdiff1d(chunk_ids, ids)
-    twice = len(ids) - len(np.unique(ids))
-    if len(extra) or len(missing) or twice:
-        parts = [f"{len(ids)} vectors for {len(chunk_ids)} stored chunks"]
-        if len(extra):
-            parts.append(f"{len(extra)} id(s) the store lacks (e.g. {extra[:EXAMPLES].tolist()})")
-        if len(missing):
-            parts.append(f"{len(missing)} stored chunk id(s) missing "
-                         f"(e.g. {missing[:EXAMPLES].tolist()})")
-        if twice:
-            parts.append(f"{twice} id(s) held twice")
-        out.add("index_ids", folder / INDEX_FILE, "the index holds " + ", ".join(parts), fix)
+    _check_ids(np.sort(faiss_ids(index)), chunk_ids, folder / INDEX_FILE, fix, out)
     if index.data_version is not None and index.data_version != data_version:
         out.add("index_version", folder / PROVENANCE_FILE, f"the index reflects data version "
                 f"{index.data_version}, the store is at {data_version} (a run stopped before "
                 "publishing, or the store changed since): searches miss the latest data",
                 f"{fix} (or the next `bertindex index`)")
     _check_snapshot(folder / SNAPSHOT_FILE, index, fix, out)
+
+
+def _check_ids(ids: np.ndarray, chunk_ids: np.ndarray, where: Path, fix: str,
+               out: Diagnosis) -> None:
+    """The index holds each stored chunk's vector once and nothing else."""
+    extra, missing = np.setdiff1d(ids, chunk_ids), np.setdiff1d(chunk_ids, ids)
+    twice = len(ids) - len(np.unique(ids))
+    if not (len(extra) or len(missing) or twice):
+        return
+    parts = [f"{len(ids)} vectors for {len(chunk_ids)} stored chunks"]
+    if len(extra):
+        parts.append(f"{len(extra)} id(s) the store lacks (e.g. {extra[:EXAMPLES].tolist()})")
+    if len(missing):
+        parts.append(f"{len(missing)} stored chunk id(s) missing "
+                     f"(e.g. {missing[:EXAMPLES].tolist()})")
+    if twice:
+        parts.append(f"{twice} id(s) held twice")
+    out.add("index_ids", where, "the index holds " + ", ".join(parts), fix)
 
 
 def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) -> None:
