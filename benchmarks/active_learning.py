@@ -43,7 +43,7 @@ def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
 
     from indexer.heads.data import read_head_data
     from indexer.heads.train import encode_splits, feature_encoder
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     key = hashlib.sha256(f"{task_dir.resolve()}|{settings.base}|{settings.dtype}|"
                          f"{settings.max_length}".encode()).hexdigest()[:16]
@@ -88,7 +88,7 @@ class FeatureHead:
         from indexer.heads.data import HeadData
         from indexer.heads.features import Encoded
         from indexer.heads.train import load_base
-        from indexer.heads.types.classifier import SentenceExample
+        from indexer.heads.classifier.head_type import SentenceExample
 
         self.settings = settings
         self.names = feats["label_names"]
@@ -128,7 +128,7 @@ class FeatureHead:
         model.eval()
 
     def probs(self, x: np.ndarray) -> np.ndarray:
-        from indexer.heads.types.base import softmax
+        from indexer.heads.base import softmax
 
         with torch.inference_mode():
             return softmax(self.kind.feature_logits(self.model, torch.from_numpy(x)).numpy())

@@ -239,7 +239,7 @@ def test_pre_split_words_tokenise_as_running_text(family):
     space), so that word_ids() puts each label on the word's first subword."""
     from transformers import AutoTokenizer
 
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     name, model_dir = family
     tagger = head_type("ner")

@@ -16,7 +16,7 @@ from reliability.support import one_torch_thread, tiny_model_config  # noqa: F40
 
 from indexer.errors import InputError
 from indexer.heads.data import HeadData
-from indexer.heads.types.classifier import SentenceExample
+from indexer.heads.classifier.head_type import SentenceExample
 from indexer.indexing.run import run_index
 from indexer.records import Annotation, Label
 from indexer.review import strategies as st

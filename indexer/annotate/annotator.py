@@ -31,7 +31,7 @@ from indexer.encode.policy import choose_device, choose_dtype, default_streams, 
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
 from indexer.heads.predict import load_model_dir
-from indexer.heads.types.base import HeadType
+from indexer.heads.base import HeadType
 from indexer.ingest.chunking import window_spans
 from indexer.records import Annotation
 

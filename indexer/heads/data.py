@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from indexer.errors import InputError
 from indexer.heads.pair_files import read_pair_table
-from indexer.heads.types.registry import head_type, head_types
+from indexer.heads.registry import head_type, head_types
 
 if TYPE_CHECKING:
-    from indexer.heads.types.base import Example
+    from indexer.heads.base import Example
 
 log = logging.getLogger(__name__)
 
-Task = str  # a head type's name (`heads.types.registry`)
+Task = str  # a head type's name (`heads.registry`)
 FORMATS = ("auto", "json", "jsonl", "parquet", "conll", "tweeteval", "csv", "stsb")
 SPLITS = ("train", "validation", "test")
 _TWEETEVAL_SPLITS = {"train": "train", "validation": "val", "test": "test"}

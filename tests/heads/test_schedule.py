@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from indexer.errors import InputError
-from indexer.heads.baseline import baseline_warning
+from indexer.heads.receipt import baseline_warning
 from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.evaluate import evaluate_head
 from indexer.heads.features import Encoded
@@ -113,7 +113,7 @@ def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_be
 def _scripted_run(tiny_bert, script, epochs="auto", max_epochs=20):
     """`_train_epochs` on a linear toy model whose validation logits follow `script`, one
     entry per validation pass; returns (result, model, the weights at each pass)."""
-    from indexer.heads.types.classifier import SentenceExample
+    from indexer.heads.classifier.head_type import SentenceExample
 
     examples = [SentenceExample(str(i), "x", i % 2) for i in range(8)]
     data = HeadData("classifier", ["neg", "pos"], {"train": examples, "validation": examples})

@@ -18,7 +18,7 @@ from indexer.heads.evaluate import evaluate_head
 from indexer.heads.predict import load_head
 from indexer.heads.sentence import POOLING_KEY
 from indexer.heads.train import TrainSettings, feature_encoder, train_head
-from indexer.heads.types.registry import head_type
+from indexer.heads.registry import head_type
 
 TEXTS = ["a good movie", "john hates this awful awful film and mary loves it", "x", "not good"]
 
@@ -114,7 +114,7 @@ def test_feature_pass_equals_unbatched_forward(tiny_bert, data):
 
 
 def test_token_states_keep_the_asked_rows(tiny_bert):
-    from indexer.heads.types.tagger import TokenExample
+    from indexer.heads.tagger.head_type import TokenExample
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     base = AutoModel.from_pretrained(tiny_bert).eval()

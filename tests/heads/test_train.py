@@ -98,7 +98,7 @@ def test_entity_spans_merge_subwords(tiny_bert, tmp_path):
     import torch
     from transformers import AutoTokenizer
 
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     names = ["O", "B-MISC", "I-MISC"]
     model = AutoModelForTokenClassification.from_pretrained(

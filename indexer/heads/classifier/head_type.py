@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from indexer.errors import InputError, ModelError
-from indexer.heads.baseline import tfidf_baseline
+from indexer.heads.classifier.tfidf import tfidf_baseline
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import macro_f1
 from indexer.heads.sentence import (
@@ -25,7 +25,7 @@ from indexer.heads.sentence import (
     sequence_logits,
     top_logits,
 )
-from indexer.heads.types.base import (
+from indexer.heads.base import (
     Example,
     HeadType,
     bert_head_parts,

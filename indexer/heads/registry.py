@@ -1,24 +1,28 @@
-"""The head types by name: the one place a new head type is registered (one line in `_TYPES`).
+"""The head types by name and what each can do: the one place a new head type is registered
+(one line in `_TYPES`), and the one place that knows which type does what (`Capabilities`).
 
-Types are imported on first use, so that naming them (the CLI's `train` commands) does not
-load torch. Also finds the type of a saved head (config.json `architectures`).
+Code outside asks a type's capabilities (`capabilities(name)`, or `kind.capabilities`), never
+compares its name. Types are imported on first use, so that naming them or reading their
+capabilities (the CLI's `train` commands and options) does not load torch. Also finds the
+type of a saved head (config.json `architectures`).
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
 from indexer.errors import InputError, ModelError
 
 if TYPE_CHECKING:
-    from indexer.heads.types.base import HeadType
+    from indexer.heads.base import HeadType
 
 _TYPES = {  # name -> "module:class"
-    "classifier": "indexer.heads.types.classifier:SequenceClassifier",
-    "ner": "indexer.heads.types.tagger:TokenTagger",
-    "pair": "indexer.heads.types.pair:PairHead",
+    "classifier": "indexer.heads.classifier.head_type:SequenceClassifier",
+    "ner": "indexer.heads.tagger.head_type:TokenTagger",
+    "pair": "indexer.heads.pair.head_type:PairHead",
 }
 HEAD_TYPE_KEY = "bertindex_head_type"  # config.json: the type that trained it (older heads: none)
 HEAD_TYPE_NAMES = tuple(_TYPES)
@@ -27,9 +31,8 @@ HEAD_TYPE_NAMES = tuple(_TYPES)
 @cache
 def head_type(name: str) -> HeadType:
     """The head type called `name` (`bertindex train NAME`, a receipt's `task`)."""
-    if name not in _TYPES:
-        raise InputError(f"unknown head type '{name}'; choose one of {', '.join(_TYPES)}")
-    module, cls = _TYPES[name].split(":")
+    _known(name)
+    module, cls = _TYPES[name][0].split(":")
     return getattr(importlib.import_module(module), cls)()
 
 
