@@ -85,7 +85,7 @@ class HeadType(ABC):
     splittable: ClassVar[tuple[str, ...]]  # architectures whose top `top` can split off
     example_type: ClassVar[type[Example]]
     result_type: ClassVar[type[Label | Entity]]
-    formats: ClassVar[tuple[str, ...]]  # data formats that hold this type's items
+    formats: ClassVar[tuple[str, ...]]  # labelled formats holding its items (`ingest.formats`)
     label_key: ClassVar[str]  # the labelled item's key
     default_batch_size: ClassVar[int]  # examples per training step
     decodes: ClassVar[tuple[str, ...]] = ()  # `decode` choices of score/predict, default first

@@ -19,13 +19,49 @@ from indexer.errors import InputError, ModelError
 if TYPE_CHECKING:
     from indexer.heads.base import HeadType
 
-_TYPES = {  # name -> "module:class"
-    "classifier": "indexer.heads.classifier.head_type:SequenceClassifier",
-    "ner": "indexer.heads.tagger.head_type:TokenTagger",
-    "pair": "indexer.heads.pair.head_type:PairHead",
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a head type does beyond the `HeadType` interface every type implements; the jobs
+    that only some types serve ask these.
+
+    Args:
+        scores_spans: its results are entity spans over the text (a tagger): `eval head
+            --input raw-text` and a training receipt's `raw_text` score it on joined words.
+        scores_pairs: it scores pairs of texts, never single ones (a cross-encoder):
+            `PairScorer` and search reranking load it; `annotate` and `predict` refuse it.
+        reviewable: people's labels of its results can be imported (`review import`) and
+            added to its train split (`train --reviewed`): one label per document.
+        blends: a regression head of it can be mixed with a bi-encoder's cosine after
+            training (`train --blend`).
+    """
+
+    scores_spans: bool = False
+    scores_pairs: bool = False
+    reviewable: bool = False
+    blends: bool = False
+
+
+_TYPES = {  # name -> ("module:class", what it can do)
+    "classifier": ("indexer.heads.classifier.head_type:SequenceClassifier",
+                   Capabilities(reviewable=True)),
+    "ner": ("indexer.heads.tagger.head_type:TokenTagger", Capabilities(scores_spans=True)),
+    "pair": ("indexer.heads.pair.head_type:PairHead", Capabilities(scores_pairs=True, blends=True)),
 }
 HEAD_TYPE_KEY = "bertindex_head_type"  # config.json: the type that trained it (older heads: none)
 HEAD_TYPE_NAMES = tuple(_TYPES)
+
+
+def _known(name: str) -> None:
+    if name not in _TYPES:
+        raise InputError(f"unknown head type '{name}'; choose one of {', '.join(_TYPES)}")
+
+
+def capabilities(name: str) -> Capabilities:
+    """What the head type called `name` can do, without loading it (no torch)."""
+    _known(name)
+    return _TYPES[name][1]
 
 
 @cache

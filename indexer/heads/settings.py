@@ -13,7 +13,9 @@ from indexer.choices import HeadDtype, HeadPooling
 from indexer.config import MAX_POSITIONS
 from indexer.encode.model_facts import Length
 from indexer.errors import InputError
+from indexer.heads.base import HeadType
 from indexer.heads.features import Encoded, check_lengths
+from indexer.heads.registry import head_type
 from indexer.heads.schedule import (
     DEFAULT_MAX_EPOCHS,
     DEFAULT_PATIENCE,
@@ -22,8 +24,6 @@ from indexer.heads.schedule import (
     auto_batch_size,
     auto_max_length,
 )
-from indexer.heads.base import HeadType
-from indexer.heads.registry import head_type
 
 DEFAULT_LR = 2e-5  # the seeds' recipe: a fixed --epochs
 AUTO_LR = 5e-5  # --epochs auto (benchmarks/small_data_heads.py; docs/guides/heads.md)

@@ -10,7 +10,7 @@ dtype bf16 the training forward and backward run under bf16 autocast, while weig
 optimizer state and every score stay fp32. `--head-only` runs the frozen backbone once through
 the index encoder (`indexer.encode.encoder`: length-sorted batches under a token budget, bf16
 weights where the CPU has them) and trains the head on those cached features. What differs between a classifier and a tagger (model
-class, loss, head layers, features, metric) is the head type's (`heads.types`). Does not read
+class, loss, head layers, features, metric) is the head type's (`heads.base.HeadType`). Does not read
 files (see `data`).
 """
 
@@ -37,6 +37,7 @@ from indexer.heads.data import HeadData, require_splits
 from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
 from indexer.heads.receipt import baseline_warning, build_receipt, check_out_dir, save_head_dir
+from indexer.heads.registry import HEAD_TYPE_KEY, head_type
 from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO, EpochRule, plan_schedule
 from indexer.heads.sentence import POOLING_KEY
 from indexer.heads.settings import (
@@ -47,7 +48,6 @@ from indexer.heads.settings import (
     WEIGHT_DECAY,
     TrainSettings,
 )
-from indexer.heads.registry import HEAD_TYPE_KEY, head_type
 from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexer.errors import InputError
-from indexer.heads.registry import capabilities
 from indexer.heads.data import HeadData
+from indexer.heads.registry import capabilities
 from indexer.store import Store
 
 

@@ -14,8 +14,9 @@ from typing import get_args
 import click
 
 from indexer.choices import Decode, EvalInput, HeadPooling
-from indexer.heads.data import FORMATS, SPLITS
+from indexer.heads.data import SPLITS
 from indexer.heads.registry import HEAD_TYPE_NAMES, capabilities, head_type
+from indexer.ingest.formats import labelled_format_names
 from indexer.progress import write_line
 from search.cli.common import (
     build_config,
@@ -27,8 +28,8 @@ from search.cli.common import (
 )
 from search.rerank import DEFAULT_NEGATIVES, MINE_DEPTH
 
-# one list each, derived (`indexer.heads.data`, `indexer.choices`)
-FORMAT_CHOICES = list(FORMATS)
+# one list each, derived (`indexer.ingest.formats`, `indexer.choices`)
+FORMAT_CHOICES = list(labelled_format_names())
 POOLING_CHOICES = list(get_args(HeadPooling))
 DECODE_CHOICES = list(get_args(Decode))
 INPUT_CHOICES = list(get_args(EvalInput))
@@ -250,9 +251,9 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     from indexer.config import resolve_model_path
     from indexer.evaluation import load_beir_queries
     from indexer.heads.data import HeadData
+    from indexer.heads.pair.head_type import REGRESSION
     from indexer.heads.receipt import summary, update_receipt
     from indexer.heads.train import TrainSettings, resolve_dtype, train_head
-    from indexer.heads.pair.head_type import REGRESSION
     from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher

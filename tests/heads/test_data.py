@@ -7,7 +7,8 @@ import json
 import pytest
 
 from indexer.errors import InputError
-from indexer.heads.data import detect_format, read_head_data, require_splits
+from indexer.heads.data import read_head_data, require_splits
+from indexer.ingest.formats import labelled_format
 
 
 def test_json_with_label_names(classifier_json):
@@ -59,7 +60,7 @@ def test_tweeteval_folder(tmp_path):
     (tmp_path / "train_labels.txt").write_text("0\n1\n")
     (tmp_path / "val_text.txt").write_text("ok\n")
     (tmp_path / "val_labels.txt").write_text("0\n")
-    assert detect_format(tmp_path) == "tweeteval"
+    assert labelled_format(tmp_path).name == "tweeteval"
     d = read_head_data("classifier", tmp_path)
     assert d.label_names == ["not-offensive", "offensive"]
     assert [e.label for e in d.splits["train"]] == [0, 1]

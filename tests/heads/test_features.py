@@ -9,12 +9,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from indexer.errors import InputError
+from indexer.heads.classifier.head_type import SentenceExample
 from indexer.heads.data import read_head_data
 from indexer.heads.features import collate, sorted_batches, training_batches
-from indexer.heads.train import TrainSettings, train_head
-from indexer.heads.classifier.head_type import SentenceExample
 from indexer.heads.registry import head_type
 from indexer.heads.tagger.head_type import TokenExample
+from indexer.heads.train import TrainSettings, train_head
 
 
 def _long_data(tmp_path):

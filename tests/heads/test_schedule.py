@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from indexer.errors import InputError
-from indexer.heads.receipt import baseline_warning
 from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.evaluate import evaluate_head
 from indexer.heads.features import Encoded
+from indexer.heads.receipt import baseline_warning
 from indexer.heads.schedule import (
     EpochRule,
     Schedule,

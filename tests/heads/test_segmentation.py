@@ -15,10 +15,10 @@ from indexer.heads.data import read_head_data
 from indexer.heads.inference import model_logits, pad_id_of
 from indexer.heads.labels import bio_spans
 from indexer.heads.predict import Predictor, load_head
-from indexer.heads.tagger.segment import SEGMENTATION_KEY, text_words, whitespace_words
-from indexer.heads.train import TrainSettings, train_head
 from indexer.heads.registry import head_type
 from indexer.heads.tagger.head_type import TokenExample, decode_words
+from indexer.heads.tagger.segment import SEGMENTATION_KEY, text_words, whitespace_words
+from indexer.heads.train import TrainSettings, train_head
 
 LABELS = ["O", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
 TEXTS = [

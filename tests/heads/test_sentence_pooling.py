@@ -16,9 +16,9 @@ from indexer.errors import InputError
 from indexer.heads.data import read_head_data
 from indexer.heads.evaluate import evaluate_head
 from indexer.heads.predict import load_head
+from indexer.heads.registry import head_type
 from indexer.heads.sentence import POOLING_KEY
 from indexer.heads.train import TrainSettings, feature_encoder, train_head
-from indexer.heads.registry import head_type
 
 TEXTS = ["a good movie", "john hates this awful awful film and mary loves it", "x", "not good"]
 

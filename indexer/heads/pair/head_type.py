@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from indexer.errors import InputError, ModelError
+from indexer.heads.base import Example, HeadType, label_index, softmax
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
 from indexer.heads.pair.blend import (
@@ -36,7 +37,6 @@ from indexer.heads.pair.blend import (
 )
 from indexer.heads.pair.keys import BLEND_KEY, RERANK_WEIGHT_KEY
 from indexer.heads.sentence import sequence_logits
-from indexer.heads.base import Example, HeadType, label_index, softmax
 from indexer.records import Label
 
 REGRESSION = ["score"]  # the label list of a regression pair head: one output, its score
@@ -100,7 +100,7 @@ class PairHead(HeadType):
     splittable = ()
     example_type = PairExample
     result_type = Label
-    formats = ("json", "jsonl", "parquet", "csv", "stsb")
+    formats = ("splits", "jsonl", "parquet", "csv", "tsv", "stsb")
     label_key = "label"
     default_batch_size = 16
     head_only = False  # refused: see `head_modules`

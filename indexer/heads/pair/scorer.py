@@ -25,8 +25,8 @@ from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded, collate, sorted_batches
 from indexer.heads.inference import pad_id_of
 from indexer.heads.pair.blend import blend_of, cosine_encoder, text_cosines
-from indexer.heads.receipt import RECEIPT
 from indexer.heads.pair.head_type import pair_scores
+from indexer.heads.receipt import RECEIPT
 
 SCORE_BATCH = 32  # pairs per forward pass
 

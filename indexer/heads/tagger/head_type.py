@@ -22,6 +22,12 @@ import torch
 from indexer.choices import Decode
 from indexer.encode.model_facts import add_prefix_space
 from indexer.errors import InputError, ModelError
+from indexer.heads.base import (
+    Example,
+    HeadType,
+    bert_head_parts,
+    label_index,
+)
 from indexer.heads.features import Encoded
 from indexer.heads.labels import (
     IGNORE_INDEX,
@@ -34,12 +40,6 @@ from indexer.heads.labels import (
 )
 from indexer.heads.metrics import entity_f1
 from indexer.heads.tagger.segment import ASSUMED, SEGMENTATION_KEY, saved_segmentation, text_words
-from indexer.heads.base import (
-    Example,
-    HeadType,
-    bert_head_parts,
-    label_index,
-)
 from indexer.records import Entity
 
 DECODES = get_args(Decode)
@@ -110,7 +110,7 @@ class TokenTagger(HeadType):
     splittable = ("BertForTokenClassification",)
     example_type = TokenExample
     result_type = Entity
-    formats = ("json", "jsonl", "parquet", "conll")
+    formats = ("splits", "jsonl", "parquet", "conll")
     label_key = "tags"
     default_batch_size = 8  # README: CoNLL validation prefers 8 sentences a step at lr 2e-5
     decodes = DECODES
