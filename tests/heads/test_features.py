@@ -22,7 +22,7 @@ def _long_data(tmp_path):
     doc = {"train": items, "validation": items[:2]}
     path = tmp_path / "long.json"
     path.write_text(json.dumps(doc))
-    return read_head_data("classifier", path)
+    return read_head_data("classifier", path, fmt="splits")
 
 
 def test_refusal_names_count_ids_lengths_and_ways_out(tiny_bert, tmp_path):

@@ -133,7 +133,7 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     items = [{"tokens": t, "tags": g} for t, g in zip(tokens, gold)]
     path = tmp_path / "ner.json"
     path.write_text(json.dumps({"train": items, "validation": items, "test": items}))
-    data = read_head_data("ner", path)
+    data = read_head_data("ner", path, fmt="splits")
     out = tmp_path / "head"
     receipt = train_head(data, TrainSettings("ner", tiny_bert, out, epochs=1, batch_size=2,
                                              lr=5e-3))
@@ -147,7 +147,7 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     config_file = tmp_path / "config.yaml"
     config_file.write_text(json.dumps(config.model_dump(exclude_unset=True)))
     result = CliRunner().invoke(cli, ["eval", "head", str(out), "--data", str(path),
-                                      "--input", "raw-text", "--config", str(config_file),
+                                      "--format", "splits", "--input", "raw-text", "--config", str(config_file),
                                       "--json"])
     assert result.exit_code == 0, result.output
     scores = json.loads(result.output)

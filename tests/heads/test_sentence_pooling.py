@@ -29,7 +29,7 @@ def data(classifier_items, tmp_path_factory):
     path = tmp_path_factory.mktemp("pool") / "c.json"
     path.write_text(json.dumps({"label_names": ["neg", "pos"], "train": items,
                                 "validation": items[::2], "test": items[1::2]}))
-    return read_head_data("classifier", path)
+    return read_head_data("classifier", path, fmt="splits")
 
 
 @pytest.fixture(scope="module")
@@ -161,11 +161,11 @@ def test_cli_pooling_option(tiny_bert, classifier_json, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "cls"
-    result = runner.invoke(train, ["classifier", "--data", str(classifier_json), "--out", str(out), "--base",
+    result = runner.invoke(train, ["classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out), "--base",
                                    str(tiny_bert), "--epochs", "1", "--head-only", "--pooling", "cls", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "config.json").read_text())[POOLING_KEY] == "cls"
-    result = runner.invoke(train, ["ner", "--data", str(classifier_json), "--out", str(tmp_path / "n"), "--base",
+    result = runner.invoke(train, ["ner", "--data", str(classifier_json), "--format", "splits", "--out", str(tmp_path / "n"), "--base",
                                    str(tiny_bert), "--pooling", "mean"])
     assert result.exit_code == 1 and "--pooling mean is for classifiers" in result.stderr
     assert not (tmp_path / "n").exists()
