@@ -15,6 +15,7 @@ from pathlib import Path
 
 from indexer.errors import InputError
 from indexer.ingest.formats.base import (
+    UNSPLIT,
     Format,
     Frame,
     Labelled,
@@ -133,7 +134,7 @@ def labelled_table(path: Path, sep: str) -> Labelled:
         return read_stsb(path)
     out = labelled_rows(lambda p, n: delimited_frames(p, n, sep), path,
                         lambda row: f"line {row + 1}")  # the header is line 1
-    rows = out.items[next(iter(out.items))]
+    rows = out.items[UNSPLIT]
     header = set(rows[0][1]) if rows else set()
     if rows and (not set(PAIR_COLUMNS) <= header or not {"label", "score"} & header):
         raise InputError(f"{path}: a pair CSV needs a header with text_a, text_b and label or "
