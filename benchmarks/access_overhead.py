@@ -23,17 +23,17 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from indexer.store import Store
-from search.access import AccessGuard, TokenBook
+from search.access import OPEN, AccessGuard, TokenBook, needs
 
 
 def build(store_dir: Path, tokens: int) -> tuple[AccessGuard, str | None]:
     app = FastAPI()
 
-    @app.post("/search")
+    @app.post("/search", dependencies=[needs("read")])
     def search() -> dict:  # never reached: the benchmark's inner app answers instead
         return {}
 
-    @app.get("/health")
+    @app.get("/health", dependencies=[needs(OPEN)])
     def health() -> dict:
         return {}
 

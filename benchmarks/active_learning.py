@@ -70,7 +70,7 @@ def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
 
 class HeadLayers(torch.nn.Module):
     """The head's own layers of a loaded classifier, shaped like it for `feature_logits`
-    (`base_model.pooler`, `dropout`, `classifier`), so that `_train_epochs`' best-epoch copy
+    (`base_model.pooler`, `dropout`, `classifier`), so that `train_epochs`' best-epoch copy
     holds the head only, not the frozen backbone."""
 
     def __init__(self, model):
@@ -82,7 +82,7 @@ class HeadLayers(torch.nn.Module):
 
 class FeatureHead:
     """A head-only classifier over cached features: `indexer.heads.train`'s model, head
-    modules and `_train_epochs` loop (AdamW, warm-up + decay, clip, best validation epoch)."""
+    modules and `train_epochs` loop (AdamW, warm-up + decay, clip, best validation epoch)."""
 
     def __init__(self, feats: dict, settings, seed: int):
         from indexer.heads.classifier.head_type import SentenceExample
@@ -106,7 +106,7 @@ class FeatureHead:
 
     def fit(self, x: np.ndarray, y: np.ndarray, seed: int) -> None:
         """Train a fresh head on (x, y) with the head-only recipe."""
-        from indexer.heads.train import FitResult, _train_epochs, seed_everything
+        from indexer.heads.train import FitResult, Stage, seed_everything, train_epochs
 
         self.model.load_state_dict(self.fresh)
         seed_everything(seed)
@@ -121,10 +121,11 @@ class FeatureHead:
             with torch.inference_mode():
                 return list(kind.feature_logits(model, self.val_x).unbind(0))
 
-        _train_epochs(model, self.modules, step_loss, val_logits, np.ones(len(y), np.int64),
-                      self.val_data, self.val_enc, replace(self.settings, seed=seed),
-                      np.random.default_rng(seed), FitResult(), False,
-                      epochs=self.settings.epochs, lr=self.settings.learning_rate)
+        settings = replace(self.settings, seed=seed)
+        stage = Stage(model, self.modules, step_loss, val_logits, np.ones(len(y), np.int64),
+                      rule=settings.epoch_rule, lr=settings.learning_rate)
+        train_epochs(stage, self.val_data, self.val_enc, settings, np.random.default_rng(seed),
+                     FitResult(), "off")
         model.eval()
 
     def probs(self, x: np.ndarray) -> np.ndarray:
@@ -209,7 +210,9 @@ def main() -> None:
         return
 
     from indexer.config import DEFAULT_MODEL, resolve_model_path
-    from indexer.heads.train import TrainSettings, resolve_dtype, set_threads
+    from indexer.encode.policy import resolve_dtype
+    from indexer.heads.train import TrainSettings
+    from indexer.machine import set_threads
 
     started = time.perf_counter()
     load_before = os.getloadavg()

@@ -60,8 +60,9 @@ def sample(examples: list, size: int | None, seed: int) -> list:
 
 def run_one(task: str, recipe: str, seed: int, args, work: Path) -> dict:
     from indexer.config import resolve_model_path
+    from indexer.encode.policy import resolve_dtype
     from indexer.heads.data import HeadData, read_head_data
-    from indexer.heads.train import TrainSettings, resolve_dtype, train_head
+    from indexer.heads.train import TrainSettings, train_head
 
     kind, data, validation, test = TASKS[task]
     full = read_head_data(kind, data, validation, test)

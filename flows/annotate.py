@@ -15,7 +15,6 @@ mode (`--out`) runs here.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from indexer.annotate.store_pass import annotate_and_publish
 from indexer.config import Config
 from indexer.errors import InputError
 from indexer.faults import crash_point
+from indexer.fsio import file_sha256
 from indexer.indexing.run import Steps as IndexSteps
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch
@@ -201,11 +201,8 @@ def run_annotate(head_args: list[str], config: Config, collection: str | None = 
 
 
 def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()[:32]
+    """An inbox file's ledger key: its content, so a renamed or touched file is not redone."""
+    return file_sha256(path)[:32]
 
 
 def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:

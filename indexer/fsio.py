@@ -1,11 +1,38 @@
-"""Durable file writes: fsync a file or a folder (after a rename inside it). The one place that
-calls `os.fsync`; does not decide what to write or where.
+"""File plumbing: durable writes (fsync a file, or a folder after a rename inside it) and a
+file's SHA-256. The one place that calls `os.fsync` and that reads a file to hash it; does not
+decide what to write or where.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+
+HASH_BLOCK = 1 << 22  # bytes read at a time while hashing: a model file is never read whole
+
+
+def feed_file(digest, path: str | Path) -> None:
+    """Add a file's bytes to a running hash (several files hashed as one).
+
+    Args:
+        digest: a `hashlib` object.
+        path: the file.
+    """
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(HASH_BLOCK), b""):
+            digest.update(block)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The full SHA-256 hex digest of one file.
+
+    Args:
+        path: the file.
+    """
+    digest = hashlib.sha256()
+    feed_file(digest, path)
+    return digest.hexdigest()
 
 
 def fsync_file(path: str | Path) -> None:

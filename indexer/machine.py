@@ -1,5 +1,6 @@
-"""What machine a figure was measured on: CPU model, ISA flags, libraries, threads. The
-measured matmul peak that bounds encoding speed on it is `indexer.encode.limits`.
+"""What machine a figure was measured on: CPU model, ISA flags, libraries, threads; and
+`set_threads`, the one place that sizes torch's thread pool for a run. The measured matmul
+peak that bounds encoding speed on it is `indexer.encode.limits`.
 
 `cpu_flags()` is the one place that reads the CPU's ISA flags; the encoder's `dtype: auto`
 choice uses it. `BERTINDEX_CPU_FEATURES` (a comma or space separated list of flags, such as
@@ -13,6 +14,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -105,9 +107,15 @@ def emulated() -> dict[str, str]:
     return {k: os.environ[k] for k in (*LIMIT_ENV, FEATURES_ENV) if k in os.environ}
 
 
-def library_versions() -> dict[str, str]:
-    out = {"python": sys.version.split()[0]}
-    for name in LIBRARIES:
+def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
+    """The Python version and each installed package's version, the one place that asks
+    (a machine's figures and a head's run receipt record them).
+
+    Args:
+        names: distribution names; those not installed are left out.
+    """
+    out = {"python": platform.python_version()}
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -123,6 +131,26 @@ def thread_counts() -> dict:
             "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(),
             **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}}
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Size torch's intra-op pool: `threads`, else OMP_NUM_THREADS, else every CPU this
+    process may run on (on a shared machine, OMP_NUM_THREADS=1 avoids spin-wait stalls).
+
+    Returns:
+        The threads torch now uses.
+    """
+    import torch
+
+    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    if threads is None:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except AttributeError:
+            threads = os.cpu_count() or 1
+    torch.set_num_threads(max(1, threads))
+    return torch.get_num_threads()
 
 
 def add_emulate_option(parser) -> None:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from indexer.errors import ModelError
+from indexer.fsio import feed_file
 
 # Keys that must agree between stored vectors and a new encoder before adding vectors.
 WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim",
@@ -109,19 +110,8 @@ def weights_hash(model_dir: Path) -> str:
         raise ModelError(f"{model_dir}: no *.safetensors or *.bin weight file found")
     digest = hashlib.sha256()
     for path in files:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(block)
+        feed_file(digest, path)
     return digest.hexdigest()[:16]
-
-
-def file_sha256(path: Path) -> str:
-    """Full sha256 hex digest of one file."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def model_display_name(model_dir: Path, configured: str) -> str:

@@ -1,7 +1,8 @@
 """Who may ask `bertindex serve`: the Host check (against DNS rebinding), the Origin check on
 writes (against cross-site posts), and Bearer tokens with scopes, as ASGI middleware over the
-FastAPI app. `ROUTES` lists every route with the scope it needs. Does not create or store
-tokens (`indexer.store.tokens`, `bertindex token`) and does not listen (`search.workers`).
+FastAPI app. Each route declares the scope it needs where it is defined (`needs`);
+`route_table` reads them back from the app. Does not create or store tokens
+(`indexer.store.tokens`, `bertindex token`) and does not listen (`search.workers`).
 
 Rules, in order: a Host that is not loopback, the address the request arrived on, the address
 `serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
-import json
 import logging
 import os
 import threading
@@ -33,28 +33,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from fastapi import Depends, Request  # at module level: FastAPI resolves annotations by name
+
 from indexer.errors import StoreError
 from indexer.store import DB_NAME, SCOPES, Store, hash_token, read_token_table, scope_allows
 from indexer.timeutil import utc_now
+from search.error_map import Forbidden, Refusal, Unauthenticated, error_response
 
 log = logging.getLogger(__name__)
 
 OPEN = "open"  # no token needed
-# (method, route path) -> the scope it needs; a route of the app missing here needs `admin`
-# (and fails tests/test_server_access.py)
-ROUTES: dict[tuple[str, str], str] = {
-    ("GET", "/"): OPEN,
-    ("GET", "/static/{name}"): OPEN,
-    ("GET", "/health"): OPEN,
-    ("POST", "/search"): "read",
-    ("POST", "/facets"): "read",
-    ("GET", "/review"): OPEN,
-    ("GET", "/review/static/{name}"): OPEN,
-    ("GET", "/review/api/heads"): "read",
-    ("GET", "/review/api/next"): "read",
-    ("POST", "/review/api/label"): "review",
-    ("POST", "/review/api/undo"): "review",
-}
 LOOPBACK_NAMES = ("localhost",)
 SESSION_NAME = "serve"  # who a label made with `serve`'s session token is recorded as
 SESSION_SCOPE = "review"
@@ -221,8 +209,45 @@ def current_tokens(store_dir: str | Path) -> list:
         return store.tokens()
 
 
+def needs(scope: str):
+    """What a route declares as the scope it needs: `OPEN` or one of `SCOPES`. Pass it in the
+    route's `dependencies`, or as a parameter's default to receive the caller.
+
+    Args:
+        scope: the least scope a token must have to reach the route.
+    Returns:
+        A FastAPI dependency giving the route the request's `Caller` (None while the server
+        has no tokens, and on open routes).
+    """
+
+    async def caller(request: Request) -> Caller | None:  # async: no thread-pool hop
+        return getattr(request.state, "caller", None)
+
+    caller.needs = scope  # type: ignore[attr-defined]  # what `route_table` reads
+    return Depends(caller)
+
+
+def route_table(app) -> dict[tuple[str, str], str]:
+    """(method, route path) -> the scope its route declares with `needs`, for every route of
+    the app that declares one (HEAD left out: it is GET's). A route without one is missing:
+    the guard asks it for `admin`, and tests/test_server_access.py fails.
+
+    Args:
+        app: the FastAPI app.
+    """
+    table = {}
+    for route in app.router.routes:
+        dependant = getattr(route, "dependant", None)
+        declared = [d.call.needs for d in (dependant.dependencies if dependant else ())
+                    if hasattr(d.call, "needs")]
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if declared and method != "HEAD":
+                table[(method, route.path)] = declared[0]
+    return table
+
+
 def route_key(app, scope) -> tuple[tuple[str, str] | None, bool]:
-    """The `ROUTES` key of the route a request matches.
+    """The `route_table` key of the route a request matches.
 
     Args:
         app: the FastAPI (Starlette) app.
@@ -263,7 +288,7 @@ class AccessGuard:
     """ASGI middleware applying the module's rules before a request reaches a route.
 
     Args:
-        app: the FastAPI app.
+        app: the FastAPI app, all its routes added (their scopes are read once, here).
         book: the tokens accepted.
         allowed_hosts: Host names answered beyond loopback and the bound address
             (`server.allowed_hosts`).
@@ -274,6 +299,7 @@ class AccessGuard:
                  bound: str | None = None):
         self.app = app
         self.book = book
+        self.scopes = route_table(app)
         self.allowed_hosts = {h.lower() for h in allowed_hosts}
         if bound and bound not in WILDCARD_BINDS:
             self.allowed_hosts.add(host_name(bound) if ":" not in bound else bound.lower())
@@ -293,47 +319,48 @@ class AccessGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        try:
+            self.check(scope)
+        except Refusal as exc:
+            return await error_response(exc)(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    def check(self, scope) -> None:
+        """Apply the rules to one request; the caller is left in its ASGI state.
+
+        Raises:
+            Unauthenticated: a token is needed and none, or an unknown one, came.
+            Forbidden: a foreign Host or Origin, or a token whose scope is too low.
+        """
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
         raw_host = headers.get("host", "")
-        host = host_name(raw_host)
-        if not self.host_allowed(host, scope):
-            return await _refuse(send, 403, f"Host {raw_host!r} is not a name of this server: "
-                                 "use http://127.0.0.1:PORT/, or add the name to "
-                                 "server.allowed_hosts in config.yaml")
+        if not self.host_allowed(host_name(raw_host), scope):
+            raise Forbidden(f"Host {raw_host!r} is not a name of this server: use "
+                            "http://127.0.0.1:PORT/, or add the name to server.allowed_hosts "
+                            "in config.yaml")
         key, full = route_key(self.app, scope)
-        needed = ROUTES.get(key, "read" if not full else "admin")  # unlisted: the strictest
+        needed = self.scopes.get(key, "read" if not full else "admin")  # unlisted: the strictest
         if needed != OPEN and self.book.required:
             auth = headers.get("authorization", "")
             kind, _, token = auth.partition(" ")
             if kind.lower() != "bearer" or not token.strip():
-                return await _refuse(send, 401, "this server needs a token: send "
-                                     "`Authorization: Bearer TOKEN` (create one with `bertindex "
-                                     "token create --scope read --name NAME`)", challenge=True)
+                raise Unauthenticated("this server needs a token: send `Authorization: Bearer "
+                                      "TOKEN` (create one with `bertindex token create --scope "
+                                      "read --name NAME`)")
             caller = self.book.check(token.strip())
             if caller is None:
-                return await _refuse(send, 401, "the token is not accepted here (revoked, "
-                                     "mistyped, or for another store); `bertindex token list` "
-                                     "names the valid ones", challenge=True)
+                raise Unauthenticated("the token is not accepted here (revoked, mistyped, or "
+                                      "for another store); `bertindex token list` names the "
+                                      "valid ones")
             if not scope_allows(caller.scope, needed):
                 path = key[1] if key else scope["path"]
-                return await _refuse(send, 403, f"token {caller.name!r} has scope "
-                                     f"{caller.scope}; {scope['method']} {path} needs "
-                                     f"{needed} (`bertindex token create --scope {needed}`)")
+                raise Forbidden(f"token {caller.name!r} has scope {caller.scope}; "
+                                f"{scope['method']} {path} needs {needed} (`bertindex token "
+                                f"create --scope {needed}`)")
             scope.setdefault("state", {})["caller"] = caller
         if needed not in (OPEN, SCOPES[0]):  # a write
             origin = headers.get("origin")
             own = f"{scope.get('scheme', 'http')}://{raw_host.strip().lower()}"
             if origin is not None and origin.lower() != own:
-                return await _refuse(send, 403, f"Origin {origin!r} is not this server's "
-                                     f"({own}): labels are written from its own pages only")
-        return await self.app(scope, receive, send)
-
-
-async def _refuse(send, status: int, detail: str, challenge: bool = False) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
-    if challenge:
-        headers.append((b"www-authenticate", b'Bearer realm="bertindex"'))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+                raise Forbidden(f"Origin {origin!r} is not this server's ({own}): labels are "
+                                "written from its own pages only")

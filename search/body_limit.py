@@ -1,11 +1,12 @@
-"""ASGI middleware that refuses a request body before it is read: 413 for a declared length
-over the limit, 411 for a POST, PUT or PATCH without a Content-Length. Does not count the
-bytes of a body it lets through (the declared length is what the server reads).
+"""ASGI middleware that refuses a request body before it is read: a declared length over the
+limit (413) or a POST, PUT or PATCH without a Content-Length (411), answered through
+`search.error_map`. Does not count the bytes of a body it lets through (the declared length
+is what the server reads).
 """
 
 from __future__ import annotations
 
-import json
+from search.error_map import LengthRequired, TooLarge, error_response
 
 MAX_BODY_BYTES = 16_384  # a query of a few thousand characters plus filters fits easily
 BODY_METHODS = ("POST", "PUT", "PATCH")  # methods whose body must declare its length
@@ -31,16 +32,11 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
-        status = None
+        refusal = None
         if length is None and scope["method"] in BODY_METHODS:
-            status, detail = 411, "send a Content-Length header"
+            refusal = LengthRequired("send a Content-Length header")
         elif length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            status, detail = 413, f"request body over {self.max_bytes} bytes"
-        if status is None:
+            refusal = TooLarge(f"request body over {self.max_bytes} bytes")
+        if refusal is None:
             return await self.app(scope, receive, send)
-        body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        await error_response(refusal)(scope, receive, send)

@@ -3,13 +3,13 @@ label and score, a button (and a key) per label, skip and undo. A label is store
 review import` stores a row (`indexer.review.loop.page_review`: the same checks, one row
 appended to the review history, `source` = `page`; under tokens `who` = the token's name);
 undo deletes the row it just wrote. The head is chosen from the store's (`/review/api/heads`).
-Who may call which route is checked before (`search.access`); this module does not.
+Each route declares the scope it needs (`search.access.needs`); the check runs before the route.
 
 Each write opens the live store for the moment it takes (one writer at a time); while another
-process writes (`bertindex index`, `annotate`) the page answers 409 and the click can be
-retried. The page builds every element with `textContent`, so document text is never markup,
-and a Content-Security-Policy allows only its own script and style. Searches see page labels
-after the next published snapshot (any `index`, `annotate` or `review import` run).
+process writes (`bertindex index`, `annotate`) the page answers 409 (`search.error_map`) and
+the click can be retried. The page builds every element with `textContent`, so document text is
+never markup, and a Content-Security-Policy allows only its own script and style. Searches see
+page labels after the next published snapshot (any `index`, `annotate` or `review import` run).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from fastapi import Request  # at module level: FastAPI resolves the annotation by name
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexer.errors import BertindexError, InputError, StoreError
+from indexer.errors import InputError
+from search.access import OPEN, Caller, needs  # Caller at module level: FastAPI resolves it by name
 
 STATIC = Path(__file__).parent / "static"
 PAGE_FILES = {"review.html": "text/html; charset=utf-8", "review.js": "text/javascript",
@@ -52,7 +52,8 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
     """Add `/review` and its JSON API to a FastAPI app.
 
     Args:
-        app: the server's FastAPI application.
+        app: the server's FastAPI application, with `search.error_map` installed (the routes
+            raise the library's errors).
         store_path: the store directory (its live `store.duckdb` is written).
         lock: held around each connection to the live store (None: a new one); the server
             shares it with what else of it writes there (a token's last use).
@@ -66,54 +67,44 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
 
     lock = lock or threading.Lock()  # one writer connection at a time from this process
 
-    def open_store() -> Store:
-        try:
-            return Store(store_path)
-        except StoreError as exc:
-            raise HTTPException(status_code=409, detail=f"{exc} (try again in a moment)") from None
-
     def static(name: str) -> Response:
         body = (STATIC / name).read_bytes()
         return Response(body, media_type=PAGE_FILES[name],
                         headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
                                  "Cache-Control": "no-store"})
 
-    @app.get("/review", include_in_schema=False)
+    @app.get("/review", include_in_schema=False, dependencies=[needs(OPEN)])
     def review_page() -> Response:
         return static("review.html")
 
-    @app.get("/review/static/{name}", include_in_schema=False)
+    @app.get("/review/static/{name}", include_in_schema=False, dependencies=[needs(OPEN)])
     def review_static(name: str) -> Response:
         if name not in PAGE_FILES:
             raise HTTPException(status_code=404, detail="no such file")
         return static(name)
 
-    @app.get("/review/api/heads")
+    @app.get("/review/api/heads", dependencies=[needs("read")])
     def heads() -> dict:
         """The heads `annotate` recorded in the store, for the page's choice of head."""
-        with lock, open_store() as store:
+        with lock, Store(store_path) as store:
             return {"heads": store.known_heads()}
 
-    @app.get("/review/api/next")
+    @app.get("/review/api/next", dependencies=[needs("read")])
     def next_document(head: str = Query(min_length=1, max_length=200),
                       strategy: str = Query("uncertain"), collection: str | None = None,
                       skip: str = Query("", max_length=100_000)) -> dict:
         """The next document to label for `head` (None when none is left), its head's labels."""
         if strategy not in STRATEGIES or strategy == "disagree":
-            raise HTTPException(status_code=400, detail=f"strategy '{strategy}': the page takes "
-                                "uncertain, margin or random")
+            raise InputError(f"strategy '{strategy}': the page takes uncertain, margin or random")
         try:
             skipped = {int(x) for x in skip.split(",") if x.strip()}
         except ValueError:
-            raise HTTPException(status_code=400, detail="skip: comma-separated doc ids") from None
+            raise InputError("skip: comma-separated doc ids") from None
         if len(skipped) > MAX_SKIPPED:
-            raise HTTPException(status_code=400, detail=f"more than {MAX_SKIPPED} skipped")
-        with lock, open_store() as store:
-            try:
-                rows = select_for_review(store, head, strategy, n=len(skipped) + 1,
-                                         collection=collection)
-            except InputError as exc:
-                raise HTTPException(status_code=400, detail=str(exc)) from None
+            raise InputError(f"more than {MAX_SKIPPED} skipped")
+        with lock, Store(store_path) as store:
+            rows = select_for_review(store, head, strategy, n=len(skipped) + 1,
+                                     collection=collection)
             info = store.head_info(head)
             reviewed = store.count_reviews(head)
         row = next((r for r in rows if r["doc_id"] not in skipped), None)
@@ -122,23 +113,17 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
                                                         "text", "predicted", "score")}}
 
     @app.post("/review/api/label")
-    def label_document(request: LabelRequest, http: Request) -> dict:
+    def label_document(request: LabelRequest, caller: Caller | None = needs("review")) -> dict:
         """Store a person's label, as `review import` would; returns the review id for undo.
         Under tokens the token's name is stored as who made it."""
-        caller = getattr(http.state, "caller", None)  # set by search.access
-        with lock, open_store() as store:
-            try:
-                review_id = page_review(store, request.head, request.doc_id, request.label,
-                                        request.reviewer or None,
-                                        caller.name if caller is not None else None)
-            except InputError as exc:
-                raise HTTPException(status_code=400, detail=str(exc)) from None
-            except BertindexError as exc:
-                raise HTTPException(status_code=500, detail=str(exc)) from None
+        with lock, Store(store_path) as store:
+            review_id = page_review(store, request.head, request.doc_id, request.label,
+                                    request.reviewer or None,
+                                    caller.name if caller is not None else None)
         return {"review_id": review_id}
 
-    @app.post("/review/api/undo")
+    @app.post("/review/api/undo", dependencies=[needs("review")])
     def undo(request: UndoRequest) -> dict:
         """Delete the review row the page wrote last."""
-        with lock, open_store() as store:
+        with lock, Store(store_path) as store:
             return {"undone": store.delete_review(request.head, request.review_id)}

@@ -3,13 +3,14 @@ model, FAISS and keyword indexes stay loaded, so a query costs only encode + sea
 Does not start processes or listen (`search.workers`); the client is `search.client`.
 
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
-`POST /facets`, and the review page `/review` (`search.review_page`). Who may call which is
-checked before any route runs (`search.access`: Host, Origin, tokens). Bodies over the
-configured size, and POST bodies without a Content-Length, are refused before they are
-read (`search.body_limit`). Queries run side by side on a thread pool: each thread queries
-the read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB
-release the GIL while they compute. Searches do not write to the store (the review page
-does, one short write each).
+`POST /facets`, and the review page `/review` (`search.review_page`). Each route declares the scope
+it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
+tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
+the configured size, and POST bodies without a Content-Length, are refused before they are read
+(`search.body_limit`). Queries run side by side on a thread pool: each thread queries the
+read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB release
+the GIL while they compute. Searches do not write to the store (the review page does, one short
+write each).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.config import SearchConfig
-from indexer.errors import BertindexError, InputError
+from indexer.errors import InputError
+from search.access import OPEN, AccessGuard, TokenBook, needs
 from search.body_limit import MAX_BODY_BYTES, BodyLimit
+from search.error_map import install as install_error_map
 from search.filters import parse_entities, parse_labels
 from search.highlight import excerpt
 from search.query import Searcher
@@ -84,15 +87,6 @@ class SearchRequest(Filters):
                                      "reorders (None: `search.rerank_depth`)")
 
 
-def _one_line(exc) -> str:
-    """A request validation error as one line: `field: problem; field: problem`."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
-        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
-    return "; ".join(parts) or "invalid request"
-
-
 def thread_pinner(threads: int | None) -> Callable[[], None]:
     """A function that, called first thing in a worker thread, caps the OpenMP threads torch
     and FAISS use from that thread.
@@ -142,13 +136,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         FastAPI app itself is `.app.app`; attributes reach it through both).
     """
     from fastapi import FastAPI, HTTPException
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import Response
 
     # no /docs, /redoc or /openapi.json: the first two load scripts from a CDN, and every
-    # route is described in docs/guides/server.md (search.access.ROUTES lists them)
+    # route is described in docs/guides/server.md (search.access.route_table lists them)
     app = FastAPI(title="bertindex", description="Search one bertindex store.", docs_url=None,
                   redoc_url=None, openapi_url=None)
+    install_error_map(app)
     app.state.searcher = searcher
     store = searcher.store
     if store.read_only:
@@ -159,24 +153,20 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
     searcher.warm()  # model, keyword index and chunk map now, not on the first requests
     pin_threads = thread_pinner(threads)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request, exc) -> JSONResponse:
-        return JSONResponse({"detail": _one_line(exc)}, status_code=422)
-
-    @app.get("/", include_in_schema=False)
+    @app.get("/", include_in_schema=False, dependencies=[needs(OPEN)])
     def page() -> Response:
         """The search page."""
         return Response(_static("index.html"), media_type="text/html; charset=utf-8",
                         headers=PAGE_HEADERS)
 
-    @app.get("/static/{name}", include_in_schema=False)
+    @app.get("/static/{name}", include_in_schema=False, dependencies=[needs(OPEN)])
     def static(name: str) -> Response:
         if name not in STATIC_FILES:
             raise HTTPException(status_code=404, detail=f"no file {name!r}")
         return Response(_static(name), media_type=STATIC_FILES[name] + "; charset=utf-8",
                         headers=PAGE_HEADERS)
 
-    @app.get("/health")
+    @app.get("/health", dependencies=[needs(OPEN)])
     def health() -> dict:
         """Liveness and what is loaded; `rerank`: whether a pair head is configured (the
         search page shows its Rerank switch only then), not which one."""
@@ -186,29 +176,24 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
                 "mode": settings.mode, "rerank": bool(settings.rerank),
                 "rerank_depth": settings.rerank_depth}
 
-    @app.post("/search")
+    @app.post("/search", dependencies=[needs("read")])
     def search(request: SearchRequest) -> Response:  # a plain def: FastAPI runs it on its pool
         """Top-k documents for one query (after `offset`); each hit has the fields of
         `bertindex search --json`, its side scores (`dense`, `keyword`) and, when asked,
         `labels`, `entities`, `window` and `highlights`."""
         started = time.perf_counter()
         pin_threads()
-        try:
-            filters = request.parsed()
-            if request.rerank and not searcher.config.search.rerank:
-                raise InputError("this server has no reranker: set search.rerank in its "
-                                 "config.yaml to a pair head (`bertindex train rerank`)")
-            with serial:
-                hits = searcher.search(request.query, request.k + request.offset,
-                                       mode=request.mode, **filters,
-                                       rerank=None if request.rerank else request.rerank,
-                                       rerank_depth=request.rerank_depth)[request.offset:]
-                found = (store.annotations_by_document([(h.collection, h.id) for h in hits])
-                         if request.annotations else {})
-        except InputError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
-        except BertindexError as exc:
-            raise HTTPException(status_code=500, detail=str(exc)) from None
+        filters = request.parsed()
+        if request.rerank and not searcher.config.search.rerank:
+            raise InputError("this server has no reranker: set search.rerank in its "
+                             "config.yaml to a pair head (`bertindex train rerank`)")
+        with serial:
+            hits = searcher.search(request.query, request.k + request.offset,
+                                   mode=request.mode, **filters,
+                                   rerank=None if request.rerank else request.rerank,
+                                   rerank_depth=request.rerank_depth)[request.offset:]
+            found = (store.annotations_by_document([(h.collection, h.id) for h in hits])
+                     if request.annotations else {})
         out = []
         for hit in hits:
             row = hit.to_dict()
@@ -225,19 +210,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         # cost 0.5 ms of a 10 ms query and held the GIL other queries wait for
         return Response(json.dumps(body), media_type="application/json")
 
-    @app.post("/facets")
+    @app.post("/facets", dependencies=[needs("read")])
     def facets(request: Filters) -> dict:
         """Documents per collection, label and entity type among those passing the filters."""
-        try:
-            filters = request.parsed()
-            with serial:
-                return store.facet_counts(**filters)
-        except InputError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
-        except BertindexError as exc:
-            raise HTTPException(status_code=500, detail=str(exc)) from None
+        filters = request.parsed()
+        with serial:
+            return store.facet_counts(**filters)
 
-    from search.access import AccessGuard, TokenBook
     from search.review_page import add_review_routes
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process

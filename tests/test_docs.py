@@ -100,3 +100,30 @@ def test_module_map_lists_every_module(site):
             modules.append(".".join(parts))
     assert len(modules) > 30
     assert not [m for m in modules if m not in page], "modules missing from the module map"
+
+
+def _anchor(heading: str) -> str:
+    """The anchor mkdocs (and GitHub) give a heading: lower case, punctuation dropped."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return re.sub(r"[ ]+", "-", slug)
+
+
+def test_readme_is_short_and_its_links_resolve():
+    """The README stays an entry page (at most 200 lines; figures live in docs/benchmarks.md),
+    and every relative link in it names a file that exists and, with `#`, a heading in it."""
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        page = ROOT / path
+        if not page.is_file():
+            broken.append(target)
+        elif anchor and page.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.M)
+            if anchor not in {_anchor(h) for h in headings}:
+                broken.append(target)
+    assert not broken, f"README links that resolve to nothing: {broken}"

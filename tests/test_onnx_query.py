@@ -22,9 +22,9 @@ from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import ModelError
+from indexer.fsio import file_sha256
 from indexer.indexing.run import run_index
 from indexer.machine import has_vnni
-from indexer.provenance import file_sha256
 from indexer.store import Store
 from indexer.versions import current_version, version_dir
 from search.query import Searcher

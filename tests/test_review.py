@@ -315,9 +315,11 @@ def test_review_api_answers_and_refusals(store):
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
+    from search.error_map import install
     from search.review_page import add_review_routes
 
     app = FastAPI()
+    install(app)
     add_review_routes(app, store.path)
     client = TestClient(app)
     path = store.path

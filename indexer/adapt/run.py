@@ -9,7 +9,8 @@ the run) with the same masks every time, so its loss and masked-token accuracy c
 across epochs.
 
 Resuming: every `checkpoint_seconds` (and `checkpoint_steps`, and at each epoch's end) the
-whole state (weights, optimizer, schedule, position, history) is written atomically to
+whole state (weights, optimizer and schedule (`indexer.training.Trainer`), the `TrainState`
+dataclass: position and history) is written atomically to
 `OUT/adapt-checkpoint.pt`. A run started again with the same settings on the same data
 continues from it; every random draw (batch order per epoch, masks and dropout per step) is a
 function of the seed and the position, so a resumed run ends with the weights an
@@ -23,7 +24,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,14 +40,15 @@ from indexer.encode.model_facts import (
     takes_token_types,
     usable_length,
 )
+from indexer.encode.policy import resolve_dtype
 from indexer.errors import InputError, ModelError
 from indexer.faults import crash_point
 from indexer.fsio import fsync_file
 from indexer.heads.features import training_batches
-from indexer.heads.schedule import Schedule
-from indexer.heads.settings import GRAD_CLIP, WEIGHT_DECAY
-from indexer.heads.train import resolve_dtype, set_threads
+from indexer.machine import set_threads
 from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
+from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY, Schedule
+from indexer.training.trainer import Trainer, save_atomic
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +170,68 @@ def _score(model, seqs: Sequences, masker: _Masker, pad_id: int, seed: int, head
             "accuracy": round(correct / count, 6) if count else None, "masked": count}
 
 
-def _save_checkpoint(out: Path, state: dict) -> None:
-    tmp = out / f".{CHECKPOINT}.tmp-{os.getpid()}"
-    torch.save(state, tmp)
-    fsync_file(tmp)
-    os.replace(tmp, out / CHECKPOINT)
+@dataclass
+class TrainState:
+    """Where a run stands, saved whole in every checkpoint: a resumed run continues from it
+    exactly (batch order, masks and dropout are functions of the seed and `step`)."""
+
+    epoch: int = 1
+    batch: int = 0  # batches of `epoch` done
+    step: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    epoch_loss: float = 0.0  # summed over the epoch's masked tokens
+    epoch_masked: int = 0
+    epoch_tokens: int = 0
+    epoch_seconds: float = 0.0
+    history: list[dict] = field(default_factory=list)
+    resumed: list[dict] = field(default_factory=list)
+
+    @property
+    def epoch_mean_loss(self) -> float:
+        return self.epoch_loss / max(1, self.epoch_masked)
+
+    @property
+    def epoch_rate(self) -> float:
+        """Tokens trained on per second in this epoch."""
+        return self.epoch_tokens / max(self.epoch_seconds, 1e-9)
+
+    def next_epoch(self) -> None:
+        self.epoch, self.batch = self.epoch + 1, 0
+        self.epoch_loss, self.epoch_masked, self.epoch_tokens, self.epoch_seconds = 0.0, 0, 0, 0.0
+
+
+@dataclass
+class _Run:
+    """One adaptation's loaded parts: the model, its masker and data, the trainer, the state."""
+
+    settings: AdaptSettings
+    out: Path
+    mode: str
+    threads: int
+    dtype: str
+    tokenizer: object
+    model: torch.nn.Module
+    head_info: dict
+    masker: _Masker
+    corpus: Corpus
+    pad_id: int
+    head: object
+    token_types: bool
+    fingerprint: str
+    trainer: Trainer
+    total: int  # optimiser steps in the whole run
+    state: TrainState = field(default_factory=TrainState)
+
+    def held_out_scores(self) -> dict:
+        return _score(self.model, self.corpus.held_out, self.masker, self.pad_id,
+                      self.settings.seed, self.head, self.token_types)
+
+    def checkpoint(self) -> None:
+        save_atomic({"fingerprint": self.fingerprint, "model": self.model.state_dict(),
+                     "trainer": self.trainer.state_dict(), "state": asdict(self.state)},
+                    self.out / CHECKPOINT)
+        crash_point("adapt.after_checkpoint")
 
 
 def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
@@ -191,11 +249,34 @@ def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
         InputError: bad `--out`, no text, or a checkpoint of another run.
         ModelError: the base cannot be loaded as a masked LM or has no mask token.
     """
-    from transformers import AutoTokenizer
-
     out = Path(settings.out)
     state_kind = check_out(out)
-    mode = as_mode(progress)
+    run = _prepare(texts, provenance, settings, out, as_mode(progress))
+    if state_kind == "resume":
+        _resume(run)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        before = run.held_out_scores()
+        run.state.history.append({"epoch": 0, "steps": 0, "tokens": 0,
+                                  "held_out_loss": before["loss"],
+                                  "held_out_accuracy": before["accuracy"]})
+        write_line(f"before training: held-out loss {before['loss']}, masked-token accuracy "
+                   f"{before['accuracy']} ({run.head_info['head']} head)", run.mode)
+    stop = _train(run)
+    receipt = _receipt(run, stop)
+    save_adapted(run.model, run.tokenizer, Path(settings.base), out, receipt)
+    path = out / RECEIPT
+    path.write_text(json.dumps(receipt, indent=2, ensure_ascii=False) + "\n")
+    fsync_file(path)
+    (out / CHECKPOINT).unlink(missing_ok=True)
+    return receipt
+
+
+def _prepare(texts: list[str], provenance: dict, settings: AdaptSettings, out: Path,
+             mode: str) -> _Run:
+    """Load the tokenizer and masked LM, build the corpus and the trainer for the run."""
+    from transformers import AutoTokenizer
+
     threads = set_threads(settings.threads)
     dtype = resolve_dtype(settings.dtype)
     where = str(settings.base)
@@ -209,145 +290,131 @@ def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
     masker = _Masker(tokenizer, settings.rule, where)
     corpus = build_corpus(texts, provenance, tokenizer, settings.max_length, specials,
                           settings.held_out, settings.seed, mode)
-    fingerprint = settings.fingerprint(corpus)
-    head = head_logits(model)
-    token_types = takes_token_types(model.base_model)
-
-    lengths = corpus.train.lengths
-    steps_per_epoch = -(-len(lengths) // settings.batch_size)
+    steps_per_epoch = -(-len(corpus.train.lengths) // settings.batch_size)
     total = steps_per_epoch * settings.epochs
     if settings.max_tokens:
         per_step = corpus.train.tokens() / steps_per_epoch
         total = min(total, max(1, math.ceil(settings.max_tokens / per_step)))
-    schedule = Schedule(int(settings.warmup_ratio * total), total)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
+    trainer = Trainer(params, settings.lr, Schedule(int(settings.warmup_ratio * total), total),
+                      dtype)
+    return _Run(settings, out, mode, threads, dtype, tokenizer, model, head_info, masker, corpus,
+                specials.pad_id, head_logits(model), takes_token_types(model.base_model),
+                settings.fingerprint(corpus), trainer, total)
 
-    pos = {"epoch": 1, "batch": 0, "step": 0, "tokens": 0, "seconds": 0.0,
-           "epoch_loss": 0.0, "epoch_masked": 0, "epoch_tokens": 0, "epoch_seconds": 0.0}
-    history: list[dict] = []
-    resumed: list[dict] = []
-    if state_kind == "resume":
-        saved = torch.load(out / CHECKPOINT, weights_only=False)
-        if saved["fingerprint"] != fingerprint:
-            raise InputError(f"--out {out}: its checkpoint is of another run (other settings "
-                             "or data); give the same options and data to resume, or a new "
-                             "--out")
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        pos, history, resumed = saved["position"], saved["history"], saved["resumed"]
-        resumed.append({"at_step": pos["step"], "tokens": pos["tokens"]})
-        write_line(f"resuming {out} at step {pos['step']:,}/{total:,} "
-                   f"({pos['tokens']:,} tokens trained on)", mode)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        before = _score(model, corpus.held_out, masker, specials.pad_id, settings.seed, head,
-                        token_types)
-        history.append({"epoch": 0, "steps": 0, "tokens": 0,
-                        "held_out_loss": before["loss"], "held_out_accuracy": before["accuracy"]})
-        write_line(f"before training: held-out loss {before['loss']}, masked-token accuracy "
-                   f"{before['accuracy']} ({head_info['head']} head)", mode)
 
-    def checkpoint() -> None:
-        _save_checkpoint(out, {"fingerprint": fingerprint, "model": model.state_dict(),
-                               "optimizer": optimizer.state_dict(),
-                               "scheduler": scheduler.state_dict(), "position": pos,
-                               "history": history, "resumed": resumed})
-        crash_point("adapt.after_checkpoint")
+def _resume(run: _Run) -> None:
+    """Load the checkpoint of an interrupted run with the same settings and data."""
+    saved = torch.load(run.out / CHECKPOINT, weights_only=False)
+    if saved.get("fingerprint") != run.fingerprint or "state" not in saved:
+        raise InputError(f"--out {run.out}: its checkpoint is of another run (other settings "
+                         "or data); give the same options and data to resume, or a new --out")
+    run.model.load_state_dict(saved["model"])
+    run.trainer.load_state_dict(saved["trainer"])
+    run.state = TrainState(**saved["state"])
+    run.state.resumed.append({"at_step": run.state.step, "tokens": run.state.tokens})
+    write_line(f"resuming {run.out} at step {run.state.step:,}/{run.total:,} "
+               f"({run.state.tokens:,} tokens trained on)", run.mode)
 
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+def _train(run: _Run) -> str:
+    """Epochs of steps until the horizon, a checkpoint when due and at each epoch's end.
+
+    Returns:
+        Why it stopped: "epochs" (every pass done) or "max_tokens" (the horizon came first).
+    """
+    settings, state = run.settings, run.state
     last_checkpoint = time.monotonic()
-    bar = Progress(total, "adapt", "step", mode, every_s=60.0, leave=True)
-    bar.update(pos["step"])
+    bar = Progress(run.total, "adapt", "step", run.mode, every_s=60.0, leave=True)
+    bar.update(state.step)
     stop = "epochs"
-    while pos["epoch"] <= settings.epochs and pos["step"] < total:
-        rng = np.random.default_rng([settings.seed, pos["epoch"]])
-        batches = training_batches(lengths, settings.batch_size, rng)
-        model.train()
-        for index in batches[pos["batch"]:]:
-            t0 = time.perf_counter()
-            step_seed = _step_seed(settings.seed, pos["step"] + 1)
-            torch.manual_seed(step_seed)  # dropout
-            batch = masker.batch(corpus.train, index, specials.pad_id,
-                                 torch.Generator().manual_seed(step_seed))
-            with autocast:
-                loss, _, n = mlm_loss(model, batch, head, token_types)
-            if not torch.isfinite(loss):
-                raise ModelError(f"adapt step {pos['step'] + 1}: the loss became "
-                                 f"{loss.item()}; lower --lr")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            real = int(batch["attention_mask"].sum())
-            seconds = time.perf_counter() - t0
-            pos["batch"] += 1
-            pos["step"] += 1
-            pos["tokens"] += real
-            pos["seconds"] += seconds
-            pos["epoch_loss"] += float(loss.detach()) * n
-            pos["epoch_masked"] += n
-            pos["epoch_tokens"] += real
-            pos["epoch_seconds"] += seconds
-            bar.set_postfix(f"loss {pos['epoch_loss'] / max(1, pos['epoch_masked']):.4f}, "
-                            f"{pos['epoch_tokens'] / max(pos['epoch_seconds'], 1e-9):,.0f} tokens/s")
+    while state.epoch <= settings.epochs and state.step < run.total:
+        rng = np.random.default_rng([settings.seed, state.epoch])
+        batches = training_batches(run.corpus.train.lengths, settings.batch_size, rng)
+        run.model.train()
+        for index in batches[state.batch:]:
+            _step(run, index)
+            bar.set_postfix(f"loss {state.epoch_mean_loss:.4f}, {state.epoch_rate:,.0f} tokens/s")
             bar.update()
-            if pos["step"] >= total:
-                if pos["batch"] < len(batches):
+            if state.step >= run.total:
+                if state.batch < len(batches):
                     stop = "max_tokens"
                 break
-            due = (settings.checkpoint_steps and pos["step"] % settings.checkpoint_steps == 0) \
+            due = (settings.checkpoint_steps and state.step % settings.checkpoint_steps == 0) \
                 or time.monotonic() - last_checkpoint >= settings.checkpoint_seconds
             if due:
-                checkpoint()
+                run.checkpoint()
                 last_checkpoint = time.monotonic()
-        scores = _score(model, corpus.held_out, masker, specials.pad_id, settings.seed, head,
-                        token_types)
-        entry = {"epoch": pos["epoch"], "steps": pos["step"], "tokens": pos["tokens"],
-                 "fraction_of_epoch": round(pos["batch"] / len(batches), 4),
-                 "train_loss": round(pos["epoch_loss"] / max(1, pos["epoch_masked"]), 6),
-                 "held_out_loss": scores["loss"], "held_out_accuracy": scores["accuracy"],
-                 "train_seconds": round(pos["epoch_seconds"], 2),
-                 "tokens_per_second": round(pos["epoch_tokens"] / max(pos["epoch_seconds"], 1e-9), 1)}
-        history.append(entry)
-        write_line(f"epoch {pos['epoch']}/{settings.epochs}: train loss {entry['train_loss']:.4f}, "
-                   f"held-out loss {scores['loss']}, masked-token accuracy {scores['accuracy']}, "
-                   f"{entry['tokens_per_second']:,.0f} tokens/s, elapsed {clock(pos['seconds'])}",
-                   mode)
-        pos.update({"epoch": pos["epoch"] + 1, "batch": 0, "epoch_loss": 0.0, "epoch_masked": 0,
-                    "epoch_tokens": 0, "epoch_seconds": 0.0})
-        checkpoint()
+        _end_epoch(run, len(batches))
+        run.checkpoint()
         last_checkpoint = time.monotonic()
     bar.close()
+    return stop
+
+
+def _step(run: _Run, index) -> None:
+    """One optimiser step on the batch `index`, its masks and dropout drawn from the step."""
+    state = run.state
+    started = time.perf_counter()
+    step_seed = _step_seed(run.settings.seed, state.step + 1)
+    torch.manual_seed(step_seed)  # dropout
+    batch = run.masker.batch(run.corpus.train, index, run.pad_id,
+                             torch.Generator().manual_seed(step_seed))
+    with run.trainer.autocast():
+        loss, _, n = mlm_loss(run.model, batch, run.head, run.token_types)
+    value = run.trainer.step(loss, f"adapt step {state.step + 1}")
+    real = int(batch["attention_mask"].sum())
+    seconds = time.perf_counter() - started
+    state.batch += 1
+    state.step += 1
+    state.tokens += real
+    state.seconds += seconds
+    state.epoch_loss += value * n
+    state.epoch_masked += n
+    state.epoch_tokens += real
+    state.epoch_seconds += seconds
+
+
+def _end_epoch(run: _Run, n_batches: int) -> None:
+    """Score the held-out slice, record the epoch (or the part of it the horizon allowed)."""
+    state = run.state
+    scores = run.held_out_scores()
+    entry = {"epoch": state.epoch, "steps": state.step, "tokens": state.tokens,
+             "fraction_of_epoch": round(state.batch / n_batches, 4),
+             "train_loss": round(state.epoch_mean_loss, 6),
+             "held_out_loss": scores["loss"], "held_out_accuracy": scores["accuracy"],
+             "train_seconds": round(state.epoch_seconds, 2),
+             "tokens_per_second": round(state.epoch_rate, 1)}
+    state.history.append(entry)
+    write_line(f"epoch {state.epoch}/{run.settings.epochs}: train loss {entry['train_loss']:.4f}, "
+               f"held-out loss {scores['loss']}, masked-token accuracy {scores['accuracy']}, "
+               f"{entry['tokens_per_second']:,.0f} tokens/s, elapsed {clock(state.seconds)}",
+               run.mode)
+    state.next_epoch()
+
+
+def _receipt(run: _Run, stop: str) -> dict:
     from indexer.machine import cpu_model
 
-    receipt = {
+    settings, state = run.settings, run.state
+    return {
         "kind": "masked-lm adaptation",
         "base": str(settings.base),
-        "head": head_info,
+        "head": run.head_info,
         "masking": settings.rule.describe(),
-        "data": corpus.provenance,
+        "data": run.corpus.provenance,
         "settings": {"epochs": settings.epochs, "max_tokens": settings.max_tokens,
                      "max_length": settings.max_length, "batch_size": settings.batch_size,
                      "lr": settings.lr, "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-                     "warmup_ratio": settings.warmup_ratio, "schedule": schedule.describe(),
-                     "seed": settings.seed, "dtype": dtype, "held_out": settings.held_out},
+                     "warmup_ratio": settings.warmup_ratio,
+                     "schedule": run.trainer.schedule.describe(),
+                     "seed": settings.seed, "dtype": run.dtype, "held_out": settings.held_out},
         "stopped": stop,
-        "steps": pos["step"],
-        "tokens_seen": pos["tokens"],
-        "train_seconds": round(pos["seconds"], 2),
-        "tokens_per_second": round(pos["tokens"] / max(pos["seconds"], 1e-9), 1),
-        "history": history,
-        "resumed": resumed,
-        "machine": {"cpu": cpu_model(), "threads": threads},
+        "steps": state.step,
+        "tokens_seen": state.tokens,
+        "train_seconds": round(state.seconds, 2),
+        "tokens_per_second": round(state.tokens / max(state.seconds, 1e-9), 1),
+        "history": state.history,
+        "resumed": state.resumed,
+        "machine": {"cpu": cpu_model(), "threads": run.threads},
     }
-    save_adapted(model, tokenizer, Path(settings.base), out, receipt)
-    path = out / RECEIPT
-    path.write_text(json.dumps(receipt, indent=2, ensure_ascii=False) + "\n")
-    fsync_file(path)
-    (out / CHECKPOINT).unlink(missing_ok=True)
-    return receipt
-

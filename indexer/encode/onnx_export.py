@@ -27,8 +27,8 @@ from indexer.encode.onnx_files import (
     output_kind,
 )
 from indexer.encode.onnx_int8 import int8_twin
-from indexer.fsio import fsync_dir, fsync_file
-from indexer.provenance import EXPORT_KEYS, Provenance, file_sha256, weight_stats
+from indexer.fsio import file_sha256, fsync_dir, fsync_file
+from indexer.provenance import EXPORT_KEYS, Provenance, weight_stats
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 
 from indexer.encode.onnx_files import Unavailable, int8_files
+from indexer.fsio import file_sha256
 from indexer.machine import has_vnni
-from indexer.provenance import file_sha256
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from indexer.encode.onnx_files import ENCODERS_DIR, INFO_FILE, TOKENIZER_FILE, U
 from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_pooling import pool_output
 from indexer.errors import ModelError
-from indexer.provenance import EXPORT_KEYS, Provenance, file_sha256, weight_stats, weights_hash
+from indexer.fsio import file_sha256
+from indexer.provenance import EXPORT_KEYS, Provenance, weight_stats, weights_hash
 
 QUERY_BATCH = 64  # queries per onnxruntime call
 

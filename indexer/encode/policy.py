@@ -1,5 +1,6 @@
 """Where and in what the encoder runs: the device, the dtype (`model.dtype: auto` decided by
-device, CPU ISA and the model's int8 check record) and how many batches run at once.
+device, CPU ISA and the model's int8 check record) and how many batches run at once; and the
+dtype a head trains, adapts and scores in on CPU (`resolve_dtype`).
 
 Decides only; does not load a model (`indexer.encode.encoder`) nor quantise it
 (`indexer.encode.quantize`). CPU flags come from `indexer.machine`.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Literal, get_args
 
 import torch
 
@@ -35,6 +36,20 @@ def cpu_has_bf16() -> bool:
     Reads `indexer.machine.cpu_flags`, which `BERTINDEX_CPU_FEATURES` overrides.
     """
     return machine.has_bf16()
+
+
+def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
+    """`model.dtype` of the config for a head on CPU (training, adapting, and `PairScorer`
+    scoring): auto -> bf16 on CPUs with native bf16.
+
+    Raises:
+        ModelError: a dtype a head cannot run in on CPU (int8, fp16).
+    """
+    if dtype == "auto":
+        return "bf16" if cpu_has_bf16() else "fp32"
+    if dtype not in ("fp32", "bf16"):
+        raise ModelError(f"a head on CPU runs in model.dtype fp32, bf16 or auto, not '{dtype}'")
+    return dtype  # type: ignore[return-value]
 
 
 def choose_device(device: DeviceChoice | str) -> torch.device:

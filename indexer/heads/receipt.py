@@ -21,10 +21,9 @@ from indexer.heads.settings import (
     DEFAULT_HEAD_ONLY_LR,
     FEATURE_BATCH_TOKENS,
     FEATURE_MAX_WASTE,
-    GRAD_CLIP,
-    WEIGHT_DECAY,
     TrainSettings,
 )
+from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY
 
 if TYPE_CHECKING:
     from indexer.heads.data import HeadData

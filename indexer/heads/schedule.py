@@ -1,6 +1,7 @@
-"""How long and in what steps a head trains: the learning-rate schedule, the batch size and
-max length chosen from the data, and the epoch rule (a fixed count, or `auto`: until the
-validation score stalls for `patience` epochs). Pure functions; does not touch a model.
+"""How long and in what steps a head trains: the warm-up ratios (the schedule itself is
+`indexer.training.schedule`), the batch size and max length chosen from the data, and the
+epoch rule (a fixed count, or `auto`: until the validation score stalls for `patience`
+epochs). Pure functions; does not touch a model.
 """
 
 from __future__ import annotations
@@ -20,40 +21,6 @@ DEFAULT_MAX_EPOCHS = 20
 LENGTH_STEP = 32  # --max-length auto rounds the longest example up to a multiple of this
 STEPS_PER_EPOCH = 250  # --batch-size auto: the largest power of two that still gives this many
 MIN_AUTO_BATCH = 8
-
-
-def warmup_then_decay(step: int, warmup: int, total: int) -> float:
-    """lr multiplier at optimizer step `step` (0-based): linear from 1/warmup to 1 over
-    `warmup` steps, then linear to 0 at `total`."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Warm-up and decay over a horizon of `total` optimizer steps."""
-
-    warmup: int
-    total: int
-
-    def multiplier(self, step: int) -> float:
-        return warmup_then_decay(step, self.warmup, self.total)
-
-    def describe(self) -> str:
-        return (f"linear warm-up over {self.warmup} steps, then linear decay to 0 at step "
-                f"{self.total}")
-
-
-def plan_schedule(steps_per_epoch: int, epochs: int, ratio: float) -> Schedule:
-    """The schedule for `epochs` epochs of `steps_per_epoch` steps, warm-up `ratio` of them.
-
-    With `--epochs auto`, `epochs` is `--max-epochs`: the horizon is the longest the run may
-    last, so stopping early leaves the rate part-way down its slope (as transformers' Trainer
-    with early stopping does).
-    """
-    total = steps_per_epoch * epochs
-    return Schedule(int(ratio * total), total)
 
 
 def auto_batch_size(n_train: int, largest: int) -> int:

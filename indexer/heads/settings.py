@@ -28,8 +28,6 @@ from indexer.heads.schedule import (
 DEFAULT_LR = 2e-5  # the seeds' recipe: a fixed --epochs
 AUTO_LR = 5e-5  # --epochs auto (benchmarks/small_data_heads.py; docs/guides/heads.md)
 DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
-WEIGHT_DECAY = 0.01
-GRAD_CLIP = 1.0
 FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per batch (benchmarks/head_feature_budget.py)
 FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 

@@ -16,16 +16,14 @@ files (see `data`).
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
 import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -38,22 +36,22 @@ from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
 from indexer.heads.receipt import baseline_warning, build_receipt, check_out_dir, save_head_dir
 from indexer.heads.registry import HEAD_TYPE_KEY, head_type
-from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO, EpochRule, plan_schedule
+from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO, EpochRule
+from indexer.heads.selection import MIN_DELTA, EpochSelection, keep_average
 from indexer.heads.sentence import POOLING_KEY
 from indexer.heads.settings import (
     DEFAULT_HEAD_ONLY_LR,
     FEATURE_BATCH_TOKENS,
     FEATURE_MAX_WASTE,
-    GRAD_CLIP,
-    WEIGHT_DECAY,
     TrainSettings,
 )
-from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
+from indexer.machine import set_threads
+from indexer.progress import ProgressArg, as_mode, clock, write_line
+from indexer.training.schedule import plan_schedule
+from indexer.training.trainer import Trainer, autocast, run_epoch
 
 log = logging.getLogger(__name__)
 
-MIN_DELTA = 0.002  # auto epochs: a validation score must rise by this much to reset patience
-LOSS_TIE_DELTA = 1e-3  # auto epochs: an equal score counts as progress with a 0.1 % lower loss
 
 
 @dataclass
@@ -69,38 +67,8 @@ class FitResult:
     cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
     feature_seconds: float = 0.0
     # auto epochs: the better of two means of the weights (epochs 2 on; the best epoch on),
-    # scored on validation, kept when it beats the best epoch (`_keep_average`'s record)
+    # scored on validation, kept when it beats the best epoch (`heads.selection.keep_average`'s record)
     average: dict | None = None
-
-
-def set_threads(threads: int | None = None) -> int:
-    """Size torch's intra-op pool: `threads`, else OMP_NUM_THREADS, else every CPU this
-    process may run on (on a shared machine, OMP_NUM_THREADS=1 avoids spin-wait stalls)."""
-    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        threads = int(os.environ["OMP_NUM_THREADS"])
-    if threads is None:
-        try:
-            threads = len(os.sched_getaffinity(0))
-        except AttributeError:
-            threads = os.cpu_count() or 1
-    torch.set_num_threads(max(1, threads))
-    return torch.get_num_threads()
-
-
-def resolve_dtype(dtype: str) -> Literal["fp32", "bf16"]:
-    """`model.dtype` of the config for a head on CPU (training, and `PairScorer` scoring):
-    auto -> bf16 on CPUs with native bf16."""
-    from indexer.encode.policy import cpu_has_bf16
-
-    if dtype == "auto":
-        return "bf16" if cpu_has_bf16() else "fp32"
-    if dtype not in ("fp32", "bf16"):
-        raise ModelError(f"a head on CPU runs in model.dtype fp32, bf16 or auto, not '{dtype}'")
-    return dtype  # type: ignore[return-value]
-
-
-def _autocast(dtype: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16")
 
 
 def seed_everything(seed: int) -> None:
@@ -229,26 +197,26 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     if settings.caches_features:
         modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, settings)
         probe = not settings.head_only
-        _train_epochs(model, modules, step_loss, val_logits, np.ones(len(train), dtype=np.int64),
-                      data, val, settings, rng, result, mode,
+        stage = Stage(model, modules, step_loss, val_logits, np.ones(len(train), dtype=np.int64),
                       rule=EpochRule(settings.probe_epochs) if probe else settings.epoch_rule,
                       lr=DEFAULT_HEAD_ONLY_LR if probe else settings.learning_rate,
-                      stage="probe" if probe else None)
+                      name="probe" if probe else None)
+        train_epochs(stage, data, val, settings, rng, result, mode)
     if not settings.head_only:
         for p in model.parameters():
             p.requires_grad_(True)
         pad_id = pad_id_of(tokenizer)
 
         def full_loss(index) -> torch.Tensor:
-            with _autocast(settings.dtype):
+            with autocast(settings.dtype):
                 return settings.kind.loss(model, collate(train, index, pad_id))
 
         def full_val_logits() -> list[torch.Tensor]:
             return model_logits(settings.kind, model, val, pad_id, settings.batch_size * 2)
 
-        _train_epochs(model, [model], full_loss, full_val_logits, train.lengths, data, val,
-                      settings, rng, result, mode, rule=settings.epoch_rule,
-                      lr=settings.learning_rate)
+        stage = Stage(model, [model], full_loss, full_val_logits, train.lengths,
+                      rule=settings.epoch_rule, lr=settings.learning_rate)
+        train_epochs(stage, data, val, settings, rng, result, mode)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(True)
@@ -257,209 +225,131 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     return result
 
 
-def better(score: float, loss: float, best_score: float, best_loss: float, ties: bool) -> bool:
-    """Whether an epoch beats the best so far: a higher validation score; with `ties` (auto
-    epochs) also the same score with a validation loss lower by more than LOSS_TIE_DELTA
-    (relative), so a run on a plateau (every example in the majority class, the score flat
-    while the model learns) is not stopped for patience."""
-    if score > best_score:
-        return True
-    return ties and score == best_score and loss < best_loss * (1 - LOSS_TIE_DELTA)
+@dataclass
+class Stage:
+    """One run of epochs: what trains and how its loss and validation logits are computed.
 
-
-def progressed(score: float, loss: float, mark_score: float, mark_loss: float) -> bool:
-    """Whether an epoch resets `--patience` (auto epochs): a validation score at least
-    MIN_DELTA above the last epoch that did, or the plateau rule of `better`. Rises smaller
-    than MIN_DELTA still update the best state kept, but do not prolong the run: on a large
-    set the curve creeps up by 0.1 points an epoch for many epochs, and each would otherwise
-    buy `patience` more epochs of training for nothing a user would notice."""
-    if score == mark_score:
-        return better(score, loss, mark_score, mark_loss, ties=True)
-    return score >= mark_score + MIN_DELTA
-
-
-def _train_epochs(model, modules, step_loss, val_logits, lengths: np.ndarray, data: HeadData,
-                  val: Encoded, settings: TrainSettings, rng, result: FitResult, mode: str,
-                  rule: EpochRule, lr: float, stage: str | None = None) -> None:
-    """AdamW over the parameters that require grad, epochs by `rule`, validation after each.
-
-    Without `stage`, the best epoch's state is tracked in `result` and loaded at the end, and
-    `rule` may stop early; a `stage` (the LP-FT probe) only appends its epochs to the history
-    under that name.
+    Attributes:
+        modules: put in train mode before each epoch (the head only, or the whole model).
+        step_loss: a batch's loss from its example indices (forward under the run's autocast).
+        val_logits: the validation split's logits, one tensor per example.
+        lengths: per training example, its token count (batches group similar lengths).
+        rule: how many epochs (`heads.schedule.EpochRule`).
+        name: None for the main stage (its best epoch is kept, `rule` may stop early); a name
+            (the LP-FT "probe") only appends its epochs to the history under that name.
     """
-    kind = settings.kind
-    metric = kind.metric
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=WEIGHT_DECAY)
-    steps_per_epoch = -(-len(lengths) // settings.batch_size)
+
+    model: torch.nn.Module
+    modules: list
+    step_loss: Callable[[np.ndarray], torch.Tensor]
+    val_logits: Callable[[], list[torch.Tensor]]
+    lengths: np.ndarray
+    rule: EpochRule
+    lr: float
+    name: str | None = None
+
+
+def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSettings, rng,
+                 result: FitResult, mode: str) -> None:
+    """AdamW (`indexer.training.Trainer`) over the parameters that require grad, epochs by
+    `stage.rule`, validation after each; the main stage's kept weights are loaded at the end
+    (the best epoch's, or a mean of epochs that scored higher)."""
+    kind, rule = settings.kind, stage.rule
+    params = [p for p in stage.model.parameters() if p.requires_grad]
+    steps_per_epoch = -(-len(stage.lengths) // settings.batch_size)
     ratio = AUTO_WARMUP_RATIO if rule.patience is not None else WARMUP_RATIO
-    schedule = plan_schedule(steps_per_epoch, rule.limit, ratio)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
-    best_state = None
-    # auto epochs only (`--epochs N` stays the seeds' recipe): running sums of the weights
-    # from the best epoch on and from epoch 2 on, for `_keep_average`
-    averaging = rule.patience is not None and stage is None
-    tail: dict | None = None
-    tail_epochs: list[int] = []
-    run: dict | None = None
-    run_epochs: list[int] = []
-    name = f"{stage} " if stage else ""
+    trainer = Trainer(params, stage.lr, plan_schedule(steps_per_epoch, rule.limit, ratio))
+    selection = EpochSelection(averaging=rule.patience is not None and stage.name is None,
+                               keeps_state=stage.name is None, ties=rule.patience is not None)
+    name = f"{stage.name} " if stage.name else ""
     of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
-    best_epoch, best_score, best_loss = 0, float("-inf"), float("inf")
-    mark_epoch, mark_score, mark_loss = 0, float("-inf"), float("inf")  # the last progress (patience)
     val_targets = kind.feature_targets(val)  # per example, the label ids of its logits' rows
-    stage_started = time.perf_counter()
-    epoch = 0
-    while True:
+    started = time.perf_counter()
+    epoch, reason = 0, None
+    while not reason:
         epoch += 1
         t0 = time.perf_counter()
-        for module in modules:
+        for module in stage.modules:
             module.train()
-        batches = training_batches(lengths, settings.batch_size, rng)
-        loss_sum, seen = 0.0, 0
-        bar = Progress(len(batches), f"{name}epoch {epoch}{of}", "batch", mode, every_s=60.0,
-                       leave=True)
-        for index in batches:
-            loss = step_loss(index)
-            if not torch.isfinite(loss):
-                raise ModelError(f"{name}epoch {epoch}: the loss became {loss.item()}; lower --lr")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.item() * len(index)
-            seen += len(index)
-            bar.set_postfix(f"loss {loss_sum / seen:.4f}")
-            bar.update()
-        bar.close()
+        batches = training_batches(stage.lengths, settings.batch_size, rng)
+        epoch_loss = run_epoch(trainer, batches, stage.step_loss, f"{name}epoch {epoch}{of}",
+                               mode, where=f"{name}epoch {epoch}")
         train_seconds = time.perf_counter() - t0
-        model.eval()
-        logits = val_logits()
+        stage.model.eval()
+        logits = stage.val_logits()
         scores = score_logits(kind, logits, data.splits["validation"], val, data.label_names)
-        score, val_loss = scores[metric], kind.validation_loss(logits, val_targets, model)
-        if better(score, val_loss, best_score, best_loss, ties=rule.patience is not None):
-            best_score, best_loss, best_epoch = score, val_loss, epoch
-            if stage is None:
-                best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
-            if averaging:
-                tail, tail_epochs = _weights_sum(None, model), [epoch]
-        elif averaging and tail is not None:
-            tail, tail_epochs = _weights_sum(tail, model), [*tail_epochs, epoch]
-        if averaging and epoch >= 2:  # all but the first epoch (SWA's start after warm-up)
-            run, run_epochs = _weights_sum(run, model), [*run_epochs, epoch]
-        if progressed(score, val_loss, mark_score, mark_loss):
-            mark_epoch, mark_score, mark_loss = epoch, score, val_loss
-        entry = {
-            "epoch": epoch,
-            "train_loss": round(loss_sum / seen, 6),
-            "validation": {metric: score},
-            "validation_loss": round(val_loss, 6),
-            "lr_end": float(scheduler.get_last_lr()[0]),
-            "train_seconds": round(train_seconds, 2),
-            "seconds": round(time.perf_counter() - t0, 2),
-        }
-        if stage:
-            entry["stage"] = stage
+        score = scores[kind.metric]
+        val_loss = kind.validation_loss(logits, val_targets, stage.model)
+        selection.observe(epoch, score, val_loss, stage.model)
+        entry = {"epoch": epoch, "train_loss": round(epoch_loss.mean, 6),
+                 "validation": {kind.metric: score}, "validation_loss": round(val_loss, 6),
+                 "lr_end": trainer.lr, "train_seconds": round(train_seconds, 2),
+                 "seconds": round(time.perf_counter() - t0, 2)}
+        if stage.name:
+            entry["stage"] = stage.name
         result.history.append(entry)
-        elapsed = time.perf_counter() - stage_started
-        per_epoch = elapsed / epoch
-        reason = rule.stop_after(epoch, mark_epoch)
-        fewest, most = rule.remaining(epoch, mark_epoch)
-        if reason:
-            eta = "done"
-        elif fewest == most:
-            eta = f"ETA {clock(most * per_epoch)}"
-        else:
-            eta = (f"ETA {clock(fewest * per_epoch)} if it stops at epoch {epoch + fewest}, "
-                   f"at most {clock(most * per_epoch)}")
-        write_line(f"{name}epoch {epoch}{of}: train loss {loss_sum / seen:.4f}, validation "
-                   f"{metric} {score:.4f}, best {best_score:.4f} (epoch {best_epoch}), "
-                   f"elapsed {clock(elapsed)}, {eta}", mode)
-        log.info("%sepoch %d: loss %.4f, validation %s %.4f", name, epoch, loss_sum / seen, metric, score)
-        if reason:
-            break
-    if stage is not None:
-        return
+        reason = rule.stop_after(epoch, selection.mark_epoch)
+        _report_epoch(f"{name}epoch {epoch}{of}", epoch, epoch_loss.mean, score, selection,
+                      rule, reason, time.perf_counter() - started, kind.metric, mode)
+    if stage.name is None:
+        result.schedule = trainer.schedule.describe()
+        _keep_chosen(stage, selection, epoch, reason, data, val, settings, result, mode)
+
+
+def _report_epoch(label: str, epoch: int, loss: float, score: float,
+                  selection: EpochSelection, rule: EpochRule, reason: str | None,
+                  elapsed: float, metric: str, mode: str) -> None:
+    """One line per epoch: losses, scores, the best so far and how long the run may go on."""
+    per_epoch = elapsed / epoch
+    fewest, most = rule.remaining(epoch, selection.mark_epoch)
+    if reason:
+        eta = "done"
+    elif fewest == most:
+        eta = f"ETA {clock(most * per_epoch)}"
+    else:
+        eta = (f"ETA {clock(fewest * per_epoch)} if it stops at epoch {epoch + fewest}, "
+               f"at most {clock(most * per_epoch)}")
+    write_line(f"{label}: train loss {loss:.4f}, validation {metric} {score:.4f}, best "
+               f"{selection.best_score:.4f} (epoch {selection.best_epoch}), elapsed "
+               f"{clock(elapsed)}, {eta}", mode)
+    log.info("%s: loss %.4f, validation %s %.4f", label, loss, metric, score)
+
+
+def _keep_chosen(stage: Stage, selection: EpochSelection, epoch: int, reason: str,
+                 data: HeadData, val: Encoded, settings: TrainSettings, result: FitResult,
+                 mode: str) -> None:
+    """Record why the main stage stopped and load the weights it keeps."""
+    kind, rule, model = settings.kind, stage.rule, stage.model
+    best_score, best_epoch = selection.best_score, selection.best_epoch
     result.best_score, result.best_epoch = best_score, best_epoch
     result.epochs_run, result.stop_reason = epoch, reason
-    result.schedule = schedule.describe()
     if reason == "patience":
-        result.stop_message = (f"stopped early after epoch {epoch}: validation {metric} has not "
-                               f"improved by {MIN_DELTA} since epoch {mark_epoch} ({rule.patience} "
-                               f"epochs); keeping epoch {best_epoch} "
+        result.stop_message = (f"stopped early after epoch {epoch}: validation {kind.metric} has "
+                               f"not improved by {MIN_DELTA} since epoch {selection.mark_epoch} "
+                               f"({rule.patience} epochs); keeping epoch {best_epoch} "
                                f"({best_score:.4f})")
     elif reason == "max_epochs":
-        result.stop_message = (f"reached --max-epochs {rule.limit} (validation {metric} still "
-                               f"improving within the last {rule.patience} epochs); keeping epoch "
-                               f"{best_epoch} ({best_score:.4f})")
+        result.stop_message = (f"reached --max-epochs {rule.limit} (validation {kind.metric} "
+                               f"still improving within the last {rule.patience} epochs); "
+                               f"keeping epoch {best_epoch} ({best_score:.4f})")
     else:
         result.stop_message = (f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
                                f"{best_epoch} ({best_score:.4f})")
     write_line(result.stop_message, mode)
-    # keyed by their epochs: when the best epoch is epoch 2 the two means are one
-    means = {tuple(e): t for e, t in ((run_epochs, run), (tail_epochs, tail)) if len(e) > 1}
-    if averaging and means:
-        result.average = _keep_average(model, [(list(e), t) for e, t in means.items()],
-                                       best_epoch, best_state, best_score, val_logits, data, val,
-                                       kind, mode)
+    means = selection.means()
+    if means:
+        def score_validation() -> float:
+            return score_logits(kind, stage.val_logits(), data.splits["validation"], val,
+                                data.label_names)[kind.metric]
+
+        result.average = keep_average(model, means, selection, score_validation, kind.metric,
+                                      mode)
         if result.average["kept"]:
             return
     # a mean scored and not kept left its weights in the model: the best epoch's come back
     # even when it was the last
-    if best_state is not None and (best_epoch != epoch or result.average is not None):
-        model.load_state_dict(best_state)
-
-
-def _weights_sum(total: dict | None, model) -> dict:
-    """`total` plus the model's floating-point weights (fp32; a copy when `total` is None)."""
-    state = model.state_dict()
-    if total is None:
-        return {k: v.detach().float().clone() for k, v in state.items() if v.is_floating_point()}
-    for k, v in total.items():
-        v.add_(state[k].detach().float())
-    return total
-
-
-def _keep_average(model, candidates: list[tuple[list[int], dict]], best_epoch: int,
-                  best_state: dict, best_score: float, val_logits, data: HeadData, val: Encoded,
-                  kind, mode: str) -> dict:
-    """Score on validation the mean of the weights of each candidate run of epochs (all but
-    the first epoch; the best epoch and those after it), load the best of them, and keep it
-    only when it beats the best epoch's score; else the model is left for the caller to load
-    the best state.
-
-    The epochs after the best one sit on the validation plateau at a learning rate still far
-    from zero; a mean of weights along the way lies where the loss surface is flatter
-    (weight averaging, as in SWA, which starts after the first phase of training). Choosing
-    it by validation cannot lower the validation score of what is kept.
-
-    Args:
-        candidates: (epochs, running sum of their weights) each.
-    Returns:
-        {"epochs", "validation", "kept", "tried": [{"epochs", "validation"}]} for the receipt.
-    """
-    tried, best_mean = [], None
-    for epochs, total in candidates:
-        averaged = {k: (total[k] / len(epochs)).to(v.dtype) if k in total else v
-                    for k, v in best_state.items()}
-        model.load_state_dict(averaged)
-        model.eval()
-        scores = score_logits(kind, val_logits(), data.splits["validation"], val, data.label_names)
-        score = float(scores[kind.metric])
-        tried.append({"epochs": epochs, "validation": score})
-        write_line(f"mean of the weights of epochs {epochs[0]}-{epochs[-1]}: validation "
-                   f"{kind.metric} {score:.4f}", mode)
-        if best_mean is None or score > best_mean[1]:
-            best_mean = (averaged, score, epochs)
-    averaged, score, epochs = best_mean
-    kept = score > best_score
-    if kept:
-        model.load_state_dict(averaged)
-    write_line(f"keeping the mean of epochs {epochs[0]}-{epochs[-1]} ({score:.4f}) over epoch "
-               f"{best_epoch} ({best_score:.4f})" if kept else
-               f"keeping epoch {best_epoch} ({best_score:.4f})", mode)
-    return {"epochs": epochs, "validation": score, "kept": kept, "tried": tried}
+    if selection.best_state is not None and (best_epoch != epoch or result.average is not None):
+        model.load_state_dict(selection.best_state)
 
 
 def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,122 +136,169 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
         info, the run id, the first rejections.
     """
     steps = steps or Steps()
-    fields = fields or FieldMap()
     files, refused_files = expand_paths(paths, config.roots.data)
-    id_registry = IdRegistry()
     encoder = steps.load(config)
-    total = BatchResult()
-    rejected_rows, failed, deleted, refused = [], [], [], []
-    refused_records = 0
-    delete_skipped: str | None = None
-    seen: set[str] | None = set() if on_missing == "delete" else None
-    mode = as_mode(progress)
-    encode_progress = mode if mode == "bar" else "off"  # lines: one reporter for the whole run
-    run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
     with Store(Path(config.store.path)) as store, store.recorded_run("index") as run:
+        job = _IndexRun(store, config, collection, steps, encoder, run.id, as_mode(progress),
+                        seen=set() if on_missing == "delete" else None)
         base_version = store.data_version()
         try:
             store.set_provenance(encoder.provenance)
-            pending: deque[tuple[BatchPlan, Any]] = deque()
-            pending_ids: set[str] = set()
-
-            def settle_oldest() -> None:
-                plan, future = pending.popleft()
-                pending_ids.difference_update(r.external_id for r in plan.batch.records)
-                try:
-                    chunks = future.result() if steps.submit else future
-                    total.merge(steps.commit(plan, chunks, store, run.id))
-                    run_bar.update(len(plan.batch.records))
-                    room = max(0, _MAX_REJECTIONS - len(rejected_rows))
-                    rejected_rows.extend(plan.batch.rejected[:room])
-                except _FATAL:
-                    raise
-                except Exception as exc:  # noqa: BLE001  (retried by the task: report, go on)
-                    log.error("batch %s failed: %s", plan.describe(), exc)
-                    failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
-
-            def batches():
-                if refused_files:  # outside roots.data, or no known suffix: recorded, never read
-                    yield Batch(rejected=list(refused_files))
-                for i, path in enumerate(files, start=1):
-                    run_bar.set_postfix(f"file {i}/{len(files)}")
-                    yield from read_batches(path, fmt, fields, batch_size, ids=id_registry,
-                                            max_chars=config.long_documents.max_chars)
-
-            for batch in batches():
-                if seen is not None:
-                    seen.update(r.external_id for r in batch.records)
-                    seen.update(r.external_id for r in batch.rejected if r.external_id)
-                    no_id = next((r for r in batch.rejected if r.external_id is None), None)
-                    if delete_skipped is None and no_id is not None:
-                        delete_skipped = f"{no_id.source} row {no_id.row} has no readable id"
-                if strict and batch.rejected:  # commit the rejections, not the documents
-                    refused.append({"batch": BatchPlan(batch, collection, [], [], [], 0,
-                                                       []).describe(),
-                                    "records": len(batch.records),
-                                    "rejected": len(batch.rejected),
-                                    "first_reason": batch.rejected[0].reason})
-                    refused_records += len(batch.records)
-                    batch = Batch(rejected=batch.rejected)
-                ids = [r.external_id for r in batch.records]
-                if pending_ids.intersection(ids):  # same id in a batch not yet written
-                    while pending:
-                        settle_oldest()
-                plan = plan_batch(batch, store, collection)
-                try:
-                    if steps.submit:
-                        future = steps.encode(plan.describe(), plan.texts, config)
-                    else:
-                        future = steps.encode(plan.texts, config, encoder, encode_progress)
-                except _FATAL:
-                    raise
-                except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
-                    log.error("batch %s failed: %s", plan.describe(), exc)
-                    failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
-                    continue
-                pending.append((plan, future))
-                pending_ids.update(ids)
-                while len(pending) > steps.in_flight:
-                    settle_oldest()
-            while pending:
-                settle_oldest()
-            run_bar.close()
-            id_registry = None  # every file is read: free the run's ids before the index step
-            removed = list(total.removed)
-            if seen and delete_skipped:
-                log.warning("on_missing: delete skipped: %s, so the documents it held cannot "
-                            "be told apart from deleted ones; fix the input and run again",
-                            delete_skipped)
-            elif seen:
-                deleted, gone = steps.delete_missing(store, collection, seen)
-                removed += gone
-            elif seen is not None:
-                log.warning("on_missing: delete skipped: the files held no documents, and "
-                            "that would empty collection %s", collection)
-            index_info = steps.write(store, config, total.added, removed, base_version)
+            reads = _read(files, refused_files, fmt, fields or FieldMap(), batch_size, config,
+                          job.run_bar)
+            for batch in reads:
+                job.add(batch, strict)
+            job.drain()
+            reads = None  # every file is read: free the run's ids before the index step
+            removed = job.delete_missing()
+            index_info = steps.write(store, config, job.total.added, removed, base_version)
         except BaseException:
-            run.summary = total.summary() | {"failed_batches": failed}  # recorded as failed
+            run.summary = job.total.summary() | {"failed_batches": job.failed}  # recorded as failed
             raise
-        summary = total.summary() | {
-            "read": total.read + refused_records,
-            "deleted": len(deleted),
-            "failed_batches": failed,
-            "refused_batches": refused,
-            "collection": collection,
-            "files": [str(p) for p in files],
-            "index": index_info,
-            "run_id": run.id,
-            **({"delete_skipped": delete_skipped} if seen and delete_skipped else {}),
-            "rejections": [
-                {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
-                for r in rejected_rows[:_MAX_REJECTIONS]
-            ],
-        }
+        summary = job.summary(files, index_info)
         crash_point("run.before_record")
         run.summary = summary
-        if failed or refused:
+        if job.failed or job.refused:
             run.status = COMPLETED_WITH_FAILURES
     return summary
+
+
+def _read(files: list[Path], refused_files: list, fmt: str, fields: FieldMap, batch_size: int,
+          config: Config, run_bar: Progress) -> Iterator[Batch]:
+    """The run's batches, file after file; refused files (outside roots.data, or no known
+    suffix) first, as rejections: recorded, never read. Ids are unique across the run."""
+    if refused_files:
+        yield Batch(rejected=list(refused_files))
+    ids = IdRegistry()
+    for i, path in enumerate(files, start=1):
+        run_bar.set_postfix(f"file {i}/{len(files)}")
+        yield from read_batches(path, fmt, fields, batch_size, ids=ids,
+                                max_chars=config.long_documents.max_chars)
+
+
+class _IndexRun:
+    """One index run's writer side: batches planned and sent to encode, settled in order
+    (committed, or reported as failed while the rest goes on), and what the summary counts.
+
+    With `steps.submit`, up to `steps.in_flight` batches are encoding ahead of the writer;
+    a batch holding an id that one of them holds waits until they are settled."""
+
+    def __init__(self, store: Store, config: Config, collection: str, steps: Steps, encoder,
+                 run_id: int, mode: str, seen: set[str] | None):
+        self.store, self.config, self.collection = store, config, collection
+        self.steps, self.encoder, self.run_id = steps, encoder, run_id
+        self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run
+        self.run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
+        self.seen = seen  # on_missing: delete: every id the files hold
+        self.total = BatchResult()
+        self.rejected_rows: list = []
+        self.failed: list[dict] = []
+        self.refused: list[dict] = []
+        self.refused_records = 0
+        self.deleted: list[str] = []
+        self.delete_skipped: str | None = None
+        self.pending: deque[tuple[BatchPlan, Any]] = deque()
+        self.pending_ids: set[str] = set()
+
+    def add(self, batch: Batch, strict: bool) -> None:
+        """Plan `batch` and send it to encode; settle what is due."""
+        self._note_seen(batch)
+        if strict and batch.rejected:  # commit the rejections, not the documents
+            self.refused.append({"batch": BatchPlan(batch, self.collection, [], [], [], 0,
+                                                    []).describe(),
+                                 "records": len(batch.records), "rejected": len(batch.rejected),
+                                 "first_reason": batch.rejected[0].reason})
+            self.refused_records += len(batch.records)
+            batch = Batch(rejected=batch.rejected)
+        ids = [r.external_id for r in batch.records]
+        if self.pending_ids.intersection(ids):  # same id in a batch not yet written
+            self.drain()
+        plan = plan_batch(batch, self.store, self.collection)
+        try:
+            if self.steps.submit:
+                future = self.steps.encode(plan.describe(), plan.texts, self.config)
+            else:
+                future = self.steps.encode(plan.texts, self.config, self.encoder,
+                                           self.encode_progress)
+        except _FATAL:
+            raise
+        except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
+            self._fail(plan, exc)
+            return
+        self.pending.append((plan, future))
+        self.pending_ids.update(ids)
+        while len(self.pending) > self.steps.in_flight:
+            self._settle_oldest()
+
+    def drain(self) -> None:
+        """Settle every batch still encoding."""
+        while self.pending:
+            self._settle_oldest()
+
+    def _note_seen(self, batch: Batch) -> None:
+        if self.seen is None:
+            return
+        self.seen.update(r.external_id for r in batch.records)
+        self.seen.update(r.external_id for r in batch.rejected if r.external_id)
+        no_id = next((r for r in batch.rejected if r.external_id is None), None)
+        if self.delete_skipped is None and no_id is not None:
+            self.delete_skipped = f"{no_id.source} row {no_id.row} has no readable id"
+
+    def _settle_oldest(self) -> None:
+        plan, future = self.pending.popleft()
+        self.pending_ids.difference_update(r.external_id for r in plan.batch.records)
+        try:
+            chunks = future.result() if self.steps.submit else future
+            self.total.merge(self.steps.commit(plan, chunks, self.store, self.run_id))
+            self.run_bar.update(len(plan.batch.records))
+            room = max(0, _MAX_REJECTIONS - len(self.rejected_rows))
+            self.rejected_rows.extend(plan.batch.rejected[:room])
+        except _FATAL:
+            raise
+        except Exception as exc:  # noqa: BLE001  (retried by the task: report, go on)
+            self._fail(plan, exc)
+
+    def _fail(self, plan: BatchPlan, exc: Exception) -> None:
+        log.error("batch %s failed: %s", plan.describe(), exc)
+        self.failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
+
+    def delete_missing(self) -> list[int]:
+        """All files read: with on_missing delete, remove what no file holds any more.
+
+        Returns:
+            The chunk ids this run removed (changed documents' old chunks, deleted ones').
+        """
+        self.run_bar.close()
+        removed = list(self.total.removed)
+        if self.seen and self.delete_skipped:
+            log.warning("on_missing: delete skipped: %s, so the documents it held cannot "
+                        "be told apart from deleted ones; fix the input and run again",
+                        self.delete_skipped)
+        elif self.seen:
+            self.deleted, gone = self.steps.delete_missing(self.store, self.collection, self.seen)
+            removed += gone
+        elif self.seen is not None:
+            log.warning("on_missing: delete skipped: the files held no documents, and "
+                        "that would empty collection %s", self.collection)
+        return removed
+
+    def summary(self, files: list[Path], index_info: dict) -> dict:
+        skipped = self.seen and self.delete_skipped
+        return self.total.summary() | {
+            "read": self.total.read + self.refused_records,
+            "deleted": len(self.deleted),
+            "failed_batches": self.failed,
+            "refused_batches": self.refused,
+            "collection": self.collection,
+            "files": [str(p) for p in files],
+            "index": index_info,
+            "run_id": self.run_id,
+            **({"delete_skipped": self.delete_skipped} if skipped else {}),
+            "rejections": [
+                {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
+                for r in self.rejected_rows[:_MAX_REJECTIONS]
+            ],
+        }
 
 
 def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict:

@@ -56,6 +56,35 @@ def build_report(store: Store, config: Config, collection: str | None = None,
     timed = by in TIME_UNITS
     time_field = time_field or config.fields.time
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
+    _check_request(store, collection, by, timed, time_field, start, end)
+    with store.bucketed(collection, by, time_field if timed else None, start, end) as counts:
+        names = sorted((b for b in counts if b != UNKNOWN),
+                       key=(lambda b: b) if timed else (lambda b: (-counts[b], b)))
+        if UNKNOWN in counts:
+            names.append(UNKNOWN)
+        order = [(b, counts[b]) for b in names]
+        agg = store.trend_aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
+                                     min_size=config.dedup.min_size, bins=bins)
+    buckets = {b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [],
+                   "waves": []} for b, n in order}
+    _add_labels(buckets, agg["labels"])
+    _add_entities(buckets, order, agg["entities"], timed, rising)
+    for bucket, group_id, n, size, text in agg["waves"]:
+        buckets[bucket]["waves"].append({"group_id": group_id, "in_bucket": n, "size": size,
+                                         "representative": text})
+    histograms: dict[str, dict[str, list[int]]] = {}
+    for head, label, bin_, count in agg["histogram"]:
+        histograms.setdefault(head, {}).setdefault(label, [0] * bins)[bin_] = count
+    return {"collection": collection, "by": by, "time_field": time_field if timed else None,
+            "since": since, "until": until,
+            "generated_at": utc_now().isoformat(timespec="seconds"),
+            "documents": sum(counts.values()), "buckets": list(buckets.values()),
+            "histograms": histograms, "bins": bins}
+
+
+def _check_request(store: Store, collection: str | None, by: str, timed: bool,
+                   time_field: str | None, start, end) -> None:
+    """Refuse a report that cannot be made, naming the option to change."""
     where = f"collection '{collection}'" if collection else "the store"
     if timed and not time_field:
         raise InputError(f"--by {by} needs the metadata field holding each document's time: "
@@ -70,17 +99,11 @@ def build_report(store: Store, config: Config, collection: str | None = None,
         raise InputError(f"no document in {where} has the metadata field '{field}' ({option}); "
                          "give a field your documents carry (see `bertindex search --json`, "
                          "`metadata`)")
-    with store.bucketed(collection, by, time_field if timed else None, start, end) as counts:
-        names = sorted((b for b in counts if b != UNKNOWN),
-                       key=(lambda b: b) if timed else (lambda b: (-counts[b], b)))
-        if UNKNOWN in counts:
-            names.append(UNKNOWN)
-        order = [(b, counts[b]) for b in names]
-        agg = store.trend_aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
-                                     min_size=config.dedup.min_size, bins=bins)
-    buckets = {b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [],
-                   "waves": []} for b, n in order}
-    for bucket, head, label, count, mean in agg["labels"]:
+
+
+def _add_labels(buckets: dict, rows) -> None:
+    """Per bucket and head: documents, mean score, and each label's count, mean and share."""
+    for bucket, head, label, count, mean in rows:
         h = buckets[bucket]["heads"].setdefault(head, {"documents": 0, "score_sum": 0.0,
                                                        "labels": {}})
         h["documents"] += count
@@ -92,8 +115,12 @@ def build_report(store: Store, config: Config, collection: str | None = None,
             h["mean_score"] = round(total / h["documents"], 4) if h["documents"] else None
             for lab in h["labels"].values():
                 lab["share"] = round(lab["count"] / h["documents"], 4)
-    for ord_, etype, text, n, share, prev_n, prev_share, has_prev, is_top, is_rising in agg[
-            "entities"]:
+
+
+def _add_entities(buckets: dict, order: list, rows, timed: bool, rising: int) -> None:
+    """Per bucket: the top entities of each type (with the change from the bucket before,
+    time buckets only) and the `rising` entities whose share grew the most."""
+    for ord_, etype, text, n, share, prev_n, prev_share, has_prev, is_top, is_rising in rows:
         b = buckets[order[ord_][0]]
         comparable = timed and has_prev and order[ord_][0] != UNKNOWN
         if is_top:
@@ -106,18 +133,6 @@ def build_report(store: Store, config: Config, collection: str | None = None,
     for b in buckets.values():
         b["rising"].sort(key=lambda r: (-r["share_change"], -r["count"], r["text"]))
         b["rising"] = b["rising"][:rising]
-    for bucket, group_id, n, size, text in agg["waves"]:
-        buckets[bucket]["waves"].append({"group_id": group_id, "in_bucket": n, "size": size,
-                                         "representative": text})
-    histograms: dict[str, dict[str, list[int]]] = {}
-    for head, label, bin_, count in agg["histogram"]:
-        histograms.setdefault(head, {}).setdefault(label, [0] * bins)[bin_] = count
-    return {"collection": collection, "by": by, "time_field": time_field if timed else None,
-            "since": since, "until": until,
-            "generated_at": utc_now().isoformat(
-                timespec="seconds"),
-            "documents": sum(counts.values()), "buckets": list(buckets.values()),
-            "histograms": histograms, "bins": bins}
 
 
 def write_report_files(report: dict, folder: Path) -> dict:

@@ -17,7 +17,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from indexer.store.timefield import DOC_TIMES, SET_UTC, json_path
+from indexer.store.filters import json_path
+from indexer.store.timefield import DOC_TIMES, SET_UTC
 from indexer.timeutil import utc_now
 
 # first chunk (ordinal 0) of each document of a collection: the document's vector. Content

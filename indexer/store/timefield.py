@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import duckdb
 
+from indexer.store.filters import json_path
+
 SET_UTC = "SET TimeZone = 'UTC'"  # strings without an offset are UTC
 # over columns `v` (the raw text) and `num` (TRY_CAST(v AS DOUBLE), computed once)
 TIME_OF = """(CASE
@@ -21,17 +23,6 @@ DOC_TIMES = ("SELECT doc_id, v AS raw, " + TIME_OF + " AS t FROM ("
              "SELECT doc_id, v, TRY_CAST(v AS DOUBLE) AS num FROM ("
              "SELECT doc_id, json_extract_string(metadata, ?) AS v FROM documents "
              "WHERE (?::VARCHAR IS NULL OR collection = ?)))")
-
-
-def json_path(field: str) -> str:
-    """The JSON path of a top-level metadata key (quoted, so dots and spaces stay in the name).
-
-    Args:
-        field: the metadata key.
-    Returns:
-        `$."field"`, bound as a parameter.
-    """
-    return '$."' + field.replace('"', '\\"') + '"'
 
 
 def documents_with_field(con: duckdb.DuckDBPyConnection, field: str,

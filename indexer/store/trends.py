@@ -13,7 +13,8 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from indexer.store.timefield import DOC_TIMES, SET_UTC, documents_with_field, json_path
+from indexer.store.filters import json_path
+from indexer.store.timefield import DOC_TIMES, SET_UTC, documents_with_field
 
 UNKNOWN = "unknown"
 TIME_UNITS = {"day": "%Y-%m-%d", "week": "%Y-%m-%d", "month": "%Y-%m"}

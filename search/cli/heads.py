@@ -126,8 +126,9 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
 
     warm_up_api()  # the Prefect API starts while torch and the model load
     from indexer.config import resolve_model_path
+    from indexer.encode.policy import resolve_dtype
     from indexer.heads.receipt import summary
-    from indexer.heads.train import TrainSettings, resolve_dtype
+    from indexer.heads.train import TrainSettings
 
     if epochs != "auto" and (patience is not None or max_epochs is not None):
         raise click.UsageError("--patience and --max-epochs apply to --epochs auto only")
@@ -249,11 +250,12 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     from transformers import AutoTokenizer
 
     from indexer.config import resolve_model_path
+    from indexer.encode.policy import resolve_dtype
     from indexer.evaluation import load_beir_queries
     from indexer.heads.data import HeadData
     from indexer.heads.pair.head_type import REGRESSION
     from indexer.heads.receipt import summary, update_receipt
-    from indexer.heads.train import TrainSettings, resolve_dtype, train_head
+    from indexer.heads.train import TrainSettings, train_head
     from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher

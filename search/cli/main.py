@@ -243,8 +243,9 @@ def _print_table(hits, sizes: dict | None = None) -> None:
                    f"{textwrap.shorten(line, 90, placeholder=' …')}")
 
 
-def _register_optional_commands() -> None:
-    """Commands that live in their own modules."""
+def _register_commands() -> None:
+    """Commands that live in their own modules. Imported at start, with no fallback: a module
+    that fails to import stops `bertindex` with its error rather than removing its commands."""
     from search.cli.evaluate import eval_group
 
     main.add_command(eval_group)  # eval beir|sts, and eval head below
@@ -270,10 +271,8 @@ def _register_optional_commands() -> None:
 
     main.add_command(report)
     main.add_command(dedup)
-    try:
-        from search.cli.heads import eval_head, train
-    except ImportError:
-        return
+    from search.cli.heads import eval_head, train
+
     main.add_command(train)
     from search.cli.adapt import adapt
 
@@ -281,7 +280,7 @@ def _register_optional_commands() -> None:
     eval_group.add_command(eval_head, name="head")
 
 
-_register_optional_commands()
+_register_commands()
 
 if __name__ == "__main__":
     main()

@@ -17,14 +17,10 @@ from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.evaluate import evaluate_head
 from indexer.heads.features import Encoded
 from indexer.heads.receipt import baseline_warning
-from indexer.heads.schedule import (
-    EpochRule,
-    Schedule,
-    auto_max_length,
-    plan_schedule,
-    warmup_then_decay,
-)
-from indexer.heads.train import FitResult, TrainSettings, _train_epochs, progressed, train_head
+from indexer.heads.schedule import EpochRule, auto_max_length
+from indexer.heads.selection import progressed
+from indexer.heads.train import FitResult, Stage, TrainSettings, train_epochs, train_head
+from indexer.training.schedule import Schedule, plan_schedule, warmup_then_decay
 
 # ---- the schedule ---------------------------------------------------------------------------
 
@@ -76,7 +72,7 @@ def test_epoch_rule():
 
 
 def test_a_plateau_with_falling_validation_loss_is_progress_under_auto_epochs():
-    from indexer.heads.train import better
+    from indexer.heads.selection import better
 
     assert better(0.5, 0.9, 0.4, 0.1, ties=False)  # a higher score always wins
     assert better(0.4, 0.5, 0.4, 0.6, ties=True)  # same score, lower loss: auto epochs go on
@@ -111,7 +107,7 @@ def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_be
 
 
 def _scripted_run(tiny_bert, script, epochs="auto", max_epochs=20):
-    """`_train_epochs` on a linear toy model whose validation logits follow `script`, one
+    """`train_epochs` on a linear toy model whose validation logits follow `script`, one
     entry per validation pass; returns (result, model, the weights at each pass)."""
     from indexer.heads.classifier.head_type import SentenceExample
 
@@ -133,9 +129,9 @@ def _scripted_run(tiny_bert, script, epochs="auto", max_epochs=20):
     settings = TrainSettings("classifier", tiny_bert, tiny_bert / "unused", batch_size=2, lr=0.1,
                              epochs=epochs, max_epochs=max_epochs)
     result = FitResult()
-    _train_epochs(model, [model], step_loss, val_logits, np.ones(8, dtype=np.int64), data, val,
-                  settings, np.random.default_rng(0), result, "off", rule=settings.epoch_rule,
-                  lr=0.1)
+    stage = Stage(model, [model], step_loss, val_logits, np.ones(8, dtype=np.int64),
+                  rule=settings.epoch_rule, lr=0.1)
+    train_epochs(stage, data, val, settings, np.random.default_rng(0), result, "off")
     return result, model, snapshots
 
 

@@ -4,8 +4,8 @@ texts' mean-pooled vectors matches the score scaled to 0..1 (mean squared error,
 sentence-transformers `CosineSimilarityLoss` recipe), saved inside the head directory
 (`BI_ENCODER_DIR`), where the blend reads it (`heads.pair.blend`).
 
-Same optimiser rules as the heads: AdamW (weight decay 0.01), 10 % linear warm-up then linear
-decay, gradient-norm clip 1.0, fixed seed, bf16 autocast where the CPU has it. Texts are read
+Same optimiser as the heads (`indexer.training.Trainer`: AdamW, weight decay 0.01, clip 1.0,
+bf16 autocast where the CPU has it), 10 % linear warm-up then linear decay, fixed seed. Texts are read
 whole up to the base's positions (a sentence pair set; a longer text is cut, as the baseline
 cuts it). No epoch is picked by validation: the blend's weight is (`choose_weight`). Does not
 train the cross-encoder (`heads.train`).
@@ -45,8 +45,9 @@ def tune_bi_encoder(base: Path, firsts: Sequence[str], seconds: Sequence[str],
     from transformers import AutoModel, AutoTokenizer
 
     from indexer.encode.model_facts import load_transformer
-    from indexer.heads.schedule import WARMUP_RATIO, plan_schedule
-    from indexer.heads.settings import GRAD_CLIP, WEIGHT_DECAY
+    from indexer.heads.schedule import WARMUP_RATIO
+    from indexer.training.schedule import plan_schedule
+    from indexer.training.trainer import Trainer
 
     started = time.perf_counter()
     torch.manual_seed(seed)
@@ -55,28 +56,22 @@ def tune_bi_encoder(base: Path, firsts: Sequence[str], seconds: Sequence[str],
     model, _ = load_transformer(base, AutoModel)
     model.train()
     y = torch.tensor(np.asarray(targets, dtype=np.float32))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=BI_LR, weight_decay=WEIGHT_DECAY)
     steps = -(-len(firsts) // BI_BATCH)
-    schedule = plan_schedule(steps, epochs, WARMUP_RATIO)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule.multiplier)
+    trainer = Trainer(model.parameters(), BI_LR, plan_schedule(steps, epochs, WARMUP_RATIO),
+                      "bf16" if bf16 else "fp32")
     losses = []
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
         order, total = rng.permutation(len(firsts)), 0.0
         for start in range(0, len(order), BI_BATCH):
             index = order[start:start + BI_BATCH]
             batches = [tokenizer([texts[i] for i in index], padding=True, truncation=True,
                                  max_length=BI_MAX_LENGTH, return_tensors="pt")
                        for texts in (firsts, seconds)]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with trainer.autocast():
                 a, b = (_mean(model, batch) for batch in batches)
             cosine = torch.nn.functional.cosine_similarity(a.float(), b.float())
             loss = torch.nn.functional.mse_loss(cosine, y[index])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            total += loss.item() * len(index)
+            total += trainer.step(loss, f"bi-encoder epoch {epoch}") * len(index)
         losses.append(round(total / len(order), 6))
     model.eval()
     out.mkdir(parents=True, exist_ok=True)

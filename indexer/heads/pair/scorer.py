@@ -57,8 +57,8 @@ class PairScorer:
 
     def __init__(self, path: str | Path, max_length: int | None = None,
                  threads: int | None = None, dtype: str = "auto"):
+        from indexer.encode.policy import resolve_dtype
         from indexer.heads.predict import load_model_dir
-        from indexer.heads.train import resolve_dtype
 
         self.path = Path(path)
         self.kind, self.model, self.tokenizer = load_model_dir(self.path)

@@ -1,0 +1,105 @@
+"""The server's one error map: which exception answers with which HTTP status (`STATUS`), and
+the `{"detail": message}` body every error answer has. Routes raise the library's errors
+(`indexer.errors`) and never translate them; `install` makes them FastAPI exception handlers.
+The checks that run before any route (`search.access`, `search.body_limit`) refuse with the
+`Refusal` classes below, answered through the same map.
+
+Exceptions outside the map (a bug) stay FastAPI's plain 500. Imports no web framework at
+module level: the CLI loads `search.body_limit` at start.
+"""
+
+from __future__ import annotations
+
+from indexer.errors import BertindexError, InputError, StoreError
+
+RETRY_HINT = " (try again in a moment)"  # ends the detail of a 409
+
+
+class Refusal(Exception):
+    """A request refused before any route ran; `headers` go with the answer."""
+
+    headers: dict[str, str] = {}
+
+
+class Unauthenticated(Refusal):
+    """No token, or one the server does not accept."""
+
+    headers = {"WWW-Authenticate": 'Bearer realm="bertindex"'}
+
+
+class Forbidden(Refusal):
+    """A foreign Host or Origin, or a token whose scope is below the route's."""
+
+
+class LengthRequired(Refusal):
+    """A body sent without a Content-Length (it would be read unbounded)."""
+
+    headers = {"Connection": "close"}
+
+
+class TooLarge(Refusal):
+    """A body declared larger than the server reads."""
+
+    headers = {"Connection": "close"}
+
+
+# the most specific class of an exception that is listed decides
+STATUS: dict[type[Exception], int] = {
+    InputError: 400,  # the request's own fault: a malformed filter, an unknown head or label
+    Unauthenticated: 401,
+    Forbidden: 403,
+    StoreError: 409,  # another process writes the store: the same request may pass later
+    LengthRequired: 411,
+    TooLarge: 413,
+    BertindexError: 500,  # what else the library names: a damaged index, a model that won't load
+}
+
+
+def status_of(exc: Exception) -> int:
+    """The status `exc` answers with: its own class's, else its nearest base class's in
+    `STATUS`, else 500."""
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def error_response(exc: Exception):
+    """The answer to `exc`: its status, `{"detail": message}` and the refusal's headers; a
+    Starlette response, itself an ASGI app the checks before routing call directly."""
+    from starlette.responses import JSONResponse
+
+    status = status_of(exc)
+    detail = str(exc) + (RETRY_HINT if status == 409 else "")
+    return JSONResponse({"detail": detail}, status_code=status,
+                        headers=getattr(exc, "headers", None))
+
+
+def install(app) -> None:
+    """Answer every exception class of `STATUS` raised in a route through `error_response`,
+    and request validation errors as 422 with one line naming each field's problem.
+
+    Args:
+        app: a FastAPI app.
+    """
+    from fastapi.exceptions import RequestValidationError
+    from starlette.responses import JSONResponse
+
+    async def mapped(request, exc):
+        return error_response(exc)
+
+    async def invalid(request, exc):
+        return JSONResponse({"detail": _one_line(exc)}, status_code=422)
+
+    for cls in STATUS:
+        app.add_exception_handler(cls, mapped)
+    app.add_exception_handler(RequestValidationError, invalid)
+
+
+def _one_line(exc) -> str:
+    """A request validation error as one line: `field: problem; field: problem`."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    return "; ".join(parts) or "invalid request"
