@@ -42,8 +42,8 @@ def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
     from indexer.heads.data import read_head_data
+    from indexer.heads.registry import head_type
     from indexer.heads.train import encode_splits, feature_encoder
-    from indexer.heads.types.registry import head_type
 
     key = hashlib.sha256(f"{task_dir.resolve()}|{settings.base}|{settings.dtype}|"
                          f"{settings.max_length}".encode()).hexdigest()[:16]
@@ -85,10 +85,10 @@ class FeatureHead:
     modules and `train_epochs` loop (AdamW, warm-up + decay, clip, best validation epoch)."""
 
     def __init__(self, feats: dict, settings, seed: int):
+        from indexer.heads.classifier.head_type import SentenceExample
         from indexer.heads.data import HeadData
         from indexer.heads.features import Encoded
         from indexer.heads.train import load_base
-        from indexer.heads.types.classifier import SentenceExample
 
         self.settings = settings
         self.names = feats["label_names"]
@@ -129,7 +129,7 @@ class FeatureHead:
         model.eval()
 
     def probs(self, x: np.ndarray) -> np.ndarray:
-        from indexer.heads.types.base import softmax
+        from indexer.heads.base import softmax
 
         with torch.inference_mode():
             return softmax(self.kind.feature_logits(self.model, torch.from_numpy(x)).numpy())

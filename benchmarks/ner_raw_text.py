@@ -33,7 +33,7 @@ from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.raw_eval import evaluate_raw_text
 from indexer.config import DEFAULT_MODEL, Config, resolve_model_path
 from indexer.heads.data import HeadData, read_head_data
-from indexer.heads.raw_text import score_raw_text
+from indexer.heads.tagger.raw_text import score_raw_text
 from indexer.heads.train import TrainSettings, train_head
 
 ROOT = Path(__file__).resolve().parents[1]

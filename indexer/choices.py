@@ -28,7 +28,7 @@ HeadPooling = Literal["auto", "cls", "mean"]
 # `train --dtype`: what a head trains in
 HeadDtype = Literal["fp32", "bf16"]
 
-# a tagger's decoding of word tags into spans (indexer.heads.types.tagger)
+# a tagger's decoding of word tags into spans (indexer.heads.tagger.head_type)
 Decode = Literal["bio", "argmax"]
 
 # `review export --strategy`: which documents a person labels first (indexer.review.strategies)
@@ -38,7 +38,7 @@ ReviewStrategy = Literal["uncertain", "margin", "disagree", "random"]
 # includes those before it (indexer.store.tokens, search.access)
 TokenScope = Literal["read", "review", "admin"]
 
-# how a tagger cuts raw text into its training words (indexer.heads.segment)
+# how a tagger cuts raw text into its training words (indexer.heads.tagger.segment)
 Segmentation = Literal["whitespace", "tokenizer"]
 
 # `keyword.language`: the BM25 analyzer's stemmer (indexer.index.keyword); `none`: no stemming

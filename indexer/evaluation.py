@@ -7,8 +7,6 @@ discount), recall@100 over relevant documents, MRR@10 over the first relevant hi
 from __future__ import annotations
 
 import csv
-import gzip
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,7 +15,9 @@ import numpy as np
 
 from indexer.errors import InputError
 from indexer.heads.metrics import correlations
-from indexer.heads.pair_files import read_pair_table
+from indexer.ingest.formats.base import UNSPLIT
+from indexer.ingest.formats.jsonl import read_labelled_jsonl
+from indexer.ingest.formats.stsb import read_stsb
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -63,13 +63,8 @@ def load_beir_queries(folder: Path, split: str = "test") -> tuple[dict[str, str]
     queries_path = next((p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.is_file()), None)
     if queries_path is None:
         raise InputError(f"{folder}: queries.jsonl not found")
-    opener = gzip.open if queries_path.name.endswith(".gz") else open
-    queries = {}
-    with opener(queries_path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            obj = json.loads(line)
-            if str(obj["_id"]) in qrels:
-                queries[str(obj["_id"])] = obj["text"]
+    rows = read_labelled_jsonl(queries_path).items[UNSPLIT]  # the one JSONL reader
+    queries = {str(q["_id"]): q["text"] for _, q in rows if str(q["_id"]) in qrels}
     return queries, qrels
 
 
@@ -103,10 +98,10 @@ def retrieval_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mappi
 
 def load_sts(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     """STS-B file: tab-separated, no quoting; score in column 5, sentences in 6 and 7 (read by
-    the pair heads' reader, `indexer.heads.pair_files`)."""
+    the pair heads' reader, `indexer.ingest.formats.stsb`)."""
     if not path.is_file():
         raise InputError(f"{path}: no such STS file")
-    items = [item for _, item in read_pair_table(path, "stsb")]
+    items = [item for _, item in read_stsb(path).items[UNSPLIT]]
     try:
         gold = np.asarray([float(item["score"]) for item in items])
     except ValueError as exc:

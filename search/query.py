@@ -166,7 +166,7 @@ class Searcher:
         """The pair head at `path` as a `PairScorer`, loaded once (torch and the head load only
         when a search reranks)."""
         if path not in self._rerankers:
-            from indexer.heads.pairs import PairScorer
+            from indexer.heads.pair.scorer import PairScorer
 
             self._rerankers[path] = PairScorer(path)
         return self._rerankers[path]

@@ -20,7 +20,7 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from indexer.heads.pair_keys import RERANK_WEIGHT_KEY
+from indexer.heads.pair.keys import RERANK_WEIGHT_KEY
 from search.hits import SearchHit
 
 RERANK_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 (first stage) .. 1 (head alone)
@@ -74,7 +74,7 @@ def rerank_hits(query: str, hits: Sequence[SearchHit], scorer, depth: int,
     with the first stage's by the head's weight (see the module).
 
     Args:
-        scorer: has `score(pairs) -> scores` (`indexer.heads.pairs.PairScorer`).
+        scorer: has `score(pairs) -> scores` (`indexer.heads.pair.scorer.PairScorer`).
         depth: how many of the first hits to rerank (>= 1).
         weight: the head's share (None: the head's own, `rerank_weight`).
     Returns:
@@ -129,7 +129,7 @@ def tune_rerank_weight(searcher, collection: str, head: Path, queries: dict, qre
     head's config.json."""
     import json
 
-    from indexer.heads.pairs import PairScorer
+    from indexer.heads.pair.scorer import PairScorer
 
     depth = searcher.config.search.rerank_depth
     ids = list(queries)

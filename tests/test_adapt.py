@@ -159,7 +159,7 @@ def test_the_saved_directory_is_an_encoder_that_indexes_and_trains_heads(adapted
                                      "model.max_length": 16, "long_documents.stride": 4})
     vectors = Encoder(cfg.model).encode_texts(["the cat sat", "red river"])
     assert vectors.shape[0] == 2 and np.isfinite(vectors).all()
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     kind, names = head_type("classifier"), ["pet", "thing"]
 

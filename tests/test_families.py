@@ -166,22 +166,22 @@ def _conll(path: Path, items) -> Path:
 
 
 def _train(task: str, data: Path, model_dir: Path, out: Path, validation=None, test=None,
-           **settings) -> dict:
+           fmt: str = "auto", **settings) -> dict:
     """`bertindex train TASK` without Prefect: the library calls its flow makes."""
     from indexer.heads.data import read_head_data
     from indexer.heads.train import TrainSettings, train_head
 
-    splits = read_head_data(task, data, validation, test)
+    splits = read_head_data(task, data, validation, test, fmt=fmt)
     return train_head(splits, TrainSettings(task=task, base=model_dir, out=out, epochs=1,
                                             batch_size=8, **settings))
 
 
-def _eval(task: str, head: Path, data: Path) -> dict:
+def _eval(task: str, head: Path, data: Path, fmt: str = "auto") -> dict:
     """`bertindex eval head` on the test split."""
     from indexer.heads.data import read_head_data
     from indexer.heads.evaluate import evaluate_head
 
-    return evaluate_head(head, read_head_data(task, data, single_split="test"), "test")
+    return evaluate_head(head, read_head_data(task, data, fmt=fmt, single_split="test"), "test")
 
 
 def test_heads_train_eval_predict_annotate(family, tmp_path):
@@ -191,8 +191,8 @@ def test_heads_train_eval_predict_annotate(family, tmp_path):
     limit = FAMILIES[name].usable
     clf = tmp_path / "clf"
     data = _classifier_data(tmp_path / "clf.json")
-    receipt = _train("classifier", data, model_dir, clf)
-    assert _eval("classifier", clf, data)["macro_f1"] == pytest.approx(
+    receipt = _train("classifier", data, model_dir, clf, fmt="splits")
+    assert _eval("classifier", clf, data, fmt="splits")["macro_f1"] == pytest.approx(
         receipt["test"]["macro_f1"])
 
     ner = tmp_path / "ner"
@@ -239,7 +239,7 @@ def test_pre_split_words_tokenise_as_running_text(family):
     space), so that word_ids() puts each label on the word's first subword."""
     from transformers import AutoTokenizer
 
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     name, model_dir = family
     tagger = head_type("ner")

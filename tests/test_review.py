@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 
 from indexer.errors import InputError
+from indexer.heads.classifier.head_type import SentenceExample
 from indexer.heads.data import HeadData
-from indexer.heads.types.classifier import SentenceExample
 from indexer.indexing.run import run_index
 from indexer.records import Annotation, Label
 from indexer.review import strategies as st
@@ -164,7 +164,7 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     assert "no 'id'" in reasons[3]
     assert "no document 'gone'" in reasons[4] and "deleted since the export" in reasons[4]
     assert "--head clf2" in reasons[5]
-    assert "not valid JSON" in reasons[6]
+    assert "broken JSON" in reasons[6]
     assert "ISO date-time" in reasons[10]
     assert (s.rows, s.stored, s.unlabelled, s.changed) == (11, 2, 1, 0)
     assert s.duplicates == [{"id": "d6", "lines": [8, 9], "kept": 9}]

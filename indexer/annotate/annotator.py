@@ -3,7 +3,7 @@
 Heads whose backbones hold the same weights (head-only heads on the packaged encoder) share one
 encoder pass per batch; each head then applies only its own top layers (its head type's `top`).
 What a head keeps of each window and how it turns windows into results (labels, entity spans
-decoded as `predict` decodes them) is its head type's (`heads.types`). Texts are tokenised
+decoded as `predict` decodes them) is its head type's (`heads.base.HeadType`). Texts are tokenised
 once, cut into windows (never truncated), length-sorted into batches under a token budget, and
 the next chunk of texts is tokenised on a background thread while the current one computes.
 Does not read files or write the store (see `indexer.store.annotations` and `flows.annotate`).
@@ -30,8 +30,8 @@ from indexer.encode.model_facts import forward_inputs, usable_length
 from indexer.encode.policy import choose_device, choose_dtype, default_streams, dtype_name
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.errors import ModelError
+from indexer.heads.base import HeadType
 from indexer.heads.predict import load_model_dir
-from indexer.heads.types.base import HeadType
 from indexer.ingest.chunking import window_spans
 from indexer.records import Annotation
 

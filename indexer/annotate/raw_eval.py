@@ -11,7 +11,8 @@ from indexer.annotate.annotator import Annotator, load_heads
 from indexer.config import Config
 from indexer.errors import InputError
 from indexer.heads.data import HeadData
-from indexer.heads.raw_text import RAW_TEXT_NOTE, score_raw_text
+from indexer.heads.registry import capabilities
+from indexer.heads.tagger.raw_text import RAW_TEXT_NOTE, score_raw_text
 
 
 def evaluate_raw_text(model_dir: str | Path, data: HeadData, config: Config,
@@ -26,14 +27,14 @@ def evaluate_raw_text(model_dir: str | Path, data: HeadData, config: Config,
     Returns:
         {"split", "examples", "metric", "input": "raw-text", "segmentation", "entity_f1", ...}.
     """
-    if data.task != "ner":
+    if not capabilities(data.task).scores_spans:
         raise InputError(f"--input raw-text scores NER heads; the data were read for "
                          f"'{data.task}' (score a classifier with --input words)")
     if split not in data.splits:
         raise InputError(f"no '{split}' split in the data; have {', '.join(data.splits)}")
     heads = load_heads([str(model_dir)])
     head = heads[0]
-    if head.kind.name != "ner":
+    if not head.kind.capabilities.scores_spans:
         raise InputError(f"{model_dir} is a {head.kind.name} head; --input raw-text is for NER "
                          "heads")
     annotator = Annotator.for_config(heads, config)

@@ -1,7 +1,9 @@
-"""Fine-tuned heads on the encoder: a sentence classifier or a BIO token tagger (NER).
+"""Fine-tuned heads on the encoder, one sub-package per type: `classifier` (a sentence
+classifier), `tagger` (a BIO token tagger, NER) and `pair` (a cross-encoder scoring pairs).
 
-`types` holds one module per head type behind one interface (`types.base.HeadType`), named in
-`types.registry`; `data` reads labelled splits, `train` fine-tunes and saves a standard
-transformers model directory, `evaluate` scores a saved head on a split, `predict` loads one
-for use. Nothing here imports Prefect or Click.
+Each type implements one interface (`base.HeadType`) and is named, with what only it can do
+(`Capabilities`), in `registry`; the rest is shared: `data` reads labelled splits through the
+ingest format registry, `train` fine-tunes and saves a standard transformers model directory,
+`evaluate` scores a saved head on a split, `predict` loads one for use. Nothing here imports
+Prefect or Click.
 """

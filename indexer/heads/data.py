@@ -1,32 +1,25 @@
-"""Readers for labelled splits: JSON, JSONL, Parquet, CoNLL column files, TweetEval folders,
-pair CSV and STS-B files (`pair_files`).
-
-Returns examples with label ids and the label list; what an item holds and which labels are
-valid is the head type's (`heads.types`). Does not tokenize.
+"""Labelled splits for a head: files and folders read through the ingest format registry
+(`indexer.ingest.formats.read_labelled`: JSON Lines, Parquet, CSV pairs, STS-B, CoNLL,
+TweetEval, a JSON document of splits), then checked and turned into examples by the head
+type (`heads.base.HeadType`): label ids resolved against one label list. Does not tokenize.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.errors import InputError
-from indexer.heads.pair_files import read_pair_table
-from indexer.heads.types.registry import head_type, head_types
+from indexer.heads.registry import head_type, head_types
+from indexer.ingest.formats import AUTO, labelled_format, read_labelled
+from indexer.ingest.formats.base import UNSPLIT, Labelled
 
 if TYPE_CHECKING:
-    from indexer.heads.types.base import Example
+    from indexer.heads.base import Example
 
-log = logging.getLogger(__name__)
-
-Task = str  # a head type's name (`heads.types.registry`)
-FORMATS = ("auto", "json", "jsonl", "parquet", "conll", "tweeteval", "csv", "stsb")
+Task = str  # a head type's name (`heads.registry`)
 SPLITS = ("train", "validation", "test")
-_TWEETEVAL_SPLITS = {"train": "train", "validation": "val", "test": "test"}
-_UNSPLIT = "_"  # a file that holds one split, named by the option that pointed to it
 
 
 @dataclass
@@ -40,35 +33,12 @@ class HeadData:
     reviewed: dict | None = None  # human labels added to train (`review.training.add_reviewed`)
 
 
-@dataclass
-class _Raw:
-    items: dict[str, list[tuple[str, dict]]]  # split -> [(id, item)]
-    label_names: list[str] | None
-    source: str
-
-
-def detect_format(path: Path) -> str:
-    """Pick a format from the path: folder -> tweeteval; .json/.jsonl/.parquet/.csv; else conll."""
-    if path.is_dir():
-        return "tweeteval"
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        return "json"
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
-    if suffix in (".csv", ".tsv"):
-        return "csv"  # pairs; STS-B's tab-separated .csv files are recognised inside
-    return "conll"
-
-
 def read_head_data(
     task: Task,
     data: str | Path,
     validation: str | Path | None = None,
     test: str | Path | None = None,
-    fmt: str = "auto",
+    fmt: str = AUTO,
     single_split: str = "train",
 ) -> HeadData:
     """Read the splits for `task`.
@@ -77,35 +47,36 @@ def read_head_data(
         task: a head type's name: "classifier" (items `{text, label}`), "pair" (items
             `{text_a, text_b, label or score}`) or "ner" (items
             `{tokens, tags}`).
-        data: a file holding the splits (JSON, TweetEval folder), or the train split file.
-        validation: a file for the validation split (a JSON file gives its `validation`).
-        test: a file for the test split (a JSON file gives its `test`).
-        fmt: one of FORMATS; "auto" guesses each file's format from its path.
+        data: a file holding the splits (a `splits` document, a TweetEval folder), or the
+            train split file.
+        validation: a file for the validation split (a `splits` document gives its
+            `validation`).
+        test: a file for the test split (a `splits` document gives its `test`).
+        fmt: a labelled format (`indexer.ingest.formats.labelled_format_names`); "auto"
+            picks each file's format from its path.
         single_split: the split that `data` is when it holds only one (train, or the split
             being evaluated).
     Returns:
         HeadData with label ids resolved against one label list.
     """
-    if fmt not in FORMATS:
-        raise InputError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}")
-    raws: dict[str, _Raw] = {}
+    raws: dict[str, Labelled] = {}
     primary = _read_any(Path(data), fmt, task)
-    if _UNSPLIT in primary.items:
-        raws[single_split] = _Raw({single_split: primary.items[_UNSPLIT]}, None, primary.source)
+    if UNSPLIT in primary.items:
+        raws[single_split] = Labelled({single_split: primary.items[UNSPLIT]}, None, primary.source)
     else:
         for split in SPLITS:
             if split in primary.items:
-                raws[split] = _Raw({split: primary.items[split]}, None, primary.source)
+                raws[split] = Labelled({split: primary.items[split]}, None, primary.source)
     for split, path in (("validation", validation), ("test", test)):
         if path is None:
             continue
         raw = _read_any(Path(path), fmt, task)
-        items = raw.items.get(_UNSPLIT, raw.items.get(split))
+        items = raw.items.get(UNSPLIT, raw.items.get(split))
         if items is None:
             raise InputError(
                 f"{raw.source}: has no '{split}' split (it has {', '.join(raw.items)})"
             )
-        raws[split] = _Raw({split: items}, raw.label_names, raw.source)
+        raws[split] = Labelled({split: items}, raw.label_names, raw.source)
         if raw.label_names is not None and primary.label_names is None:
             primary.label_names = raw.label_names
     label_names = _label_list(task, primary.label_names, raws)
@@ -132,171 +103,34 @@ def require_splits(data: HeadData, *splits: str) -> None:
 # ---- one file or folder -------------------------------------------------------------
 
 
-def _read_any(path: Path, fmt: str, task: Task) -> _Raw:
-    if not path.exists():
-        raise InputError(f"{path}: no such file or folder")
-    kind = detect_format(path) if fmt == "auto" else fmt
-    if kind not in head_type(task).formats:
-        readers = [k.name for k in head_types() if kind in k.formats]
-        raise InputError(f"{path}: format '{kind}' holds no {task} items; use "
+def _read_any(path: Path, fmt: str, task: Task) -> Labelled:
+    """The items of one file or folder, refused when its format holds no `task` items."""
+    kind = labelled_format(path, fmt)
+    if kind.name not in head_type(task).formats:
+        readers = [k.name for k in head_types() if kind.name in k.formats]
+        raise InputError(f"{path}: format '{kind.name}' holds no {task} items; use "
                          f"{' or '.join(f'train {r}' for r in readers)} (or pass --format)")
-    if kind == "tweeteval":
-        return _read_tweeteval(path)
-    if path.is_dir():
-        raise InputError(f"{path}: is a folder; format '{kind}' needs a file")
-    if kind == "json":
-        return _read_json(path)
-    if kind == "jsonl":
-        return _read_jsonl(path)
-    if kind == "parquet":
-        return _read_parquet(path)
-    if kind in ("csv", "stsb"):
-        return _Raw({_UNSPLIT: read_pair_table(path, kind)}, None, str(path))
-    return _read_conll(path)
-
-
-def _read_json(path: Path) -> _Raw:
+    guessed = fmt == AUTO and path.suffix.lower() == ".json"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
-    if isinstance(doc, list):
-        return _Raw({_UNSPLIT: _ids("", doc)}, None, str(path))
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: expected an object with 'label_names', 'train', 'validation'")
-    unknown = set(doc) - {"label_names", *SPLITS}
-    if unknown:
-        raise InputError(
-            f"{path}: unknown key(s) {sorted(unknown)}; valid keys: label_names, train, validation, test"
-        )
-    names = doc.get("label_names")
-    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
-        raise InputError(f"{path}: 'label_names' must be a list of strings")
-    items = {}
-    for split in SPLITS:
-        if split in doc:
-            if not isinstance(doc[split], list):
-                raise InputError(f"{path}: '{split}' must be a list of items")
-            items[split] = _ids(f"{split}", doc[split])
-    if not items:
-        raise InputError(f"{path}: no 'train', 'validation' or 'test' list")
-    return _Raw(items, names, str(path))
+        raw = read_labelled(path, kind.name)
+    except InputError as exc:
+        if guessed:
+            raise InputError(f"{exc} ({_JSON_LINES})") from None
+        raise
+    rows = raw.items.get(UNSPLIT, [])
+    if guessed and len(rows) == 1 and set(rows[0][1]) <= {"label_names", *SPLITS}:
+        raise InputError(f"{path}: holds one document of splits; {_JSON_LINES}")
+    return raw
 
 
-def _ids(prefix: str, items: list) -> list[tuple[str, dict]]:
-    out = []
-    for i, item in enumerate(items):
-        default = f"{prefix}[{i}]" if prefix else f"row {i}"
-        item_id = item.get("id", default) if isinstance(item, dict) else default
-        out.append((str(item_id), item))
-    return out
-
-
-def _read_jsonl(path: Path) -> _Raw:
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, line {n}: not valid JSON: {exc}") from None
-            item_id = item.get("id", f"line {n}") if isinstance(item, dict) else f"line {n}"
-            rows.append((str(item_id), item))
-    return _Raw({_UNSPLIT: rows}, None, str(path))
-
-
-def _read_parquet(path: Path) -> _Raw:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        rows = pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read as Parquet: {exc}") from None
-    return _Raw({_UNSPLIT: _ids("", rows)}, None, str(path))
-
-
-def _read_conll(path: Path) -> _Raw:
-    sentences: list[tuple[str, dict]] = []
-    tokens: list[str] = []
-    tags: list[str] = []
-    start = 0
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            cols = line.split()
-            if not cols:  # blank or whitespace-only line ends a sentence
-                if tokens:
-                    sentences.append((f"line {start}", {"tokens": tokens, "tags": tags}))
-                tokens, tags = [], []
-                continue
-            if cols[0] == "-DOCSTART-":
-                continue
-            if len(cols) < 2:
-                raise InputError(f"{path}, line {n}: expected 'token ... tag' columns, got {line.strip()!r}")
-            if not tokens:
-                start = n
-            tokens.append(cols[0])
-            tags.append(cols[-1])
-    if tokens:
-        sentences.append((f"line {start}", {"tokens": tokens, "tags": tags}))
-    if not sentences:
-        raise InputError(f"{path}: no sentences found (expected CoNLL columns: token ... tag)")
-    return _Raw({_UNSPLIT: sentences}, None, str(path))
-
-
-def _read_tweeteval(folder: Path) -> _Raw:
-    mapping = folder / "mapping.txt"
-    if not mapping.is_file():
-        raise InputError(f"{folder}: a TweetEval folder needs mapping.txt (lines 'index<TAB>name')")
-    names: dict[int, str] = {}
-    for n, line in enumerate(mapping.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        index, sep, name = line.rstrip("\r").partition("\t")
-        if not sep or not index.strip().isdigit():
-            raise InputError(f"{mapping}, line {n}: expected 'index<TAB>name', got {line!r}")
-        names[int(index)] = name.strip()
-    if sorted(names) != list(range(len(names))):
-        raise InputError(f"{mapping}: indexes must be 0..{len(names) - 1}, got {sorted(names)}")
-    items: dict[str, list[tuple[str, dict]]] = {}
-    for split, stem in _TWEETEVAL_SPLITS.items():
-        text_file, label_file = folder / f"{stem}_text.txt", folder / f"{stem}_labels.txt"
-        if not text_file.is_file() or not label_file.is_file():
-            if text_file.is_file() or label_file.is_file():
-                missing = label_file if text_file.is_file() else text_file
-                log.warning("%s: missing, so the '%s' split is skipped", missing, split)
-            continue
-        texts = _lines(text_file)
-        labels = _lines(label_file)
-        if len(texts) != len(labels):
-            raise InputError(
-                f"{folder}: {text_file.name} has {len(texts)} lines but {label_file.name} has {len(labels)}"
-            )
-        rows = []
-        for n, (text, label) in enumerate(zip(texts, labels), start=1):
-            if not label.strip().lstrip("-").isdigit():
-                raise InputError(f"{label_file}, line {n}: label {label!r} is not an integer")
-            rows.append((f"{text_file.name} line {n}", {"text": text, "label": int(label)}))
-        items[split] = rows
-    if not items:
-        raise InputError(f"{folder}: no '{{split}}_text.txt' + '{{split}}_labels.txt' pairs found")
-    return _Raw(items, [names[i] for i in range(len(names))], str(folder))
-
-
-def _lines(path: Path) -> list[str]:
-    # split on "\n" only: tweets may hold U+2028 and similar, which str.splitlines breaks on
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
+_JSON_LINES = ("a .json file is read as JSON Lines, one item a line; a JSON document of "
+               "label_names and splits is read with --format splits")
 
 
 # ---- labels -------------------------------------------------------------------------
 
 
-def _label_list(task: Task, names: list[str] | None, raws: dict[str, _Raw]) -> list[str]:
+def _label_list(task: Task, names: list[str] | None, raws: dict[str, Labelled]) -> list[str]:
     kind = head_type(task)
     if names is not None:
         if len(set(names)) != len(names):

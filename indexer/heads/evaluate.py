@@ -11,11 +11,11 @@ from pathlib import Path
 from indexer.config import MAX_POSITIONS
 from indexer.encode.model_facts import usable_length
 from indexer.errors import InputError
+from indexer.heads.base import Example, HeadType
 from indexer.heads.data import HeadData
 from indexer.heads.features import check_lengths
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
 from indexer.heads.predict import load_model_dir
-from indexer.heads.types.base import Example, HeadType
 
 
 def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", batch_size: int = 64,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from indexer.heads.base import Example, HeadType
 from indexer.heads.features import Encoded, collate, sorted_batches
-from indexer.heads.types.base import Example, HeadType
 
 
 def pad_id_of(tokenizer) -> int:

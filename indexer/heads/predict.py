@@ -15,8 +15,8 @@ import torch
 from indexer.config import MAX_POSITIONS
 from indexer.encode.model_facts import drop_unused_inputs, load_transformer, usable_length
 from indexer.errors import InputError, ModelError
-from indexer.heads.types.base import HeadType
-from indexer.heads.types.registry import head_type_of
+from indexer.heads.base import HeadType
+from indexer.heads.registry import head_type_of
 
 
 def load_model_dir(path: str | Path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -215,3 +216,34 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
     }
     receipt.update(kind.receipt_fields(validation, test))
     return receipt
+
+
+def baseline_warning(metric: str, head_validation: float, baseline: dict | None,
+                     n_validation: int, tried: dict) -> dict | None:
+    """A warning when the head's best validation score is below the baseline's, or within
+    its noise: two binomial standard errors of the baseline's score on `n_validation`
+    examples (about a 95 % band).
+
+    Args:
+        tried: {"auto_epochs": bool, "head_only": bool}, to say what is left to try.
+    Returns:
+        None, or {"code", "message", "head_validation", "baseline_validation", "noise"}.
+    """
+    if not baseline or not baseline.get("validation") or n_validation < 1:
+        return None
+    base = float(baseline["validation"][metric])
+    noise = 2 * math.sqrt(max(base * (1 - base), 0.0) / n_validation)
+    if head_validation >= base + noise:
+        return None
+    where = "below" if head_validation < base else f"within the noise (±{noise:.3f}) of"
+    ideas = []
+    if not tried.get("auto_epochs"):
+        ideas.append("--epochs auto (train until validation stops improving)")
+    if not tried.get("head_only"):
+        ideas.append("--head-only (a head on the frozen sentence vector)")
+    ideas.append("more labelled data")
+    message = (f"the head's best validation {metric} {head_validation:.4f} is {where} the "
+               f"{baseline['name']} baseline's {base:.4f}; try {', '.join(ideas)}")
+    return {"code": "below_baseline" if head_validation < base else "near_baseline",
+            "message": message, "head_validation": head_validation,
+            "baseline_validation": base, "noise": round(noise, 4)}

@@ -13,7 +13,9 @@ from indexer.choices import HeadDtype, HeadPooling
 from indexer.config import MAX_POSITIONS
 from indexer.encode.model_facts import Length
 from indexer.errors import InputError
+from indexer.heads.base import HeadType
 from indexer.heads.features import Encoded, check_lengths
+from indexer.heads.registry import head_type
 from indexer.heads.schedule import (
     DEFAULT_MAX_EPOCHS,
     DEFAULT_PATIENCE,
@@ -22,8 +24,6 @@ from indexer.heads.schedule import (
     auto_batch_size,
     auto_max_length,
 )
-from indexer.heads.types.base import HeadType
-from indexer.heads.types.registry import head_type
 
 DEFAULT_LR = 2e-5  # the seeds' recipe: a fixed --epochs
 AUTO_LR = 5e-5  # --epochs auto (benchmarks/small_data_heads.py; docs/guides/heads.md)
@@ -34,7 +34,7 @@ FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """One training run. `task`: a head type's name (`heads.types.registry`). `epochs`
+    """One training run. `task`: a head type's name (`heads.registry`). `epochs`
     "auto": until validation stalls for `patience` epochs, at most `max_epochs`; a number:
     exactly that many (the seeds' recipe). `lr` None: AUTO_LR with auto epochs, DEFAULT_LR
     (the seeds' 2e-5) with a fixed count, DEFAULT_HEAD_ONLY_LR with `head_only`. `batch_size`
@@ -58,7 +58,7 @@ class TrainSettings:
     max_epochs: int = DEFAULT_MAX_EPOCHS  # epochs="auto" only
     # after training, the head type's blend (`HeadType.blend`), if it has one: a pair head's
     # with the base encoder's cosine ("base"), with a bi-encoder fine-tuned on the same train
-    # pairs ("tuned", `heads.pair_bi_encoder`), or none ("off")
+    # pairs ("tuned", `heads.pair.bi_encoder`), or none ("off")
     blend: Literal["base", "tuned", "off"] = "base"
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ dtype bf16 the training forward and backward run under bf16 autocast, while weig
 optimizer state and every score stay fp32. `--head-only` runs the frozen backbone once through
 the index encoder (`indexer.encode.encoder`: length-sorted batches under a token budget, bf16
 weights where the CPU has them) and trains the head on those cached features. What differs between a classifier and a tagger (model
-class, loss, head layers, features, metric) is the head type's (`heads.types`). Does not read
+class, loss, head layers, features, metric) is the head type's (`heads.base.HeadType`). Does not read
 files (see `data`).
 """
 
@@ -31,11 +31,11 @@ import torch
 from indexer.config import MAX_POSITIONS
 from indexer.encode.model_facts import load_transformer, usable_length
 from indexer.errors import InputError, ModelError
-from indexer.heads.baseline import baseline_warning
 from indexer.heads.data import HeadData, require_splits
 from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
-from indexer.heads.receipt import build_receipt, check_out_dir, save_head_dir
+from indexer.heads.receipt import baseline_warning, build_receipt, check_out_dir, save_head_dir
+from indexer.heads.registry import HEAD_TYPE_KEY, head_type
 from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO, EpochRule
 from indexer.heads.selection import MIN_DELTA, EpochSelection, keep_average
 from indexer.heads.sentence import POOLING_KEY
@@ -45,7 +45,6 @@ from indexer.heads.settings import (
     FEATURE_MAX_WASTE,
     TrainSettings,
 )
-from indexer.heads.types.registry import HEAD_TYPE_KEY, head_type
 from indexer.machine import set_threads
 from indexer.progress import ProgressArg, as_mode, clock, write_line
 from indexer.training.schedule import plan_schedule
@@ -386,8 +385,8 @@ def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
     folders: dict[str, Path] = {}
     tuned = None
     if settings.blend == "tuned" and kind.blend_tunes(model):
-        from indexer.heads.pair_bi_encoder import BI_ENCODER_DIR, tune_bi_encoder
-        from indexer.heads.types.pair import score_range
+        from indexer.heads.pair.bi_encoder import BI_ENCODER_DIR, tune_bi_encoder
+        from indexer.heads.pair.head_type import score_range
 
         low, high = score_range(model.config)
         train = data.splits["train"]
@@ -415,12 +414,12 @@ def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
 
 def raw_text_split(model, tokenizer, data: HeadData, kind, where: str) -> dict | None:
     """A tagger's test split (else validation) scored as raw text through `predict`, which
-    gives the entities `annotate` stores (`indexer.heads.raw_text`): the receipt's
+    gives the entities `annotate` stores (`indexer.heads.tagger.raw_text`): the receipt's
     `raw_text`. None for other head types; {"skipped": why} when a text is too long."""
     from indexer.heads.predict import Predictor
-    from indexer.heads.raw_text import RAW_TEXT_NOTE, score_raw_text
+    from indexer.heads.tagger.raw_text import RAW_TEXT_NOTE, score_raw_text
 
-    if kind.name != "ner":
+    if not kind.capabilities.scores_spans:
         return None
     split = "test" if "test" in data.splits else "validation"
     predictor = Predictor(kind, model.eval(), tokenizer, where)

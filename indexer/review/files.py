@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.errors import InputError
+from indexer.ingest.formats.jsonl import jsonl_frames
 
 # the columns of an exported file, in order; `label` is left empty for the person
 EXPORT_FIELDS = ("id", "collection", "head", "predicted", "score", "label", "title", "text")
+REVIEW_BATCH = 1024  # JSONL lines parsed at a time
 
 
 @dataclass(frozen=True)
@@ -76,22 +78,15 @@ def read_review_file(path: Path) -> Iterator[RawRow]:
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}); save it as "
                          "UTF-8 (CSV UTF-8 in a spreadsheet)") from None
-    yield from (_jsonl_rows(text) if fmt == "jsonl" else _csv_rows(path, text))
+    yield from (_jsonl_rows(path) if fmt == "jsonl" else _csv_rows(path, text))
 
 
-def _jsonl_rows(text: str) -> Iterator[RawRow]:
-    for n, line in enumerate(text.splitlines(), start=1):  # \r\n and \n alike
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield RawRow(n, None, f"not valid JSON ({exc.msg} at column {exc.colno})")
-            continue
-        if not isinstance(item, dict):
-            yield RawRow(n, None, f"a row must be a JSON object, not {type(item).__name__}")
-            continue
-        yield RawRow(n, item)
+def _jsonl_rows(path: Path) -> Iterator[RawRow]:
+    """Through the project's one JSONL reader (`indexer.ingest.formats.jsonl`), in line order."""
+    for _, rows, bad in jsonl_frames(path, REVIEW_BATCH):
+        lines = [RawRow(r.pop("__row"), r) for r in rows]
+        lines += [RawRow(n, None, reason) for n, reason in bad]
+        yield from sorted(lines, key=lambda r: r.line)
 
 
 def _csv_rows(path: Path, text: str) -> Iterator[RawRow]:

@@ -17,6 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from indexer.errors import InputError
+from indexer.heads.registry import capabilities
 from indexer.review import strategies as st
 from indexer.review.files import RawRow
 from indexer.store import NewReview, Store
@@ -187,7 +188,7 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
         known = ", ".join(store.known_heads()) or "none"
         raise InputError(f"head '{head}' has not annotated this store (known: {known}); run "
                          f"`bertindex annotate --heads {head}=DIR` first, or fix --head")
-    if info.task != "classifier":
+    if not capabilities(info.task).reviewable:
         raise InputError(f"head '{head}' is a {info.task} head; review import takes classifier "
                          "labels (entity spans are not supported yet)")
     summary = ImportSummary(file=source, head=head)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from indexer.errors import InputError
 from indexer.heads.data import HeadData
+from indexer.heads.registry import capabilities
 from indexer.store import Store
 
 
@@ -28,9 +29,9 @@ def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
     Raises:
         InputError: not a classifier, no such head or labels outside the data's label list.
     """
-    if data.task != "classifier":
+    if not capabilities(data.task).reviewable:
         raise InputError(f"--reviewed adds classifier labels; '{data.task}' data take none")
-    from indexer.heads.types.classifier import SentenceExample
+    from indexer.heads.classifier.head_type import SentenceExample
 
     with Store(store_path, read_only=True, snapshot=False) as store:
         if not store.has_reviews() or store.head_info(head) is None:

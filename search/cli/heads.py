@@ -14,8 +14,9 @@ from typing import get_args
 import click
 
 from indexer.choices import Decode, EvalInput, HeadPooling
-from indexer.heads.data import FORMATS, SPLITS
-from indexer.heads.types.registry import HEAD_TYPE_NAMES, head_type
+from indexer.heads.data import SPLITS
+from indexer.heads.registry import HEAD_TYPE_NAMES, capabilities, head_type
+from indexer.ingest.formats import labelled_format_names
 from indexer.progress import write_line
 from search.cli.common import (
     build_config,
@@ -27,8 +28,8 @@ from search.cli.common import (
 )
 from search.rerank import DEFAULT_NEGATIVES, MINE_DEPTH
 
-# one list each, derived (`indexer.heads.data`, `indexer.choices`)
-FORMAT_CHOICES = list(FORMATS)
+# one list each, derived (`indexer.ingest.formats`, `indexer.choices`)
+FORMAT_CHOICES = list(labelled_format_names())
 POOLING_CHOICES = list(get_args(HeadPooling))
 DECODE_CHOICES = list(get_args(Decode))
 INPUT_CHOICES = list(get_args(EvalInput))
@@ -184,8 +185,8 @@ def _add_train_command(task: str) -> None:
         "--reviewed", metavar="HEAD",
         help="Add the documents people labelled for HEAD in the store (`bertindex review "
              "import`) to the train split (never to validation or test).")] \
-        if task == "classifier" else []
-    if task == "pair":
+        if capabilities(task).reviewable else []
+    if capabilities(task).blends:
         extra.append(click.option(
             "--blend", type=click.Choice(["base", "tuned", "off"]), default="base",
             show_default=True,
@@ -252,9 +253,9 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     from indexer.encode.policy import resolve_dtype
     from indexer.evaluation import load_beir_queries
     from indexer.heads.data import HeadData
+    from indexer.heads.pair.head_type import REGRESSION
     from indexer.heads.receipt import summary, update_receipt
     from indexer.heads.train import TrainSettings, train_head
-    from indexer.heads.types.pair import REGRESSION
     from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.query import Searcher
@@ -344,7 +345,7 @@ def eval_head(model_dir, data, validation, test, fmt, split, batch_size, decode,
     from indexer.errors import ModelError
     from indexer.heads.data import read_head_data
     from indexer.heads.evaluate import evaluate_head
-    from indexer.heads.types.registry import head_type_of
+    from indexer.heads.registry import head_type_of
 
     config = build_config(config_path, store_path)  # a broken config is reported as everywhere
     if input_kind == "raw-text" and decode != DECODE_CHOICES[0]:

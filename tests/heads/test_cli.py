@@ -33,34 +33,34 @@ def test_every_command_has_help(cli):
 def test_train_then_eval_json(cli, tiny_bert, classifier_json, tmp_path):
     runner = CliRunner()
     out = tmp_path / "head"
-    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out),
                                  "--base", str(tiny_bert), "--epochs", "1", "--batch-size", "4", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["best_epoch"] == 1
     assert set(summary["validation"]) == {"macro_f1"} and set(summary["test"]) == {"macro_f1"}
     assert set(summary["baseline"]["test"]) == {"macro_f1"}
-    result = runner.invoke(cli, ["eval", "head", str(out), "--data", str(classifier_json), "--json"])
+    result = runner.invoke(cli, ["eval", "head", str(out), "--data", str(classifier_json), "--format", "splits", "--json"])
     assert result.exit_code == 0, result.output
     scores = json.loads(result.stdout)
     assert scores["metric"] == "macro_f1" and scores["split"] == "test"
     assert scores["macro_f1"] == pytest.approx(summary["test"]["macro_f1"])
     assert set(scores["per_class"]["pos"]) == {"precision", "recall", "f1", "support"}
-    result = runner.invoke(cli, ["eval", "head", str(out), "--data", str(classifier_json), "--split", "validation"])
+    result = runner.invoke(cli, ["eval", "head", str(out), "--data", str(classifier_json), "--format", "splits", "--split", "validation"])
     assert result.exit_code == 0 and "macro_f1" in result.stdout
 
 
 def test_exit_codes(cli, tiny_bert, classifier_json, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json)])
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--format", "splits"])
     assert result.exit_code == 2 and "--out" in result.output  # usage
-    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out",
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--format", "splits", "--out",
                                  str(tmp_path / "o"), "--max-length", "3"])
     assert result.exit_code == 2  # --max-length below 8
-    result = runner.invoke(cli, ["train", "ner", "--data", str(classifier_json), "--out", str(tmp_path / "o"),
+    result = runner.invoke(cli, ["train", "ner", "--data", str(classifier_json), "--format", "splits", "--out", str(tmp_path / "o"),
                                  "--base", str(tiny_bert)])
     assert result.exit_code == 1 and "error:" in result.stderr  # sentence items given to ner
-    result = runner.invoke(cli, ["eval", "head", str(tmp_path), "--data", str(classifier_json)])
+    result = runner.invoke(cli, ["eval", "head", str(tmp_path), "--data", str(classifier_json), "--format", "splits"])
     assert result.exit_code == 1 and "not a saved head" in result.stderr
 
 
@@ -104,7 +104,7 @@ def test_train_defaults_write_epoch_lines_a_log_can_read(cli, tiny_bert, classif
     epoch and the stop line; --patience with a fixed --epochs is a usage error."""
     runner = CliRunner()
     out = tmp_path / "head"
-    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out),
                                  "--base", str(tiny_bert), "--lr", "1e-12", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
@@ -115,9 +115,9 @@ def test_train_defaults_write_epoch_lines_a_log_can_read(cli, tiny_bert, classif
     assert [line.split(":")[0] for line in epochs] == [f"epoch {i} (max 20)" for i in (1, 2, 3)]
     assert "stopped early after epoch 3" in result.stderr
     assert "max length: auto: 32" in result.stderr
-    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out),
                                  "--base", str(tiny_bert), "--epochs", "2", "--patience", "3"])
     assert result.exit_code == 2 and "--epochs auto only" in result.output
-    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--out", str(out),
+    result = runner.invoke(cli, ["train", "classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out),
                                  "--epochs", "many"])
     assert result.exit_code == 2 and "'many' is not 'auto' or a whole number" in result.output

@@ -7,11 +7,12 @@ import json
 import pytest
 
 from indexer.errors import InputError
-from indexer.heads.data import detect_format, read_head_data, require_splits
+from indexer.heads.data import read_head_data, require_splits
+from indexer.ingest.formats import labelled_format
 
 
 def test_json_with_label_names(classifier_json):
-    d = read_head_data("classifier", classifier_json)
+    d = read_head_data("classifier", classifier_json, fmt="splits")
     assert d.label_names == ["neg", "pos"]
     assert set(d.splits) == {"train", "validation", "test"}
     first = d.splits["train"][0]
@@ -59,7 +60,7 @@ def test_tweeteval_folder(tmp_path):
     (tmp_path / "train_labels.txt").write_text("0\n1\n")
     (tmp_path / "val_text.txt").write_text("ok\n")
     (tmp_path / "val_labels.txt").write_text("0\n")
-    assert detect_format(tmp_path) == "tweeteval"
+    assert labelled_format(tmp_path).name == "tweeteval"
     d = read_head_data("classifier", tmp_path)
     assert d.label_names == ["not-offensive", "offensive"]
     assert [e.label for e in d.splits["train"]] == [0, 1]
@@ -73,16 +74,16 @@ def test_errors_name_the_problem(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"label_names": ["a"], "train": [{"text": "x", "label": "zz"}]}))
     with pytest.raises(InputError, match=r"train\[0\].*'zz' is not one of \['a'\]"):
-        read_head_data("classifier", bad)
+        read_head_data("classifier", bad, fmt="splits")
     bad.write_text(json.dumps({"train": [{"tokens": ["a"], "tags": ["PER"]}]}))
     with pytest.raises(InputError, match="BIO"):
-        read_head_data("ner", bad)
+        read_head_data("ner", bad, fmt="splits")
     bad.write_text(json.dumps({"train": [{"tokens": ["a", "b"], "tags": ["O"]}]}))
     with pytest.raises(InputError, match="2 tokens but 1 tags"):
-        read_head_data("ner", bad)
+        read_head_data("ner", bad, fmt="splits")
     bad.write_text(json.dumps({"trian": []}))
     with pytest.raises(InputError, match="unknown key"):
-        read_head_data("classifier", bad)
+        read_head_data("classifier", bad, fmt="splits")
     (tmp_path / "mapping.txt").write_text("0\ta\n1\tb\n")
     (tmp_path / "train_text.txt").write_text("x\ny\n")
     (tmp_path / "train_labels.txt").write_text("0\n")
@@ -98,3 +99,19 @@ def test_single_file_can_name_its_split(ner_conll):
     _, dev = ner_conll
     data = read_head_data("ner", dev, single_split="test")  # `eval head --data eng.testb`
     assert list(data.splits) == ["test"] and len(data.splits["test"]) == 3
+
+
+def test_a_json_file_is_json_lines_and_a_splits_document_is_asked_for(tmp_path):
+    """`.json` means JSON Lines for heads as for indexing; a document of splits read by
+    name alone is refused with the way out (`--format splits`)."""
+    lines = tmp_path / "train.json"
+    lines.write_text('{"text": "x", "label": "b"}\n{"text": "y", "label": "a"}\n')
+    data = read_head_data("classifier", lines)
+    assert [e.id for e in data.splits["train"]] == ["line 1", "line 2"]
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps({"train": [{"text": "x", "label": "a"}]}))
+    with pytest.raises(InputError, match="--format splits"):
+        read_head_data("classifier", doc)
+    doc.write_text(json.dumps({"train": [{"text": "x", "label": "a"}]}, indent=1))
+    with pytest.raises(InputError, match="line 1: broken JSON.*--format splits"):
+        read_head_data("classifier", doc)

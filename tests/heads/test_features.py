@@ -9,12 +9,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from indexer.errors import InputError
+from indexer.heads.classifier.head_type import SentenceExample
 from indexer.heads.data import read_head_data
 from indexer.heads.features import collate, sorted_batches, training_batches
+from indexer.heads.registry import head_type
+from indexer.heads.tagger.head_type import TokenExample
 from indexer.heads.train import TrainSettings, train_head
-from indexer.heads.types.classifier import SentenceExample
-from indexer.heads.types.registry import head_type
-from indexer.heads.types.tagger import TokenExample
 
 
 def _long_data(tmp_path):
@@ -22,7 +22,7 @@ def _long_data(tmp_path):
     doc = {"train": items, "validation": items[:2]}
     path = tmp_path / "long.json"
     path.write_text(json.dumps(doc))
-    return read_head_data("classifier", path)
+    return read_head_data("classifier", path, fmt="splits")
 
 
 def test_refusal_names_count_ids_lengths_and_ways_out(tiny_bert, tmp_path):

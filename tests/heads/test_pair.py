@@ -13,7 +13,7 @@ import pytest
 
 from indexer.errors import InputError, ModelError
 from indexer.heads.data import read_head_data
-from indexer.heads.types.registry import head_type
+from indexer.heads.registry import head_type
 
 FILLER = ["sofa", "apple", "pear", "river", "sea", "city"]
 
@@ -73,7 +73,7 @@ def test_pair_inputs_carry_token_types_0_then_1(tiny_model_dir):
     from transformers import AutoTokenizer
 
     from indexer.heads.features import collate
-    from indexer.heads.types.pair import PairExample
+    from indexer.heads.pair.head_type import PairExample
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)  # a BERT tokenizer
     kind = head_type("pair")
@@ -92,7 +92,7 @@ def test_pair_template_without_token_types(tiny_bert):
     from transformers import AutoTokenizer
 
     from indexer.heads.features import collate
-    from indexer.heads.types.pair import PairExample
+    from indexer.heads.pair.head_type import PairExample
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     assert "token_type_ids" not in tokenizer.model_input_names
@@ -137,7 +137,7 @@ def test_pair_data_refuses_mixed_targets_and_reads_stsb(tmp_path):
 
 def test_a_tiny_pair_head_learns_a_rule_of_both_texts(toy_head):
     from indexer.heads.evaluate import evaluate_head
-    from indexer.heads.pairs import PairScorer
+    from indexer.heads.pair.scorer import PairScorer
 
     head, receipt, val = toy_head
     assert receipt["task"] == "pair" and receipt["pair"]["kind"] == "regression"
@@ -175,8 +175,8 @@ def test_a_tuned_blend_saves_its_bi_encoder_inside_the_head(pair_bert, tmp_path)
     import shutil
 
     from indexer.heads.evaluate import evaluate_head
-    from indexer.heads.pair_bi_encoder import BI_ENCODER_DIR
-    from indexer.heads.pairs import PairScorer
+    from indexer.heads.pair.bi_encoder import BI_ENCODER_DIR
+    from indexer.heads.pair.scorer import PairScorer
     from indexer.heads.train import TrainSettings, train_head
 
     val = _shared_word_pairs(64, seed=4)
@@ -202,7 +202,7 @@ def test_a_tuned_blend_saves_its_bi_encoder_inside_the_head(pair_bert, tmp_path)
 def test_the_blend_weight_follows_what_validation_says():
     """A cosine that ranks better than the head gets a share; one that only adds noise gets 0
     (the head alone), so the blend cannot lower the validation score."""
-    from indexer.heads.pair_blend import choose_weight, mixed
+    from indexer.heads.pair.blend import choose_weight, mixed
 
     rng = np.random.default_rng(0)
     gold = rng.uniform(0, 5, 400)
@@ -229,7 +229,7 @@ def test_a_pair_head_refuses_head_only_and_single_texts(toy_head, tiny_model_dir
 
 
 def test_reranking_reorders_by_the_heads_scores_and_keeps_every_hit(toy_head):
-    from indexer.heads.pairs import PairScorer
+    from indexer.heads.pair.scorer import PairScorer
     from search.hits import SearchHit
     from search.rerank import hit_passage, rerank_hits
 
@@ -255,7 +255,7 @@ def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
     share is chosen by nDCG@10 on held-out queries and kept in config.json."""
     import json as jsonlib
 
-    from indexer.heads.pairs import PairScorer
+    from indexer.heads.pair.scorer import PairScorer
     from search.hits import SearchHit
     from search.rerank import RERANK_WEIGHT_KEY, choose_rerank_weight, interpolated, rerank_hits
 

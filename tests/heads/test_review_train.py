@@ -32,7 +32,7 @@ def test_train_with_reviewed_documents(tiny_bert, classifier_json, tmp_path):
     items = len(json.loads(classifier_json.read_text())["train"])
     out = tmp_path / "head"
     result = CliRunner().invoke(train, [
-        "classifier", "--data", str(classifier_json), "--out", str(out), "--base", str(tiny_bert),
+        "classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out), "--base", str(tiny_bert),
         "--epochs", "1", "--batch-size", "4", "--head-only", "--reviewed", "clf",
         "--store", str(config.store.path), "--json"])
     assert result.exit_code == 0, result.output
@@ -44,6 +44,6 @@ def test_train_with_reviewed_documents(tiny_bert, classifier_json, tmp_path):
     doc = json.loads(classifier_json.read_text())
     assert receipt["data"]["validation"]["examples"] == len(doc["validation"])
     result = CliRunner().invoke(train, [
-        "classifier", "--data", str(classifier_json), "--out", str(tmp_path / "h2"),
+        "classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(tmp_path / "h2"),
         "--base", str(tiny_bert), "--reviewed", "nobody", "--store", str(config.store.path)])
     assert result.exit_code == 1 and "no reviewed labels of head 'nobody'" in result.output

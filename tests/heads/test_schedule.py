@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from indexer.errors import InputError
-from indexer.heads.baseline import baseline_warning
 from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.evaluate import evaluate_head
 from indexer.heads.features import Encoded
+from indexer.heads.receipt import baseline_warning
 from indexer.heads.schedule import EpochRule, auto_max_length
 from indexer.heads.selection import progressed
 from indexer.heads.train import FitResult, Stage, TrainSettings, train_epochs, train_head
@@ -45,7 +45,7 @@ def test_schedule_horizon():
 
 def test_the_optimizer_follows_the_schedule(tiny_bert, classifier_json, tmp_path):
     """The lr at each epoch's end, as the receipt records it, is the schedule's value."""
-    data = read_head_data("classifier", classifier_json)  # 12 train examples, 4 a step: 3 steps
+    data = read_head_data("classifier", classifier_json, fmt="splits")  # 12 train examples, 4 a step: 3 steps
     fixed = train_head(data, TrainSettings("classifier", tiny_bert, tmp_path / "a", epochs=2,
                                            batch_size=4, lr=1e-3))
     assert [e["lr_end"] for e in fixed["epochs"]] == pytest.approx([1e-3 * 3 / 6, 0.0])
@@ -109,7 +109,7 @@ def test_auto_epochs_stop_when_validation_stalls_and_keep_the_best_state(tiny_be
 def _scripted_run(tiny_bert, script, epochs="auto", max_epochs=20):
     """`train_epochs` on a linear toy model whose validation logits follow `script`, one
     entry per validation pass; returns (result, model, the weights at each pass)."""
-    from indexer.heads.types.classifier import SentenceExample
+    from indexer.heads.classifier.head_type import SentenceExample
 
     examples = [SentenceExample(str(i), "x", i % 2) for i in range(8)]
     data = HeadData("classifier", ["neg", "pos"], {"train": examples, "validation": examples})
@@ -228,7 +228,7 @@ def test_auto_epochs_end_to_end(tiny_bert, ner_conll, tmp_path):
 
 
 def test_a_stalled_run_stops_after_patience(tiny_bert, classifier_json, tmp_path):
-    data = read_head_data("classifier", classifier_json)
+    data = read_head_data("classifier", classifier_json, fmt="splits")
     receipt = train_head(data, TrainSettings("classifier", tiny_bert, tmp_path / "h", batch_size=4,
                                              lr=1e-12, patience=2))  # nothing moves: epoch 1 is best
     assert receipt["epochs_run"] == 3 and receipt["best_epoch"] == 1
@@ -240,7 +240,7 @@ def test_a_stalled_run_stops_after_patience(tiny_bert, classifier_json, tmp_path
 
 
 def test_per_epoch_lines_when_stderr_is_not_a_terminal(tiny_bert, classifier_json, tmp_path, capsys):
-    data = read_head_data("classifier", classifier_json)
+    data = read_head_data("classifier", classifier_json, fmt="splits")
     train_head(data, TrainSettings("classifier", tiny_bert, tmp_path / "h", batch_size=4,
                                    lr=1e-12, patience=2), progress="lines")
     captured = capsys.readouterr()
@@ -325,7 +325,7 @@ def test_max_length_auto_in_a_run_and_a_given_number_still_refuses(tiny_bert, tm
              for n in (2, 9, 12, 3, 20, 30, 40, 50, 60)]
     path = tmp_path / "long.json"
     path.write_text(json.dumps({"train": items, "validation": items[:4]}))
-    data = read_head_data("classifier", path)
+    data = read_head_data("classifier", path, fmt="splits")
     receipt = train_head(data, TrainSettings("classifier", tiny_bert, tmp_path / "h", epochs=1))
     assert receipt["recipe"]["max_length"] == 64  # 60 words + [CLS] [SEP] = 62 tokens
     assert receipt["recipe"]["max_length_rule"] == "auto: 64, the longest example is 62 tokens (train t60)"
@@ -352,7 +352,7 @@ def test_baseline_warning_names_both_figures_and_what_to_try():
 
 
 def test_a_head_below_its_baseline_is_warned_and_recorded(tiny_bert, classifier_json, tmp_path, caplog):
-    data = read_head_data("classifier", classifier_json)
+    data = read_head_data("classifier", classifier_json, fmt="splits")
     receipt = train_head(data, TrainSettings("classifier", tiny_bert, tmp_path / "h", batch_size=4,
                                              epochs=1, lr=1e-12))  # an untrained head
     head, base = receipt["validation"]["macro_f1"], receipt["baseline"]["validation"]["macro_f1"]

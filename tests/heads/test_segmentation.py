@@ -1,4 +1,4 @@
-"""Raw text cut into the words a tagger was trained on (`indexer.heads.segment`): labels read on
+"""Raw text cut into the words a tagger was trained on (`indexer.heads.tagger.segment`): labels read on
 the first subword of each whitespace word, as training put them; spans at the exact character
 offsets of those words; `eval head --input raw-text` equal to what `annotate` stores."""
 
@@ -15,10 +15,10 @@ from indexer.heads.data import read_head_data
 from indexer.heads.inference import model_logits, pad_id_of
 from indexer.heads.labels import bio_spans
 from indexer.heads.predict import Predictor, load_head
-from indexer.heads.segment import SEGMENTATION_KEY, text_words, whitespace_words
+from indexer.heads.registry import head_type
+from indexer.heads.tagger.head_type import TokenExample, decode_words
+from indexer.heads.tagger.segment import SEGMENTATION_KEY, text_words, whitespace_words
 from indexer.heads.train import TrainSettings, train_head
-from indexer.heads.types.registry import head_type
-from indexer.heads.types.tagger import TokenExample, decode_words
 
 LABELS = ["O", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
 TEXTS = [
@@ -120,7 +120,7 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     from indexer.annotate.raw_eval import evaluate_raw_text
     from indexer.config import Config
     from indexer.heads.metrics import span_f1
-    from indexer.heads.raw_text import gold_char_spans
+    from indexer.heads.tagger.raw_text import gold_char_spans
     from indexer.indexing.run import run_index
     from indexer.store import Store
     from search.cli.main import main as cli
@@ -133,7 +133,7 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     items = [{"tokens": t, "tags": g} for t, g in zip(tokens, gold)]
     path = tmp_path / "ner.json"
     path.write_text(json.dumps({"train": items, "validation": items, "test": items}))
-    data = read_head_data("ner", path)
+    data = read_head_data("ner", path, fmt="splits")
     out = tmp_path / "head"
     receipt = train_head(data, TrainSettings("ner", tiny_bert, out, epochs=1, batch_size=2,
                                              lr=5e-3))
@@ -147,7 +147,7 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     config_file = tmp_path / "config.yaml"
     config_file.write_text(json.dumps(config.model_dump(exclude_unset=True)))
     result = CliRunner().invoke(cli, ["eval", "head", str(out), "--data", str(path),
-                                      "--input", "raw-text", "--config", str(config_file),
+                                      "--format", "splits", "--input", "raw-text", "--config", str(config_file),
                                       "--json"])
     assert result.exit_code == 0, result.output
     scores = json.loads(result.output)

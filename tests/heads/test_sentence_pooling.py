@@ -16,9 +16,9 @@ from indexer.errors import InputError
 from indexer.heads.data import read_head_data
 from indexer.heads.evaluate import evaluate_head
 from indexer.heads.predict import load_head
+from indexer.heads.registry import head_type
 from indexer.heads.sentence import POOLING_KEY
 from indexer.heads.train import TrainSettings, feature_encoder, train_head
-from indexer.heads.types.registry import head_type
 
 TEXTS = ["a good movie", "john hates this awful awful film and mary loves it", "x", "not good"]
 
@@ -29,7 +29,7 @@ def data(classifier_items, tmp_path_factory):
     path = tmp_path_factory.mktemp("pool") / "c.json"
     path.write_text(json.dumps({"label_names": ["neg", "pos"], "train": items,
                                 "validation": items[::2], "test": items[1::2]}))
-    return read_head_data("classifier", path)
+    return read_head_data("classifier", path, fmt="splits")
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_feature_pass_equals_unbatched_forward(tiny_bert, data):
 
 
 def test_token_states_keep_the_asked_rows(tiny_bert):
-    from indexer.heads.types.tagger import TokenExample
+    from indexer.heads.tagger.head_type import TokenExample
 
     tok = AutoTokenizer.from_pretrained(tiny_bert)
     base = AutoModel.from_pretrained(tiny_bert).eval()
@@ -161,11 +161,11 @@ def test_cli_pooling_option(tiny_bert, classifier_json, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "cls"
-    result = runner.invoke(train, ["classifier", "--data", str(classifier_json), "--out", str(out), "--base",
+    result = runner.invoke(train, ["classifier", "--data", str(classifier_json), "--format", "splits", "--out", str(out), "--base",
                                    str(tiny_bert), "--epochs", "1", "--head-only", "--pooling", "cls", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "config.json").read_text())[POOLING_KEY] == "cls"
-    result = runner.invoke(train, ["ner", "--data", str(classifier_json), "--out", str(tmp_path / "n"), "--base",
+    result = runner.invoke(train, ["ner", "--data", str(classifier_json), "--format", "splits", "--out", str(tmp_path / "n"), "--base",
                                    str(tiny_bert), "--pooling", "mean"])
     assert result.exit_code == 1 and "--pooling mean is for classifiers" in result.stderr
     assert not (tmp_path / "n").exists()

@@ -26,7 +26,7 @@ def classifier_run(tiny_bert, classifier_items, tmp_path_factory):
     path = tmp / "c.json"
     path.write_text(json.dumps({"label_names": ["neg", "pos"], "train": items,
                                 "validation": items[::2], "test": items[1::2]}))
-    data = read_head_data("classifier", path)
+    data = read_head_data("classifier", path, fmt="splits")
     out = tmp / "head"
     receipt = train_head(data, TrainSettings("classifier", tiny_bert, out, epochs=1, batch_size=4))
     return data, out, receipt
@@ -98,7 +98,7 @@ def test_entity_spans_merge_subwords(tiny_bert, tmp_path):
     import torch
     from transformers import AutoTokenizer
 
-    from indexer.heads.types.registry import head_type
+    from indexer.heads.registry import head_type
 
     names = ["O", "B-MISC", "I-MISC"]
     model = AutoModelForTokenClassification.from_pretrained(

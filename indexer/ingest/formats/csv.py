@@ -2,7 +2,8 @@
 
 Read record by record with the csv module, so that a record with the wrong number of fields,
 invalid UTF-8 or broken quoting is rejected with its row while the rest go on. The reader
-takes its delimiter, so `tsv` is this reader with a tab.
+takes its delimiter, so `tsv` is this reader with a tab. As labelled data (`labelled_table`)
+its records are sentence pairs; a `.csv` file in the STS-B layout is handed to `stsb`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,20 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 
-from indexer.ingest.formats.base import Format, Frame, Unreadable, open_binary
+from indexer.errors import InputError
+from indexer.ingest.formats.base import (
+    UNSPLIT,
+    Format,
+    Frame,
+    Labelled,
+    LabelledFormat,
+    Unreadable,
+    labelled_rows,
+    open_binary,
+)
+from indexer.ingest.formats.stsb import looks_like_stsb, read_stsb
+
+PAIR_COLUMNS = ("text_a", "text_b")
 
 # a 5 MB document is one CSV field; the csv module's default limit is 128 KiB
 csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
@@ -101,4 +115,51 @@ FORMAT = Format(
     suffixes=(".csv",),
     frames=csv_frames,
     summary="CSV with a header row (.csv; gzip allowed)",
+)
+
+
+def labelled_table(path: Path, sep: str) -> Labelled:
+    """Sentence pairs of a delimited file with a header (`text_a`, `text_b`, `label` or
+    `score`, optional `id`), ids `line N`; a `label` of digits becomes its integer (0/1
+    data), an empty cell is left out. A file whose first line has no `text_a` but parses as
+    the STS-B layout is read as STS-B (`stsb`: its files are named `.csv`).
+
+    Raises:
+        InputError: a header without the pair columns, or the first record that cannot be
+            read (naming its line).
+    """
+    with open_binary(path) as fh:
+        first = fh.readline().decode("utf-8", errors="replace")
+    if "text_a" not in first and looks_like_stsb(first):
+        return read_stsb(path)
+    out = labelled_rows(lambda p, n: delimited_frames(p, n, sep), path,
+                        lambda row: f"line {row + 1}")  # the header is line 1
+    rows = out.items[UNSPLIT]
+    header = set(rows[0][1]) if rows else set()
+    if rows and (not set(PAIR_COLUMNS) <= header or not {"label", "score"} & header):
+        raise InputError(f"{path}: a pair CSV needs a header with text_a, text_b and label or "
+                         f"score (has {sorted(header)}); the STS-B layout (tab-separated, no "
+                         "header) is read with --format stsb")
+    if not rows:
+        raise InputError(f"{path}: no rows under the header")
+    for i, (item_id, item) in enumerate(rows):
+        item = {k: v for k, v in item.items() if v is not None}
+        label = item.get("label")
+        if isinstance(label, str) and label.lstrip("-").isdigit():
+            item["label"] = int(label)
+        rows[i] = (item_id, item)
+    return out
+
+
+def read_labelled_csv(path: Path) -> Labelled:
+    """Comma-separated pairs (see `labelled_table`); tabs for a `.tsv(.gz)` name."""
+    tsv = path.name.lower().removesuffix(".gz").endswith(".tsv")
+    return labelled_table(path, "\t" if tsv else ",")
+
+
+LABELLED = LabelledFormat(
+    name="csv",
+    suffixes=FORMAT.all_suffixes(),
+    read=read_labelled_csv,
+    summary="sentence pairs: CSV with a header text_a, text_b, label or score (STS-B inside)",
 )

@@ -1,5 +1,8 @@
 """JSON Lines (`.jsonl`, `.ndjson`, and `.json` holding one object per line; gzip allowed),
-parsed line by line so that one broken line is rejected with its row and the rest go on.
+parsed line by line so that one broken line is rejected with its row and the rest go on. The
+project's one JSONL reader: corpora, labelled splits (`LABELLED`), review files and BEIR
+queries all read through `jsonl_frames`. A UTF-8 byte-order mark before the first line (a
+spreadsheet's) is dropped.
 """
 
 from __future__ import annotations
@@ -8,7 +11,16 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from indexer.ingest.formats.base import Format, Frame, open_binary
+from indexer.ingest.formats.base import (
+    Format,
+    Frame,
+    Labelled,
+    LabelledFormat,
+    labelled_rows,
+    open_binary,
+)
+
+BOM = b"\xef\xbb\xbf"
 
 
 def jsonl_frames(path: Path, batch_size: int) -> Iterator[Frame]:
@@ -39,6 +51,8 @@ def _parse_lines(start: int, lines: list[bytes]) -> tuple[list[dict], list[tuple
     rows, bad = [], []
     for offset, line in enumerate(lines):
         number = start + offset
+        if number == 1:
+            line = line.removeprefix(BOM)
         if not line.strip():
             continue
         try:
@@ -62,4 +76,17 @@ FORMAT = Format(
     suffixes=(".jsonl", ".ndjson", ".json"),
     frames=jsonl_frames,
     summary="JSON Lines, one object per line (.jsonl, .ndjson, .json; gzip allowed)",
+)
+
+
+def read_labelled_jsonl(path: Path) -> Labelled:
+    """One split of items, one a line; an item's id is its `id`, else `line N`."""
+    return labelled_rows(jsonl_frames, path, lambda row: f"line {row}")
+
+
+LABELLED = LabelledFormat(
+    name="jsonl",
+    suffixes=FORMAT.all_suffixes(),
+    read=read_labelled_jsonl,
+    summary=FORMAT.summary,
 )

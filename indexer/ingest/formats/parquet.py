@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from indexer.ingest.formats.base import Format, Frame, Unreadable
+from indexer.ingest.formats.base import (
+    Format,
+    Frame,
+    Labelled,
+    LabelledFormat,
+    Unreadable,
+    labelled_rows,
+)
 
 
 def parquet_frames(path: Path, batch_size: int) -> Iterator[Frame]:
@@ -48,4 +55,17 @@ FORMAT = Format(
     frames=parquet_frames,
     summary="Parquet (.parquet)",
     gzip=False,
+)
+
+
+def read_labelled_parquet(path: Path) -> Labelled:
+    """One split of items, one a row; an item's id is its `id`, else `row N` (from 1)."""
+    return labelled_rows(parquet_frames, path, lambda row: f"row {row}")
+
+
+LABELLED = LabelledFormat(
+    name="parquet",
+    suffixes=FORMAT.all_suffixes(),
+    read=read_labelled_parquet,
+    summary=FORMAT.summary,
 )

@@ -1,6 +1,6 @@
 """The BIO token tagger head type (NER): items `{tokens, tags}` -> `Entity` spans per text.
 
-Raw text is cut into words as the head's training words were (`indexer.heads.segment`: at
+Raw text is cut into words as the head's training words were (`indexer.heads.tagger.segment`: at
 whitespace unless the head records otherwise), subwords are merged back into those words (a
 word takes its first subword's logits) and the words are decoded the same way everywhere
 (`decode_words`): by default the most probable valid BIO sequence, so `predict`, `eval head`
@@ -22,6 +22,12 @@ import torch
 from indexer.choices import Decode
 from indexer.encode.model_facts import add_prefix_space
 from indexer.errors import InputError, ModelError
+from indexer.heads.base import (
+    Example,
+    HeadType,
+    bert_head_parts,
+    label_index,
+)
 from indexer.heads.features import Encoded
 from indexer.heads.labels import (
     IGNORE_INDEX,
@@ -33,13 +39,7 @@ from indexer.heads.labels import (
     word_spans,
 )
 from indexer.heads.metrics import entity_f1
-from indexer.heads.segment import ASSUMED, SEGMENTATION_KEY, saved_segmentation, text_words
-from indexer.heads.types.base import (
-    Example,
-    HeadType,
-    bert_head_parts,
-    label_index,
-)
+from indexer.heads.tagger.segment import ASSUMED, SEGMENTATION_KEY, saved_segmentation, text_words
 from indexer.records import Entity
 
 DECODES = get_args(Decode)
@@ -88,7 +88,7 @@ def text_entities(text: str, word_ids, offsets, logits: np.ndarray, label_names:
         logits: (tokens, labels), one row per token of `word_ids`.
         decode: see `decode_words`.
         head: the head's name, kept on each Entity (annotate).
-        segmentation: how the head's training words were cut (`indexer.heads.segment`).
+        segmentation: how the head's training words were cut (`indexer.heads.tagger.segment`).
     Returns:
         Entities in text order, spanning whole words; score is the mean probability of their
         words' tags.
@@ -110,7 +110,7 @@ class TokenTagger(HeadType):
     splittable = ("BertForTokenClassification",)
     example_type = TokenExample
     result_type = Entity
-    formats = ("json", "jsonl", "parquet", "conll")
+    formats = ("splits", "jsonl", "parquet", "conll")
     label_key = "tags"
     default_batch_size = 8  # README: CoNLL validation prefers 8 sentences a step at lr 2e-5
     decodes = DECODES
@@ -170,7 +170,7 @@ class TokenTagger(HeadType):
         return {"segmentation": saved_segmentation(config, where)}
 
     def fit_config(self, model, data) -> None:
-        """Records `whitespace` segmentation (`indexer.heads.segment`): every training item is
+        """Records `whitespace` segmentation (`indexer.heads.tagger.segment`): every training item is
         a pre-split word list, and raw text split at whitespace gives those words back. Words
         holding whitespace themselves cannot be reproduced from raw text; a warning counts
         the items that have them."""

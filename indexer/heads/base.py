@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from indexer.errors import InputError
+from indexer.heads.registry import Capabilities, capabilities
 from indexer.records import Entity, Label
 
 if TYPE_CHECKING:  # torch only in annotations: a search reading labels never imports it
@@ -73,7 +74,8 @@ class HeadType(ABC):
     `backbone_features`, `feature_logits`, `feature_targets`; eval (`heads.inference`,
     `heads.evaluate`): `logits`, `example_logits`, `metric`, `score`, `receipt_fields`,
     `baseline`; predict and annotate: `result_type`, `predict`, `top`, `window_output`,
-    `annotate`. The rows a result becomes are its `result_type`'s (`Label`, `Entity`).
+    `annotate`. The rows a result becomes are its `result_type`'s (`Label`, `Entity`). What
+    only some types do is in `capabilities` (`heads.registry.Capabilities`).
     """
 
     name: ClassVar[str]  # `bertindex train NAME`, the receipt's `task`
@@ -83,12 +85,17 @@ class HeadType(ABC):
     splittable: ClassVar[tuple[str, ...]]  # architectures whose top `top` can split off
     example_type: ClassVar[type[Example]]
     result_type: ClassVar[type[Label | Entity]]
-    formats: ClassVar[tuple[str, ...]]  # data formats that hold this type's items
+    formats: ClassVar[tuple[str, ...]]  # labelled formats holding its items (`ingest.formats`)
     label_key: ClassVar[str]  # the labelled item's key
     default_batch_size: ClassVar[int]  # examples per training step
     decodes: ClassVar[tuple[str, ...]] = ()  # `decode` choices of score/predict, default first
     decode_note: ClassVar[str | None] = None  # receipt `recipe.ner_decode`
     head_only: ClassVar[bool] = True  # can train on frozen features (`--head-only`)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this type can do beyond the interface, as registered with its name."""
+        return capabilities(self.name)
 
     # -- data -------------------------------------------------------------------------------
     @abstractmethod

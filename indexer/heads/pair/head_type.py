@@ -10,9 +10,9 @@ the score scaled to 0..1 by the train split's range (the sentence-transformers c
 recipe for STS-B; unlike MSE through a sigmoid its gradient does not vanish at the ends), the
 range kept in config.json (`bertindex_score_range`), scored by Spearman (picks the epoch) and
 Pearson; after training its score is mixed with the bi-encoder's cosine of the two texts by a
-weight chosen on validation (`heads.pair_blend`; 0 keeps the head alone). A pair head trains the whole model (`--head-only` is refused: a frozen backbone's
+weight chosen on validation (`heads.pair.blend`; 0 keeps the head alone). A pair head trains the whole model (`--head-only` is refused: a frozen backbone's
 pooled vector is the bi-encoder again). It scores pairs, never single texts: `annotate` and
-`predict` refuse it; `indexer.heads.pairs` loads one to score pairs (search reranking).
+`predict` refuse it; `indexer.heads.pair.scorer` loads one to score pairs (search reranking).
 """
 
 from __future__ import annotations
@@ -25,18 +25,18 @@ import numpy as np
 import torch
 
 from indexer.errors import InputError, ModelError
+from indexer.heads.base import Example, HeadType, label_index, softmax
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
-from indexer.heads.pair_blend import (
+from indexer.heads.pair.blend import (
     blend_of,
     choose_weight,
     cosine_encoder,
     mixed,
     text_cosines,
 )
-from indexer.heads.pair_keys import BLEND_KEY, RERANK_WEIGHT_KEY
+from indexer.heads.pair.keys import BLEND_KEY, RERANK_WEIGHT_KEY
 from indexer.heads.sentence import sequence_logits
-from indexer.heads.types.base import Example, HeadType, label_index, softmax
 from indexer.records import Label
 
 REGRESSION = ["score"]  # the label list of a regression pair head: one output, its score
@@ -70,7 +70,7 @@ def sigmoid(x) -> np.ndarray:
 
 def pair_scores(logits: np.ndarray, config, cosines: np.ndarray | None = None) -> np.ndarray:
     """(pairs, outputs) logits -> one score per pair: a regression head's score on its train
-    range (mixed with `cosines` when the head has a blend, `heads.pair_blend`); a
+    range (mixed with `cosines` when the head has a blend, `heads.pair.blend`); a
     classifier's probability of its last label (`1`, `relevant`: labels sort so the positive
     class of 0/1 data comes last)."""
     logits = np.asarray(logits, dtype=np.float64)
@@ -100,7 +100,7 @@ class PairHead(HeadType):
     splittable = ()
     example_type = PairExample
     result_type = Label
-    formats = ("json", "jsonl", "parquet", "csv", "stsb")
+    formats = ("splits", "jsonl", "parquet", "csv", "tsv", "stsb")
     label_key = "label"
     default_batch_size = 16
     head_only = False  # refused: see `head_modules`
@@ -268,7 +268,7 @@ class PairHead(HeadType):
 
     def blend(self, model, splits: dict, logits: dict, label_names: list[str],
               encoder: Path | None, encoder_name: str | None) -> dict | None:
-        """A regression head's mix with a bi-encoder (`heads.pair_blend`): the weight chosen
+        """A regression head's mix with a bi-encoder (`heads.pair.blend`): the weight chosen
         on validation, kept in config.json when above 0.
 
         Args:
@@ -313,7 +313,7 @@ class PairHead(HeadType):
         regression; for classes a logistic regression on that cosine, fit on train)."""
         if base is None:
             return None
-        from indexer.heads.pair_baseline import cosine_baseline
+        from indexer.heads.pair.baseline import cosine_baseline
 
         return cosine_baseline(splits, label_names, base, seed)
 

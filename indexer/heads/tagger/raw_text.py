@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from indexer.errors import InputError
 from indexer.heads.labels import bio_spans
 from indexer.heads.metrics import span_f1
-from indexer.heads.types.tagger import TokenExample
+from indexer.heads.tagger.head_type import TokenExample
 from indexer.records import Entity
 
 RAW_TEXT_NOTE = ("the split's words joined by single spaces, run as raw text (character "

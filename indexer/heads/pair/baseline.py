@@ -16,7 +16,7 @@ from indexer.heads.metrics import correlations, macro_f1
 
 def pair_cosines(encoder, examples) -> np.ndarray:
     """Cosine of text_a and text_b per example, from one encoder."""
-    from indexer.heads.pair_blend import text_cosines
+    from indexer.heads.pair.blend import text_cosines
 
     return text_cosines(encoder, [e.text_a for e in examples], [e.text_b for e in examples])
 
@@ -32,8 +32,8 @@ def cosine_baseline(splits: dict, label_names: list[str], base: Path, seed: int 
         {"name", "validation": metrics, "test": metrics or None, "seconds"}; the metrics
         carry `primary` like the head's.
     """
-    from indexer.heads.pair_blend import cosine_encoder
-    from indexer.heads.types.pair import is_regression
+    from indexer.heads.pair.blend import cosine_encoder
+    from indexer.heads.pair.head_type import is_regression
 
     started = time.perf_counter()
     encoder = cosine_encoder(base)

@@ -5,7 +5,7 @@ batches. Search reranking (`search.rerank`) runs it on (query, hit window) pairs
 Unlike training, scoring cuts: a pair longer than the head's trained `max_length` (its run
 receipt; else the model's positions) keeps all of text_a (the query) and is cut at the end of
 text_b (the passage), since a search must answer; a text_a alone over the limit is refused,
-named. A regression head trained with a blend (`heads.pair_blend`) mixes in the cosine of the
+named. A regression head trained with a blend (`heads.pair.blend`) mixes in the cosine of the
 two texts from its bi-encoder, loaded on first use, as `eval head` scores it. Does not train or
 search.
 """
@@ -24,9 +24,9 @@ from indexer.encode.model_facts import usable_length
 from indexer.errors import InputError, ModelError
 from indexer.heads.features import Encoded, collate, sorted_batches
 from indexer.heads.inference import pad_id_of
-from indexer.heads.pair_blend import blend_of, cosine_encoder, text_cosines
+from indexer.heads.pair.blend import blend_of, cosine_encoder, text_cosines
+from indexer.heads.pair.head_type import pair_scores
 from indexer.heads.receipt import RECEIPT
-from indexer.heads.types.pair import pair_scores
 
 SCORE_BATCH = 32  # pairs per forward pass
 
@@ -62,7 +62,7 @@ class PairScorer:
 
         self.path = Path(path)
         self.kind, self.model, self.tokenizer = load_model_dir(self.path)
-        if self.kind.name != "pair":
+        if not self.kind.capabilities.scores_pairs:
             raise ModelError(f"{self.path} is a {self.kind.name} head; reranking needs a pair head "
                              "(`bertindex train rerank` or `bertindex train pair`)")
         positions = min(usable_length(self.model, self.tokenizer).limit, MAX_POSITIONS)

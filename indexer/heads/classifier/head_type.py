@@ -14,7 +14,14 @@ import numpy as np
 import torch
 
 from indexer.errors import InputError, ModelError
-from indexer.heads.baseline import tfidf_baseline
+from indexer.heads.base import (
+    Example,
+    HeadType,
+    bert_head_parts,
+    label_index,
+    softmax,
+)
+from indexer.heads.classifier.tfidf import tfidf_baseline
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import macro_f1
 from indexer.heads.sentence import (
@@ -24,13 +31,6 @@ from indexer.heads.sentence import (
     sentence_features,
     sequence_logits,
     top_logits,
-)
-from indexer.heads.types.base import (
-    Example,
-    HeadType,
-    bert_head_parts,
-    label_index,
-    softmax,
 )
 from indexer.records import Label
 
@@ -67,7 +67,7 @@ class SequenceClassifier(HeadType):
     splittable = ("BertForSequenceClassification",)
     example_type = SentenceExample
     result_type = Label
-    formats = ("json", "jsonl", "parquet", "tweeteval")
+    formats = ("splits", "jsonl", "parquet", "tweeteval")
     label_key = "label"
     default_batch_size = 32
 

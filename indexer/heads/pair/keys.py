@@ -1,5 +1,5 @@
 """The keys a pair head keeps in its config.json beside the transformers fields: its blend with
-a bi-encoder (written by `heads.types.pair`, read by `heads.pair_blend`) and a reranker's share
+a bi-encoder (written by `heads.pair.head_type`, read by `heads.pair.blend`) and a reranker's share
 of the order (written by `search.rerank.tune_rerank_weight`, read by `search.rerank`).
 
 Names only, no imports: the CLI reads them on the thin client's path (`search --server`), which

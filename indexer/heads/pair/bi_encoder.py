@@ -2,7 +2,7 @@
 (`train pair --blend tuned`): a copy of the base encoder trained so that the cosine of the two
 texts' mean-pooled vectors matches the score scaled to 0..1 (mean squared error, the
 sentence-transformers `CosineSimilarityLoss` recipe), saved inside the head directory
-(`BI_ENCODER_DIR`), where the blend reads it (`heads.pair_blend`).
+(`BI_ENCODER_DIR`), where the blend reads it (`heads.pair.blend`).
 
 Same optimiser as the heads (`indexer.training.Trainer`: AdamW, weight decay 0.01, clip 1.0,
 bf16 autocast where the CPU has it), 10 % linear warm-up then linear decay, fixed seed. Texts are read

@@ -7,10 +7,10 @@ STS-B, cross-encoder 0.837 and bi-encoder 0.820 test Spearman, the mix 0.858 (RE
 heads and reranking"). The weight is picked after training from `WEIGHTS` by validation
 Spearman; 0 (the cross-encoder alone) is among them, so the choice cannot lower the validation
 score. The mix is `(1 - w) * p + w * cos`, p the head's sigmoid output (0..1) and cos the cosine,
-then put back on the train scores' range. Kept in config.json (`heads.pair_keys.BLEND_KEY`:
+then put back on the train scores' range. Kept in config.json (`heads.pair.keys.BLEND_KEY`:
 weight and encoder), so `eval head` and `PairScorer` score as trained. A reranker (`train
 rerank`) is not blended this way: its score is mixed with the first stage's instead
-(`heads.pair_keys.RERANK_WEIGHT_KEY`, applied by `search.rerank`). Does not train.
+(`heads.pair.keys.RERANK_WEIGHT_KEY`, applied by `search.rerank`). Does not train.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.heads.metrics import correlations
-from indexer.heads.pair_keys import BLEND_KEY
+from indexer.heads.pair.keys import BLEND_KEY
 
 BASELINE_MAX_LENGTH = 512  # each text alone; a longer one is cut (a comparison, not the head)
 
