@@ -5,17 +5,15 @@ atomic write of the model directory (temp folder, then rename: an interrupted ru
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import math
 import os
-import platform
 import shutil
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.errors import InputError
+from indexer.fsio import file_sha256
 from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO
 from indexer.heads.settings import (
     DEFAULT_HEAD_ONLY_LR,
@@ -23,6 +21,7 @@ from indexer.heads.settings import (
     FEATURE_MAX_WASTE,
     TrainSettings,
 )
+from indexer.machine import library_versions
 from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY
 
 if TYPE_CHECKING:
@@ -36,25 +35,8 @@ _PACKAGES = ("bertindex", "torch", "transformers", "tokenizers", "numpy", "sciki
 
 def weights_sha256(model_dir: Path) -> dict[str, str]:
     """sha256 of every weight file at the top of `model_dir`, by file name."""
-    hashes = {}
-    for path in sorted(Path(model_dir).iterdir()):
-        if path.is_file() and path.name.endswith(_WEIGHT_SUFFIXES):
-            digest = hashlib.sha256()
-            with path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            hashes[path.name] = digest.hexdigest()
-    return hashes
-
-
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
+    return {path.name: file_sha256(path) for path in sorted(Path(model_dir).iterdir())
+            if path.is_file() and path.name.endswith(_WEIGHT_SUFFIXES)}
 
 
 def check_out_dir(out: Path) -> None:
@@ -212,7 +194,7 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "feature_seconds": round(fitted.feature_seconds, 2) if settings.caches_features else None,
         "examples_per_second": round(n_train * max(1, fitted.epochs_run) / fitted.seconds, 2),
         "warnings": warnings or [],
-        "versions": package_versions(),
+        "versions": library_versions(_PACKAGES),
     }
     receipt.update(kind.receipt_fields(validation, test))
     return receipt
