@@ -99,9 +99,9 @@ def compare(store: str, split: str = "test") -> dict:
     """The SciFact queries through ONNX, torch fp32 and torch bf16 on one store."""
     from indexer.config import Config
     from indexer.encode.encoder import Encoder
-    from indexer.evaluation import load_beir_queries
+    from indexer.evaluation.beir import load_beir_queries
+    from indexer.query.searcher import Searcher
     from indexer.store import Store
-    from search.query import Searcher
 
     queries, _ = load_beir_queries(DATA / "scifact", split)
     texts = list(queries.values())

@@ -58,8 +58,8 @@ def alive(pids: list[int]) -> list[int]:
 
 def search(store: Path, queries: list[str]) -> list[list[tuple[str, float]]] | None:
     from indexer.config import Config
+    from indexer.query.searcher import Searcher
     from indexer.store import Store
-    from search.query import Searcher
 
     cfg = Config().with_overrides(**{"store.path": str(store)})
     with Store(store, read_only=True) as st:

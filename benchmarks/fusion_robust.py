@@ -30,11 +30,12 @@ from machine import write_json
 
 from indexer.config import Config, SearchConfig
 from indexer.encode.encoder import load_encoder
-from indexer.evaluation import load_beir_queries, retrieval_scores
+from indexer.evaluation.beir import load_beir_queries
+from indexer.evaluation.metrics import retrieval_scores
 from indexer.index import fusion
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 
 def rankings(folder: Path, store_root: Path, depth: int, cfg: Config | None = None) -> dict:

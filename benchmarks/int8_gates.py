@@ -81,7 +81,9 @@ def main() -> int:
     from indexer.encode import int8_check, limits
     from indexer.encode.encoder import Encoder, weights_hash
     from indexer.encode.quantize import quantize_int8
-    from indexer.evaluation import load_beir_queries, load_sts, retrieval_scores, spearman
+    from indexer.evaluation.beir import load_beir_queries
+    from indexer.evaluation.metrics import retrieval_scores
+    from indexer.evaluation.sts import load_sts, spearman
     from indexer.heads.sentence import head_logits
 
     hf_logging.set_verbosity_error()

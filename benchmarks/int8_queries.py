@@ -25,9 +25,10 @@ from machine import ROOT, machine, missing, write_json
 sys.path.insert(0, str(ROOT))
 
 from indexer.config import load_config
-from indexer.evaluation import load_beir_queries, retrieval_scores
+from indexer.evaluation.beir import load_beir_queries
+from indexer.evaluation.metrics import retrieval_scores
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 ENCODERS = ("onnx", "onnx-int8")
 MODES = ("dense", "hybrid")

@@ -21,7 +21,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from indexer.evaluation import load_beir_queries, retrieval_scores
+from indexer.evaluation.beir import load_beir_queries
+from indexer.evaluation.metrics import retrieval_scores
 from indexer.index.keyword import query_terms
 
 

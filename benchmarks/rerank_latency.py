@@ -41,9 +41,9 @@ def main() -> None:
     from fastapi.testclient import TestClient
 
     from indexer.config import load_config
-    from indexer.evaluation import load_beir_queries
+    from indexer.evaluation.beir import load_beir_queries
+    from indexer.query.searcher import Searcher
     from indexer.store import Store
-    from search.query import Searcher
     from search.server import create_app
 
     config_path = "config.yaml" if Path("config.yaml").is_file() else None

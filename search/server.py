@@ -28,12 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.config import SearchConfig
 from indexer.errors import InputError
+from indexer.query.filters import parse_entities, parse_labels
+from indexer.query.highlight import excerpt
+from indexer.query.searcher import Searcher
 from search.access import OPEN, AccessGuard, TokenBook, needs
 from search.body_limit import MAX_BODY_BYTES, BodyLimit
 from search.error_map import install as install_error_map
-from search.filters import parse_entities, parse_labels
-from search.highlight import excerpt
-from search.query import Searcher
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +178,9 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
 
     @app.post("/search", dependencies=[needs("read")])
     def search(request: SearchRequest) -> Response:  # a plain def: FastAPI runs it on its pool
-        """Top-k documents for one query (after `offset`); each hit has the fields of
-        `bertindex search --json`, its side scores (`dense`, `keyword`) and, when asked,
-        `labels`, `entities`, `window` and `highlights`."""
+        """Top-k documents for one query (after `offset`); each hit is `SearchHit.to_dict`, as
+        `bertindex search --json` prints it, and, when asked, `labels`, `entities`, `window`
+        and `highlights`."""
         started = time.perf_counter()
         pin_threads()
         filters = request.parsed()

@@ -22,7 +22,7 @@ from indexer.config import load_config
 from search.body_limit import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
-    from search.query import Searcher
+    from indexer.query.searcher import Searcher
 
 SETTINGS_ENV = "BERTINDEX_SERVE_SETTINGS"  # how `serve` hands its settings to each process
 APP_FACTORY = "search.workers:app_from_environment"  # what uvicorn imports in each process
@@ -60,8 +60,8 @@ def open_app(settings: ServeSettings):
     """
     import faiss  # the model, FAISS and the store load here, not when the CLI starts
 
+    from indexer.query.searcher import Searcher
     from indexer.store import Store
-    from search.query import Searcher
     from search.server import create_app
 
     faiss.omp_set_num_threads(settings.threads)

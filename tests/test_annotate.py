@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from flows.annotate import run_annotate
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
 from search.cli.main import main
-from search.query import Searcher
 
 NER_LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
@@ -152,7 +152,7 @@ def test_inbox_processes_each_file_once_and_reports_bad_lines(tiny_config, heads
 
     # a run killed after 'started' is redone by the next run, without duplicates
     (inbox / "two.csv").write_text("id,text\nu1,the big city\nu2,\n")
-    from flows.annotate import file_hash
+    from indexer.annotate.inbox import file_hash
 
     with Store(tiny_config.store.path) as store:
         store.ledger_start(file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")

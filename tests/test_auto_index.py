@@ -16,8 +16,8 @@ from indexer.errors import VectorIndexError
 from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.index.vector import VectorIndex
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 
 def clustered(n, dim=32, clusters=64, seed=0, spread=0.35):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from indexer.query.hits import HIT_FIELDS
 from indexer.store import Store
 from search.cli.main import main
 
@@ -95,7 +96,8 @@ def test_search_json_and_where(indexed):
     assert result.exit_code == 0, result.output
     hits = [json.loads(line) for line in result.stdout.splitlines()]
     assert hits[0]["id"] == "p1" and hits[0]["rank"] == 1
-    assert set(hits[0]) >= {"rank", "score", "id", "title", "text", "metadata"}
+    # `SearchHit.to_dict`, as POST /search answers, then the document's labels and entities
+    assert list(hits[0]) == [*HIT_FIELDS, "labels", "entities"]
     result = runner.invoke(main, ["search", "the cat sat on the mat", "--config", str(config),
                                   "--json", "--where", "topic=code"])
     assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["c1"]

@@ -23,8 +23,8 @@ from indexer.faults import POINTS
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.ops.tolerance import for_dtype, same_ranking
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 BATCH = 100
 QUERIES = ["the cat sat on the mat", "red apple river", "parse python file", "slow train city"]

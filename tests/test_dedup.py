@@ -203,7 +203,7 @@ def test_search_unique_collapses_a_wave(tiny_config, tmp_path):
     run_index([str(corpus)], cfg, collection="c")
     summary = run_dedup(cfg, "c", threshold=0.99)
     assert summary["groups"] == 1 and summary["grouped_documents"] == 4
-    from search.query import Searcher
+    from indexer.query.searcher import Searcher
 
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store)

@@ -26,8 +26,8 @@ from indexer.encode.model_facts import special_tokens, usable_length
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.errors import ModelError
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 NAMES = [n for n in FAMILIES if available(n)]
 SDPA = {"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "modernbert"}

@@ -21,8 +21,8 @@ from indexer.indexing.fusion_tune import (
     split_sentences,
 )
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import DocText, Store
-from search.query import Searcher
 
 WORDS = ("apple river stone cloud engine garden silver paper window forest signal copper "
          "harbor lantern meadow rocket violet castle puzzle thunder").split()

@@ -10,9 +10,10 @@ from click.testing import CliRunner
 from indexer.index import fusion
 from indexer.index.keyword import KeywordIndex, query_terms, sync_keyword_index
 from indexer.indexing.run import run_index
+from indexer.query.hits import HIT_FIELDS
+from indexer.query.searcher import Searcher
 from indexer.store import Store
 from search.cli.main import main
-from search.query import Searcher
 
 
 # -- fusion ------------------------------------------------------------------------------
@@ -136,14 +137,14 @@ def test_cli_mode(cli_config):
         assert hits and hits[0]["rank"] == 1, mode
         if mode != "dense":
             assert hits[0]["id"] == "b2", mode
-        sides = [h["scores"] for h in hits]
-        assert all(s["fused"] == pytest.approx(h["score"]) for s, h in zip(sides, hits))
+        # the hit of POST /search (`SearchHit.to_dict`), then the document's labels and entities
+        assert all(list(h) == [*HIT_FIELDS, "labels", "entities"] for h in hits)
         if mode == "dense":
-            assert all(s["keyword"] is None and s["dense"] == s["fused"] for s in sides)
+            assert all(h["keyword"] is None and h["dense"] == h["score"] for h in hits)
         if mode == "keyword":
-            assert all(s["dense"] is None and s["keyword"] == s["fused"] for s in sides)
+            assert all(h["dense"] is None and h["keyword"] == h["score"] for h in hits)
         if mode == "hybrid":  # b2 is both sides' best: it has both scores
-            assert sides[0]["dense"] is not None and sides[0]["keyword"] is not None
+            assert hits[0]["dense"] is not None and hits[0]["keyword"] is not None
     result = runner.invoke(main, ["search", "gzip", "--config", str(cli_config), "--mode", "bm25"])
     assert result.exit_code == 2
     result = runner.invoke(main, ["search", "zebra", "--config", str(cli_config), "--mode",
@@ -226,7 +227,7 @@ def test_eval_beir_reports_each_mode(tiny_config, tmp_path):
 
 def test_qrels_with_or_without_a_header(tmp_path):
     from indexer.errors import InputError
-    from indexer.evaluation import read_qrels
+    from indexer.evaluation.beir import read_qrels
 
     plain = tmp_path / "plain.tsv"
     plain.write_text("q1\td1\t2\nq1\td2\t0\nq2\td3\t1\n")

@@ -18,8 +18,8 @@ from indexer.index.keyword import (
 )
 from indexer.indexing.run import run_index
 from indexer.ops.doctor import diagnose
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 # language -> (its document, query words that are not in it but must find it)
 CASES = {

@@ -1,6 +1,6 @@
 """The layering in pyproject.toml (`[tool.importlinter]`) holds: `indexer` imports neither
 `flows`, `search`, Prefect, Click nor the web stack; inside `indexer` the packages import
-downward only (`library-layers`, README "Layers"); the query API and server never import flows
+downward only (`library-layers`, README "Layers"); the server and its client never import flows
 or the CLI; `search --server`'s client imports no model, index or store; `flows` never imports
 `search`. Checked by import-linter's `lint-imports`, and shown to fail on an upward import."""
 

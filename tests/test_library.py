@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent("""
     from indexer.config import Config
     from indexer.indexing.run import run_index
     from indexer.store import Store
-    from search.query import Searcher
+    from indexer.query.searcher import Searcher
 
     model, corpus, store = sys.argv[1:4]
     config = Config().with_overrides(**{

@@ -25,9 +25,9 @@ from indexer.errors import ModelError
 from indexer.fsio import file_sha256
 from indexer.indexing.run import run_index
 from indexer.machine import has_vnni
+from indexer.query.searcher import Searcher
 from indexer.store import Store
 from indexer.versions import current_version, version_dir
-from search.query import Searcher
 
 QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
            "compress a file with gzip and write data to the big city by train",

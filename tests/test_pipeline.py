@@ -11,8 +11,8 @@ from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.index.vector import VectorIndex
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 
 def search(cfg, query, **kw):

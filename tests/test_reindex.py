@@ -12,8 +12,8 @@ from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 
 def search_ids(cfg, query, k=5):

@@ -13,9 +13,9 @@ from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.ingest.stdlib_corpus import iter_passages
+from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from search.query import Searcher
 
 pytestmark = pytest.mark.slow
 PASSAGES = 200

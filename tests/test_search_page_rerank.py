@@ -20,8 +20,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 QUERY = "cat mat"
 DEPTH = 3  # of the 5 documents, the top 3 are reranked and 2 keep their first-stage order

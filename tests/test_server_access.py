@@ -13,11 +13,11 @@ from click.testing import CliRunner
 
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
+from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Label
 from indexer.store import SCOPES, Store, read_token_table, scope_allows
 from search import access
 from search.cli.main import main
-from search.query import Searcher
 
 BASE = "http://127.0.0.1:8765"
 OPEN = access.OPEN

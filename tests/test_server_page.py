@@ -8,10 +8,11 @@ import pytest
 from indexer.errors import StoreError
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
+from indexer.query.highlight import excerpt, highlight_spans, stem
+from indexer.query.hits import HIT_FIELDS
+from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from search.highlight import excerpt, highlight_spans, stem
-from search.query import Searcher
 
 
 def annotate_by_hand(config, labels: dict[str, str], entities: dict[str, list[tuple[str, str]]]):
@@ -90,6 +91,31 @@ def test_hits_carry_annotations_highlights_and_side_scores(client):
     assert any(d is not None and k is not None for d, k in sides)
     only = client.post("/search", json={"query": "gzip", "entities": ["TOOL=GZIP"]}).json()
     assert [h["id"] for h in only["hits"]] == ["b2"]
+
+
+def test_search_json_and_post_search_give_one_hit_shape(client, tiny_config, tmp_path):
+    """`bertindex search --json` prints what `POST /search` answers: `SearchHit.to_dict`, key
+    for key and value for value; both add the labels and entities (the CLI always, the server
+    when asked)."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from search.cli.main import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(tiny_config.model_dump()))
+    result = CliRunner().invoke(main, ["search", "gzip compress", "--config", str(config),
+                                       "--json", "-k", "3"])
+    assert result.exit_code == 0, result.output
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    served = client.post("/search", json={"query": "gzip compress", "k": 3}).json()["hits"]
+    assert served and all(list(h) == list(HIT_FIELDS) for h in served)
+    assert [{key: h[key] for key in HIT_FIELDS} for h in printed] == served
+    annotated = client.post("/search", json={"query": "gzip compress", "k": 3,
+                                             "annotations": True}).json()["hits"]
+    assert printed == annotated
 
 
 def test_offset_pages_through_the_same_ranking(client):

@@ -7,8 +7,8 @@ import pytest
 from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.ingest.stdlib_corpus import iter_passages, main
+from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.query import Searcher
 
 
 def test_passages_from_source_without_importing(tmp_path):

@@ -83,5 +83,5 @@ def test_search_through_a_server_loads_no_model_or_index(tiny_config, small_corp
     assert report["exit_code"] == 0, report["stderr"]
     hits = [json.loads(line) for line in report["stdout"].splitlines()]
     assert [h["id"] for h in hits][:1] == ["b2"] and len(hits) <= 2
-    assert hits[0]["scores"]["keyword"] is not None
+    assert hits[0]["keyword"] is not None
     assert report["loaded"] == [], f"the thin client imported {report['loaded']}"

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 @runtime_checkable
 class QueryEncoder(Protocol):
-    """What a search asks of its encoder (`search.query.Searcher`): the torch
+    """What a search asks of its encoder (`indexer.query.searcher.Searcher`): the torch
     `indexer.encode.encoder.Encoder` and `indexer.encode.onnx_runtime.OnnxEncoder` both are one.
     """
 

@@ -5,7 +5,7 @@ documents best is recorded in the store (`FusionTuning`).
 
 Scores both sides exactly over a sample of the store (at most `MAX_SAMPLE_DOCS` documents):
 stored chunk vectors for dense, a temporary tantivy index for BM25. Does not search the
-published indexes and does not decide when a search uses the weight (`search.query`).
+published indexes and does not decide when a search uses the weight (`indexer.query.searcher`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
 from indexer.index import fusion
+from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
 from indexer.indexing.steps import encode_documents
 from indexer.ingest.readers import document_text
@@ -209,19 +210,13 @@ def _dense_rankings(store: Store, config: Config, encoder: Encoder, sample: np.n
     cut_owners = np.asarray([queries[p].doc_id for p in cut_owner_pos], np.int64)
     owners = np.concatenate([owners, cut_owners])
     vectors = np.concatenate([vectors, cut_rows.vectors.astype(np.float32)])
-    order = np.argsort(owners, kind="stable")
-    owners, vectors = owners[order], vectors[order]
-    docs, starts = np.unique(owners, return_index=True)
     q = encoder.encode_queries([p.query for p in queries])  # (queries, dim)
     out = []
     for row in range(0, len(q), 64):
         sims = q[row:row + 64] @ vectors.T  # (≤64, chunks)
-        best = np.maximum.reduceat(sims, starts, axis=1)  # (≤64, docs): best chunk each
-        depth = min(DEPTH, best.shape[1])
-        top = np.argpartition(-best, depth - 1, axis=1)[:, :depth]
-        for scores, idx in zip(best, top):
-            idx = idx[np.argsort(-scores[idx], kind="stable")]
-            out.append([(int(docs[i]), float(scores[i])) for i in idx])
+        for scores in sims:
+            best = rank_by_best_chunk(scores, owners, DEPTH)
+            out.append(list(zip(owners[best].tolist(), scores[best].tolist())))
     return out
 
 

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from indexer.query.filters import parse_entities, parse_labels
 from search.cli.common import (
     build_config,
     config_options,
@@ -18,7 +19,6 @@ from search.cli.common import (
     print_json,
     show_progress,
 )
-from search.filters import parse_entities, parse_labels
 
 label_callback = parsed_option(parse_labels)
 entity_callback = parsed_option(parse_entities)

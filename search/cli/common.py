@@ -150,8 +150,8 @@ def parsed_option(parse: Callable) -> Callable:
 
 
 def where_callback(ctx, param, values):
-    """`--where FIELD=VALUE` values parsed into filters (search.filters.parse_where)."""
-    from search.filters import parse_where
+    """`--where FIELD=VALUE` values parsed into filters (indexer.query.filters.parse_where)."""
+    from indexer.query.filters import parse_where
 
     return parsed_option(parse_where)(ctx, param, values)
 

@@ -2,7 +2,8 @@
 train rerank` (a pair head from a BEIR set's judgements) and `bertindex eval head`: fine-tune a head on the encoder (Prefect flow `train_head`, in process, which runs
 `indexer.heads.train.train_head`) and score a saved head.
 
-Thin layer: options in, `indexer.heads` / `flows.train` do the work.
+Thin layer: options in, `indexer.heads`, `indexer.reranker` (`train_reranker`) and
+`flows.train` do the work.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from indexer.choices import Decode, EvalInput, HeadPooling
 from indexer.heads.data import SPLITS
 from indexer.heads.registry import HEAD_TYPE_NAMES, capabilities, head_type
 from indexer.ingest.formats import labelled_format_names
-from indexer.progress import write_line
+from indexer.reranker.pairs import DEFAULT_NEGATIVES, MINE_DEPTH
 from search.cli.common import (
     build_config,
     config_options,
@@ -26,7 +27,6 @@ from search.cli.common import (
     print_json,
     show_progress,
 )
-from search.rerank import DEFAULT_NEGATIVES, MINE_DEPTH
 
 # one list each, derived (`indexer.ingest.formats`, `indexer.choices`)
 FORMAT_CHOICES = list(labelled_format_names())
@@ -212,9 +212,6 @@ for _task in HEAD_TYPE_NAMES:
     _add_train_command(_task)
 
 
-RERANK_MAX_LENGTH = 256  # `train rerank --max-length auto`: query + passage, the passage cut to fit
-
-
 @train.command("rerank")
 @click.option("--beir", "folder", required=True, type=click.Path(exists=True, file_okay=False),
               help="A BEIR-layout folder (corpus, queries, qrels/SPLIT.tsv); its corpus is "
@@ -247,74 +244,29 @@ def train_rerank(folder, split, negatives, mine_depth, collection, max_queries, 
     Each passage is the hit's title and best window, cut so the pair fits --max-length (auto:
     256) as reranking cuts it; the receipt's `rerank_pairs` says how the pairs were drawn.
     """
-    from transformers import AutoTokenizer
-
-    from indexer.config import resolve_model_path
-    from indexer.encode.policy import resolve_dtype
-    from indexer.evaluation import load_beir_queries
-    from indexer.heads.data import HeadData
-    from indexer.heads.pair.head_type import REGRESSION
-    from indexer.heads.receipt import summary, update_receipt
-    from indexer.heads.train import TrainSettings, train_head
-    from indexer.indexing.run import run_index
-    from indexer.store import Store
-    from search.query import Searcher
-    from search.rerank import cut_passages, mine_pairs, split_queries, tune_rerank_weight
+    from indexer.reranker.train import PairSource, train_reranker
 
     if epochs != "auto" and (patience is not None or max_epochs is not None):
         raise click.UsageError("--patience and --max-epochs apply to --epochs auto only")
     stop = {k: v for k, v in (("patience", patience), ("max_epochs", max_epochs)) if v is not None}
-    cfg = build_config(config_path, store_path)
-    folder = Path(folder)
-    queries, qrels = load_beir_queries(folder, split)
-    if max_queries:
-        queries = dict(list(queries.items())[:max_queries])
-    collection = collection or folder.name
-    run_index([str(folder)], cfg, collection=collection, fmt="beir", progress=show_progress())
-    with Store(cfg.store.path, read_only=True) as store:
-        items, record = mine_pairs(Searcher(cfg, store), collection, queries, qrels,
-                                   negatives, mine_depth, seed)
-    base_dir = resolve_model_path(base or cfg.model.name)
-    length = RERANK_MAX_LENGTH if max_length == "auto" else max_length
-    record["passages_cut"] = cut_passages(items, AutoTokenizer.from_pretrained(base_dir), length)
-    record["max_length"] = length
-    record["max_queries"] = max_queries
-    train_items, val_items = split_queries(items, validation_share, seed)
-    record["validation_queries"] = len({i["id"].split("/", 1)[0] for i in val_items})
-    kind = head_type("pair")
-    where = f"{folder} qrels/{split}.tsv"
-    data = HeadData(task="pair", label_names=list(REGRESSION), splits={
-        name: [kind.example(i["id"], i, REGRESSION, f"{where}, {i['id']}") for i in rows]
-        for name, rows in (("train", train_items), ("validation", val_items))},
-        sources={"train": f"{where}: pairs mined from {cfg.store.path}",
-                 "validation": f"{where}: {validation_share:.0%} of the queries, held out"})
-    settings = TrainSettings(
-        task="pair", base=base_dir, out=Path(out), head_only=head_only, epochs=epochs,
-        probe_epochs=probe_epochs, lr=lr, max_length=length, batch_size=batch_size, seed=seed,
-        dtype=resolve_dtype(cfg.model.dtype), pooling=pooling, blend="off", **stop)
-    receipt = train_head(data, settings, progress=show_progress())
-    held = sorted({i["id"].split("/", 1)[0] for i in val_items})
-    with Store(cfg.store.path, read_only=True) as store:
-        weight = tune_rerank_weight(Searcher(cfg, store), collection, Path(out),
-                                    {q: queries[q] for q in held}, qrels)
-    write_line(f"reranker's share of the order: {weight['weight']} (validation nDCG@10 "
-               f"{weight['ndcg@10']['0.0']:.4f} first stage -> "
-               f"{weight['ndcg@10'][str(weight['weight'])]:.4f})", show_progress())
-    receipt = update_receipt(Path(out), {"rerank_pairs": record, "rerank_weight": weight},
-                             receipt)
-    short = summary(receipt)
-    short["rerank_pairs"] = record
-    short["rerank_weight"] = {k: weight[k] for k in ("weight", "depth", "queries")}
+    source = PairSource(Path(folder), split, collection, max_queries, negatives, mine_depth,
+                        validation_share)
+    trained = train_reranker(
+        build_config(config_path, store_path), source, Path(out), base=base,
+        max_length=max_length, seed=seed, progress=show_progress(), head_only=head_only,
+        epochs=epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size, pooling=pooling,
+        **stop)
+    receipt, short = trained["receipt"], trained["summary"]
     if as_json:
         print_json(short)
         return
+    record, weight = short["rerank_pairs"], short["rerank_weight"]
     click.echo(f"saved reranker to {out}: {record['pairs']} pairs ({record['positives']} "
                f"positive, {record['negatives']} negative) from {record['queries']} queries")
     click.echo(f"{receipt['stopped']['message']}; validation spearman "
                f"{short['validation'][receipt['metric']]:.4f}")
     click.echo(f"reranker's share of the order: {weight['weight']} (chosen by nDCG@10 on the "
                f"{weight['queries']} held-out queries)")
-
 
 
 @click.command("head")

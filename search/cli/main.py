@@ -179,8 +179,8 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, r
         hits = remote_search(server, query, k, collection, where, mode, labels=labels,
                              entities=entities, token=token)
     else:
+        from indexer.query.searcher import Searcher
         from indexer.store import Store
-        from search.query import Searcher
 
         cfg = build_config(config_path, store_path, max_length, long_documents)
         with Store(cfg.store.path, read_only=True) as store:
@@ -197,28 +197,14 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, r
                 annotations = store.annotations_by_document([(h.collection, h.id) for h in hits])
     if as_json:
         for h in hits:
-            print_json({"rank": h.rank, "score": round(h.score, 6), "id": h.id, "title": h.title,
-                        "text": h.text, "metadata": h.metadata, "collection": h.collection,
-                        "scores": hit_scores(h),
-                        **({"group_size": sizes.get((h.collection, h.id), 1)} if unique else {}),
-                        **annotations.get((h.collection, h.id), {})})
+            print_json(h.to_dict()
+                       | ({"group_size": sizes.get((h.collection, h.id), 1)} if unique else {})
+                       | annotations.get((h.collection, h.id), {}))
         return
     if not hits:
         click.echo("no hits", err=True)
         return
     _print_table(hits, sizes if unique else None)
-
-
-def hit_scores(hit) -> dict:
-    """Why a hit ranks where it does: the cosine of its best chunk (`dense`), its BM25 score
-    (`keyword`), each null when that side did not rank it among its candidates, and the score
-    it was ranked by (`fused`: the fusion in hybrid mode, else the one side's score), and the
-    pair head's score when `--rerank` reordered it (`rerank`, else null)."""
-    def rounded(value):
-        return None if value is None else round(value, 6)
-
-    return {"dense": rounded(hit.dense), "keyword": rounded(hit.keyword),
-            "fused": rounded(hit.score), "rerank": rounded(hit.rerank)}
 
 
 def _side(value) -> str:

@@ -230,8 +230,8 @@ def test_a_pair_head_refuses_head_only_and_single_texts(toy_head, tiny_model_dir
 
 def test_reranking_reorders_by_the_heads_scores_and_keeps_every_hit(toy_head):
     from indexer.heads.pair.scorer import PairScorer
-    from search.hits import SearchHit
-    from search.rerank import hit_passage, rerank_hits
+    from indexer.query.hits import SearchHit
+    from indexer.query.rerank import hit_passage, rerank_hits
 
     head, _, _ = toy_head
     scorer = PairScorer(head)
@@ -256,8 +256,9 @@ def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
     import json as jsonlib
 
     from indexer.heads.pair.scorer import PairScorer
-    from search.hits import SearchHit
-    from search.rerank import RERANK_WEIGHT_KEY, choose_rerank_weight, interpolated, rerank_hits
+    from indexer.query.hits import SearchHit
+    from indexer.query.rerank import RERANK_WEIGHT_KEY, interpolated, rerank_hits
+    from indexer.reranker.weight import choose_rerank_weight
 
     head, _, _ = toy_head
     scorer = PairScorer(head)
@@ -274,7 +275,7 @@ def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
     chosen = choose_rerank_weight([(hits, scores)], {"q": {"d2": 1, "d4": 1}}, ["q"])
     assert chosen["weight"] > 0.0 and chosen["ndcg@10"][str(chosen["weight"])] > chosen["ndcg@10"]["0.0"]
     # a flat curve (a SciFact reranker's held-out nDCG@10): the lowest share near the best
-    from search.rerank import RERANK_TIE, lowest_of_the_best
+    from indexer.reranker.weight import RERANK_TIE, lowest_of_the_best
     curve = {0.0: 0.7504, 0.2: 0.7686, 0.3: 0.7789, 0.5: 0.7791, 0.8: 0.77912, 1.0: 0.7737}
     assert lowest_of_the_best(curve) == 0.3 and lowest_of_the_best(curve, tie=0.0) == 0.8
     assert lowest_of_the_best({0.0: 0.70, 0.4: 0.70 + 2 * RERANK_TIE}) == 0.4
@@ -293,9 +294,9 @@ def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_co
     from fastapi.testclient import TestClient
 
     from indexer.indexing.run import run_index
+    from indexer.query.searcher import Searcher
     from indexer.store import Store
     from search.cli.main import main
-    from search.query import Searcher
     from search.server import create_app
 
     head, _, _ = toy_head
@@ -313,11 +314,11 @@ def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_co
     plain = search()
     reranked = search("--rerank", str(head), "--rerank-depth", "3")
     assert sorted(h["id"] for h in reranked) == sorted(h["id"] for h in plain)
-    top = [h["scores"]["rerank"] for h in reranked[:3]]
+    top = [h["rerank"] for h in reranked[:3]]
     assert top == sorted(top, reverse=True) and None not in top
     assert {h["id"] for h in reranked[:3]} == {h["id"] for h in plain[:3]}
     assert [h["id"] for h in reranked[3:]] == [h["id"] for h in plain[3:]]
-    assert all(h["scores"]["rerank"] is None for h in reranked[3:] + plain)
+    assert all(h["rerank"] is None for h in reranked[3:] + plain)
     assert runner.invoke(main, ["search", "cat", "--config", str(config), "--rerank",
                                 str(head), "--unique"]).exit_code == 2
 
@@ -339,8 +340,9 @@ def test_train_rerank_mines_pairs_and_keeps_a_share_chosen_on_held_out_queries(
     import yaml
     from click.testing import CliRunner
 
+    from indexer.query.rerank import RERANK_WEIGHT_KEY
+    from indexer.reranker.weight import RERANK_WEIGHTS
     from search.cli.main import main
-    from search.rerank import RERANK_WEIGHT_KEY, RERANK_WEIGHTS
 
     folder = tmp_path / "mini"
     (folder / "qrels").mkdir(parents=True)

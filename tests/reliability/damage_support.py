@@ -15,10 +15,10 @@ from conftest import TINY_WORDS
 
 from indexer.config import Config
 from indexer.indexing.run import run_index
+from indexer.query.searcher import Searcher
 from indexer.store import Store
 from indexer.versions import current_version, version_dir
 from reliability.support import tiny_model_config
-from search.query import Searcher
 
 QUERIES = ["the cat sat on the mat", "red apple river", "parse python file", "slow train city",
            "gzip compress data"]

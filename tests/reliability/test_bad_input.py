@@ -20,11 +20,11 @@ from click.testing import CliRunner
 from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
+from indexer.query.searcher import Searcher
 from indexer.store import Store
 from reliability.bad_corpus import write_bad_corpus
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import index_errors, main
-from search.query import Searcher
 
 
 @pytest.fixture(scope="module")

@@ -114,8 +114,8 @@ def test_an_id_the_store_lacks(indexed):
     with Store(indexed.store, read_only=True) as store:
         ids, vectors = next(iter(store.iter_vectors()))
     rewrite_index(indexed.version_dir(), swap_id=int(ids[0]))
+    from indexer.query.searcher import Searcher
     from indexer.store import Store as S
-    from search.query import Searcher
 
     with S(indexed.store, read_only=True) as store:
         searcher = Searcher(indexed.config, store)

@@ -17,11 +17,11 @@ from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import check_store
+from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main
-from search.query import Searcher
 
 DOCS = [
     {"id": "d1", "text": "the cat sat on the mat", "lang": "en", "a'b": "quote",

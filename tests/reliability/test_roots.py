@@ -12,7 +12,8 @@ import pytest
 import yaml
 from test_annotate import _head_args, heads  # noqa: F401  (the tiny heads fixture)
 
-from flows.annotate import inbox_entries, run_annotate
+from flows.annotate import run_annotate
+from indexer.annotate.inbox import inbox_entries
 from indexer.config import Config, load_config
 from indexer.errors import ConfigError, InputError
 from indexer.indexing.run import run_index

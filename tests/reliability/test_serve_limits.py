@@ -172,9 +172,9 @@ def test_serve_a_bad_store_fails_before_any_worker(tiny_config, tmp_path):
 
 
 def test_worker_count(tiny_config, small_corpus, monkeypatch):
+    from indexer.query.searcher import Searcher
     from indexer.store import Store
     from search import workers
-    from search.query import Searcher
     from search.server import create_app
 
     run_index([str(small_corpus)], tiny_config)

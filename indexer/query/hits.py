@@ -1,4 +1,4 @@
-"""`SearchHit`, one document a search returned: the record the query API (`search.query`)
+"""`SearchHit`, one document a search returned: the record the query API (`indexer.query.searcher`)
 makes and the HTTP client (`search.client`) reads back. Standard library only, so a client
 that only asks a server never loads numpy, FAISS or the store.
 """

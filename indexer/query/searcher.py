@@ -1,7 +1,7 @@
 """Search API: dense (FAISS over chunk vectors, a document scores as its best chunk), keyword
 (BM25 over documents) or hybrid (both, fused); filters are applied inside each search as an id
 set; the documents' metadata comes from the store. A pair head may rerank the top hits of any
-mode (`search.rerank`).
+mode (`indexer.query.rerank`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from indexer.config import Config, SearchConfig
 from indexer.encode.query_encoder import QueryEncoder, load_query_encoder
 from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
+from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
 from indexer.index.vector import VectorIndex
 from indexer.provenance import QUERY_KEYS
+from indexer.query.hits import SearchHit
 from indexer.store import Hit, Store
 from indexer.versions import version_dir
-from search.hits import SearchHit
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,13 @@ class Searcher:
         self.index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS,
                                       version=store.version)
         if self.index is not None:
-            self._check_in_step()
+            self._check_in_step(self.index)
 
-    def _check_in_step(self) -> None:
+    def _check_in_step(self, index: VectorIndex) -> None:
         """The index and the store it is searched with hold the same chunks: cheap checks of
         the count and the data version (an id only the index holds is caught when a search
         returns it, `_doc_of`; `bertindex doctor` compares every id)."""
-        index, store = self.index, self.store
+        store = self.store
         folder = version_dir(store.path, index.version) if index.version else store.path
         fix = f"rebuild the index from the stored vectors: {repair_hint(store.path)}"
         same = index.data_version is None or store.data_version() == index.data_version
@@ -145,7 +146,7 @@ class Searcher:
 
         Args:
             rerank, rerank_depth: as `search`: with a reranker the first stage fetches
-                max(k, depth) hits, the top `depth` are reordered (`search.rerank`), k kept.
+                max(k, depth) hits, the top `depth` are reordered (`indexer.query.rerank`), k kept.
         Returns:
             One list of hits per query, best first (scores are cosine for dense, BM25 for
             keyword, the fused score for hybrid; `rerank` the pair head's, when reranked).
@@ -157,7 +158,7 @@ class Searcher:
         hits = self._hits(ranked)
         if not head:
             return hits
-        from search.rerank import rerank_hits
+        from indexer.query.rerank import rerank_hits
 
         scorer = self.reranker(head)
         return [rerank_hits(q, h, scorer, depth)[:k] for q, h in zip(queries, hits)]
@@ -203,8 +204,8 @@ class Searcher:
         refs = self.store.fetch_documents(list(by_doc))
         out = {}
         for doc_id, ref in refs.items():
-            group = group_of.get(doc_id)
-            out[(ref.collection, ref.external_id)] = sizes.get(group, 1) if group else 1
+            grouped = group_of.get(doc_id)
+            out[(ref.collection, ref.external_id)] = sizes.get(grouped, 1) if grouped else 1
         return hits, out
 
     def rank_documents(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
@@ -218,19 +219,18 @@ class Searcher:
         if mode not in MODES:
             raise InputError(f"search mode '{mode}' is unknown; choose one of {', '.join(MODES)}")
         depth = max(k, self.config.search.candidates) if mode == "hybrid" else k
-        dense = keyword = None
-        if mode != "keyword":
-            if vectors is None:
-                vectors = self.encode_queries(queries)
-            dense = self.dense_ranked(vectors, depth, collection, where, labels=labels,
-                                      entities=entities, human=human)
-        if mode != "dense":
+        if mode == "keyword":
             keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
                                           entities=entities, human=human)
+            return [[RankedDoc(d, s, keyword=s) for d, s in r[:k]] for r in keyword]
+        if vectors is None:
+            vectors = self.encode_queries(queries)
+        dense = self.dense_ranked(vectors, depth, collection, where, labels=labels,
+                                  entities=entities, human=human)
         if mode == "dense":
             return [r[:k] for r in dense]
-        if mode == "keyword":
-            return [[RankedDoc(d, s, keyword=s) for d, s in r[:k]] for r in keyword]
+        keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
+                                      entities=entities, human=human)
         out = []
         for dense_r, keyword_r in zip(dense, keyword):
             by_doc = {m.doc_id: m for m in dense_r}
@@ -254,9 +254,10 @@ class Searcher:
             else:
                 tuned = self.store.fusion_tuning()
                 provenance = self.store.provenance()
-                same = (tuned is not None and provenance is not None
-                        and tuned.weights_hash == provenance.weights_hash)
-                self._dense_weight = tuned.dense_weight if same else fusion.FALLBACK_DENSE_WEIGHT
+                self._dense_weight = fusion.FALLBACK_DENSE_WEIGHT
+                if (tuned is not None and provenance is not None
+                        and tuned.weights_hash == provenance.weights_hash):
+                    self._dense_weight = tuned.dense_weight
         return self._dense_weight
 
     def fuse(self, dense: fusion.Ranked, keyword: fusion.Ranked) -> list[tuple[int, float]]:
@@ -272,13 +273,14 @@ class Searcher:
                      where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
                      entities: Sequence = (), human: bool = False) -> list[list[RankedDoc]]:
         """k documents per query vector, best first, scored by the cosine of their best chunk."""
-        if self.index is None or self.index.ntotal == 0:
+        index = self.index
+        if index is None or index.ntotal == 0:
             return [[] for _ in range(len(vectors))]
         allowed = self.store.filter_chunk_ids(collection, where, labels, entities, human)
         if allowed is not None and len(allowed) == 0:
             return [[] for _ in range(len(vectors))]
-        limit = self.index.ntotal if allowed is None else len(allowed)
-        return [self._best_chunks(v[None, :], k, allowed, limit) for v in vectors]
+        limit = index.ntotal if allowed is None else len(allowed)
+        return [self._best_chunks(index, v[None, :], k, allowed, limit) for v in vectors]
 
     def keyword_ranked(self, queries: Sequence[str], k: int, collection: str | None = None,
                        where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
@@ -301,7 +303,7 @@ class Searcher:
         spans = self._spans([m.chunk_id for r in ranked for m in r if m.chunk_id is not None])
         out = []
         for r in ranked:
-            hits = []
+            hits: list[SearchHit] = []
             for m in r:
                 h: Hit | None = by_doc.get(m.doc_id)
                 if h is None:  # keyword index already past (or behind) the published snapshot
@@ -348,21 +350,19 @@ class Searcher:
         pos = self._rows(np.asarray(chunk_ids, dtype=np.int64))
         return dict(zip(chunk_ids, zip(starts[pos].tolist(), ends[pos].tolist())))
 
-    def _best_chunks(self, vector: np.ndarray, k: int, allowed, limit: int
+    def _best_chunks(self, index: VectorIndex, vector: np.ndarray, k: int, allowed, limit: int
                      ) -> list[RankedDoc]:
         """Best chunk per document, k documents; widens the chunk search until k are found."""
         fetch = min(limit, max(k * 4, 16))
         while True:
-            scores, ids = self.index.search(vector, fetch, allowed)
+            scores, ids = index.search(vector, fetch, allowed)
             valid = ids[0] >= 0
             chunk_ids, chunk_scores = ids[0][valid], scores[0][valid]
             doc_ids = self._doc_of(chunk_ids)
-            # each document's first (best: results come best first) chunk, in rank order;
             # numpy, not a loop over the 400 chunks (0.3 ms of a served query)
-            first = np.sort(np.unique(doc_ids, return_index=True)[1])
-            if len(first) >= k or fetch >= limit:
-                first = first[:k]
+            best = rank_by_best_chunk(chunk_scores, doc_ids, k)
+            if len(best) >= k or fetch >= limit:
                 return [RankedDoc(d, s, c, dense=s) for c, d, s in
-                        zip(chunk_ids[first].tolist(), doc_ids[first].tolist(),
-                            chunk_scores[first].tolist())]
+                        zip(chunk_ids[best].tolist(), doc_ids[best].tolist(),
+                            chunk_scores[best].tolist())]
             fetch = min(limit, fetch * 4)
