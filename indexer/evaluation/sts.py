@@ -32,7 +32,7 @@ def load_sts(path: Path) -> tuple[list[str], list[str], np.ndarray]:
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman rank correlation (ties share their average rank): the one the pair heads'
     receipts report (`indexer.heads.metrics.correlations`)."""
-    return correlations(b, a)["spearman"]
+    return correlations(b.tolist(), a.tolist())["spearman"]
 
 
 def evaluate_sts(config: Config, path: Path) -> dict:
