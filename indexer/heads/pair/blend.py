@@ -10,7 +10,7 @@ score. The mix is `(1 - w) * p + w * cos`, p the head's sigmoid output (0..1) an
 then put back on the train scores' range. Kept in config.json (`heads.pair.keys.BLEND_KEY`:
 weight and encoder), so `eval head` and `PairScorer` score as trained. A reranker (`train
 rerank`) is not blended this way: its score is mixed with the first stage's instead
-(`heads.pair.keys.RERANK_WEIGHT_KEY`, applied by `search.rerank`). Does not train.
+(`heads.pair.keys.RERANK_WEIGHT_KEY`, applied by `indexer.query.rerank`). Does not train.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Score pairs of texts with a saved pair head (`bertindex train pair|rerank`): `PairScorer`
 loads one and returns one score per (text_a, text_b), in input order, from length-sorted
-batches. Search reranking (`search.rerank`) runs it on (query, hit window) pairs.
+batches. Search reranking (`indexer.query.rerank`) runs it on (query, hit window) pairs.
 
 Unlike training, scoring cuts: a pair longer than the head's trained `max_length` (its run
 receipt; else the model's positions) keeps all of text_a (the query) and is cut at the end of
