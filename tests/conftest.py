@@ -1,5 +1,7 @@
-"""Shared fixtures: a tiny random BERT saved in process (nothing is downloaded), small corpora,
-and the path to ../shared/data for the tests that use real data."""
+"""Fixtures shared across the test directories: a tiny random BERT saved in process (nothing is
+downloaded), small corpora, the tiny heads and pair head, one Prefect API per session, and one
+torch thread per module. Plain helpers live in tests/support (testkit.py and the *_kit.py
+modules); a directory's own fixtures live in its conftest.py."""
 
 from __future__ import annotations
 
@@ -7,29 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
-
-TINY_WORDS = ["the", "cat", "dog", "sat", "on", "mat", "rug", "sofa", "slept", "parse", "command", "line", "arguments", "python", "file", "read", "write", "compress", "gzip", "data", "search", "index", "vector", "query", "text", "document", "red", "blue", "green", "apple", "banana", "pear", "river", "mountain", "sea", "city", "house", "car", "train", "fast", "slow", "big", "small"]
-
-
-def build_tiny_bert(path: Path, layers: int = 4) -> Path:
-    """A random BERT (hidden 32, `layers` layers) with a WordPiece vocab, saved to `path`."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    path.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]
-    vocab += [c for c in "abcdefghijklmnopqrstuvwxyz"] + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
-    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers,
-                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=512,
-                        initializer_range=0.5)  # wide weights: texts get distinct vectors
-    BertModel(config).eval().save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+from head_kit import NER_LABELS, save_head, toy_pairs, write_jsonl
+from testkit import TINY_WORDS, build_tiny_bert
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +23,7 @@ def tiny_config(tiny_model_dir, tmp_path):
     """A Config using the tiny model in fp32 on CPU, with a store under tmp_path.
 
     Queries are encoded with torch and index runs write no ONNX export (about a second per
-    store): tests/test_onnx_query.py sets `search.query_encoder: auto`, the default.
+    store): tests/indexer/encode/test_onnx_query.py sets `search.query_encoder: auto`, the default.
     """
     from indexer.config import Config
 
@@ -66,13 +47,6 @@ def small_corpus(tmp_path) -> Path:
     ]
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def require_shared(*parts: str) -> Path:
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not found: real-data tests need ../shared/data beside the repo")
     return path
 
 
@@ -103,8 +77,75 @@ def serve_flows(monkeypatch):
 @pytest.fixture(scope="session")
 def prefect_api():
     """One temporary Prefect API for the whole session: starting one costs 8-16 s, so every
-    test that runs a flow shares it (tests/test_cli.py, test_flows.py, test_annotate*.py)."""
+    test that runs a flow shares it (tests/search/cli/test_cli.py, tests/flows, tests/indexer/annotate)."""
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread while a module runs (modules ask with `pytest.mark.usefixtures`): on a
+    small shared machine torch's default thread pool spins against other processes, and the
+    tiny model then runs many times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def heads(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
+    """A random 2-label classifier and an every-word-is-B-LOC tagger, both head-only (they keep
+    the tiny encoder's backbone, so one pass serves both)."""
+    import torch
+    from transformers import BertForSequenceClassification, BertForTokenClassification
+
+    root = tmp_path_factory.mktemp("heads")
+    torch.manual_seed(1)
+    clf = BertForSequenceClassification.from_pretrained(
+        tiny_model_dir, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+    ner = BertForTokenClassification.from_pretrained(
+        tiny_model_dir, num_labels=5, id2label=dict(enumerate(NER_LABELS)),
+        label2id={n: i for i, n in enumerate(NER_LABELS)})
+    with torch.no_grad():
+        ner.classifier.weight.zero_()
+        ner.classifier.bias.copy_(torch.tensor([0.0, 5.0, 0.0, 0.0, 0.0]))  # always B-LOC
+    return {"clf": save_head(clf, tiny_model_dir, root / "clf"),
+            "ner": save_head(ner, tiny_model_dir, root / "ner")}
+
+
+@pytest.fixture(scope="module")
+def pair_bert(tmp_path_factory):
+    """A random 2-layer BERT with a BERT tokenizer (token types) and BERT's own 0.02 init (the
+    shared tiny encoder's wide 0.5 init suits embeddings, not fine-tuning)."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    path = tmp_path_factory.mktemp("pair-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]
+    BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True
+                      ).save_pretrained(path)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=37)).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy_head(pair_bert, tmp_path_factory):
+    """A tiny pair head trained on the toy rule; (head dir, receipt, validation rows)."""
+    from indexer.heads.data import read_head_data
+    from indexer.heads.train import TrainSettings, train_head
+
+    tmp = tmp_path_factory.mktemp("pair")
+    train, val = toy_pairs(192, seed=1), toy_pairs(48, seed=2)
+    data = read_head_data("pair", write_jsonl(tmp / "train.jsonl", train),
+                          write_jsonl(tmp / "val.jsonl", val))
+    settings = TrainSettings(task="pair", base=pair_bert, out=tmp / "head", epochs=16, lr=3e-3,
+                             batch_size=16, threads=1)
+    receipt = train_head(data, settings)
+    return tmp / "head", receipt, val

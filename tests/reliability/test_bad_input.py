@@ -22,9 +22,11 @@ from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
 from indexer.store import Store
-from reliability.bad_corpus import write_bad_corpus
-from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
+from bad_corpus import write_bad_corpus
+from testkit import tiny_model_config
 from search.cli.main import index_errors, main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

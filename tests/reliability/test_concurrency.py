@@ -17,9 +17,10 @@ from indexer.indexing.run import Steps, run_index
 from indexer.indexing.steps import encode_texts_for_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
-from reliability.damage_support import index_store, search_results, write_corpus
-from reliability.support import one_torch_thread  # noqa: F401
+from damage_kit import index_store, search_results, write_corpus
 from search.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CTX = multiprocessing.get_context("fork")  # children share the loaded modules
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import build_tiny_bert
+from testkit import build_tiny_bert
 
 from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
@@ -22,9 +22,11 @@ from indexer.indexing.run import run_index
 from indexer.store import Store
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.versions import SNAPSHOT_FILE
-from reliability.damage_support import index_store, search_results
-from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
+from damage_kit import index_store, search_results
+from testkit import tiny_model_config
 from search.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 REPAIR = "bertindex doctor --repair"
 

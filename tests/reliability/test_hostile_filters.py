@@ -20,8 +20,10 @@ from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
+from testkit import tiny_model_config
 from search.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 DOCS = [
     {"id": "d1", "text": "the cat sat on the mat", "lang": "en", "a'b": "quote",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_annotate import _head_args, heads  # noqa: F401  (the tiny heads fixture)
+from head_kit import head_args
 
 from flows.annotate import run_annotate
 from indexer.annotate.inbox import inbox_entries
@@ -18,7 +18,9 @@ from indexer.config import Config, load_config
 from indexer.errors import ConfigError, InputError
 from indexer.indexing.run import run_index
 from indexer.store import Store
-from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
+from testkit import tiny_model_config
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SECRET = "the secret text outside every root"
 
@@ -117,7 +119,7 @@ def test_inbox_refuses_links_that_leave_it(tiny_model_dir, heads, tmp_path, tree
 
     config = tiny_model_config(tiny_model_dir, root / "stores" / "s",
                         **{"roots.data": str(root / "data")})
-    summary = run_annotate(_head_args(heads), config, "inbox", inbox=str(inbox))
+    summary = run_annotate(head_args(heads), config, "inbox", inbox=str(inbox))
     assert summary["refused_files"] == 1 and summary["annotated"] == 1
     statuses = {Path(f["path"]).name: f["status"] for f in summary["files"]}
     assert statuses == {"evil.jsonl": "refused", "drop.jsonl": "done"}
@@ -130,4 +132,4 @@ def test_inbox_refuses_links_that_leave_it(tiny_model_dir, heads, tmp_path, tree
     elsewhere = outside / "inbox"
     elsewhere.mkdir()
     with pytest.raises(InputError, match="--inbox .* outside roots.data"):
-        run_annotate(_head_args(heads), config, "inbox", inbox=str(elsewhere))
+        run_annotate(head_args(heads), config, "inbox", inbox=str(elsewhere))

@@ -6,6 +6,7 @@ answer on one port and stop with the server; a bad store fails before any of the
 
 from __future__ import annotations
 
+import pytest
 import http.client
 import json
 import os
@@ -17,30 +18,11 @@ import time
 from pathlib import Path
 
 import yaml
-from conftest import ROOT
+from testkit import ROOT
 
 from indexer.indexing.run import run_index
-from reliability.support import one_torch_thread  # noqa: F401
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def listeners(port: int) -> list[str]:
-    """Local addresses (hex, as the kernel lists them) of TCP sockets listening on `port`."""
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        if not Path(table).exists():
-            continue
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            address, hex_port = fields[1].split(":")
-            if int(hex_port, 16) == port and fields[3] == "0A":  # 0A: LISTEN
-                found.append(address)
-    return found
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,

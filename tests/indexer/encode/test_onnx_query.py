@@ -1,0 +1,276 @@
+"""The ONNX query encoder: exported when an index version is written, named with its sha256
+in the version's provenance, equal to the torch encoder (fp32) on ids, order and scores, used
+by a CLI search that never imports torch, and replaced by torch with one stderr line when the
+export is missing or changed; its int8 twin (`onnx-int8`), made once and checked likewise."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from testkit import ROOT
+
+from indexer.encode.encoder import Encoder
+from indexer.encode.onnx_export import export_encoder
+from indexer.encode.onnx_files import ENCODERS_DIR, MODEL_FILE, Unavailable, int8_files
+from indexer.encode.onnx_int8 import int8_twin
+from indexer.encode.onnx_runtime import OnnxEncoder
+from indexer.encode.query_encoder import QueryEncoder
+from indexer.errors import ModelError
+from indexer.fsio import file_sha256
+from indexer.indexing.run import run_index
+from indexer.machine import has_vnni
+from indexer.query.searcher import Searcher
+from indexer.store import Store
+from indexer.versions import current_version, version_dir
+
+QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
+           "compress a file with gzip and write data to the big city by train",
+           "zzz unknownword", "red apple green pear blue river"]
+
+# the twin this CPU runs: 8-bit weights with VNNI, 7-bit without (`indexer.encode.onnx_int8`)
+TWIN, TWIN_INFO = int8_files(reduce_range=not has_vnni())
+
+
+@pytest.fixture
+def tiny_config(tiny_config):
+    """The tiny model with the default query encoder (`auto`)."""
+    return tiny_config.with_overrides(**{"search.query_encoder": "auto"})
+
+
+@pytest.fixture
+def indexed(tiny_config, small_corpus):
+    run_index([str(small_corpus)], tiny_config, collection="c")
+    return tiny_config
+
+
+def _version_info(store_path):
+    folder = version_dir(store_path, current_version(store_path))
+    return json.loads((folder / "provenance.json").read_text())
+
+
+def test_index_exports_once_and_records_sha256(indexed, small_corpus):
+    store = indexed.store.path
+    record = _version_info(store)["query_encoder"]
+    model_file = os.path.join(store, record["path"])
+    assert record["path"].startswith(ENCODERS_DIR + "/") and record["path"].endswith(MODEL_FILE)
+    assert file_sha256(type(small_corpus)(model_file)) == record["sha256"]
+    mtime = os.stat(model_file).st_mtime_ns
+    # a second run with nothing new publishes nothing and exports nothing again
+    summary = run_index([str(small_corpus)], indexed, collection="c")
+    assert summary["index"]["version"] is None
+    assert os.stat(model_file).st_mtime_ns == mtime
+
+
+def test_query_encoder_torch_writes_no_export(tiny_config, small_corpus):
+    cfg = tiny_config.with_overrides(**{"search.query_encoder": "torch"})
+    run_index([str(small_corpus)], cfg, collection="c")
+    assert _version_info(cfg.store.path)["query_encoder"] is None
+    assert not os.path.exists(os.path.join(cfg.store.path, ENCODERS_DIR))
+
+
+def test_onnx_search_equals_torch_fp32(indexed):
+    torch_cfg = indexed.with_overrides(**{"search.query_encoder": "torch"})
+    onnx_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        fast, slow = Searcher(onnx_cfg, store), Searcher(torch_cfg, store)
+        assert isinstance(fast.encoder, OnnxEncoder) and isinstance(slow.encoder, Encoder)
+        assert isinstance(fast.encoder, QueryEncoder) and isinstance(slow.encoder, QueryEncoder)
+        # batched: queries of different lengths share a padded batch
+        a, b = fast.encode_queries(QUERIES), slow.encode_queries(QUERIES)
+        assert np.abs(a - b).max() < 1e-5
+        for mode in ("dense", "hybrid"):
+            for q in QUERIES:
+                x = fast.search(q, 5, mode=mode)
+                y = slow.search(q, 5, mode=mode)
+                assert [h.id for h in x] == [h.id for h in y], (mode, q)
+                assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-4)
+
+
+def test_overlapping_calls_take_the_one_thread_session(indexed):
+    """Alone, a query runs on the multi-thread session; while another call is in
+    flight, on the one-thread session: the same vectors either way."""
+    import threading
+
+    onnx_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        encoder = Searcher(onnx_cfg, store).encoder
+        alone = encoder.encode_queries(QUERIES)
+        assert encoder._single is None
+        used, inside, release = [], threading.Event(), threading.Event()
+        real = encoder.session.run
+
+        def slow_run(*args, **kwargs):  # holds the first call in flight
+            used.append("multi")
+            inside.set()
+            release.wait(10)
+            return real(*args, **kwargs)
+
+        encoder.session.run = slow_run
+        first = threading.Thread(target=encoder.encode_queries, args=(QUERIES[:1],))
+        first.start()
+        assert inside.wait(10)
+        overlapped = encoder.encode_queries(QUERIES)
+        release.set()
+        first.join(10)
+        assert used == ["multi"] and encoder._single is not None
+        assert np.abs(overlapped - alone).max() < 1e-5
+
+
+@pytest.mark.parametrize("pooling", ["cls", "pooler", "last4"])
+def test_every_pooling_exports_equal(tiny_config, tmp_path, pooling):
+    cfg = tiny_config.with_overrides(**{"model.pooling": pooling, "model.normalize": False})
+    encoder = Encoder(cfg.model)
+    record = export_encoder(encoder, tmp_path)
+    onnx = OnnxEncoder.open(tmp_path, record, cfg.model, encoder.provenance)
+    want = encoder.encode_texts(QUERIES)
+    assert np.abs(onnx.encode_texts(QUERIES) - want).max() < 1e-4 * max(1, np.abs(want).max())
+
+
+def _cli(args, cwd, env_extra=None):
+    code = ("import sys\nfrom search.cli.main import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code or 0\n"
+            "else:\n    code = 0\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _config_file(cfg, path, **search):
+    data = {"model": {k: getattr(cfg.model, k) for k in ("name", "dtype", "device", "max_length")},
+            "long_documents": {"stride": 4}, "search": search}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cli_search_never_imports_torch(indexed, tmp_path):
+    config = _config_file(indexed, tmp_path / "c.yaml")
+    result = _cli(["search", "parse command line arguments", "--store", indexed.store.path,
+                   "--config", str(config), "--json", "-k", "3"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == ["NO-TORCH"]
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    assert hits and hits[0]["id"] == "b1"
+
+
+def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
+    record = _version_info(indexed.store.path)["query_encoder"]
+    model_file = os.path.join(indexed.store.path, record["path"])
+    with open(model_file, "r+b") as fh:  # a changed byte: its sha256 no longer matches
+        fh.seek(200)
+        byte = fh.read(1)
+        fh.seek(200)
+        fh.write(bytes([byte[0] ^ 1]))
+    config = _config_file(indexed, tmp_path / "c.yaml")
+    args = ["search", "parse command line arguments", "--store", indexed.store.path,
+            "--config", str(config), "--json", "-k", "3"]
+    result = _cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[1] == "TORCH", lines
+    assert "sha256" in lines[0] and "torch" in lines[0]
+    assert json.loads(result.stdout.splitlines()[0])["id"] == "b1"
+    # `onnx` required: an error naming the file and the fix
+    strict = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        with pytest.raises(ModelError, match="search.query_encoder is onnx but .*model.onnx "
+                           "differs from the sha256"):
+            Searcher(strict, store).search("cat", 3)
+        os.remove(model_file)
+        with pytest.raises(Unavailable, match="FileNotFoundError"):
+            OnnxEncoder.open(store.path, record, indexed.model, store.provenance())
+        with pytest.raises(Unavailable, match="outside"):
+            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, indexed.model,
+                             store.provenance())
+
+
+def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):
+    """Indexing in bf16 (the `auto` dtype on CPUs with native bf16) still exports fp32, from
+    the model directory's weights: the ONNX queries equal the fp32 torch ones."""
+    bf16 = Encoder(tiny_config.model.model_copy(update={"dtype": "bf16"}))
+    record = export_encoder(bf16, tmp_path)
+    onnx = OnnxEncoder.open(tmp_path, record, tiny_config.model, bf16.provenance)
+    want = Encoder(tiny_config.model).encode_texts(QUERIES)
+    assert np.abs(onnx.encode_texts(QUERIES) - want).max() < 1e-5
+    assert np.abs(bf16.encode_texts(QUERIES) - want).max() > 1e-4  # bf16 itself is not fp32
+
+
+def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
+    """`onnx-int8`: the int8 twin is derived beside the fp32 export, recorded with both
+    sha256s, reused while it checks out and made again when it does not; its queries stay
+    close to fp32 and are not claimed to be fp32."""
+    record = _version_info(indexed.store.path)["query_encoder"]
+    folder = os.path.join(indexed.store.path, os.path.dirname(record["path"]))
+    assert not os.path.exists(os.path.join(folder, TWIN))  # only when asked for
+    int8_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx-int8"})
+    fp32_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(indexed.store.path, read_only=True) as store:
+        fast, exact = Searcher(int8_cfg, store), Searcher(fp32_cfg, store)
+        assert fast.encoder.model_file.name == TWIN
+        assert fast.encoder.provenance.dtype == "int8" and exact.encoder.provenance.dtype == "fp32"
+        with open(os.path.join(folder, TWIN_INFO)) as fh:
+            info = json.load(fh)
+        twin = os.path.join(folder, TWIN)
+        assert info["source_sha256"] == record["sha256"]
+        assert info["sha256"] == file_sha256(type(store.path)(twin))
+        ops = {node.op_type for node in onnx.load(twin).graph.node}
+        assert "MatMulInteger" in ops and "DynamicQuantizeLinear" in ops
+        a, b = fast.encode_queries(QUERIES), exact.encode_queries(QUERIES)
+        cosine = (a * b).sum(axis=1)
+        # a random tiny model quantises worse than a trained one (SciFact: min 0.987)
+        assert cosine.min() > 0.9 and np.abs(a - b).max() > 1e-5  # close, but not fp32
+        # the same dense ranking as fp32 (hybrid ties within 0.01 on this random model)
+        query = "parse command line arguments"
+        assert [h.id for h in fast.search(query, 3, mode="dense")] == \
+            [h.id for h in exact.search(query, 3, mode="dense")]
+        mtime = os.stat(twin).st_mtime_ns
+        assert Searcher(int8_cfg, store).encoder.model_file.name == TWIN
+        assert os.stat(twin).st_mtime_ns == mtime  # reused, not made again
+        with open(twin, "r+b") as fh:  # a changed byte: made again from the fp32 file
+            fh.seek(100)
+            byte = fh.read(1)
+            fh.seek(100)
+            fh.write(bytes([byte[0] ^ 1]))
+        again = Searcher(int8_cfg, store).encoder
+        assert file_sha256(type(store.path)(twin)) == info["sha256"]
+        assert np.abs(again.encode_queries(QUERIES) - a).max() < 1e-6
+
+
+def test_int8_twin_weight_bits_follow_the_cpu(indexed, monkeypatch):
+    """8-bit weights where the CPU has VNNI, 7-bit (no int16 saturation) where it has not;
+    a store shared by both kinds keeps both twins side by side."""
+    from indexer.machine import FEATURES_ENV
+
+    record = _version_info(indexed.store.path)["query_encoder"]
+    model_file = Path(indexed.store.path) / record["path"]
+    monkeypatch.setenv(FEATURES_ENV, "avx2,fma")
+    seven = int8_twin(model_file, record["sha256"])
+    monkeypatch.setenv(FEATURES_ENV, "avx2,fma,avx512f,avx512_vnni")
+    eight = int8_twin(model_file, record["sha256"])
+    assert (seven.name, eight.name) == (int8_files(True)[0], int8_files(False)[0])
+    bits = [json.loads((model_file.parent / int8_files(r)[1]).read_text())["weight_bits"]
+            for r in (True, False)]
+    assert bits == [7, 8] and file_sha256(seven) != file_sha256(eight)
+
+
+def test_int8_twin_of_a_broken_file_names_it(tmp_path):
+    bad = tmp_path / MODEL_FILE
+    bad.write_bytes(b"not an onnx model")
+    with pytest.raises(Unavailable, match=f"cannot make the int8 twin of {bad}"):
+        int8_twin(bad, "0" * 64)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MODEL_FILE]  # no leftovers
+
+
+def test_indexing_for_onnx_int8_makes_the_twin_then(tiny_config, small_corpus):
+    cfg = tiny_config.with_overrides(**{"search.query_encoder": "onnx-int8"})
+    run_index([str(small_corpus)], cfg, collection="c")
+    record = _version_info(cfg.store.path)["query_encoder"]
+    folder = os.path.join(cfg.store.path, os.path.dirname(record["path"]))
+    assert os.path.exists(os.path.join(folder, TWIN))

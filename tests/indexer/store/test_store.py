@@ -1,0 +1,287 @@
+"""The store package on its own: migrations from an empty file, a batch written and read back,
+deletes, a rolled-back batch, hostile filter values, snapshots, and the guard that keeps SQL
+inside `indexer/store/`. No model: vectors are numpy arrays."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+from testkit import ROOT
+
+import indexer.store.documents as documents_module
+from indexer.encode.encoder import Provenance
+from indexer.errors import StoreError
+from indexer.ingest.readers import Record, Rejected
+from indexer.store import (
+    DB_NAME,
+    SCHEMA_VERSION,
+    ChunkRows,
+    DocText,
+    Store,
+    StoredDoc,
+    content_hash,
+    read_snapshot_facts,
+)
+from indexer.store.filters import filter_clauses
+from indexer.store.schema import MIGRATIONS, apply_migration
+
+DIM = 4
+PROVENANCE = Provenance("tiny", "w0", "mean", True, 16, DIM, "float32")
+# Modules outside indexer/store/ still speaking SQL (none: keep it that way).
+PENDING_SQL: set[str] = set()
+
+
+def record(external_id: str, text: str, **metadata) -> Record:
+    return Record(external_id, text, None, metadata, source="test.jsonl", row=1)
+
+
+def chunks_for(doc_ids: list[int], seed: int = 0) -> ChunkRows:
+    """One chunk per document spanning 0..3, with a random (n, DIM) vector each."""
+    vectors = np.random.default_rng(seed).standard_normal((len(doc_ids), DIM)).astype(np.float32)
+    n = len(doc_ids)
+    return ChunkRows(list(doc_ids), [0] * n, [0] * n, [3] * n, [2] * n, vectors)
+
+
+def add(store: Store, collection: str, records: list[Record], seed: int = 0
+        ) -> tuple[list[int], list[int], ChunkRows]:
+    """Write `records` as new documents; returns (doc ids, chunk ids, the chunks written)."""
+    doc_ids = store.next_ids("doc_ids", len(records))
+    rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, records)]
+    chunks = chunks_for(doc_ids, seed)
+    added, removed = store.write_batch(collection, rows, [], [], chunks, [], "run1")
+    assert removed == []
+    return doc_ids, added, chunks
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "s") as s:
+        s.set_provenance(PROVENANCE)
+        yield s
+
+
+def test_migrations_from_an_empty_file(tmp_path):
+    with Store(tmp_path / "s") as store:
+        assert store.side_tables() == ["annotated", "annotations", "dedup_members",
+                                       "dedup_state", "entities", "inbox_ledger", "rejected",
+                                       "review_heads", "reviews", "runs", "tokens"]
+        assert store.count_documents() == store.count_chunks() == store.count_vectors() == 0
+        assert store.provenance() is None
+        assert store.data_version() == SCHEMA_VERSION - 1  # each step after 1 moved it
+    with duckdb.connect(str(tmp_path / "s" / DB_NAME), read_only=True) as con:
+        version = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    assert version == (str(SCHEMA_VERSION),)
+
+
+def test_a_schema_1_store_is_upgraded_and_a_newer_one_refused(tmp_path):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    with duckdb.connect(str(folder / DB_NAME)) as con:
+        apply_migration(con, 1)
+    with Store(folder) as store:
+        assert "annotations" in store.side_tables()
+    with duckdb.connect(str(folder / DB_NAME)) as con:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                    [str(max(MIGRATIONS) + 1)])
+    with pytest.raises(StoreError, match="newer bertindex"):
+        Store(folder)
+    with pytest.raises(StoreError, match="newer bertindex"):
+        Store(folder)  # the lock was released: the error repeats, never "being written"
+
+
+def test_write_batch_then_read_back(store):
+    records = [record("a", "cat sat", lang="en"), record("b", "dog ran", lang="fr")]
+    doc_ids, chunk_ids, chunks = add(store, "docs", records)
+    assert store.existing("docs", ["a", "b", "zzz"]) == {
+        "a": StoredDoc(doc_ids[0], content_hash(records[0]), '{"lang": "en"}'),
+        "b": StoredDoc(doc_ids[1], content_hash(records[1]), '{"lang": "fr"}'),
+    }
+    assert store.existing("other", ["a"]) == {}
+    hits = store.fetch_hits(chunk_ids)
+    assert [(h.external_id, h.text, h.metadata, h.start_char, h.end_char)
+            for h in (hits[c] for c in chunk_ids)] == [("a", "cat sat", {"lang": "en"}, 0, 3),
+                                                       ("b", "dog ran", {"lang": "fr"}, 0, 3)]
+    whole = store.fetch_documents(doc_ids)[doc_ids[1]]
+    assert (whole.chunk_id, whole.start_char, whole.end_char) == (-1, 0, len("dog ran"))
+    assert store.documents_text(doc_ids[::-1]) == [DocText(doc_ids[0], None, "cat sat"),
+                                                   DocText(doc_ids[1], None, "dog ran")]
+    np.testing.assert_array_equal(store.fetch_vectors(np.asarray(chunk_ids)), chunks.vectors)
+    ids, vecs = next(iter(store.iter_vectors()))
+    np.testing.assert_array_equal(ids, chunk_ids)
+    np.testing.assert_array_equal(vecs, chunks.vectors)
+    keys, docs, _, _ = store.chunk_span_map()
+    assert dict(zip(keys.tolist(), docs.tolist())) == dict(zip(chunk_ids, doc_ids))
+    assert store.collection_counts() == [
+        {"collection": "docs", "documents": 2, "chunks": 2, "vectors": 2}]
+    assert store.integrity_counts().__dict__ == {
+        "duplicate_ids": 0, "orphan_chunks": 0, "stray_vectors": 0}
+
+
+def test_changed_document_replaces_its_chunks(store):
+    (doc_id,), (old_chunk,), _ = add(store, "docs", [record("a", "first")])
+    changed = record("a", "second")
+    new = chunks_for([doc_id], seed=1)
+    added, removed = store.write_batch("docs", [], [(doc_id, changed, content_hash(changed))],
+                                       [], new, [Rejected("x.jsonl", 3, None, "bad")], "run2")
+    assert removed == [old_chunk] and added != [old_chunk]
+    assert store.existing("docs", ["a"])["a"].content_hash == content_hash(changed)
+    assert store.documents_text([doc_id]) == [DocText(doc_id, None, "second")]
+    np.testing.assert_array_equal(store.chunk_ids(), added)
+    np.testing.assert_array_equal(store.fetch_vectors(np.asarray(added)), new.vectors)
+
+
+def test_delete_by_id_and_keep(store):
+    doc_ids, chunk_ids, _ = add(store, "docs", [record(i, f"text {i}") for i in "abc"])
+    before = store.data_version()
+    deleted, removed = store.delete_documents("docs", external_ids=["b", "nope"])
+    assert (deleted, removed) == (["b"], [chunk_ids[1]])
+    assert store.data_version() == before + 1
+    deleted, removed = store.delete_documents("docs", keep=["a"])
+    assert (deleted, removed) == (["c"], [chunk_ids[2]])
+    assert store.delete_documents("docs", external_ids=["zzz"]) == ([], [])
+    assert sorted(store.existing("docs", list("abc"))) == ["a"]
+    assert store.count_vectors() == store.count_chunks() == 1
+    assert store.delete_doc_ids([doc_ids[0]]) == [chunk_ids[0]]
+    assert store.count_documents() == store.count_vectors() == 0
+    with pytest.raises(ValueError, match="exactly one"):
+        store.delete_documents("docs")
+
+
+def test_failed_batch_leaves_nothing(store, monkeypatch):
+    add(store, "docs", [record("a", "kept")])
+    before = (store.data_version(), store.count_documents(), store.count_chunks(),
+              store.count_vectors())
+
+    def fail(name):
+        if name == "batch.before_commit":
+            raise RuntimeError("disk full")
+
+    monkeypatch.setattr(documents_module, "crash_point", fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        add(store, "docs", [record("b", "lost"), record("c", "lost too")])
+    assert (store.data_version(), store.count_documents(), store.count_chunks(),
+            store.count_vectors()) == before
+    assert sorted(store.existing("docs", ["a", "b", "c"])) == ["a"]
+    assert store.last_runs() == []
+
+
+HOSTILE = [
+    "x' OR '1'='1", "'; DROP TABLE documents; --", '" OR 1=1 --', "*", "$..lang", "a.b",
+    "lang') OR ('1'='1", "\x00", "%", "_",
+]
+
+
+def test_hostile_filter_values_are_bound(store):
+    doc_ids, chunk_ids, _ = add(store, "docs", [record("a", "t", lang="en", **{"a.b": "dot"}),
+                                                record("b", "u", lang="fr")])
+    np.testing.assert_array_equal(store.filter_doc_ids(where=[("lang", "en")]), [doc_ids[0]])
+    np.testing.assert_array_equal(store.filter_chunk_ids(where=[("a.b", "dot")]), [chunk_ids[0]])
+    def clauses_for(value):
+        return filter_clauses("d.", value, [(value, value)], [(value, value)],
+                              [(value, value), (value, None)])
+
+    benign = clauses_for("en")
+    for value in HOSTILE:
+        clauses = clauses_for(value)
+        assert clauses.sql == benign.sql  # the SQL text never depends on a value
+        assert clauses.sql.count("?") == len(clauses.params)
+        assert clauses.params.count(value) == 7  # all but the where key, bound as a JSON pointer
+        for filters in ({"collection": value}, {"where": [("lang", value)]},
+                        {"where": [(value, "en")]}, {"labels": [(value, value)]},
+                        {"entities": [(value, value)]}, {"entities": [(value, None)]}):
+            assert len(store.filter_doc_ids(**filters)) == 0, filters
+            assert len(store.filter_chunk_ids(**filters)) == 0, filters
+    assert store.filter_doc_ids() is None and store.filter_chunk_ids() is None
+    assert store.count_documents() == 2
+    assert store.integrity_counts().duplicate_ids == 0
+
+
+def test_snapshot_copy_and_facts(store, tmp_path):
+    add(store, "docs", [record("a", "t")])
+    folder = tmp_path / "v1"
+    folder.mkdir()
+    store.write_snapshot(folder)
+    facts = read_snapshot_facts(folder / DB_NAME)
+    assert (facts.data_version, facts.chunks) == (store.data_version(), 1)
+    damaged = folder / DB_NAME
+    damaged.write_bytes(damaged.read_bytes()[:5000])
+    with pytest.raises(StoreError, match=str(damaged)):
+        read_snapshot_facts(damaged)
+
+
+def test_unreachable_rows_are_counted_and_deleted(store):
+    doc_ids, chunk_ids, _ = add(store, "docs", [record("a", "t"), record("b", "u")])
+    store.con.execute("DELETE FROM documents WHERE doc_id = ?", [doc_ids[0]])
+    store.con.execute("DELETE FROM chunks WHERE chunk_id = ?", [chunk_ids[1]])
+    counts = store.integrity_counts()
+    assert (counts.orphan_chunks, counts.stray_vectors) == (1, 1)
+    assert store.delete_unreachable() == {"chunks": 1, "vectors": 2}
+    assert store.count_vectors() == store.count_chunks() == 0
+
+
+def _sql_uses(path: Path) -> list[str]:
+    """Where a module touches a DuckDB connection or DuckDB itself (line: what)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in ("con", "execute", "executemany"):
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "duckdb"
+                                                  for a in node.names):
+            found.append(f"{node.lineno}: import duckdb")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "duckdb":
+            found.append(f"{node.lineno}: from duckdb import")
+    return found
+
+
+def test_only_the_store_package_speaks_sql():
+    offenders = {}
+    for top in ("indexer", "search", "flows"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name.startswith("indexer/store/") or name in PENDING_SQL:
+                continue
+            uses = _sql_uses(path)
+            if uses:
+                offenders[name] = uses
+    assert not offenders, (
+        f"SQL outside indexer/store/: {offenders}. Add a Store method in the store module "
+        "of that concept and call it instead")
+    for name in PENDING_SQL:  # drop an entry once its module no longer needs it
+        assert _sql_uses(ROOT / name), f"{name} no longer speaks SQL: remove it from PENDING_SQL"
+
+
+def test_recorded_run_logs_completion_failure_and_interruption(tmp_path):
+    with Store(tmp_path / "runs") as store:
+        with store.recorded_run("dedup") as run:
+            assert store.last_run_of("dedup")["status"] == "running"
+            run.summary = {"read": 3}
+        done = store.last_run_of("dedup")
+        assert (done["run_id"], done["status"], done["summary"]) == (run.id, "completed",
+                                                                     {"read": 3})
+        assert done["finished_at"] >= done["started_at"]
+
+        with pytest.raises(RuntimeError, match="disk\nfull"), \
+                store.recorded_run("report") as failing:
+            failing.summary = {"buckets": 2}
+            raise RuntimeError("disk\nfull")
+        failed = store.last_run_of("report")
+        assert failed["status"] == "failed"
+        assert failed["summary"] == {"buckets": 2, "error": "disk full"}  # one line
+
+        with store.recorded_run("doctor") as soft:
+            soft.fail("repair stopped")  # a run that ends failed without raising
+        assert store.last_run_of("doctor")["status"] == "failed"
+
+        # a run left `running` (its process killed) is marked interrupted by the next run
+        killed = store.recorded_run("index")
+        killed.__enter__()
+    with Store(tmp_path / "runs") as store:
+        with store.recorded_run("delete"):
+            pass
+        statuses = {r["kind"]: r["status"] for r in store.last_runs(10)}
+    assert statuses == {"index": "interrupted", "delete": "completed", "doctor": "failed",
+                        "report": "failed", "dedup": "completed"}
