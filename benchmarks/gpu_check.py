@@ -9,8 +9,8 @@ Imports only what the encoder and the heads need (torch, transformers, sentence-
 numpy, pyarrow, pyyaml, pydantic): no duckdb, polars, faiss, prefect or tantivy. pydantic, absent
 on the lent GPU image, is installed from the pack's wheels into a temporary folder when it is
 missing. The project's code is the working tree the device tool copies (the pack holds data
-only). Does not build the pack; `--device cpu --limit 200` is the dry run tests/test_gpu_check.py
-runs on a mini pack. Usage:
+only). Does not build the pack; `--device cpu --limit 200` is the dry run
+tests/project/test_gpu_check.py runs on a mini pack. Usage:
     python benchmarks/gpu_check.py --pack gpu-pack --device cuda --out $OUT/gpu_check.json
 """
 

@@ -8,7 +8,7 @@ A page asks for a section with a marker line, replaced at build time:
   first paragraph of its docstring (read with `ast`; nothing is imported).
 
 The CLI reference is not generated here: mkdocs-click reads the Click commands itself
-(`docs/reference/cli.md`). Also importable without MkDocs (`tests/test_docs.py`).
+(`docs/reference/cli.md`). Also importable without MkDocs (`tests/project/test_docs.py`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ POINTS = (
     "reindex.before_swap",   # new generation encoded and published, store file not replaced
     "reindex.before_pointer",  # store file replaced, CURRENT still names the old version
 )
-# Where `bertindex adapt` can be killed (tests/test_adapt.py: a resume equals an unbroken run).
+# Where `bertindex adapt` can be killed (tests/indexer/adapt/test_adapt.py: a resume equals an
+# unbroken run).
 ADAPT_POINTS = (
     "adapt.after_checkpoint",  # a checkpoint written, training about to go on
 )

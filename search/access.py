@@ -230,7 +230,7 @@ def needs(scope: str):
 def route_table(app) -> dict[tuple[str, str], str]:
     """(method, route path) -> the scope its route declares with `needs`, for every route of
     the app that declares one (HEAD left out: it is GET's). A route without one is missing:
-    the guard asks it for `admin`, and tests/test_server_access.py fails.
+    the guard asks it for `admin`, and tests/search/server/test_server_access.py fails.
 
     Args:
         app: the FastAPI app.

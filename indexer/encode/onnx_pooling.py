@@ -1,8 +1,8 @@
 """Pooling and normalisation in numpy, for the ONNX query path (no torch): the twin of
 `indexer.encode.pooling.pool` + `l2_normalize` on what an export returns.
 
-Pure functions over arrays; does not run the model. tests/test_pooling.py pins it equal to the
-torch pooling for every mode on hand-built, padded inputs.
+Pure functions over arrays; does not run the model. tests/indexer/encode/test_pooling.py pins it
+equal to the torch pooling for every mode on hand-built, padded inputs.
 """
 
 from __future__ import annotations

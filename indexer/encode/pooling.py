@@ -2,7 +2,7 @@
 
 Does not normalise; `l2_normalize` is a separate step so each piece can be checked by hand.
 The ONNX query path pools the same way in numpy (`indexer.encode.onnx_pooling`;
-tests/test_pooling.py pins the two equal).
+tests/indexer/encode/test_pooling.py pins the two equal).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ resumed, a Dask worker's partition against the local runner's batch, a shard aga
 therefore give vectors and scores that differ in their last digits: measured on Sapphire
 Rapids, fp32 classifier probabilities by 1e-5 and bf16 document vectors by up to 1.2e-3 per
 component (cosine 0.99997). Bit-equality is still promised, and tested, where the code promises
-it: the same batches in the same process (tests/test_pooling.py, tests/test_encoder.py).
+it: the same batches in the same process (tests/indexer/encode/test_pooling.py,
+tests/indexer/encode/test_encoder.py).
 
 The rules (a `Tolerance` per encoder dtype, `for_dtype`):
 

@@ -68,7 +68,7 @@ def test_annotate_schedule_errors_name_the_key(tmp_path, schedules, message):
         load_config(path)
 
 
-def test_scheduled_annotate_takes_each_inbox_file_once(tmp_path, tiny_model_dir, heads, prefect_api):  # noqa: F811
+def test_scheduled_annotate_takes_each_inbox_file_once(tmp_path, tiny_model_dir, heads, prefect_api):
     from flows.annotate import annotate_scheduled
     from flows.schedules import plan_deployments
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from head_kit import head_args
 from crash_kit import assert_same_results, write_corpus
+from head_kit import head_args
 
 from indexer.annotate.cluster import partition_rows
 from indexer.indexing.partitions import EncodedPartition, Work, join, split
@@ -123,7 +123,7 @@ def _names(workers) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def local_reference(tmp_path_factory, tiny_model_dir, heads):  # noqa: F811
+def local_reference(tmp_path_factory, tiny_model_dir, heads):
     """The corpus indexed and annotated by the local runner: the store to compare with."""
     from flows.annotate import run_annotate
     from indexer.config import Config
@@ -156,7 +156,7 @@ def _assert_same_store(cfg, ref_cfg, ref_annotations):
     assert same_entities(entities, ref_entities, tol) == []
 
 
-def test_index_and_annotate_on_two_worker_processes(prefect_api, local_reference, heads,  # noqa: F811
+def test_index_and_annotate_on_two_worker_processes(prefect_api, local_reference, heads,
                                                     cluster, tmp_path):
     from flows.annotate import annotate_flow
     from flows.index_corpus import flow_for
@@ -178,7 +178,7 @@ def test_index_and_annotate_on_two_worker_processes(prefect_api, local_reference
     _assert_same_store(cfg, ref_cfg, ref_annotations)
 
 
-def test_inbox_on_the_cluster_gives_the_same_store(prefect_api, local_reference, heads,  # noqa: F811
+def test_inbox_on_the_cluster_gives_the_same_store(prefect_api, local_reference, heads,
                                                    cluster, tmp_path):
     import shutil
 
@@ -196,7 +196,7 @@ def test_inbox_on_the_cluster_gives_the_same_store(prefect_api, local_reference,
     _assert_same_store(cfg, ref_cfg, ref_annotations)
 
 
-def test_worker_killed_mid_run_gives_the_same_store(prefect_api, local_reference, heads,  # noqa: F811
+def test_worker_killed_mid_run_gives_the_same_store(prefect_api, local_reference, heads,
                                                     cluster, tmp_path):
     from distributed import Client
 

@@ -16,7 +16,6 @@ import pytest
 from testkit import ROOT
 
 
-
 def _hooks():
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
     module = importlib.util.module_from_spec(spec)

@@ -15,22 +15,23 @@ import json
 from pathlib import Path
 
 import pytest
+from bad_corpus import write_bad_corpus
 from click.testing import CliRunner
+from testkit import tiny_model_config
 
 from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
 from indexer.store import Store
-from bad_corpus import write_bad_corpus
-from testkit import tiny_model_config
 from search.cli.main import index_errors, main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def indexed(tiny_model_dir, tmp_path_factory):
+def bad_input_run(tiny_model_dir, tmp_path_factory):
+    """The bad corpus indexed once for the module: (its expected outcomes, config, summary)."""
     root = tmp_path_factory.mktemp("bad-input")
     corpus = write_bad_corpus(root / "corpus")
     config = tiny_model_config(tiny_model_dir, root / "store")
@@ -46,8 +47,8 @@ def rejected_rows(config: Config, run_id: str) -> dict[tuple[str, int], str]:
     return {(Path(source).name, row): reason for source, row, reason in rows}
 
 
-def test_counts_and_every_rejection_with_file_row_and_reason(indexed):
-    corpus, config, summary = indexed
+def test_counts_and_every_rejection_with_file_row_and_reason(bad_input_run):
+    corpus, config, summary = bad_input_run
     assert len(corpus.good) == 13 and len(corpus.rejected) == 35
     assert {k: summary[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
         "read": 48, "encoded": 13, "skipped_unchanged": 0, "rejected": 35}
@@ -67,8 +68,8 @@ def test_counts_and_every_rejection_with_file_row_and_reason(indexed):
     assert not check_store(config).problems
 
 
-def test_metadata_nan_nested_and_timestamps_read_back_as_json(indexed):
-    corpus, config, _ = indexed
+def test_metadata_nan_nested_and_timestamps_read_back_as_json(bad_input_run):
+    corpus, config, _ = bad_input_run
     with Store(config.store.path, read_only=True) as store:
         rows = dict(store.con.execute("SELECT external_id, metadata FROM documents").fetchall())
         hits = Searcher(config, store).search("the cat sat on the mat", 20, mode="keyword")
@@ -80,13 +81,13 @@ def test_metadata_nan_nested_and_timestamps_read_back_as_json(indexed):
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "keyword", "dense"])
-def test_every_good_record_is_found_by_its_own_text(indexed, mode):
+def test_every_good_record_is_found_by_its_own_text(bad_input_run, mode):
     """Hybrid (the default mode) and keyword: each good record is the first hit for its own
     text (title + text). Dense: the record is among the hits with the top score, which is the
     cosine of identical vectors (1.0): the tiny model's vocabulary maps Arabic and Hebrew
     words alike to [UNK], so g03 and g04 get one vector and tie; keyword ranking separates them.
     Keyword skips g05's emoji (not words) but finds its words."""
-    corpus, config, _ = indexed
+    corpus, config, _ = bad_input_run
     with Store(config.store.path, read_only=True) as store:
         searcher = Searcher(config, store)
         for doc_id, text in corpus.good.items():
@@ -99,8 +100,8 @@ def test_every_good_record_is_found_by_its_own_text(indexed, mode):
                 assert hits and hits[0].id == doc_id, (doc_id, [(h.id, h.score) for h in hits])
 
 
-def test_rerun_changes_nothing_and_keeps_the_first_duplicate(indexed, tiny_model_dir):
-    corpus, config, first = indexed
+def test_rerun_changes_nothing_and_keeps_the_first_duplicate(bad_input_run, tiny_model_dir):
+    corpus, config, first = bad_input_run
     again = run_index([str(f) for f in corpus.files], config, batch_size=8)
     assert {k: again[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
         "read": 48, "encoded": 0, "skipped_unchanged": 13, "rejected": 35}
@@ -221,7 +222,7 @@ def test_on_missing_delete_never_deletes_behind_an_unreadable_row(tiny_model_dir
 
 def test_unreadable_files_are_rejections_not_failed_runs(tiny_model_dir, tmp_path):
     """A damaged Parquet file and a gzip file cut short: each is one rejection (row 0 for the
-    whole file, else the row where reading stopped) and the other files are indexed."""
+    whole file, else the row where reading stopped) and the other files are bad_input_run."""
     import gzip
 
     _write(tmp_path / "a_good.jsonl", [{"id": "ok", "text": "the cat sat on the mat"}])

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from testkit import build_tiny_bert
+from damage_kit import search_results
+from testkit import build_tiny_bert, tiny_model_config
 
 from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
@@ -22,18 +23,11 @@ from indexer.indexing.run import run_index
 from indexer.store import Store
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.versions import SNAPSHOT_FILE
-from damage_kit import index_store, search_results
-from testkit import tiny_model_config
 from search.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 REPAIR = "bertindex doctor --repair"
-
-
-@pytest.fixture
-def indexed(tiny_model_dir, tmp_path):
-    return index_store(tiny_model_dir, tmp_path)
 
 
 def cli_search(indexed, mode="dense", config_file=None):

@@ -17,21 +17,16 @@ import faiss
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from damage_kit import search_results
 from testkit import ROOT
 
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.ops.consistency import check_store
 from indexer.store import Store
 from indexer.versions import SNAPSHOT_FILE, index_root
-from damage_kit import index_store, search_results
 from search.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture
-def indexed(tiny_model_dir, tmp_path):
-    return index_store(tiny_model_dir, tmp_path)
 
 
 def doctor(indexed, *args):

@@ -12,6 +12,7 @@ import json
 import pytest
 import yaml
 from click.testing import CliRunner
+from testkit import tiny_model_config
 
 from indexer.config import Config
 from indexer.indexing.run import run_index
@@ -20,7 +21,6 @@ from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
-from testkit import tiny_model_config
 from search.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from head_kit import head_args
+from testkit import tiny_model_config
 
 from flows.annotate import run_annotate
 from indexer.annotate.inbox import inbox_entries
@@ -18,7 +19,6 @@ from indexer.config import Config, load_config
 from indexer.errors import ConfigError, InputError
 from indexer.indexing.run import run_index
 from indexer.store import Store
-from testkit import tiny_model_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -105,7 +105,7 @@ def test_index_reads_nothing_outside_roots_data(tiny_model_dir, tmp_path, tree):
     assert recorded == [(str(data / "link.jsonl"), 0)]
 
 
-def test_inbox_refuses_links_that_leave_it(tiny_model_dir, heads, tmp_path, tree):  # noqa: F811
+def test_inbox_refuses_links_that_leave_it(tiny_model_dir, heads, tmp_path, tree):
     root, outside = tree
     inbox = root / "data" / "inbox"
     inbox.mkdir()

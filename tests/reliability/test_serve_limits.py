@@ -6,18 +6,18 @@ answer on one port and stop with the server; a bad store fails before any of the
 
 from __future__ import annotations
 
-import pytest
 import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
+from serve_kit import free_port, listeners
 from testkit import ROOT
 
 from indexer.indexing.run import run_index

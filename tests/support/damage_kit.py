@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from testkit import TINY_WORDS
+from testkit import TINY_WORDS, tiny_model_config
 
 from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.store import Store
 from indexer.versions import current_version, version_dir
-from testkit import tiny_model_config
+
 QUERIES = ["the cat sat on the mat", "red apple river", "parse python file", "slow train city",
            "gzip compress data"]
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from adapt_kit import settings, toy_texts
+from adapt_kit import TOY, settings, toy_texts
 from testkit import ROOT, SUPPORT, TINY_WORDS
 
 from indexer.adapt.masking import IGNORE, MaskRule, mask_tokens
+
 
 def test_the_rule_chooses_15_percent_and_splits_them_80_10_10_never_a_special():
     ids = torch.randint(5, 2000, (500, 400))

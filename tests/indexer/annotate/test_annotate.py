@@ -24,6 +24,7 @@ from indexer.query.searcher import Searcher
 from indexer.store import Store
 from search.cli.main import main
 
+
 def _count(store_path, sql, params=()):
     with Store(store_path) as store:
         return store.con.execute(sql, list(params)).fetchall()

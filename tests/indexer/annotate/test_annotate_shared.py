@@ -31,7 +31,7 @@ TEXTS = [
 ]
 
 
-def _pair(config, heads):  # noqa: F811
+def _pair(config, heads):
     """The index's encoder and an annotator sharing its pass (asserted)."""
     encoder = Encoder(config.model)
     annotator = build_annotator(head_args(heads), config)
@@ -41,7 +41,7 @@ def _pair(config, heads):  # noqa: F811
 
 @pytest.mark.parametrize("pooling, normalize", [("mean", True), ("cls", False),
                                                 ("pooler", True), ("last4", True)])
-def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, normalize):  # noqa: F811
+def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, normalize):
     config = tiny_config.with_overrides(**{"model.pooling": pooling,
                                            "model.normalize": normalize})
     encoder, annotator = _pair(config, heads)
@@ -65,7 +65,7 @@ def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, nor
     assert annotations[2].entities and annotations[2].entities[-1].text == "zürich"
 
 
-def test_shared_pass_is_refused_with_the_reason(tiny_config, heads, tmp_path):  # noqa: F811
+def test_shared_pass_is_refused_with_the_reason(tiny_config, heads, tmp_path):
     encoder = Encoder(tiny_config.model)
 
     def reason(config, head_args=None):
@@ -110,7 +110,7 @@ def _store_contents(store_path):
     return vectors, labels, entities
 
 
-def test_inbox_in_one_pass_gives_the_store_of_separate_passes(tiny_config, heads, tmp_path):  # noqa: F811
+def test_inbox_in_one_pass_gives_the_store_of_separate_passes(tiny_config, heads, tmp_path):
     import json
 
     inbox = tmp_path / "inbox"

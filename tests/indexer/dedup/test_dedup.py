@@ -19,6 +19,7 @@ from indexer.errors import InputError, StoreError
 from indexer.store import Store
 from search.cli.main import main
 
+
 @pytest.fixture
 def config(tmp_path) -> Config:
     return Config().with_overrides(**{"store.path": str(tmp_path / "store"), "index.spec": "Flat",

@@ -194,8 +194,9 @@ def test_status_shows_the_encoder_path(monkeypatch, tmp_path, tiny_model_dir, sm
 def test_auto_runs_the_recorded_smoothed_variant(monkeypatch, tmp_path):
     """A passed record naming the calibrated variant: `auto` loads it (calibrating on stdlib
     docstrings) and its vectors stay close to fp32."""
-    from indexer.encode.quantize import Int8Linear
     from testkit import build_tiny_bert
+
+    from indexer.encode.quantize import Int8Linear
 
     model = build_tiny_bert(tmp_path / "m", layers=2)
     record(model, {"avx2": {"passed": True, "speed": {"fp32": 1.0, "int8": 1.3}}}, "smooth")

@@ -44,7 +44,8 @@ def tiny_config(tiny_config):
 
 
 @pytest.fixture
-def indexed(tiny_config, small_corpus):
+def exported_store(tiny_config, small_corpus):
+    """The small corpus indexed with the default query encoder: its version holds the export."""
     run_index([str(small_corpus)], tiny_config, collection="c")
     return tiny_config
 
@@ -54,15 +55,15 @@ def _version_info(store_path):
     return json.loads((folder / "provenance.json").read_text())
 
 
-def test_index_exports_once_and_records_sha256(indexed, small_corpus):
-    store = indexed.store.path
+def test_index_exports_once_and_records_sha256(exported_store, small_corpus):
+    store = exported_store.store.path
     record = _version_info(store)["query_encoder"]
     model_file = os.path.join(store, record["path"])
     assert record["path"].startswith(ENCODERS_DIR + "/") and record["path"].endswith(MODEL_FILE)
     assert file_sha256(type(small_corpus)(model_file)) == record["sha256"]
     mtime = os.stat(model_file).st_mtime_ns
     # a second run with nothing new publishes nothing and exports nothing again
-    summary = run_index([str(small_corpus)], indexed, collection="c")
+    summary = run_index([str(small_corpus)], exported_store, collection="c")
     assert summary["index"]["version"] is None
     assert os.stat(model_file).st_mtime_ns == mtime
 
@@ -74,10 +75,10 @@ def test_query_encoder_torch_writes_no_export(tiny_config, small_corpus):
     assert not os.path.exists(os.path.join(cfg.store.path, ENCODERS_DIR))
 
 
-def test_onnx_search_equals_torch_fp32(indexed):
-    torch_cfg = indexed.with_overrides(**{"search.query_encoder": "torch"})
-    onnx_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
-    with Store(indexed.store.path, read_only=True) as store:
+def test_onnx_search_equals_torch_fp32(exported_store):
+    torch_cfg = exported_store.with_overrides(**{"search.query_encoder": "torch"})
+    onnx_cfg = exported_store.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(exported_store.store.path, read_only=True) as store:
         fast, slow = Searcher(onnx_cfg, store), Searcher(torch_cfg, store)
         assert isinstance(fast.encoder, OnnxEncoder) and isinstance(slow.encoder, Encoder)
         assert isinstance(fast.encoder, QueryEncoder) and isinstance(slow.encoder, QueryEncoder)
@@ -92,13 +93,13 @@ def test_onnx_search_equals_torch_fp32(indexed):
                 assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-4)
 
 
-def test_overlapping_calls_take_the_one_thread_session(indexed):
+def test_overlapping_calls_take_the_one_thread_session(exported_store):
     """Alone, a query runs on the multi-thread session; while another call is in
     flight, on the one-thread session: the same vectors either way."""
     import threading
 
-    onnx_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
-    with Store(indexed.store.path, read_only=True) as store:
+    onnx_cfg = exported_store.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(exported_store.store.path, read_only=True) as store:
         encoder = Searcher(onnx_cfg, store).encoder
         alone = encoder.encode_queries(QUERIES)
         assert encoder._single is None
@@ -150,9 +151,9 @@ def _config_file(cfg, path, **search):
     return path
 
 
-def test_cli_search_never_imports_torch(indexed, tmp_path):
-    config = _config_file(indexed, tmp_path / "c.yaml")
-    result = _cli(["search", "parse command line arguments", "--store", indexed.store.path,
+def test_cli_search_never_imports_torch(exported_store, tmp_path):
+    config = _config_file(exported_store, tmp_path / "c.yaml")
+    result = _cli(["search", "parse command line arguments", "--store", exported_store.store.path,
                    "--config", str(config), "--json", "-k", "3"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines() == ["NO-TORCH"]
@@ -160,16 +161,16 @@ def test_cli_search_never_imports_torch(indexed, tmp_path):
     assert hits and hits[0]["id"] == "b1"
 
 
-def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
-    record = _version_info(indexed.store.path)["query_encoder"]
-    model_file = os.path.join(indexed.store.path, record["path"])
+def test_missing_or_changed_export_falls_back_with_one_line(exported_store, tmp_path):
+    record = _version_info(exported_store.store.path)["query_encoder"]
+    model_file = os.path.join(exported_store.store.path, record["path"])
     with open(model_file, "r+b") as fh:  # a changed byte: its sha256 no longer matches
         fh.seek(200)
         byte = fh.read(1)
         fh.seek(200)
         fh.write(bytes([byte[0] ^ 1]))
-    config = _config_file(indexed, tmp_path / "c.yaml")
-    args = ["search", "parse command line arguments", "--store", indexed.store.path,
+    config = _config_file(exported_store, tmp_path / "c.yaml")
+    args = ["search", "parse command line arguments", "--store", exported_store.store.path,
             "--config", str(config), "--json", "-k", "3"]
     result = _cli(args, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -178,16 +179,16 @@ def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
     assert "sha256" in lines[0] and "torch" in lines[0]
     assert json.loads(result.stdout.splitlines()[0])["id"] == "b1"
     # `onnx` required: an error naming the file and the fix
-    strict = indexed.with_overrides(**{"search.query_encoder": "onnx"})
-    with Store(indexed.store.path, read_only=True) as store:
+    strict = exported_store.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(exported_store.store.path, read_only=True) as store:
         with pytest.raises(ModelError, match="search.query_encoder is onnx but .*model.onnx "
                            "differs from the sha256"):
             Searcher(strict, store).search("cat", 3)
         os.remove(model_file)
         with pytest.raises(Unavailable, match="FileNotFoundError"):
-            OnnxEncoder.open(store.path, record, indexed.model, store.provenance())
+            OnnxEncoder.open(store.path, record, exported_store.model, store.provenance())
         with pytest.raises(Unavailable, match="outside"):
-            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, indexed.model,
+            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, exported_store.model,
                              store.provenance())
 
 
@@ -202,16 +203,16 @@ def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):
     assert np.abs(bf16.encode_texts(QUERIES) - want).max() > 1e-4  # bf16 itself is not fp32
 
 
-def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
+def test_onnx_int8_twin_is_made_once_checked_and_close(exported_store):
     """`onnx-int8`: the int8 twin is derived beside the fp32 export, recorded with both
     sha256s, reused while it checks out and made again when it does not; its queries stay
     close to fp32 and are not claimed to be fp32."""
-    record = _version_info(indexed.store.path)["query_encoder"]
-    folder = os.path.join(indexed.store.path, os.path.dirname(record["path"]))
+    record = _version_info(exported_store.store.path)["query_encoder"]
+    folder = os.path.join(exported_store.store.path, os.path.dirname(record["path"]))
     assert not os.path.exists(os.path.join(folder, TWIN))  # only when asked for
-    int8_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx-int8"})
-    fp32_cfg = indexed.with_overrides(**{"search.query_encoder": "onnx"})
-    with Store(indexed.store.path, read_only=True) as store:
+    int8_cfg = exported_store.with_overrides(**{"search.query_encoder": "onnx-int8"})
+    fp32_cfg = exported_store.with_overrides(**{"search.query_encoder": "onnx"})
+    with Store(exported_store.store.path, read_only=True) as store:
         fast, exact = Searcher(int8_cfg, store), Searcher(fp32_cfg, store)
         assert fast.encoder.model_file.name == TWIN
         assert fast.encoder.provenance.dtype == "int8" and exact.encoder.provenance.dtype == "fp32"
@@ -243,13 +244,13 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(indexed):
         assert np.abs(again.encode_queries(QUERIES) - a).max() < 1e-6
 
 
-def test_int8_twin_weight_bits_follow_the_cpu(indexed, monkeypatch):
+def test_int8_twin_weight_bits_follow_the_cpu(exported_store, monkeypatch):
     """8-bit weights where the CPU has VNNI, 7-bit (no int16 saturation) where it has not;
     a store shared by both kinds keeps both twins side by side."""
     from indexer.machine import FEATURES_ENV
 
-    record = _version_info(indexed.store.path)["query_encoder"]
-    model_file = Path(indexed.store.path) / record["path"]
+    record = _version_info(exported_store.store.path)["query_encoder"]
+    model_file = Path(exported_store.store.path) / record["path"]
     monkeypatch.setenv(FEATURES_ENV, "avx2,fma")
     seven = int8_twin(model_file, record["sha256"])
     monkeypatch.setenv(FEATURES_ENV, "avx2,fma,avx512f,avx512_vnni")

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from testkit import SHARED_DATA
 
-
 WORDS = [
     "the", "a", "good", "bad", "movie", "film", "great", "awful", "john", "smith", "lives", "in",
     "paris", "london", "works", "at", "acme", "corp", "and", "is", "very", "not", "un", "##believ",

@@ -16,6 +16,7 @@ from indexer.errors import InputError, ModelError
 from indexer.heads.data import read_head_data
 from indexer.heads.registry import head_type
 
+
 def test_pair_inputs_carry_token_types_0_then_1(tiny_model_dir):
     from transformers import AutoTokenizer
 

@@ -7,6 +7,7 @@ import json
 
 from click.testing import CliRunner
 from testkit import tiny_model_config
+
 from indexer.indexing.run import run_index
 from indexer.records import Annotation, Label
 from indexer.review.loop import page_review

@@ -43,7 +43,7 @@ def write_config(root, tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, tiny_model_dir, prefect_api):
+def cli_store(tmp_path_factory, tiny_model_dir, prefect_api):
     """A store built by `bertindex index` (the Prefect flow) on a small JSONL corpus."""
     root = tmp_path_factory.mktemp("cli")
     config = write_config(root, tiny_model_dir)
@@ -81,15 +81,15 @@ def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model
         assert sorted(store.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2", "b1"]
 
 
-def test_index_summary(indexed):
-    _, summary = indexed
+def test_index_summary(cli_store):
+    _, summary = cli_store
     assert {k: summary[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
         "read": 4, "encoded": 3, "skipped_unchanged": 0, "rejected": 1}
     assert summary["rejections"][0]["row"] == 4
 
 
-def test_search_json_and_where(indexed):
-    config, _ = indexed
+def test_search_json_and_where(cli_store):
+    config, _ = cli_store
     runner = CliRunner()
     result = runner.invoke(main, ["search", "the cat sat on the mat", "--config", str(config),
                                   "--json", "-k", "2"])
@@ -105,15 +105,15 @@ def test_search_json_and_where(indexed):
     assert table.exit_code == 0 and "rank" in table.stdout
 
 
-def test_no_hits_is_success(indexed):
-    config, _ = indexed
+def test_no_hits_is_success(cli_store):
+    config, _ = cli_store
     result = CliRunner().invoke(main, ["search", "cat", "--config", str(config), "--json",
                                        "--where", "topic=x'; DROP TABLE documents; --"])
     assert result.exit_code == 0 and result.stdout == ""
 
 
-def test_exit_codes(indexed, tmp_path):
-    config, _ = indexed
+def test_exit_codes(cli_store, tmp_path):
+    config, _ = cli_store
     runner = CliRunner()
     assert runner.invoke(main, ["search"]).exit_code == 2
     assert runner.invoke(main, ["search", "cat", "--where", "novalue", "--config", str(config)]).exit_code == 2

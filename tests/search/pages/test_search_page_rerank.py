@@ -6,7 +6,6 @@ reload from the address, and a server without a reranker shows no switch and sen
 
 from __future__ import annotations
 
-import pytest
 import json
 import re
 import threading
@@ -14,6 +13,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 
+import pytest
 from browser import console_errors, headless_chromium, screenshot
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -86,7 +86,7 @@ def sent(driver) -> list[dict]:
     return driver.execute_script("return window.sentSearches")
 
 
-def test_rerank_switch_on_the_search_page(toy_head, tiny_config, small_corpus,  # noqa: F811
+def test_rerank_switch_on_the_search_page(toy_head, tiny_config, small_corpus,
                                           tmp_path):
     head, _, _ = toy_head
     run_index([str(small_corpus)], tiny_config)
