@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-stamp
 DEMO   := .demo
 
-.PHONY: install browser demo test bench lint docs clean
+.PHONY: install browser demo test test-fast bench lint docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ browser:
 
 test: $(STAMP) browser lint
 	$(PY) -m pytest -q
+
+# the inner loop (under 2 minutes on 2 quiet cores): no real data (`slow`) and none of the
+# modules marked `heavy` (seconds each: browser pages, Prefect flows and Dask, the reliability
+# suites, real server processes, training runs), stopping at the first failure; `make test`
+# runs them all
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -x -m "not slow and not heavy"
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site

@@ -16,6 +16,8 @@ from click.testing import CliRunner
 from indexer.config import load_config
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 
 def _config(path, tiny_model_dir, store, schedules):
     path.write_text(yaml.safe_dump({

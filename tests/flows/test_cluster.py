@@ -36,6 +36,8 @@ from indexer.ops.consistency import check_store
 from indexer.ops.tolerance import for_dtype, same_entities, same_labels
 from indexer.store import Store
 
+pytestmark = pytest.mark.heavy
+
 DOCS = 800  # one read batch (batch_size 2048): the case where one worker did all the work
 SPEC = "IVF8,Flat"  # an IVF spec: the cluster builds it in shards, the local runner in one
 START_S = 60  # scheduler and both workers up (torch imported), or the test fails

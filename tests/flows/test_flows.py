@@ -22,6 +22,8 @@ from indexer.ingest.readers import FieldMap
 from indexer.ops.consistency import check_store
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 
 def write_config(path, tiny_model_dir, store, **sections):
     path.write_text(yaml.safe_dump({

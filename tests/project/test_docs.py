@@ -15,6 +15,8 @@ import click
 import pytest
 from testkit import ROOT
 
+pytestmark = pytest.mark.heavy
+
 
 def _hooks():
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")

@@ -20,6 +20,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
 import gpu_pack  # noqa: E402
 
+pytestmark = pytest.mark.heavy
+
 MAX_LENGTH = 64  # the GPU run's 256 costs 4-16x more here (attention grows with its square)
 
 

@@ -9,7 +9,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from testkit import ROOT
+
+pytestmark = pytest.mark.heavy
 
 SCRIPT = textwrap.dedent("""
     import json, sys

@@ -26,7 +26,7 @@ from indexer.query.searcher import Searcher
 from indexer.store import Store
 from search.cli.main import index_errors, main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from indexer.ops.consistency import check_store
 from indexer.store import Store
 from search.cli.main import main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 CTX = multiprocessing.get_context("fork")  # children share the loaded modules
 

@@ -25,7 +25,7 @@ from indexer.store.schema import SCHEMA_VERSION
 from indexer.versions import SNAPSHOT_FILE
 from search.cli.main import main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 REPAIR = "bertindex doctor --repair"
 

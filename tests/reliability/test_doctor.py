@@ -26,7 +26,7 @@ from indexer.store import Store
 from indexer.versions import SNAPSHOT_FILE, index_root
 from search.cli.main import main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 
 def doctor(indexed, *args):

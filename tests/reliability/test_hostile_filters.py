@@ -23,7 +23,7 @@ from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 from search.cli.main import main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 DOCS = [
     {"id": "d1", "text": "the cat sat on the mat", "lang": "en", "a'b": "quote",

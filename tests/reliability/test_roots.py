@@ -20,7 +20,7 @@ from indexer.errors import ConfigError, InputError
 from indexer.indexing.run import run_index
 from indexer.store import Store
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 SECRET = "the secret text outside every root"
 

@@ -22,7 +22,7 @@ from testkit import ROOT
 
 from indexer.indexing.run import run_index
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,

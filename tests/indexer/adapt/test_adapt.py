@@ -18,6 +18,8 @@ from testkit import ROOT, SUPPORT, TINY_WORDS
 
 from indexer.adapt.masking import IGNORE, MaskRule, mask_tokens
 
+pytestmark = pytest.mark.heavy
+
 
 def test_the_rule_chooses_15_percent_and_splits_them_80_10_10_never_a_special():
     ids = torch.randint(5, 2000, (500, 400))

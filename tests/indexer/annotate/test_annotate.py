@@ -24,6 +24,8 @@ from indexer.query.searcher import Searcher
 from indexer.store import Store
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 
 def _count(store_path, sql, params=()):
     with Store(store_path) as store:

@@ -29,6 +29,8 @@ from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.store import Store
 
+pytestmark = pytest.mark.heavy
+
 NAMES = [n for n in FAMILIES if available(n)]
 SDPA = {"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "modernbert"}
 TOKEN_TYPES = {"bert", "roberta", "xlm-roberta", "albert", "electra", "deberta-v2"}

@@ -14,6 +14,8 @@ from indexer.encode.encoder import Encoder
 from indexer.encode.policy import choose_dtype, choose_path, describe_path
 from indexer.errors import ModelError
 
+pytestmark = pytest.mark.heavy
+
 CPU = torch.device("cpu")
 TEXTS = ["the cat sat on the mat", "dog", "parse command line arguments with python",
          "red apple green pear", "the big river runs past the small city and the mountain",

@@ -29,6 +29,8 @@ from indexer.query.searcher import Searcher
 from indexer.store import Store
 from indexer.versions import current_version, version_dir
 
+pytestmark = pytest.mark.heavy
+
 QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
            "compress a file with gzip and write data to the big city by train",
            "zzz unknownword", "red apple green pear blue river"]

@@ -17,6 +17,8 @@ from indexer.indexing.steps import encode_documents
 from indexer.st_layout import model_defaults
 from indexer.store import Store
 
+pytestmark = pytest.mark.heavy
+
 st = pytest.importorskip("sentence_transformers")
 
 TEXTS = ["parse command line arguments in python", "the cat sat on the mat",

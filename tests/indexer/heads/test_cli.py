@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from search.cli.heads import eval_head, train
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def cli() -> click.Group:

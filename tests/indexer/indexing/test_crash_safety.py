@@ -16,12 +16,15 @@ import random
 import signal
 import time
 
+import pytest
 from crash_kit import QUERIES, assert_same_results, results, write_corpus
 
 from indexer.faults import POINTS
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store
+
+pytestmark = pytest.mark.heavy
 
 BATCH = 100
 

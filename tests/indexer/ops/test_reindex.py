@@ -15,6 +15,8 @@ from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
 from indexer.store import Store
 
+pytestmark = pytest.mark.heavy
+
 
 def search_ids(cfg, query, k=5):
     with Store(cfg.store.path, read_only=True) as store:

@@ -15,6 +15,8 @@ from indexer.query.searcher import Searcher
 from indexer.store import Store
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 
 # -- fusion ------------------------------------------------------------------------------
 def test_rrf_by_hand():

@@ -21,6 +21,8 @@ from indexer.report.trends import build_report, write_scheduled_report
 from indexer.store import Store
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 # (id, time, src, (label, score) of head `sent`, [(type, text)] of head `ner`)
 DOCS = [
     ("d1", "2024-01-01T10:00:00Z", "web", ("pos", 0.9), [("ORG", "Acme")]),

@@ -26,7 +26,7 @@ from indexer.review.training import add_reviewed
 from indexer.store import Store
 from search.cli.main import main
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 NAMES = ["neg", "pos"]
 # id -> (text, model label, probability): uncertain order is d3, d1, d5, d2, d4, d6

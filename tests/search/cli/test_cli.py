@@ -14,6 +14,8 @@ from indexer.query.hits import HIT_FIELDS
 from indexer.store import Store
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 
 def all_commands(group: click.Group, prefix=()):
     for name, cmd in group.commands.items():

@@ -13,10 +13,13 @@ import sys
 import textwrap
 import time
 
+import pytest
 import yaml
 from testkit import ROOT
 
 from indexer.indexing.run import run_index
+
+pytestmark = pytest.mark.heavy
 
 HEAVY = ("torch", "faiss", "tantivy", "duckdb", "transformers", "onnxruntime", "numpy")
 START_SECONDS = 120  # the server loads the model and indexes before it answers /health

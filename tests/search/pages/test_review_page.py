@@ -24,7 +24,7 @@ from indexer.indexing.steps import sync_vector_index
 from indexer.records import Annotation, Label
 from indexer.store import Store
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned=2"> & "quotes"'
 DOCS = {"h1": (HOSTILE, "pos", 0.51), "h2": ("the dog slept", "neg", 0.60),

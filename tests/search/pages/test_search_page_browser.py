@@ -17,7 +17,7 @@ from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 PASSAGES = 200
 
 

@@ -22,7 +22,7 @@ from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.store import Store
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 QUERY = "cat mat"
 DEPTH = 3  # of the 5 documents, the top 3 are reranked and 2 keep their first-stage order

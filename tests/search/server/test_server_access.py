@@ -19,6 +19,8 @@ from indexer.store import SCOPES, Store, read_token_table, scope_allows
 from search import access
 from search.cli.main import main
 
+pytestmark = pytest.mark.heavy
+
 BASE = "http://127.0.0.1:8765"
 OPEN = access.OPEN
 

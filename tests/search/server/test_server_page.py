@@ -14,6 +14,8 @@ from indexer.query.searcher import Searcher
 from indexer.records import Annotation, Entity, Label
 from indexer.store import Store
 
+pytestmark = pytest.mark.heavy
+
 
 def annotate_by_hand(config, labels: dict[str, str], entities: dict[str, list[tuple[str, str]]]):
     """Write labels (head `kind`) and entities (head `ner`) through the store API and publish
