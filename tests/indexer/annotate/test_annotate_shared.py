@@ -68,8 +68,8 @@ def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, nor
 def test_shared_pass_is_refused_with_the_reason(tiny_config, heads, tmp_path):
     encoder = Encoder(tiny_config.model)
 
-    def reason(config, head_args=None):
-        annotator = build_annotator(head_args or head_args(heads), config)
+    def reason(config, chosen=None):
+        annotator = build_annotator(chosen or head_args(heads), config)
         out = annotator.share_embedding(encoder, config)
         with pytest.raises(Exception, match="share_embedding"):
             annotator.annotate_and_embed(["x"])
