@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from testkit import tiny_model_config
 
@@ -13,6 +14,8 @@ from indexer.records import Annotation, Label
 from indexer.review.loop import page_review
 from indexer.store import Store
 from search.cli.heads import train
+
+pytestmark = pytest.mark.heavy
 
 
 def test_train_with_reviewed_documents(tiny_bert, classifier_json, tmp_path):
