@@ -135,6 +135,9 @@ HAS_META = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'm
 GET_META = "SELECT value FROM meta WHERE key = ?"
 INSERT_META = "INSERT INTO meta VALUES (?, ?)"
 SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
+# row counts that the status, the hash diff and a published snapshot's facts all read
+COUNT_DOCUMENTS = "SELECT count(*) FROM documents"
+COUNT_CHUNKS = "SELECT count(*) FROM chunks"
 
 
 def create_vectors_sql(dim: int) -> str:

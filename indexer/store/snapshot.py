@@ -12,8 +12,7 @@ from indexer.errors import StoreError
 from indexer.faults import crash_point
 from indexer.fsio import fsync_dir, fsync_fh
 from indexer.store.rows import SnapshotFacts
-from indexer.store.runs import COUNT_CHUNKS
-from indexer.store.schema import read_meta
+from indexer.store.schema import COUNT_CHUNKS, read_meta
 from indexer.versions import SNAPSHOT_FILE, current_version, version_dir
 
 CHECKPOINT = "CHECKPOINT"
