@@ -37,9 +37,9 @@ class AnnotationTables:
 
     def has_tables(self) -> bool:
         """True when the store has the annotation tables (a store older than schema step 2 has not)."""
-        return bool(self.core.con.execute(
+        return bool(self.core.scalar(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-            [Label.table]).fetchone()[0])
+            [Label.table]))
 
     def pending_doc_ids(self, versions: dict[str, str], collection: str | None = None
                         ) -> list[int]:
@@ -90,10 +90,11 @@ class AnnotationTables:
         rows: dict[type, list[dict]] = {rt: [] for rt in RESULT_TYPES}
         for (doc_id, _, _), a in zip(docs, annotations):
             for rt, results in a.results().items():
-                rows[rt].extend(x.table_row(doc_id, versions[x.head]) for x in results)
+                # str(): every result `annotate` makes names its head (None only from `predict`)
+                rows[rt].extend(x.table_row(doc_id, versions[str(x.head)]) for x in results)
         tables = {
-            **{rt.table: pa.Table.from_pylist(found, schema=rt.table_schema)
-               for rt, found in rows.items()},
+            **{rt.table: pa.Table.from_pylist(rows[rt], schema=rt.table_schema)
+               for rt in RESULT_TYPES},
             "annotated": pa.table({
                 "doc_id": pa.array([d for d, _, _ in docs for _ in heads], pa.int64()),
                 "head": pa.array([h for _ in docs for h in heads], pa.string()),
@@ -104,12 +105,12 @@ class AnnotationTables:
         }
         con = self.core.con
         with self.core.transaction():
-            for table, rows in tables.items():
+            for table, new_rows in tables.items():
                 with (self.core.bound(doc_ids) as batch_docs,
                       self.core.bound(heads, pa.string()) as ran):
                     con.execute(f"DELETE FROM {table} WHERE doc_id IN {batch_docs} AND head IN {ran}")
-                if rows.num_rows:
-                    con.register("new_rows_view", rows)
+                if new_rows.num_rows:
+                    con.register("new_rows_view", new_rows)
                     con.execute(f"INSERT INTO {table} SELECT * FROM new_rows_view")
                     con.unregister("new_rows_view")
             self.core.bump_data_version()  # searches see the labels once a snapshot is published
@@ -121,7 +122,8 @@ class AnnotationTables:
         empty for a store older than the annotation tables."""
         if not keys or not self.has_tables():
             return {}
-        out: dict[tuple[str, str], dict] = {tuple(k): {"labels": [], "entities": []} for k in keys}
+        out: dict[tuple[str, str], dict] = {(k[0], k[1]): {"labels": [], "entities": []}
+                                            for k in keys}
         if not keys:
             return out
         wanted = pa.table({"collection": pa.array([k[0] for k in keys], pa.string()),

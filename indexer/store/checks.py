@@ -45,11 +45,11 @@ class Checks:
             IntegrityCounts: duplicate (collection, id) pairs, chunks whose document is gone,
             vectors whose chunk is gone (0 before the first vector).
         """
-        stray = (self.core.con.execute(COUNT_STRAY_VECTORS).fetchone()[0]
+        stray = (self.core.scalar(COUNT_STRAY_VECTORS)
                  if self.vectors.provenance() is not None else 0)
         return IntegrityCounts(
-            duplicate_ids=self.core.con.execute(COUNT_DUPLICATE_IDS).fetchone()[0],
-            orphan_chunks=self.core.con.execute(COUNT_ORPHAN_CHUNKS).fetchone()[0],
+            duplicate_ids=self.core.scalar(COUNT_DUPLICATE_IDS),
+            orphan_chunks=self.core.scalar(COUNT_ORPHAN_CHUNKS),
             stray_vectors=stray)
 
     def documents_missing_vectors(self) -> list[DocRef]:
@@ -80,9 +80,9 @@ class Checks:
         with self.core.transaction():
             vectors = 0
             if self.vectors.provenance() is not None:
-                vectors = self.core.con.execute(DELETE_ORPHAN_VECTORS).fetchone()[0]
-                vectors += self.core.con.execute(DELETE_STRAY_VECTORS).fetchone()[0]
-            chunks = self.core.con.execute(DELETE_ORPHAN_CHUNKS).fetchone()[0]
+                vectors = self.core.scalar(DELETE_ORPHAN_VECTORS)
+                vectors += self.core.scalar(DELETE_STRAY_VECTORS)
+            chunks = self.core.scalar(DELETE_ORPHAN_CHUNKS)
             if chunks or vectors:
                 self.core.bump_data_version()
         return {"chunks": int(chunks), "vectors": int(vectors)}

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -31,6 +30,7 @@ from indexer.store.schema import (
     SET_META,
     apply_migration,
     read_meta,
+    scalar,
     stored_schema_version,
 )
 from indexer.store.snapshot import copy_snapshot, open_current_snapshot
@@ -38,8 +38,6 @@ from indexer.versions import SNAPSHOT_FILE, version_dir
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-log = logging.getLogger(__name__)
 
 DB_NAME = "store.duckdb"
 # DuckDB's buffer pool for a writer (default: 80 % of RAM). It caches every block a run reads,
@@ -242,6 +240,10 @@ class StoreCore:
             self.con.execute(statement.format(view=name))
         finally:
             self.con.unregister(name)
+
+    def scalar(self, statement: str, params: list | None = None) -> Any:
+        """The one value of a statement that returns exactly one row (`schema.scalar`)."""
+        return scalar(self.con, statement, params)
 
     # -- data version and snapshots ---------------------------------------------------------
     def data_version(self) -> int:

@@ -45,7 +45,7 @@ class Counts:
 
     def annotations(self) -> dict[str, int]:
         """Annotations per head; empty until an `annotations` table (head, ...) exists."""
-        if not self.core.con.execute(HAS_ANNOTATION_HEADS).fetchone()[0]:
+        if not self.core.scalar(HAS_ANNOTATION_HEADS):
             return {}
         return dict(self.core.con.execute(ANNOTATIONS_PER_HEAD).fetchall())
 
@@ -56,9 +56,9 @@ class Counts:
             collection: None counts every collection.
         """
         if collection is None:
-            return self.core.con.execute(COUNT_DOCUMENTS).fetchone()[0]
-        return self.core.con.execute(COUNT_COLLECTION, [collection]).fetchone()[0]
+            return self.core.scalar(COUNT_DOCUMENTS)
+        return self.core.scalar(COUNT_COLLECTION, [collection])
 
     def chunks(self) -> int:
         """Stored chunks."""
-        return self.core.con.execute(COUNT_CHUNKS).fetchone()[0]
+        return self.core.scalar(COUNT_CHUNKS)

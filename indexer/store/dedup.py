@@ -97,7 +97,7 @@ class DedupTables:
         """Stored vectors of a collection's chunks (0 before the first encoder)."""
         if self.vectors.provenance() is None:
             return 0
-        return self.core.con.execute(COUNT_COLLECTION_VECTORS, [collection]).fetchone()[0]
+        return self.core.scalar(COUNT_COLLECTION_VECTORS, [collection])
 
     def first_chunks(self, collection: str, pending_only: bool = False
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -160,7 +160,7 @@ class DedupTables:
     def has_tables(self) -> bool:
         """True when the store has the dedup tables (schema step 3; a snapshot published
         before the upgrade has not)."""
-        return bool(self.core.con.execute(HAS_DEDUP).fetchone()[0])
+        return bool(self.core.scalar(HAS_DEDUP))
 
     def groups_of(self, doc_ids: Iterable[int]) -> dict[int, int]:
         """The near-duplicate group of each given document.
@@ -193,7 +193,8 @@ class DedupTables:
         """(groups of at least `min_size` members, documents in them) of a collection."""
         if not self.has_tables():
             return 0, 0
-        groups, docs = self.core.con.execute(COUNT_GROUPS, [collection, min_size]).fetchone()
+        row = self.core.con.execute(COUNT_GROUPS, [collection, min_size]).fetchone()
+        groups, docs = row if row is not None else (0, 0)
         return int(groups), int(docs)
 
     def state(self, collection: str) -> dict | None:
@@ -217,7 +218,7 @@ class DedupTables:
         """When any collection's groups were last brought up to date (None: never)."""
         if not self.has_tables():
             return None
-        return self.core.con.execute(SELECT_LAST_DEDUP).fetchone()[0]
+        return self.core.scalar(SELECT_LAST_DEDUP)
 
     def write(self, collection: str, doc_ids: Sequence[int], group_ids: Sequence[int],
               regroup: dict[int, int], full: bool, state: dict) -> None:
@@ -291,7 +292,8 @@ class DedupTables:
         labels = self._member_labels(every)
         out = []
         for group_id, size, first_doc, doc_ids in groups:
-            seen = [info[d][2] for d in doc_ids if info.get(d) and info[d][2] is not None]
+            times = (info[d][2] for d in doc_ids if d in info)
+            seen = [t for t in times if t is not None]
             counts: dict[str, dict[str, int]] = {}
             for d in doc_ids:
                 for head, label in labels.get(d, ()):

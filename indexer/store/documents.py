@@ -179,7 +179,7 @@ class DocumentWrites:
         """
         if (external_ids is None) == (keep is None):
             raise ValueError("pass exactly one of external_ids and keep")
-        listed = list(external_ids if external_ids is not None else keep)
+        listed = list(external_ids) if external_ids is not None else list(keep or ())
         member = "IN" if external_ids is not None else "NOT IN"
         with self.core.transaction():
             with self.core.bound(listed, pa.string()) as ids:
@@ -224,11 +224,10 @@ class DocumentWrites:
             reader = self.core.con.execute(
                 SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)).fetch_record_batch(batch_rows)
             pending: list = []
-            current = None
+            current = ""  # the collection of `pending`
             for rb in reader:
                 for row in rb.to_pylist():
-                    if current is not None and (row["collection"] != current
-                                                or len(pending) >= batch_rows):
+                    if pending and (row["collection"] != current or len(pending) >= batch_rows):
                         yield current, pending
                         pending = []
                     current = row["collection"]

@@ -145,10 +145,14 @@ class Filters:
         """
         return self._passing(DOCS_PASSING, "", "doc_id", collection, where, labels, entities, human)
 
-    def _passing(self, statement: str, prefix: str, column: str, *filters) -> np.ndarray | None:
+    def _passing(self, statement: str, prefix: str, column: str, collection: str | None,
+                 where: Sequence[tuple[str, str]], labels: Sequence[tuple[str, str]],
+                 entities: Sequence[tuple[str, str | None]], human: bool = False
+                 ) -> np.ndarray | None:
         """Ids (`column`) that `statement` returns under the filters; None without a filter."""
-        reviews = bool(filters[2]) and bool(self.core.con.execute(HAS_REVIEWS).fetchone()[0])
-        clauses = filter_clauses(prefix, *filters, reviews=reviews)
+        reviews = bool(labels) and bool(self.core.scalar(HAS_REVIEWS))
+        clauses = filter_clauses(prefix, collection, where, labels, entities, human,
+                                 reviews=reviews)
         if clauses is None:
             return None
         rows = self.core.con.execute(statement.format(clauses=clauses.sql), clauses.params)

@@ -139,7 +139,7 @@ class DocumentReads:
         Returns:
             HashDiff: doc ids new to the index, changed since, and gone from the store.
         """
-        documents = self.core.con.execute(COUNT_DOCUMENTS).fetchone()[0]
+        documents = self.core.scalar(COUNT_DOCUMENTS)
         if not Path(manifest).is_file():
             ids = self.core.con.execute(SELECT_DOC_IDS).fetchnumpy()["doc_id"]
             return HashDiff(documents, _ids(ids), _ids([]), _ids([]))

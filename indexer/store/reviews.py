@@ -131,7 +131,7 @@ class ReviewTables:
 
     def has_tables(self) -> bool:
         """True when the store has the review tables (schema step 4)."""
-        return bool(self.core.con.execute(HAS_TABLE, ["reviews"]).fetchone()[0])
+        return bool(self.core.scalar(HAS_TABLE, ["reviews"]))
 
     def record_heads(self, heads: Sequence[tuple[str, str, list[str], str, str]]) -> None:
         """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
@@ -241,7 +241,7 @@ class ReviewTables:
         if not reviews:
             return []
         with self.core.transaction():
-            start = self.core.con.execute(NEXT_REVIEW_ID).fetchone()[0] + 1
+            start = self.core.scalar(NEXT_REVIEW_ID) + 1
             ids = list(range(start, start + len(reviews)))
             table = pa.Table.from_pylist([
                 {"review_id": i, "doc_id": r.doc_id, "head": head, "label": r.label,
@@ -259,17 +259,16 @@ class ReviewTables:
             True when the row existed.
         """
         with self.core.transaction():
-            con = self.core.con
-            found = con.execute("SELECT count(*) FROM reviews WHERE review_id = ? AND head = ?",
-                                [review_id, head]).fetchone()[0]
-            con.execute(DELETE_REVIEW, [review_id, head])
+            found = self.core.scalar(
+                "SELECT count(*) FROM reviews WHERE review_id = ? AND head = ?", [review_id, head])
+            self.core.con.execute(DELETE_REVIEW, [review_id, head])
             if found:
                 self.core.bump_data_version()
         return bool(found)
 
     def count(self, head: str) -> int:
         """Rows in the review history of `head` (every label a person stored)."""
-        return int(self.core.con.execute(COUNT_REVIEWS, [head]).fetchone()[0])
+        return int(self.core.scalar(COUNT_REVIEWS, [head]))
 
     def history(self, head: str) -> list[ReviewRow]:
         """Every review row of `head`, oldest first: each label a person stored, who stored it

@@ -24,6 +24,7 @@ import duckdb
 from indexer.choices import TokenScope
 from indexer.errors import InputError
 from indexer.store.core import StoreCore
+from indexer.store.schema import scalar
 from indexer.timeutil import utc_now
 
 TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
@@ -84,7 +85,7 @@ def new_token() -> str:
 
 
 def _rows(con: duckdb.DuckDBPyConnection) -> list[StoredToken]:
-    if not con.execute(HAS_TOKENS_TABLE).fetchone()[0]:
+    if not scalar(con, HAS_TOKENS_TABLE):
         return []  # a store (or snapshot) from before schema step 5: no tokens
     return [StoredToken(*r) for r in con.execute(SELECT_TOKENS).fetchall()]
 
@@ -142,7 +143,7 @@ class TokenTables:
                              "starting with a letter or digit), e.g. --name alice")
         if scope not in SCOPES:
             raise InputError(f"token scope {scope!r}: choose one of {', '.join(SCOPES)}")
-        if self.core.con.execute(SELECT_TOKEN_NAME, [name]).fetchone()[0]:
+        if self.core.scalar(SELECT_TOKEN_NAME, [name]):
             raise InputError(f"a token named {name!r} exists; revoke it first "
                              f"(`bertindex token revoke {name}`) or choose another --name")
         token = new_token()

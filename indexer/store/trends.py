@@ -110,6 +110,8 @@ class Trends:
         """
         self.core.con.execute(SET_UTC)
         if by in TIME_UNITS:
+            if time_field is None:
+                raise ValueError(f"time buckets (by {by}) need the time field")
             sql = TIME_BUCKETS.format(unit=by, fmt=TIME_UNITS[by])
             params = [json_path(time_field), collection, collection, since, since, until, until]
         else:
@@ -125,7 +127,7 @@ class Trends:
         return documents_with_field(self.core.con, field, collection)
 
     def _has(self, table: str) -> bool:
-        return bool(self.core.con.execute(HAS_TABLE, [table]).fetchone()[0])
+        return bool(self.core.scalar(HAS_TABLE, [table]))
 
     def aggregates(self, order: list[tuple[str, int]], timed: bool,
                    heads: list[str] | None, top: int = 5, rising: int = 10,
@@ -152,7 +154,7 @@ class Trends:
             "bucket": pa.array([b for b, _ in order], pa.string()),
             "ord": pa.array(range(len(order)), pa.int64()),
             "docs": pa.array([float(n) for _, n in order], pa.float64())})
-        out = {"labels": [], "histogram": [], "entities": [], "waves": []}
+        out: dict[str, list] = {"labels": [], "histogram": [], "entities": [], "waves": []}
         with self.core.bound(heads or [], pa.string()) as head_ref:
             con.register("report_order", order_table)
             try:

@@ -97,7 +97,7 @@ class Vectors:
         """Stored vectors (what `iter_batches` yields); 0 before the first."""
         if self.provenance() is None:
             return 0
-        return self.core.con.execute(COUNT_VECTORS).fetchone()[0]
+        return self.core.scalar(COUNT_VECTORS)
 
     def iter_batches(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """Every stored vector, in the order written (ascending chunk ids: ids are drawn as
@@ -125,7 +125,8 @@ class Vectors:
             StoreError: some of the ids have no stored vector.
         """
         if not len(chunk_ids):
-            return np.zeros((0, self.provenance().dim), np.float32)
+            stored = self.provenance()
+            return np.zeros((0, stored.dim if stored is not None else 0), np.float32)
         with self.core.bound(chunk_ids) as ids:
             table = self.core.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
         if table.num_rows != len(chunk_ids):
