@@ -1,6 +1,6 @@
 """The store package on its own: migrations from an empty file, a batch written and read back,
-deletes, a rolled-back batch, hostile filter values, snapshots, and the guard that keeps SQL
-inside `indexer/store/`. No model: vectors are numpy arrays."""
+deletes, a rolled-back batch, hostile filter values, snapshots, a group of tables on a bare
+core, and the guard that keeps SQL inside `indexer/store/`. No model: vectors are numpy arrays."""
 
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ from indexer.store import (
     content_hash,
     read_snapshot_facts,
 )
+from indexer.store.core import StoreCore
+from indexer.store.counts import Counts
 from indexer.store.filters import filter_clauses
 from indexer.store.schema import MIGRATIONS, apply_migration
+from indexer.store.vectors import Vectors
 
 REPO = Path(__file__).resolve().parents[1]
 DIM = 4
@@ -285,3 +288,13 @@ def test_recorded_run_logs_completion_failure_and_interruption(tmp_path):
         statuses = {r["kind"]: r["status"] for r in store.last_runs(10)}
     assert statuses == {"index": "interrupted", "delete": "completed", "doctor": "failed",
                         "report": "failed", "dedup": "completed"}
+
+
+def test_a_group_of_tables_stands_on_a_bare_core(tmp_path):
+    # a group needs its core and the groups it names, never the whole Store
+    with StoreCore(tmp_path / "s") as core:
+        vectors = Vectors(core)
+        counts = Counts(core, vectors)
+        assert counts.collections() == [] and vectors.count() == 0
+        vectors.set_provenance(PROVENANCE)
+        assert vectors.provenance() == PROVENANCE and counts.documents() == 0
