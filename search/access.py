@@ -186,7 +186,7 @@ class TokenBook:
         with self._write_lock:
             try:
                 with Store(self.store_dir) as store:
-                    store.touch_tokens(used)
+                    store.tokens.touch(used)
             except StoreError:
                 with self._lock:
                     for name, when in used.items():
@@ -206,7 +206,7 @@ def current_tokens(store_dir: str | Path) -> list:
     if rows is not None:
         return rows
     with Store(store_dir, read_only=True) as store:
-        return store.tokens()
+        return store.tokens.stored()
 
 
 def needs(scope: str):

@@ -87,7 +87,7 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
     def heads() -> dict:
         """The heads `annotate` recorded in the store, for the page's choice of head."""
         with lock, Store(store_path) as store:
-            return {"heads": store.known_heads()}
+            return {"heads": store.reviews.known_heads()}
 
     @app.get("/review/api/next", dependencies=[needs("read")])
     def next_document(head: str = Query(min_length=1, max_length=200),
@@ -105,8 +105,8 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
         with lock, Store(store_path) as store:
             rows = select_for_review(store, head, strategy, n=len(skipped) + 1,
                                      collection=collection)
-            info = store.head_info(head)
-            reviewed = store.count_reviews(head)
+            info = store.reviews.head_info(head)
+            reviewed = store.reviews.count(head)
         row = next((r for r in rows if r["doc_id"] not in skipped), None)
         return {"head": head, "labels": info.label_names, "reviewed": reviewed,
                 "document": row and {k: row[k] for k in ("doc_id", "id", "collection", "title",
@@ -126,4 +126,4 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
     def undo(request: UndoRequest) -> dict:
         """Delete the review row the page wrote last."""
         with lock, Store(store_path) as store:
-            return {"undone": store.delete_review(request.head, request.review_id)}
+            return {"undone": store.reviews.delete(request.head, request.review_id)}

@@ -65,7 +65,7 @@ class Filters(BaseModel):
                                 description="`TYPE` or `TYPE=TEXT`; all must match")
 
     def parsed(self) -> dict:
-        """Keyword arguments for `Searcher.search` / `Store.facet_counts` (InputError on a
+        """Keyword arguments for `Searcher.search` / `store.filters.facet_counts` (InputError on a
         malformed label or entity string)."""
         return {"collection": self.collection, "where": list(self.where.items()),
                 "labels": parse_labels(self.labels), "entities": parse_entities(self.entities)}
@@ -192,7 +192,7 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
                                    mode=request.mode, **filters,
                                    rerank=None if request.rerank else request.rerank,
                                    rerank_depth=request.rerank_depth)[request.offset:]
-            found = (store.annotations_by_document([(h.collection, h.id) for h in hits])
+            found = (store.annotations.by_document([(h.collection, h.id) for h in hits])
                      if request.annotations else {})
         out = []
         for hit in hits:
@@ -215,13 +215,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         """Documents per collection, label and entity type among those passing the filters."""
         filters = request.parsed()
         with serial:
-            return store.facet_counts(**filters)
+            return store.filters.facet_counts(**filters)
 
     from search.review_page import add_review_routes
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
     add_review_routes(app, store.path, write_lock)  # /review (search/review_page.py)
-    book = TokenBook(store.path, session_hash, fallback=store.tokens(), write_lock=write_lock)
+    book = TokenBook(store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock)
     guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
     return BodyLimit(guard, max_body_bytes)
 

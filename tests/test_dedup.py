@@ -33,15 +33,15 @@ def add_docs(config: Config, docs: list[tuple[str, str, np.ndarray, dict]],
              collection: str = "c") -> list[int]:
     """Store (id, text, vector, metadata) documents, one chunk each, and publish the index."""
     with Store(config.store.path) as store:
-        store.set_provenance(PROVENANCE)
+        store.vectors.set_provenance(PROVENANCE)
         base = store.data_version()
-        doc_ids = store.next_ids("doc_ids", len(docs))
+        doc_ids = store.documents.next_ids("doc_ids", len(docs))
         records = [Record(i, t, None, m, "t.jsonl", n + 1) for n, (i, t, _, m) in enumerate(docs)]
         rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, records)]
         n = len(docs)
         chunks = ChunkRows(doc_ids, [0] * n, [0] * n, [len(t) for _, t, _, _ in docs], [3] * n,
                            np.stack([v for _, _, v, _ in docs]))
-        added, _ = store.write_batch(collection, rows, [], [], chunks, [], "test")
+        added, _ = store.documents.write_batch(collection, rows, [], [], chunks, [], "test")
         sync_vector_index(store, config, added, [], base)
     return doc_ids
 
@@ -90,8 +90,8 @@ def test_hand_made_near_copies_are_grouped(config):
     assert summary["mode"] == "full" and summary["searched"] == 6
     assert summary["index"]["rebuilt"] is False  # the index is saved again, not rebuilt
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        groups = store.dedup_groups_of(ids)
-        listed = store.dedup_groups("c", min_size=2, time_field="t")
+        groups = store.dedup.groups_of(ids)
+        listed = store.dedup.groups("c", min_size=2, time_field="t")
     a0, a1, a2, b0, b1, c0 = ids
     assert groups == {a0: a0, a1: a0, a2: a0, b0: b0, b1: b1, c0: c0}
     assert len(listed) == 1
@@ -104,7 +104,7 @@ def test_hand_made_near_copies_are_grouped(config):
     summary = run_dedup(config, "c", min_jaccard=0.0)
     assert summary["mode"] == "full" and "changed" in summary["reason"]
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.dedup_groups_of([b1]) == {b1: b0}
+        assert store.dedup.groups_of([b1]) == {b1: b0}
 
 
 def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
@@ -121,7 +121,7 @@ def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
     assert first["mode"] == "full" and first["searched"] == len(docs)
     ids = {name: d for (name, *_), d in zip(docs, first_ids)}
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.dedup_groups_of([ids["d0"], ids["e0"]]) == {ids["d0"]: ids["d0"],
+        assert store.dedup.groups_of([ids["d0"], ids["e0"]]) == {ids["d0"]: ids["d0"],
                                                                  ids["e0"]: ids["e0"]}
     new = [("a3", "big news about the river flood today!!", near(e[0], 9), {}),
            ("x0", "storm warning for the coast", unit(d0 + e0), {}),
@@ -131,7 +131,7 @@ def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
     assert second["mode"] == "incremental"
     assert second["searched"] == len(new)  # the work: the 3 new vectors, not the 71 stored
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        groups = store.dedup_groups_of([*first_ids, *new_ids])
+        groups = store.dedup.groups_of([*first_ids, *new_ids])
     a3, x0, z0 = new_ids
     assert groups[a3] == ids["a0"]
     assert groups[x0] == groups[ids["d0"]] == groups[ids["e0"]] == ids["d0"]  # merged
@@ -142,7 +142,7 @@ def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
 
 def state_of(config: Config) -> tuple:
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        return store.data_version(), store.dedup_state("c"), store.last_runs(20)
+        return store.data_version(), store.dedup.state("c"), store.runs.last(20)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -227,11 +227,11 @@ def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
     ids = add_docs(config, wave_docs(e) + filler)
     exact = run_dedup(config, "c")
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        want = store.dedup_groups_of(ids)
+        want = store.dedup.groups_of(ids)
     monkeypatch.setattr(neighbours, "FLAT_LIMIT", 10)
     approx = run_dedup(config, "c", rebuild=True)
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        got = store.dedup_groups_of(ids)
+        got = store.dedup.groups_of(ids)
     assert got == want and approx["pairs"] == exact["pairs"] == 3
 
 

@@ -185,10 +185,10 @@ def test_missing_or_changed_export_falls_back_with_one_line(indexed, tmp_path):
             Searcher(strict, store).search("cat", 3)
         os.remove(model_file)
         with pytest.raises(Unavailable, match="FileNotFoundError"):
-            OnnxEncoder.open(store.path, record, indexed.model, store.provenance())
+            OnnxEncoder.open(store.path, record, indexed.model, store.vectors.provenance())
         with pytest.raises(Unavailable, match="outside"):
             OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, indexed.model,
-                             store.provenance())
+                             store.vectors.provenance())
 
 
 def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):

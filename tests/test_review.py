@@ -55,16 +55,16 @@ def store(annotated, tmp_path):
     with Store(tmp_path / "store") as s:
         docs = s.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
                              "ORDER BY doc_id").fetchall()
-        s.write_annotations([d[:3] for d in docs],
+        s.annotations.write([d[:3] for d in docs],
                           [Annotation(labels=[Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf",
                                                     1 - DOCS[d[3]][2])]) for d in docs],
                           {"clf": "v1"})
         other = {"d1": "neg", "d4": "pos"}  # clf2 disagrees on d1 only
         picked = [d for d in docs if d[3] in other]
-        s.write_annotations([d[:3] for d in picked],
+        s.annotations.write([d[:3] for d in picked],
                           [Annotation(labels=[Label(other[d[3]], 0.7, "clf2")]) for d in picked],
                           {"clf2": "v1"})
-        s.record_heads([("clf", "classifier", NAMES, "heads/clf", "v1"),
+        s.reviews.record_heads([("clf", "classifier", NAMES, "heads/clf", "v1"),
                             ("clf2", "classifier", NAMES, "heads/clf2", "v1"),
                             ("ner", "ner", ["O", "B-LOC", "I-LOC"], "heads/ner", "v1")])
         yield s
@@ -75,7 +75,7 @@ def ids(rows):
 
 
 def doc_id(store, external_id):
-    return store.existing("docs", [external_id])[external_id].doc_id
+    return store.documents.existing("docs", [external_id])[external_id].doc_id
 
 
 # ---- strategies ------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_export_orders_filters_and_skips_reviewed(store):
 
 def test_export_collapses_near_duplicates_with_a_grouping(store, monkeypatch):
     groups = {doc_id(store, "d3"): 1, doc_id(store, "d1"): 1, doc_id(store, "d5"): 1}
-    monkeypatch.setattr(store, "dedup_groups_of", lambda ids: {d: groups[d] for d in ids if d in groups},
+    monkeypatch.setattr(store.dedup, "groups_of", lambda ids: {d: groups[d] for d in ids if d in groups},
                         raising=False)
     assert ids(select_for_review(store, "clf", "uncertain", n=3)) == ["d3", "d2", "d4"]
 
@@ -155,7 +155,7 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
         {"id": ["d3"], "label": "pos"},  # not text
     ]
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
-    before = store.count_reviews("clf")
+    before = store.reviews.count("clf")
     s = import_rows(store, read_review_file(path), "clf", "labels.jsonl", reviewer="bob")
     reasons = {r["line"]: r["reason"] for r in s.rejected}
     assert sorted(reasons) == [2, 3, 4, 5, 6, 10, 11]
@@ -168,9 +168,9 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     assert "ISO date-time" in reasons[10]
     assert (s.rows, s.stored, s.unlabelled, s.changed) == (11, 2, 1, 0)
     assert s.duplicates == [{"id": "d6", "lines": [8, 9], "kept": 9}]
-    assert store.count_reviews("clf") == before + 2
+    assert store.reviews.count("clf") == before + 2
     d1, d6 = doc_id(store, "d1"), doc_id(store, "d6")
-    assert store.current_labels("clf", [d1, d6]) == {d1: "neg", d6: "neg"}
+    assert store.reviews.current_labels("clf", [d1, d6]) == {d1: "neg", d6: "neg"}
     row = store.con.execute("SELECT reviewer, reviewed_at::VARCHAR, source FROM reviews "
                             "WHERE doc_id = ?", [d1]).fetchone()
     assert row == ("ann", "2026-11-30 10:00:00", "labels.jsonl")
@@ -179,8 +179,8 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     path.write_text(json.dumps({"id": "d1", "label": "pos"}) + "\n")
     again = import_rows(store, read_review_file(path), "clf", "labels.jsonl")
     assert (again.stored, again.changed) == (1, 1)
-    assert store.current_labels("clf", [d1]) == {d1: "pos"}
-    assert store.count_reviews("clf") == before + 3
+    assert store.reviews.current_labels("clf", [d1]) == {d1: "pos"}
+    assert store.reviews.count("clf") == before + 3
 
 
 def test_import_a_spreadsheet_csv_bom_crlf_quotes(store, tmp_path):
@@ -214,7 +214,7 @@ def test_import_refusals_for_the_whole_file(store, tmp_path):
 
 def test_deleted_documents_are_rejected_and_lose_nothing_else(store, tmp_path):
     rows = select_for_review(store, "clf", "uncertain", n=2)
-    store.delete_documents("docs", keep=[k for k in DOCS if k != "d3"])
+    store.documents.delete("docs", keep=[k for k in DOCS if k != "d3"])
     for r in rows:
         r["label"] = "neg"
     path = tmp_path / "r.jsonl"
@@ -229,19 +229,19 @@ def test_deleted_documents_are_rejected_and_lose_nothing_else(store, tmp_path):
 def test_label_filters_prefer_human_labels_and_annotate_never_overwrites(store):
     d1, d2 = doc_id(store, "d1"), doc_id(store, "d2")
     page_review(store, "clf", d1, "neg")  # model said pos
-    pos = set(store.filter_doc_ids(labels=[("clf", "pos")]).tolist())
-    neg = set(store.filter_doc_ids(labels=[("clf", "neg")]).tolist())
+    pos = set(store.filters.doc_ids(labels=[("clf", "pos")]).tolist())
+    neg = set(store.filters.doc_ids(labels=[("clf", "neg")]).tolist())
     assert d1 in neg and d1 not in pos and d2 in neg
-    assert store.filter_doc_ids(labels=[("clf", "neg")], human=True).tolist() == [d1]
+    assert store.filters.doc_ids(labels=[("clf", "neg")], human=True).tolist() == [d1]
     # the model labels the document again: the person's label still decides
     docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents WHERE doc_id = ?",
                              [d1]).fetchall()
-    store.write_annotations(docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
-    assert store.current_labels("clf", [d1]) == {d1: "neg"}
-    assert d1 not in set(store.filter_doc_ids(labels=[("clf", "pos")]).tolist())
+    store.annotations.write(docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
+    assert store.reviews.current_labels("clf", [d1]) == {d1: "neg"}
+    assert d1 not in set(store.filters.doc_ids(labels=[("clf", "pos")]).tolist())
     rid = page_review(store, "clf", d2, "pos")
-    assert store.delete_review("clf", rid) and not store.delete_review("clf", rid)
-    assert store.current_labels("clf", [d2]) == {}
+    assert store.reviews.delete("clf", rid) and not store.reviews.delete("clf", rid)
+    assert store.reviews.current_labels("clf", [d2]) == {}
 
 
 # ---- training --------------------------------------------------------------------------------

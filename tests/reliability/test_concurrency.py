@@ -101,7 +101,7 @@ def test_second_index_run_is_refused_while_the_first_writes(indexed, tmp_path):
     assert finish(first, first_out) == ("ok", 30)
 
     with Store(indexed.store, read_only=True) as store:
-        assert store.count_documents() == 20 + 30  # nothing of the refused run
+        assert store.counts.documents() == 20 + 30  # nothing of the refused run
         ids = {r[0] for r in store.con.execute("SELECT external_id FROM documents").fetchall()}
     assert not any(i.startswith("s") for i in ids)
     assert check_store(indexed.config).problems == []
@@ -110,7 +110,7 @@ def test_second_index_run_is_refused_while_the_first_writes(indexed, tmp_path):
     second, second_out = run_child(_plain_run, indexed.config, second_corpus)
     assert finish(second, second_out) == ("ok", 25)
     with Store(indexed.store, read_only=True) as store:
-        assert store.count_documents() == 20 + 30 + 25
+        assert store.counts.documents() == 20 + 30 + 25
     assert check_store(indexed.config).problems == []
 
 
@@ -132,7 +132,7 @@ def test_two_runs_started_together_never_interleave(indexed, tmp_path):
     with Store(indexed.store, read_only=True) as store:
         prefixes = {r[0][0] for r in store.con.execute(
             "SELECT external_id FROM documents").fetchall()}
-        assert store.count_documents() == 20 + 60 * len(done)
+        assert store.counts.documents() == 20 + 60 * len(done)
     assert prefixes == {"d", *done}
     assert check_store(indexed.config).problems == []
 
