@@ -311,10 +311,11 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
 # ---- the page's API (the browser test drives the page itself) -----------------------------
 
 
-def test_review_api_answers_and_refusals(store):
+def test_review_api_answers_and_refusals(store, annotated):
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
+    from indexer.indexing.steps import sync_vector_index
     from search.error_map import install
     from search.review_page import add_review_routes
 
@@ -323,8 +324,13 @@ def test_review_api_answers_and_refusals(store):
     add_review_routes(app, store.path)
     client = TestClient(app)
     path = store.path
+    config = annotated[0].with_overrides(**{"store.path": str(path)})
+    sync_vector_index(store, config, [], [])  # as annotate ends: the labels are published
+    # the test holds the writer: the page's reads come from the published snapshot regardless
     r = client.get("/review/api/next", params={"head": "clf"})
-    assert r.status_code == 409 and "try again" in r.json()["detail"]  # the test holds the writer
+    assert r.status_code == 200 and r.json()["document"] is not None
+    label = client.post("/review/api/label", json={"head": "clf", "doc_id": 1, "label": "pos"})
+    assert label.status_code == 409 and "try again" in label.json()["detail"]  # a write waits
     store.close()
     r = client.get("/review/api/next", params={"head": "clf", "skip": str(doc_id_at(path, "d3"))})
     assert r.status_code == 200
@@ -338,9 +344,11 @@ def test_review_api_answers_and_refusals(store):
     gone = client.post("/review/api/label", json={"head": "clf", "doc_id": 999999, "label": "pos"})
     assert gone.status_code == 400 and "no longer in the store" in gone.json()["detail"]
     ok = client.post("/review/api/label", json={"head": "clf", "doc_id": d1, "label": "pos",
-                                                 "reviewer": "kim"})
+                                                 "reviewer": "kim", "session": "s" * 32})
     assert ok.status_code == 200
-    assert client.post("/review/api/undo", json={"head": "clf", "review_id": ok.json()["review_id"]}
+    undo = {"head": "clf", "review_id": ok.json()["review_id"], "ticket": ok.json()["undo"]}
+    assert client.post("/review/api/undo", json=undo).status_code == 403  # no session: not its
+    assert client.post("/review/api/undo", json={**undo, "session": "s" * 32}
                        ).json() == {"undone": True}
     page = client.get("/review")
     assert "script-src 'self'" in page.headers["content-security-policy"]

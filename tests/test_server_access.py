@@ -21,6 +21,7 @@ from search.cli.main import main
 
 BASE = "http://127.0.0.1:8765"
 OPEN = access.OPEN
+UNDO_KEY = "ab" * 32  # the apps here sign undo tickets with it, so a test can make them
 
 
 def prepare(config, corpus, scopes=SCOPES) -> dict[str, str]:
@@ -42,7 +43,7 @@ def app_for(config):
     from search.server import create_app
 
     store = Store(config.store.path, read_only=True)
-    return store, create_app(Searcher(config, store))
+    return store, create_app(Searcher(config, store), undo_key=UNDO_KEY)
 
 
 def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
@@ -62,6 +63,17 @@ def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
         ("POST", "/review/api/undo"): {"url": "/review/api/undo",
                                        "json": {"head": "kind", "review_id": 999999}},
     }
+
+
+def with_ticket(req: dict, token_name: str) -> dict:
+    """An undo request carries the ticket its caller was given (here: made with UNDO_KEY for
+    a review id that does not exist, so it is allowed and undoes nothing)."""
+    from search.review_page import UndoTickets
+
+    if req["url"] != "/review/api/undo":
+        return req
+    ticket = UndoTickets(UNDO_KEY).issue(999999, "kind", f"token:{token_name}")
+    return {**req, "json": {**req["json"], "ticket": ticket}}
 
 
 @pytest.fixture
@@ -105,12 +117,13 @@ def test_every_route_has_an_entry_and_answers_by_its_scope(guarded):
             assert "hits" not in plain.text and "collections" not in plain.text
         for scope, token in tokens.items():
             auth = {"Authorization": f"Bearer {token}"}
-            answer = send(client, req, method, auth)
+            answer = send(client, with_ticket(req, f"{scope}-user"), method, auth)
             ok = needed == OPEN or scope_allows(scope, needed)
             assert answer.status_code == (200 if ok else 403), (where, scope, answer.text)
             if not ok:
                 assert f"needs {needed}" in answer.json()["detail"]
         admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        req = with_ticket(req, "admin-user")
         foreign = send(client, req, method, {**admin, "Host": "evil.example:8765"})
         assert foreign.status_code == 403, where
         assert "server.allowed_hosts" in foreign.json()["detail"]

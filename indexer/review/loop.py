@@ -21,6 +21,7 @@ from indexer.heads.registry import capabilities
 from indexer.review import strategies as st
 from indexer.review.files import RawRow
 from indexer.store import NewReview, Store
+from indexer.store.reviews import PAGE_SOURCE
 from indexer.timeutil import parse_utc, utc_now
 
 REVIEWER_ENV = "BERTINDEX_REVIEWER"  # who labelled, when the file does not say
@@ -288,6 +289,6 @@ def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str 
     if digest is None:
         raise InputError(f"document {doc_id} is no longer in the store (deleted since)")
     now = utc_now()
-    review = NewReview(doc_id, label, reviewer or who or default_reviewer(), now, digest, "page",
-                       who)
+    review = NewReview(doc_id, label, reviewer or who or default_reviewer(), now, digest,
+                       PAGE_SOURCE, who)
     return store.reviews.append(head, [review])[0]

@@ -45,7 +45,12 @@ SELECT_DOCS_BY_KEY = (
     "AND (k.collection IS NULL OR d.collection = k.collection)")
 NEXT_REVIEW_ID = "SELECT coalesce(max(review_id), 0) FROM reviews"
 INSERT_REVIEWS = "INSERT INTO reviews SELECT * FROM {view}"
-DELETE_REVIEW = "DELETE FROM reviews WHERE review_id = ? AND head = ?"
+PAGE_SOURCE = "page"  # `source` of a label stored from the review page (`review_page.py`)
+# only a page row, and only by the same token name (NULL without tokens): an imported row or
+# another person's is never removed here
+_OWN_PAGE_ROW = "review_id = ? AND head = ? AND source = ? AND who IS NOT DISTINCT FROM ?"
+DELETE_PAGE_REVIEW = f"DELETE FROM reviews WHERE {_OWN_PAGE_ROW}"
+COUNT_PAGE_REVIEW = f"SELECT count(*) FROM reviews WHERE {_OWN_PAGE_ROW}"
 COUNT_REVIEWS = "SELECT count(*) FROM reviews WHERE head = ?"
 SELECT_REVIEWED = (
     "SELECT c.doc_id, d.external_id, d.text, c.label, c.content_hash = d.content_hash AS fresh "
@@ -252,16 +257,19 @@ class ReviewTables:
             self.core.bump_data_version()
         return ids
 
-    def delete(self, head: str, review_id: int) -> bool:
-        """Remove one review row (the page's undo of the label it just stored).
+    def delete(self, head: str, review_id: int, who: str | None = None) -> bool:
+        """Remove one label the review page stored (the page's undo), only when `who` stored
+        it: rows from `review import` and other people's rows are never removed.
 
+        Args:
+            who: the token name the row was stored under (None: a server without tokens).
         Returns:
-            True when the row existed.
+            True when such a row existed.
         """
+        args = [review_id, head, PAGE_SOURCE, who]
         with self.core.transaction():
-            found = self.core.scalar(
-                "SELECT count(*) FROM reviews WHERE review_id = ? AND head = ?", [review_id, head])
-            self.core.con.execute(DELETE_REVIEW, [review_id, head])
+            found = self.core.scalar(COUNT_PAGE_REVIEW, args)
+            self.core.con.execute(DELETE_PAGE_REVIEW, args)
             if found:
                 self.core.bump_data_version()
         return bool(found)
