@@ -130,7 +130,7 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
 
     from indexer.review.loop import page_review, select_for_review
     from indexer.review.strategies import STRATEGIES
-    from indexer.store import Store
+    from indexer.store import Store, read_reviewed_since
 
     lock = lock or threading.Lock()  # one writer connection at a time from this process
     tickets = UndoTickets(undo_key)
@@ -172,6 +172,10 @@ def add_review_routes(app, store_path: str | Path, lock: threading.Lock | None =
         if len(skipped) > MAX_SKIPPED:
             raise InputError(f"more than {MAX_SKIPPED} skipped")
         with Store(store_path, read_only=True) as store:
+            # labelled since the last publish (by this or another page): read from the live
+            # file for a moment, lock-free; while a writer holds it the snapshot must do
+            live = read_reviewed_since(store_path, head) or set()
+            skipped |= live - store.reviews.reviewed_ids(head)
             rows = select_for_review(store, head, strategy, n=len(skipped) + 1,
                                      collection=collection)
             info = store.reviews.head_info(head)

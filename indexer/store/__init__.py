@@ -7,8 +7,9 @@ one group of tables per concept as attributes: `store.documents`, `store.vectors
 `store.trends`, `store.annotations`, `store.reviews`, `store.tokens`, `store.side`), its row
 types `Hit`, `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`,
 `HashDiff`, `IntegrityCounts`, `SnapshotFacts`, `Run` (what `store.runs.recorded_run` yields),
-the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow`; the access tokens'
-`StoredToken`, `read_token_table`, `hash_token`, `new_token`, `scope_allows`, `SCOPES`;
+the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_reviewed_since`
+(a head's live review rows, lock-free); the access tokens' `StoredToken`, `read_token_table`,
+`hash_token`, `new_token`, `scope_allows`, `SCOPES`;
 `WriterLock`; `content_hash`; `read_snapshot_facts`; `new_run_id`; the constants `DB_NAME`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
 (the provenance keys live in `indexer.provenance`). No module of the library, the flows or the
@@ -45,7 +46,7 @@ from indexer.store.rows import (
 from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.snapshot import read_snapshot_facts
-from indexer.store.store import Store, read_token_table
+from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
 
@@ -54,5 +55,5 @@ __all__ = [
     "ChunkRows", "DocDigest", "DocRef", "DocText", "HashDiff", "HeadInfo", "Hit",
     "IntegrityCounts", "NewReview", "Run", "SnapshotFacts", "Store", "StoredDoc", "WriterLock",
     "content_hash", "new_run_id", "read_snapshot_facts", "ReviewRow", "SCOPES", "StoredToken",
-    "hash_token", "new_token", "read_token_table", "scope_allows",
+    "hash_token", "new_token", "read_reviewed_since", "read_token_table", "scope_allows",
 ]

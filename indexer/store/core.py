@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
-from indexer.store.lock import WriterLock
+from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
     SCHEMA_VERSION,
     SET_META,
@@ -90,9 +91,7 @@ class StoreCore:
             if lock:
                 self._lock = WriterLock(self.path)
         try:
-            self.con = duckdb.connect(
-                str(self.db_path), read_only=read_only,
-                config={} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT})
+            self.con = self._connect(read_only)
         except (duckdb.IOException, duckdb.ConnectionException) as exc:
             if self._lock is not None:
                 self._lock.release()
@@ -106,6 +105,20 @@ class StoreCore:
                 "to this store; wait for it to finish."
             ) from None
         self._migrate_or_close()
+
+    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """Open the live file. A writer (holding the writer lock) retries for up to
+        `lock.WAIT_S`: what else has the file open then is a reader for a moment (a server
+        re-reading its tokens or the review page's labels), never another writer."""
+        config = {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT}
+        deadline = time.monotonic() + (WAIT_S if self._lock is not None else 0.0)
+        while True:
+            try:
+                return duckdb.connect(str(self.db_path), read_only=read_only, config=config)
+            except (duckdb.IOException, duckdb.ConnectionException):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     @property
     def con_path(self) -> Path:

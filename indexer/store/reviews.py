@@ -11,7 +11,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -51,6 +53,7 @@ PAGE_SOURCE = "page"  # `source` of a label stored from the review page (`review
 _OWN_PAGE_ROW = "review_id = ? AND head = ? AND source = ? AND who IS NOT DISTINCT FROM ?"
 DELETE_PAGE_REVIEW = f"DELETE FROM reviews WHERE {_OWN_PAGE_ROW}"
 COUNT_PAGE_REVIEW = f"SELECT count(*) FROM reviews WHERE {_OWN_PAGE_ROW}"
+REVIEWED_IDS = "SELECT DISTINCT doc_id FROM reviews WHERE head = ?"
 COUNT_REVIEWS = "SELECT count(*) FROM reviews WHERE head = ?"
 SELECT_REVIEWED = (
     "SELECT c.doc_id, d.external_id, d.text, c.label, c.content_hash = d.content_hash AS fresh "
@@ -137,6 +140,12 @@ class ReviewTables:
     def has_tables(self) -> bool:
         """True when the store has the review tables (schema step 4)."""
         return bool(self.core.scalar(HAS_TABLE, ["reviews"]))
+
+    def reviewed_ids(self, head: str) -> set[int]:
+        """The documents a person has labelled for `head`."""
+        if not self.has_tables():
+            return set()
+        return {r[0] for r in self.core.con.execute(REVIEWED_IDS, [head]).fetchall()}
 
     def record_heads(self, heads: Sequence[tuple[str, str, list[str], str, str]]) -> None:
         """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
@@ -290,3 +299,21 @@ class ReviewTables:
         return [tuple(r) for r in self.core.con.execute(SELECT_REVIEWED, [head]).fetchall()]
 
 
+def read_reviewed_file(path: Path, head: str) -> set[int] | None:
+    """The documents labelled for `head` in one DuckDB file, opened read-only for the moment
+    it takes (no writer lock: the review page learns what was labelled since the last publish).
+
+    Returns:
+        The doc ids, or None when the file cannot be opened now (a writer holds it) or has
+        no review table.
+    """
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return {r[0] for r in con.execute(REVIEWED_IDS, [head]).fetchall()}
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()

@@ -18,12 +18,19 @@ from indexer.store.dedup import DedupTables
 from indexer.store.documents import DocumentWrites
 from indexer.store.filters import Filters
 from indexer.store.reads import DocumentReads
-from indexer.store.reviews import ReviewTables
+from indexer.store.reviews import ReviewTables, read_reviewed_file
 from indexer.store.runs import RunLog
 from indexer.store.side_tables import SideTables
 from indexer.store.tokens import StoredToken, TokenTables, read_tokens_file
 from indexer.store.trends import Trends
 from indexer.store.vectors import Vectors
+
+
+def read_reviewed_since(store_dir: str | Path, head: str) -> set[int] | None:
+    """Documents labelled for `head` in the live file (not the published snapshot), read
+    without the writer lock; None while a writer holds the file (`reviews.read_reviewed_file`)."""
+    path = Path(store_dir) / DB_NAME
+    return read_reviewed_file(path, head) if path.is_file() else None
 
 
 def read_token_table(store_dir: str | Path) -> list[StoredToken] | None:
