@@ -192,13 +192,7 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         started = time.perf_counter()
         pin_threads()
         filters = request.parsed()
-        if request.rerank and not searcher.config.search.rerank:
-            raise InputError("this server has no reranker: set search.rerank in its "
-                             "config.yaml to a pair head (`bertindex train rerank`)")
-        cap = searcher.config.search.rerank_max_depth
-        if request.rerank_depth is not None and request.rerank_depth > cap:
-            raise InputError(f"rerank_depth {request.rerank_depth} is above this server's cap "
-                             f"(search.rerank_max_depth: {cap})")
+        check_rerank(request, searcher.config.search)
         with serial:
             hits = searcher.search(request.query, request.k + request.offset,
                                    mode=request.mode, **filters,
@@ -236,6 +230,18 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
     book = TokenBook(store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock)
     guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
     return BodyLimit(guard, max_body_bytes)
+
+
+def check_rerank(request: SearchRequest, settings: SearchConfig) -> None:
+    """Refuse a rerank the server cannot or will not do: no reranker configured, or a depth
+    above `search.rerank_max_depth` (a client must not choose the CPU a request costs)."""
+    if request.rerank and not settings.rerank:
+        raise InputError("this server has no reranker: set search.rerank in its "
+                         "config.yaml to a pair head (`bertindex train rerank`)")
+    cap = settings.rerank_max_depth
+    if request.rerank_depth is not None and request.rerank_depth > cap:
+        raise InputError(f"rerank_depth {request.rerank_depth} is above this server's cap "
+                         f"(search.rerank_max_depth: {cap})")
 
 
 def _static(name: str) -> bytes:
