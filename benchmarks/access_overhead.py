@@ -40,7 +40,7 @@ def build(store_dir: Path, tokens: int) -> tuple[AccessGuard, str | None]:
     token = None
     with Store(store_dir) as store:
         for i in range(tokens):
-            token = store.create_token(f"user{i}", "read")
+            token = store.tokens.create(f"user{i}", "read")
     guard = AccessGuard(app, TokenBook(store_dir))
 
     async def answer(scope, receive, send):  # stands in for the routes: the guard alone is timed

@@ -148,8 +148,8 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     docs = [(i, t, "h") for i, t in enumerate(texts)]
     labels = [Annotation(labels=[Label("x", 0.5, head="clf")]) for _ in texts]
     with Store(tmp / "write-store") as store:
-        store.write_annotations(docs, labels, {"clf": "v1"})
-        _, _, cpu = timed(lambda: store.write_annotations(docs, labels, {"clf": "v2"}))
+        store.annotations.write(docs, labels, {"clf": "v1"})
+        _, _, cpu = timed(lambda: store.annotations.write(docs, labels, {"clf": "v2"}))
     out["store_write_cpu_s_per_1000"] = round(cpu / len(texts) * 1000, 4)
     return out
 

@@ -1,5 +1,5 @@
 """Id lists in DuckDB: bound as a `?::BIGINT[]` / `?::VARCHAR[]` parameter against a registered
-Arrow view (`indexer.store.store.Store.bound`), on one table of `--rows` documents.
+Arrow view (`indexer.store.core.StoreCore.bound`), on one table of `--rows` documents.
 
 Prints the seconds of each for `--ids` ids (best of `--repeats`) and their ratio.
 Usage: python benchmarks/bound_ids.py [--rows 1000000] [--ids 20000] [--repeats 3]

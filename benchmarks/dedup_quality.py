@@ -248,22 +248,22 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bertindex-dedupq-"))
     cfg = Config().with_overrides(**{"store.path": str(work / "store"), "index.spec": "Flat"})
     with Store(work / "store") as store:
-        store.set_provenance(provenance)
+        store.vectors.set_provenance(provenance)
         for s in range(0, n, 8192):
             part = range(s, min(n, s + 8192))
-            doc_ids = store.next_ids("doc_ids", len(part))
+            doc_ids = store.documents.next_ids("doc_ids", len(part))
             recs = [Record(ids[i] if i < n0 else f"copy-{i - n0}", all_texts[i], None, {}, "q", i)
                     for i in part]
             rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, recs)]
             k = len(part)
-            store.write_batch("tweets", rows, [], [], ChunkRows(
+            store.documents.write_batch("tweets", rows, [], [], ChunkRows(
                 doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, vectors[s:s + k]), [], "bench")
         first_doc = doc_ids[-1] - n + 1
     t = time.perf_counter()
     summary = run_dedup(cfg, "tweets", best["threshold"], 2, best["min_jaccard"], publish=False)
     product_s = time.perf_counter() - t
     with Store(work / "store", read_only=True, snapshot=False) as store:
-        got = store.dedup_groups_of(range(first_doc, first_doc + n))
+        got = store.dedup.groups_of(range(first_doc, first_doc + n))
     groups = np.array([got[first_doc + i] for i in range(n)], dtype=np.int64)
     held_out = pair_scores(groups, family, half, 1)
     chosen_on_a = pair_scores(groups, family, half, 0)

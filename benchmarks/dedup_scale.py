@@ -69,10 +69,10 @@ def write_docs(store, rng: np.random.Generator, prng: random.Random, start: int,
             v[j] = v[src] + rng.normal(0, 0.004, dim).astype(np.float32)
             texts[j] = texts[src] + " " + prng.choice(WORDS)
         v /= np.linalg.norm(v, axis=1, keepdims=True)
-        doc_ids = store.next_ids("doc_ids", k)
+        doc_ids = store.documents.next_ids("doc_ids", k)
         recs = [Record(f"g{s + j}", texts[j], None, {}, "gen", s + j + 1) for j in range(k)]
         rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, recs)]
-        store.write_batch(collection, rows, [], [], ChunkRows(
+        store.documents.write_batch(collection, rows, [], [], ChunkRows(
             doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, v), [], "gen")
 
 
@@ -100,7 +100,7 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
         centre, _ = centres(cache)
         with Store(store_dir) as store:
             base = store.data_version()
-            n = store.count_documents()
+            n = store.counts.documents()
             write_docs(store, np.random.default_rng(n), random.Random(n), n, add, centre)
             sync_vector_index(store, cfg, [], [], base)  # the index flow's publish
         out = {"step": "add", "seconds": round(time.perf_counter() - t, 1)}
@@ -138,7 +138,7 @@ def main() -> None:
         t = time.perf_counter()
         centre, provenance = centres(args.cache)
         with Store(store_dir) as store:
-            store.set_provenance(provenance)
+            store.vectors.set_provenance(provenance)
             write_docs(store, np.random.default_rng(0), random.Random(0), 0, args.n, centre)
             cfg = Config().with_overrides(**{"store.path": str(store_dir), "index.spec": SPEC})
             report["index"] = sync_vector_index(store, cfg, [], [], None)

@@ -39,20 +39,20 @@ def main() -> None:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
     with Store(args.store) as store:
-        doc_ids, chunk_ids = store.first_chunks(coll)
+        doc_ids, chunk_ids = store.dedup.first_chunks(coll)
         order = np.argsort(chunk_ids)
         chunk_doc = (chunk_ids[order], doc_ids[order])
-        dim = store.provenance().dim
+        dim = store.vectors.provenance().dim
         t = time.perf_counter()
-        words = WordSets(store.iter_texts(coll))
+        words = WordSets(store.dedup.iter_texts(coll))
         t_words = time.perf_counter() - t
-        new = all_pairs(lambda: store.iter_first_vectors(coll), len(doc_ids), dim, 0.5, 32,
+        new = all_pairs(lambda: store.dedup.iter_first_vectors(coll), len(doc_ids), dim, 0.5, 32,
                         chunk_doc, accept=partial(words.same, min_jaccard=0.6))
         print("streamed", len(new.a), "pairs; words", round(t_words, 1), "s; total",
               round(time.perf_counter() - t, 1), "s; peak", peak(), "MB", flush=True)
         if args.old:
             t = time.perf_counter()
-            old = text_filter(store, all_pairs(lambda: store.iter_first_vectors(coll),
+            old = text_filter(store, all_pairs(lambda: store.dedup.iter_first_vectors(coll),
                                                len(doc_ids), dim, 0.5, 32, chunk_doc), 0.6)
             print("old", len(old.a), "pairs;", round(time.perf_counter() - t, 1), "s; peak",
                   peak(), "MB")

@@ -58,7 +58,7 @@ def rankings(folder: Path, store_root: Path, depth: int, cfg: Config | None = No
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store, encoder)
         external = {d.doc_id: d.external_id
-                    for d in store.fetch_documents(list(store.document_hashes())).values()}
+                    for d in store.reads.fetch_documents(list(store.reads.document_hashes())).values()}
         for split_file in sorted((folder / "qrels").glob("*.tsv")):
             queries, qrels = load_beir_queries(folder, split_file.stem)
             ids = list(queries)

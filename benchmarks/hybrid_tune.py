@@ -52,7 +52,7 @@ def main() -> None:
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store, encoder)
         external = {d.doc_id: d.external_id
-                    for d in store.fetch_documents(store.document_hashes()).values()}
+                    for d in store.reads.fetch_documents(store.reads.document_hashes()).values()}
         sides = {}
         for split in (args.tune_split, args.report_split):
             queries, qrels = load_beir_queries(args.folder, split)

@@ -53,7 +53,7 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
     with Store(store_dir) as store:
         for s in range(0, docs, BATCH):
             n = min(BATCH, docs - s)
-            doc_ids = store.next_ids("doc_ids", n)
+            doc_ids = store.documents.next_ids("doc_ids", n)
             seconds = rng.integers(0, 365 * 86400, n)
             records, notes = [], []
             for j in range(n):
@@ -87,8 +87,8 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
                                                       "sentiment")], entities=ents))
             rows = [(d, rec, content_hash(rec)) for d, rec in zip(doc_ids, records)]
             empty = ChunkRows([], [], [], [], [], np.zeros((0, 4), np.float32))
-            store.write_batch("stream", rows, [], [], empty, [], "gen")
-            store.write_annotations([(d, rec.text, h) for d, rec, h in rows], notes,
+            store.documents.write_batch("stream", rows, [], [], empty, [], "gen")
+            store.annotations.write([(d, rec.text, h) for d, rec, h in rows], notes,
                               {"sentiment": "v1", "ner": "v1"})
             print(f"generated {s + n} documents", file=sys.stderr, flush=True)
         members = rng.permutation(np.arange(1, docs + 1))[:docs // 100]  # 1 % in waves
@@ -99,7 +99,7 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
             wave.extend(int(d) for d in piece)
             group.extend([int(piece.min())] * len(piece))
             at += len(piece)
-        store.write_dedup("stream", wave, group, {}, full=True, state={
+        store.dedup.write("stream", wave, group, {}, full=True, state={
             "threshold": 0.9, "min_jaccard": 0.5, "min_size": 3, "neighbours": 32,
             "summary": {"planted": len(wave)}})
 

@@ -208,6 +208,10 @@ class SearchConfig(_Strict):
         "domain; README, Reranking)")
     rerank_depth: int = Field(20, ge=1, le=1000, description="hits a reranker reorders (as "
                               "--rerank-depth); the hits below keep their order")
+    rerank_max_depth: int = Field(
+        100, ge=1, le=1000, description="the most hits one `POST /search` may ask the reranker "
+        "to reorder (`rerank_depth` of the request); a request above it gets 400. At ~25 ms "
+        "per reranked pair on a CPU core, 100 is ~2.5 s of CPU per request")
     query_encoder: Literal["auto", "onnx", "onnx-int8", "torch"] = Field(
         "auto", description="how a search encodes its query: `onnx` runs the ONNX export that "
         "each index version keeps under `<store>/encoders/` (onnxruntime, no torch: a cold "

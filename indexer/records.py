@@ -28,7 +28,7 @@ class Label:
     runner_up: float | None = dataclass_field(default=None, compare=False)
 
     field: ClassVar[str] = "labels"  # `Annotation` attribute and `annotate --out` column
-    table: ClassVar[str] = "annotations"  # store table (schema step 2 in `indexer.store.store`)
+    table: ClassVar[str] = "annotations"  # store table (schema step 2 in `indexer.store.schema`)
     # the one schema of the table: the store's DDL is derived from it (NOT NULL where
     # nullable=False); `runner_up` came with schema step 4 and is NULL on older rows
     table_schema: ClassVar[pa.Schema] = pa.schema([

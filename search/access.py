@@ -8,8 +8,9 @@ Rules, in order: a Host that is not loopback, the address the request arrived on
 `serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens
 (or `serve` minted a session token), every route but the open ones needs
 `Authorization: Bearer TOKEN`: none or an unknown one gets 401, a token whose scope is below
-the route's gets 403; then a write (a route needing more than `read`) whose Origin is not the
-server's own gets 403. The open routes are `/health` and the page shells (`/`, `/review` and
+the route's gets 403; then a write (a route needing more than `read`), and on a server
+without tokens any route but the open ones, whose Origin is not the server's own (or that a
+browser marks `Sec-Fetch-Site: cross-site`) gets 403. The open routes are `/health` and the page shells (`/`, `/review` and
 their static files: package files with no store data; the pages then send the token with each
 call). A store without tokens on loopback answers as before: no token needed.
 
@@ -186,7 +187,7 @@ class TokenBook:
         with self._write_lock:
             try:
                 with Store(self.store_dir) as store:
-                    store.touch_tokens(used)
+                    store.tokens.touch(used)
             except StoreError:
                 with self._lock:
                     for name, when in used.items():
@@ -206,7 +207,7 @@ def current_tokens(store_dir: str | Path) -> list:
     if rows is not None:
         return rows
     with Store(store_dir, read_only=True) as store:
-        return store.tokens()
+        return store.tokens.stored()
 
 
 def needs(scope: str):
@@ -358,9 +359,14 @@ class AccessGuard:
                                 f"{scope['method']} {path} needs {needed} (`bertindex token "
                                 f"create --scope {needed}`)")
             scope.setdefault("state", {})["caller"] = caller
-        if needed not in (OPEN, SCOPES[0]):  # a write
+        # writes always; reads too on a server without tokens, where nothing else tells a
+        # page of another site (a fetch, an <img>: no Origin, but Sec-Fetch-Site) from ours
+        if needed != OPEN and (needed != SCOPES[0] or not self.book.required):
             origin = headers.get("origin")
             own = f"{scope.get('scheme', 'http')}://{raw_host.strip().lower()}"
             if origin is not None and origin.lower() != own:
-                raise Forbidden(f"Origin {origin!r} is not this server's ({own}): labels are "
-                                "written from its own pages only")
+                raise Forbidden(f"Origin {origin!r} is not this server's ({own}): it answers "
+                                "its own pages only")
+            if headers.get("sec-fetch-site", "same-origin") in ("cross-site", "same-site"):
+                raise Forbidden(f"a request from another site (Sec-Fetch-Site) to {own}: it "
+                                "answers its own pages only")

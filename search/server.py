@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib import resources
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 4_000
 MAX_K = 1_000
+MAX_NAME_CHARS = 200  # a collection, metadata field or value, label or entity filter
+MAX_FILTERS = 50  # entries of `where`, `labels`, `entities`
 SearchMode = SearchConfig.model_fields["mode"].annotation  # the config's list of modes
 # the page's files (package data); nothing else under static/ is served
 STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css",
@@ -51,21 +54,24 @@ PAGE_HEADERS = {  # the page runs only its own script: injected markup could not
 }
 
 
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+
+
 class Filters(BaseModel):
     """Filters shared by `POST /search` and `POST /facets`; unknown fields are refused (422)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    collection: str | None = None
-    where: dict[str, str] = Field(default_factory=dict,
-                                  description="metadata field -> value; all must match")
-    labels: list[str] = Field(default_factory=list, max_length=50,
-                              description="`HEAD=LABEL` from `bertindex annotate`; all must match")
-    entities: list[str] = Field(default_factory=list, max_length=50,
-                                description="`TYPE` or `TYPE=TEXT`; all must match")
+    collection: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    where: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_FILTERS,
+                                    description="metadata field -> value; all must match")
+    labels: list[Name] = Field(default_factory=list, max_length=MAX_FILTERS,
+                               description="`HEAD=LABEL` from `bertindex annotate`; all must match")
+    entities: list[Name] = Field(default_factory=list, max_length=MAX_FILTERS,
+                                 description="`TYPE` or `TYPE=TEXT`; all must match")
 
     def parsed(self) -> dict:
-        """Keyword arguments for `Searcher.search` / `Store.facet_counts` (InputError on a
+        """Keyword arguments for `Searcher.search` / `store.filters.facet_counts` (InputError on a
         malformed label or entity string)."""
         return {"collection": self.collection, "where": list(self.where.items()),
                 "labels": parse_labels(self.labels), "entities": parse_entities(self.entities)}
@@ -119,7 +125,7 @@ def thread_pinner(threads: int | None) -> Callable[[], None]:
 
 def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
                threads: int | None = None, *, bound: str | None = None,
-               session_hash: str | None = None):
+               session_hash: str | None = None, undo_key: str | None = None):
     """The FastAPI application serving `searcher`.
 
     Args:
@@ -131,6 +137,8 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         bound: the address `serve` bound (its Host is answered; None: loopback and the
             address each request arrived on only).
         session_hash: SHA-256 of the session token `serve` minted (None: none).
+        undo_key: signs the review page's undo tickets; the same in every server process
+            (None: a random one for this app).
     Returns:
         The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit` (the
         FastAPI app itself is `.app.app`; attributes reach it through both).
@@ -184,15 +192,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         started = time.perf_counter()
         pin_threads()
         filters = request.parsed()
-        if request.rerank and not searcher.config.search.rerank:
-            raise InputError("this server has no reranker: set search.rerank in its "
-                             "config.yaml to a pair head (`bertindex train rerank`)")
+        check_rerank(request, searcher.config.search)
         with serial:
             hits = searcher.search(request.query, request.k + request.offset,
                                    mode=request.mode, **filters,
                                    rerank=None if request.rerank else request.rerank,
                                    rerank_depth=request.rerank_depth)[request.offset:]
-            found = (store.annotations_by_document([(h.collection, h.id) for h in hits])
+            found = (store.annotations.by_document([(h.collection, h.id) for h in hits])
                      if request.annotations else {})
         out = []
         for hit in hits:
@@ -215,15 +221,27 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         """Documents per collection, label and entity type among those passing the filters."""
         filters = request.parsed()
         with serial:
-            return store.facet_counts(**filters)
+            return store.filters.facet_counts(**filters)
 
     from search.review_page import add_review_routes
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
-    add_review_routes(app, store.path, write_lock)  # /review (search/review_page.py)
-    book = TokenBook(store.path, session_hash, fallback=store.tokens(), write_lock=write_lock)
+    add_review_routes(app, store.path, write_lock, undo_key)  # /review (search/review_page.py)
+    book = TokenBook(store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock)
     guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
     return BodyLimit(guard, max_body_bytes)
+
+
+def check_rerank(request: SearchRequest, settings: SearchConfig) -> None:
+    """Refuse a rerank the server cannot or will not do: no reranker configured, or a depth
+    above `search.rerank_max_depth` (a client must not choose the CPU a request costs)."""
+    if request.rerank and not settings.rerank:
+        raise InputError("this server has no reranker: set search.rerank in its "
+                         "config.yaml to a pair head (`bertindex train rerank`)")
+    cap = settings.rerank_max_depth
+    if request.rerank_depth is not None and request.rerank_depth > cap:
+        raise InputError(f"rerank_depth {request.rerank_depth} is above this server's cap "
+                         f"(search.rerank_max_depth: {cap})")
 
 
 def _static(name: str) -> bytes:

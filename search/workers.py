@@ -36,8 +36,10 @@ class ServeSettings:
     """What each server process opens: `config_path` (None: defaults) with `store.path`
     set to `store_path`, and the app's limits (`threads`: CPU threads one query may use;
     `max_body_bytes`: larger request bodies are refused), the address bound (`host`, whose
-    name the server answers) and the SHA-256 of `serve`'s session token (`session_hash`; the
-    token itself never reaches the workers)."""
+    name the server answers), the SHA-256 of `serve`'s session token (`session_hash`; the
+    token itself never reaches the workers) and the key every process signs the review page's
+    undo tickets with (`undo_key`: random per `serve`, so a ticket from one worker is good in
+    another and none outlives the server)."""
 
     config_path: str | None
     store_path: str
@@ -45,6 +47,7 @@ class ServeSettings:
     max_body_bytes: int = MAX_BODY_BYTES
     host: str | None = None
     session_hash: str | None = None
+    undo_key: str | None = None
 
 
 def open_app(settings: ServeSettings):
@@ -71,7 +74,8 @@ def open_app(settings: ServeSettings):
     try:
         store.set_threads(settings.threads)
         return create_app(Searcher(config, store), settings.max_body_bytes, settings.threads,
-                          bound=settings.host, session_hash=settings.session_hash)
+                          bound=settings.host, session_hash=settings.session_hash,
+                          undo_key=settings.undo_key)
     except BaseException:
         store.close()
         raise

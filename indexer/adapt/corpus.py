@@ -111,9 +111,9 @@ def read_store_texts(store_path: Path, collection: str) -> tuple[list[str], dict
     from indexer.store import Store
 
     with Store(store_path, read_only=True) as store:
-        pairs = [(int(i), t) for ids, texts in store.iter_texts(collection) for i, t in zip(ids, texts)]
+        pairs = [(int(i), t) for ids, texts in store.dedup.iter_texts(collection) for i, t in zip(ids, texts)]
         if not pairs:
-            names = ", ".join(c["collection"] for c in store.collection_counts()) or "none"
+            names = ", ".join(c["collection"] for c in store.counts.collections()) or "none"
             raise InputError(f"{store_path}: collection '{collection}' holds no documents "
                              f"(collections: {names}); pass --collection with one of them")
     pairs.sort()

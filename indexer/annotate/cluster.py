@@ -175,13 +175,13 @@ def annotate_store_on_cluster(store: Store, annotator: Annotator, head_args: Seq
                 f"writer has {versions}; put the same head directories at the same paths on "
                 "every worker")
         batch = part.annotations(len(docs))
-        store.write_annotations(docs, batch, versions)
+        store.annotations.write(docs, batch, versions)
         tally.add(part.work, sent, part.nbytes())
         n_labels += sum(len(a.labels) for a in batch)
         n_entities += sum(len(a.entities) for a in batch)
         bar.update(len(docs))
 
-    for docs in store.iter_doc_texts(todo, rows):
+    for docs in store.annotations.iter_doc_texts(todo, rows):
         pid = f"{collection or 'all'} docs {docs[0][0]}-{docs[-1][0]}"
         texts = [t for _, t, _ in docs]
         future = submit(annotate_partition, pid, texts, list(head_args), config,

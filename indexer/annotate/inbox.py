@@ -54,7 +54,7 @@ class SharedPass:
         same = [(doc, a) for doc, a in zip(plan.to_encode, annotations)
                 if document_text(doc[1]) == doc[1].text]
         if same:
-            store.write_annotations([(d, r.text, h) for (d, r, h), _ in same],
+            store.annotations.write([(d, r.text, h) for (d, r, h), _ in same],
                                     [a for _, a in same], self.annotator.versions())
         self.annotated += len(same)
         return result
@@ -140,12 +140,12 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
     for path in accepted:
         digest = file_hash(path)
         with Store(Path(config.store.path)) as store:
-            status = store.ledger_status(digest)
+            status = store.annotations.ledger_status(digest)
             if status == "done":
                 totals["skipped_files"] += 1
                 files.append({"path": str(path), "content_hash": digest, "status": "skipped"})
                 continue
-            store.ledger_start(digest, str(path), run_id)  # committed before the work
+            store.annotations.ledger_start(digest, str(path), run_id)  # committed before the work
         crash_point("inbox.after_start")
         if config.runner == "dask" and separate is None:  # the workers encode, not this process
             separate = "runner: dask: the workers index the file, then run the heads"
@@ -163,7 +163,7 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
         count = in_pass + annotated["annotated"]
         rows = indexed["read"]
         with Store(Path(config.store.path)) as store:
-            store.ledger_done(digest, rows, {"index": {k: indexed[k] for k in (
+            store.annotations.ledger_done(digest, rows, {"index": {k: indexed[k] for k in (
                 "read", "encoded", "skipped_unchanged", "rejected", "chunks")},
                 "annotated": count})
         totals["read"] += rows

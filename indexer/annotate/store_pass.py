@@ -31,7 +31,7 @@ def annotate_store(store: Store, annotator: Annotator, collection: str | None = 
     buffered: deque = deque()
 
     def texts():
-        for docs in store.iter_doc_texts(todo, batch_rows):
+        for docs in store.annotations.iter_doc_texts(todo, batch_rows):
             buffered.append(docs)
             yield [t for _, t, _ in docs]
 
@@ -39,7 +39,7 @@ def annotate_store(store: Store, annotator: Annotator, collection: str | None = 
     bar = Progress(len(todo), "annotating", "doc", progress)
     for batch in annotator.annotate_chunks(texts()):
         docs = buffered.popleft()
-        store.write_annotations(docs, batch, versions)
+        store.annotations.write(docs, batch, versions)
         n_labels += sum(len(a.labels) for a in batch)
         n_entities += sum(len(a.entities) for a in batch)
         bar.update(len(docs))
@@ -58,10 +58,10 @@ def pending_work(store: Store, annotator: Annotator, collection: str | None = No
     """
     versions = annotator.versions()
     # the review loop validates imported labels against these
-    store.record_heads([(h.name, h.kind.name, h.labels, str(h.path), h.version)
+    store.reviews.record_heads([(h.name, h.kind.name, h.labels, str(h.path), h.version)
                        for h in annotator.heads])
-    store.remove_orphan_annotations()
-    return versions, store.pending_doc_ids(versions, collection), store.count_documents(collection)
+    store.annotations.remove_orphans()
+    return versions, store.annotations.pending_doc_ids(versions, collection), store.counts.documents(collection)
 
 
 def annotate_and_publish(annotator: Annotator, config: Config, collection: str | None = None,
@@ -80,7 +80,7 @@ def annotate_and_publish(annotator: Annotator, config: Config, collection: str |
     Returns:
         `annotate_store`'s summary plus `index` (what was published).
     """
-    with Store(Path(config.store.path)) as store, store.recorded_run("annotate") as run:
+    with Store(Path(config.store.path)) as store, store.runs.recorded_run("annotate") as run:
         base = store.data_version()
         summary = (annotate or annotate_store)(store, annotator, collection, progress=progress)
         run.summary = summary

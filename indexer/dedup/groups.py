@@ -2,7 +2,7 @@
 and the store first (nothing changes on a bad one), finds candidate pairs
 (`indexer.dedup.neighbours`), drops pairs whose words differ too much (`indexer.dedup.text`;
 in a full run query batch by query batch, so only the pairs that pass are ever held),
-joins the rest by single linkage and stores the groups (`Store.write_dedup`).
+joins the rest by single linkage and stores the groups (`store.dedup.write`).
 
 The first run on a collection groups all of it; later runs place only the documents added or
 changed since (searched against the published index), merging groups they bridge. A changed
@@ -132,7 +132,7 @@ def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
         return pairs
     ends = np.unique(np.concatenate([pairs.a, pairs.b]))
     words = {d: tuple(sys.intern(w) for w in word_set(t))
-             for d, t in store.texts_of(ends).items()}
+             for d, t in store.dedup.texts_of(ends).items()}
     keep = np.zeros(len(pairs.a), dtype=bool)
     empty = ()
     for start in range(0, len(pairs.a), TEXT_CHUNK):
@@ -224,13 +224,13 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
     started = time.perf_counter()
     begun = utc_now()
     with Store(path) as store:
-        n_vectors = store.collection_vector_count(collection)
+        n_vectors = store.dedup.collection_vector_count(collection)
         if n_vectors == 0:
-            known = ", ".join(c["collection"] for c in store.collection_counts()) or "none"
+            known = ", ".join(c["collection"] for c in store.counts.collections()) or "none"
             raise StoreError(f"collection '{collection}' has no stored vectors in {path}; "
                              f"nothing was changed (collections: {known})")
         base = store.data_version()
-        with store.recorded_run("dedup", started=begun) as run:
+        with store.runs.recorded_run("dedup", started=begun) as run:
             summary = _group(store, config, collection, params, rebuild)
             summary["seconds"] = round(time.perf_counter() - started, 3)
             run.summary = summary
@@ -245,21 +245,21 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
 def _group(store: Store, config: Config, collection: str, params: DedupParams,
            rebuild: bool) -> dict:
     base = store.data_version()
-    state = store.dedup_state(collection)
-    doc_ids, chunk_ids = store.first_chunks(collection)
+    state = store.dedup.state(collection)
+    doc_ids, chunk_ids = store.dedup.first_chunks(collection)
     order = np.argsort(chunk_ids)
     chunk_doc = (chunk_ids[order], doc_ids[order])
-    new_docs, new_chunks = store.first_chunks(collection, pending_only=True)
-    seen = store.seen_first_chunks(collection)
+    new_docs, new_chunks = store.dedup.first_chunks(collection, pending_only=True)
+    seen = store.dedup.seen_first_chunks(collection)
     reason, index = _full_reason(store, config, params, state, rebuild, len(new_docs),
                                  len(seen), base)
     if reason:
         accept = None
         if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
-            words = WordSets(store.iter_texts(collection))
+            words = WordSets(store.dedup.iter_texts(collection))
             accept = partial(words.same, min_jaccard=params.min_jaccard)
-        pairs = all_pairs(lambda: store.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
-                          store.provenance().dim, params.threshold, params.neighbours,
+        pairs = all_pairs(lambda: store.dedup.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
+                          store.vectors.provenance().dim, params.threshold, params.neighbours,
                           chunk_doc, accept=accept)
         groups, regroup = group_all(doc_ids, pairs), {}
         written = doc_ids
@@ -267,11 +267,11 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
         new_order = np.argsort(new_chunks)
         new_docs, new_chunks = new_docs[new_order], new_chunks[new_order]
         pairs = new_pairs(new_chunks, seen, index, params.threshold, params.neighbours,
-                          chunk_doc, store.fetch_vectors)
+                          chunk_doc, store.vectors.fetch)
         pairs = text_filter(store, pairs, params.min_jaccard)
         new = set(new_docs.tolist())
         old = {int(d) for d in np.concatenate([pairs.a, pairs.b]).tolist() if int(d) not in new}
-        group_of = store.dedup_groups_of(old)
+        group_of = store.dedup.groups_of(old)
         groups, regroup = group_new(new_docs, pairs, group_of)
         written = new_docs
     summary = {"collection": collection, "mode": "full" if reason else "incremental",
@@ -280,9 +280,9 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
                "searched": int(pairs.searched), "pairs": len(pairs.a),
                "threshold": params.threshold, "min_jaccard": params.min_jaccard,
                "min_size": params.min_size}
-    store.write_dedup(collection, written, groups, regroup, full=bool(reason),
+    store.dedup.write(collection, written, groups, regroup, full=bool(reason),
                       state=params.state(summary))
-    summary["groups"], summary["grouped_documents"] = store.dedup_group_counts(
+    summary["groups"], summary["grouped_documents"] = store.dedup.group_counts(
         collection, params.min_size)
     return summary
 
@@ -306,7 +306,7 @@ def _full_reason(store: Store, config: Config, params: DedupParams, state: dict 
     from indexer.index.vector import VectorIndex
 
     try:
-        index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS)
+        index = VectorIndex.load(store.path, config.index, store.vectors.provenance(), QUERY_KEYS)
     except VectorIndexError as exc:
         return f"published index unusable ({exc})", None
     if index is None or index.data_version not in (None, base):
@@ -326,7 +326,7 @@ def keep_current(config: Config) -> dict:
     if not config.dedup.keep_current or not (path / "store.duckdb").is_file():
         return {}
     with Store(path, read_only=True, snapshot=False) as store:
-        states = {c: store.dedup_state(c) for c in store.dedup_collections()}
+        states = {c: store.dedup.state(c) for c in store.dedup.collections()}
     out = {}
     for collection, state in states.items():
         out[collection] = run_dedup(config, collection, state["threshold"], state["min_size"],

@@ -59,7 +59,7 @@ def load_query_encoder(config: Config, store, index) -> QueryEncoder:
             if index is None:
                 raise Unavailable(f"the store {store.path} has no index version yet")
             encoder = OnnxEncoder.open(store.path, index.query_encoder, config.model,
-                                       store.provenance(), int8=mode == "onnx-int8")
+                                       store.vectors.provenance(), int8=mode == "onnx-int8")
         except Unavailable as exc:
             fix = (f"index into --store {store.path} again to export it (unchanged documents "
                    "are skipped)")
@@ -68,10 +68,10 @@ def load_query_encoder(config: Config, store, index) -> QueryEncoder:
                                  "search.query_encoder to auto") from None
             log.warning("%s: encoding the query with torch (slower start); %s", exc, fix)
         else:
-            store.check_provenance(encoder.provenance, QUERY_KEYS)
+            store.vectors.check_provenance(encoder.provenance, QUERY_KEYS)
             return encoder
     from indexer.encode.encoder import load_encoder
 
     encoder = load_encoder(config.model)
-    store.check_provenance(encoder.provenance, QUERY_KEYS)
+    store.vectors.check_provenance(encoder.provenance, QUERY_KEYS)
     return encoder

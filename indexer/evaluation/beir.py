@@ -108,7 +108,7 @@ def evaluate_beir(config: Config, folder: Path, split: str = "test", *,
             per_mode, timing = _score_modes(searcher, [queries[q] for q in ids], ids,
                                             {q: qrels[q] for q in ids}, modes or MODES,
                                             scorer, depth)
-            tuning = opened.fusion_tuning()
+            tuning = opened.vectors.fusion_tuning()
             fused = cfg.search.model_dump() | {
                 "dense_weight_used": searcher.dense_weight,
                 "tuning": tuning.to_dict() if tuning is not None else None}

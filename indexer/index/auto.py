@@ -252,7 +252,7 @@ def tune_batches(index: faiss.Index, spec: str, batches: Batches, count: int,
         index: a filled FAISS index holding the vectors of `batches`.
         spec: its factory string (decides the parameter).
         batches: called for each pass, yields the same (ids (n,) int64, vectors (n, dim)
-            float32) batches every time (e.g. `Store.iter_vectors`).
+            float32) batches every time (e.g. `store.vectors.iter_batches`).
         count: the vectors they hold in all.
         k_factor: candidates rescored per result, for an index with a rescoring stage.
         headroom: `value` is this multiple of the smallest value that reached the target

@@ -222,7 +222,7 @@ class KeywordIndex:
     def diff(self, store: Store) -> HashDiff:
         """The store's documents against the manifest: doc ids to add, re-index or remove
         (joined inside DuckDB, so memory does not grow with the number of documents)."""
-        return store.diff_hashes(self.folder / MANIFEST_FILE)
+        return store.reads.diff_hashes(self.folder / MANIFEST_FILE)
 
     def add_documents(self, docs: Iterable[DocText]) -> None:
         """Add documents and commit, without a manifest: for an index that follows no store
@@ -253,7 +253,7 @@ class KeywordIndex:
         """The manifest after a sync: every stored document at its stored hash, streamed
         from the store in record batches and renamed into place."""
         tmp = self.folder / f".{MANIFEST_FILE}.tmp"
-        reader = store.document_hash_batches()
+        reader = store.reads.document_hash_batches()
         with pq.ParquetWriter(tmp, reader.schema) as out:
             for batch in reader:
                 out.write_batch(batch)
@@ -271,7 +271,7 @@ class KeywordIndex:
         """
         upsert = np.concatenate([change.new, change.changed])
         docs = (doc for start in range(0, len(upsert), _WRITE_BATCH)
-                for doc in store.documents_text(upsert[start:start + _WRITE_BATCH].tolist()))
+                for doc in store.reads.documents_text(upsert[start:start + _WRITE_BATCH].tolist()))
         self._write(np.concatenate([change.changed, change.gone]).tolist(), docs)
         self._write_manifest(store)
 

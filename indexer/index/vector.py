@@ -124,7 +124,7 @@ class VectorIndex:
 
         Args:
             batches: called once per pass; yields the same `count` vectors in the same order
-                each time (e.g. `Store.iter_vectors`).
+                each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
         """
         dim = provenance.dim

@@ -102,18 +102,18 @@ def is_due(store: Store, config: Config) -> bool:
     Returns:
         True when `tune_dense_weight` should run.
     """
-    if config.search.tune_queries == 0 or store.provenance() is None:
+    if config.search.tune_queries == 0 or store.vectors.provenance() is None:
         return False
-    done = store.fusion_tuning()
-    if done is None or done.weights_hash != store.provenance().weights_hash:
+    done = store.vectors.fusion_tuning()
+    if done is None or done.weights_hash != store.vectors.provenance().weights_hash:
         return True
-    return abs(store.count_documents() - done.documents) > RETUNE_CHANGE * max(done.documents, 1)
+    return abs(store.counts.documents() - done.documents) > RETUNE_CHANGE * max(done.documents, 1)
 
 
 def tune_dense_weight(store: Store, config: Config, encoder: Encoder,
                       seed: int = SEED) -> FusionTuning | None:
     """Tune the weighted-fusion dense weight on pseudo-queries from the store and record it
-    (`measure_dense_weight`, then `Store.set_fusion_tuning`).
+    (`measure_dense_weight`, then `store.vectors.set_fusion_tuning`).
 
     Args:
         store: the open, writable store.
@@ -125,7 +125,7 @@ def tune_dense_weight(store: Store, config: Config, encoder: Encoder,
     """
     record = measure_dense_weight(store, config, encoder, seed)
     if record is not None:
-        store.set_fusion_tuning(record)
+        store.vectors.set_fusion_tuning(record)
         log.info("fusion tuned on %d pseudo-queries: dense weight %.2f (%.0f s)",
                  record.queries, record.dense_weight, record.seconds)
     return record
@@ -157,10 +157,10 @@ def measure_dense_weight(store: Store, config: Config, encoder: Encoder, seed: i
     """
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
-    hashes = store.document_hashes()
+    hashes = store.reads.document_hashes()
     doc_ids = np.fromiter(hashes, np.int64, len(hashes))
     sample = np.sort(rng.choice(doc_ids, min(len(doc_ids), MAX_SAMPLE_DOCS), replace=False))
-    docs = store.documents_text(sample.tolist())
+    docs = store.reads.documents_text(sample.tolist())
     queries = draw_pseudo_queries(docs, config.search.tune_queries, seed, cut)
     if len(queries) < MIN_QUERY_DOCS:
         log.info("fusion tuning skipped: %d documents with two sentences (needs %d)",
@@ -173,7 +173,7 @@ def measure_dense_weight(store: Store, config: Config, encoder: Encoder, seed: i
                                      for d, k in zip(dense, keyword)]) for w in WEIGHTS}
     record = FusionTuning(
         dense_weight=choose_weight(curve), queries=len(queries), documents=len(doc_ids),
-        sample_documents=len(sample), weights_hash=store.provenance().weights_hash,
+        sample_documents=len(sample), weights_hash=store.vectors.provenance().weights_hash,
         dense_ndcg=round(_mean_ndcg(targets, dense), 4),
         keyword_ndcg=round(_mean_ndcg(targets, keyword), 4),
         curve={str(w): round(v, 4) for w, v in curve.items()}, seed=seed,
@@ -201,9 +201,9 @@ def _dense_rankings(store: Store, config: Config, encoder: Encoder, sample: np.n
                     queries: list[PseudoQuery]) -> list[list[tuple[int, float]]]:
     """(doc id, best chunk cosine) per query, `DEPTH` documents of the sample, best first;
     each query's own document scored as cut (re-encoded), every other from stored vectors."""
-    chunk_ids, chunk_docs, _, _ = store.chunk_span_map()
+    chunk_ids, chunk_docs, _, _ = store.vectors.chunk_span_map()
     keep = np.isin(chunk_docs, sample) & ~np.isin(chunk_docs, [q.doc_id for q in queries])
-    vectors = store.fetch_vectors(chunk_ids[keep])  # (chunks, dim), ascending chunk id
+    vectors = store.vectors.fetch(chunk_ids[keep])  # (chunks, dim), ascending chunk id
     owners = chunk_docs[keep]
     cut_texts = [document_text(DocText(q.doc_id, q.title, q.rest)) for q in queries]
     cut_owner_pos, cut_rows = encode_documents(encoder, cut_texts, config)

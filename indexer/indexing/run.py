@@ -61,7 +61,7 @@ def delete_missing(store: Store, collection: str, seen: set[str]) -> tuple[list[
     Returns:
         (deleted external ids, removed chunk ids).
     """
-    return store.delete_documents(collection, keep=sorted(seen))
+    return store.documents.delete(collection, keep=sorted(seen))
 
 
 def publish_indexes(store: Store, config: Config, added, removed,
@@ -138,12 +138,12 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
     steps = steps or Steps()
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
-    with Store(Path(config.store.path)) as store, store.recorded_run("index") as run:
+    with Store(Path(config.store.path)) as store, store.runs.recorded_run("index") as run:
         job = _IndexRun(store, config, collection, steps, encoder, run.id, as_mode(progress),
                         seen=set() if on_missing == "delete" else None)
         base_version = store.data_version()
         try:
-            store.set_provenance(encoder.provenance)
+            store.vectors.set_provenance(encoder.provenance)
             reads = _read(files, refused_files, fmt, fields or FieldMap(), batch_size, config,
                           job.run_bar)
             for batch in reads:
@@ -311,9 +311,9 @@ def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict
     Returns:
         {"collection", "deleted", "not_found", "chunks_removed", "index", "run_id"}.
     """
-    with Store(Path(config.store.path)) as store, store.recorded_run("delete") as run:
+    with Store(Path(config.store.path)) as store, store.runs.recorded_run("delete") as run:
         base = store.data_version()
-        deleted, removed = store.delete_documents(collection, external_ids=external_ids)
+        deleted, removed = store.documents.delete(collection, external_ids=external_ids)
         index_info = publish_indexes(store, config, [], removed, base)
         gone = set(deleted)
         summary = {"collection": collection, "deleted": deleted,

@@ -117,7 +117,7 @@ def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
     New documents get their doc ids here, in reading order, so ids do not depend on which
     worker encodes them.
     """
-    known = store.existing(collection, [r.external_id for r in batch.records])
+    known = store.documents.existing(collection, [r.external_id for r in batch.records])
     new_docs, changed_docs, meta_updates, skipped = [], [], [], 0
     for record in batch.records:
         digest = content_hash(record)
@@ -131,7 +131,7 @@ def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
             skipped += 1
             if json.loads(stored.metadata or "{}") != record.metadata:
                 meta_updates.append((stored.doc_id, record))
-    new_ids = store.next_ids("doc_ids", len(new_docs))
+    new_ids = store.documents.next_ids("doc_ids", len(new_docs))
     new_rows = [(d, r, h) for d, (r, h) in zip(new_ids, new_docs)]
     texts = [document_text(r) for _, r, _ in new_rows + changed_docs]
     return BatchPlan(batch, collection, new_rows, changed_docs, meta_updates, skipped, texts)
@@ -159,7 +159,7 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
     to_encode = plan.to_encode
     chunks = ChunkRows([to_encode[pos][0] for pos in chunks.doc_ids], chunks.ordinals,
                        chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
-    added, removed = store.write_batch(
+    added, removed = store.documents.write_batch(
         plan.collection, plan.new_rows, plan.changed_docs, plan.meta_updates, chunks,
         batch.rejected, run_id,
     )
@@ -193,10 +193,10 @@ def sync_vector_index(store: Store, config: Config, added, removed,
     Returns:
         {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
     """
-    provenance = store.provenance()
+    provenance = store.vectors.provenance()
     if provenance is None:
         return {"version": None, "spec": None, "ntotal": 0, "rebuilt": False}
-    total = store.count_chunks()
+    total = store.counts.chunks()
     data_version = store.data_version()
     spec = resolve_spec(config.index.spec, total, config.index, provenance.dim)
     current = None
@@ -223,11 +223,11 @@ def sync_vector_index(store: Store, config: Config, added, removed,
     if incremental:
         for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
             part = added[start:start + _ADD_BATCH]
-            current.add(store.fetch_vectors(part), part)
+            current.add(store.vectors.fetch(part), part)
         index = current
     else:
         index = (build or VectorIndex.build_from_batches)(
-            spec, provenance, config.index, store.iter_vectors, store.count_vectors())
+            spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count())
     if index.ntotal != total:
         raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "

@@ -221,70 +221,22 @@ class _Validator:
         return Rejected(self.source, number, ext_id, reason)
 
     def _record(self, row: dict, number: int) -> Record | Rejected:
-        f = self.fields
         self._resolve_id_field(row)
-        if self.id_field is None:
-            ext_id = f"{self.path.name}:{number}"
-        else:
-            if self.id_field not in row:
-                return self._reject(number, None, f"missing id field '{self.id_field}'")
-            value = row.get(self.id_field)
-            if isinstance(value, (dict, list, bool, bytes)):
-                return self._reject(number, None, f"id field '{self.id_field}' must be a string "
-                                    f"or number, got {type(value).__name__}")
-            if value is None or (isinstance(value, float) and math.isnan(value)) \
-                    or str(value).strip() == "":
-                return self._reject(number, None, f"empty id field '{self.id_field}'")
-            ext_id = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-            problem = _string_problem(ext_id)
-            if problem:
-                return self._reject(number, None, f"id {problem}")
-        if f.text_field not in row:
-            return self._reject(number, ext_id,
-                                f"missing text field '{f.text_field}' (columns: "
-                                f"{', '.join(sorted(row))}); map it with --text-field")
-        text = row.get(f.text_field)
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return self._reject(number, ext_id,
-                                    f"invalid UTF-8 in the text at byte {exc.start}")
-        if not isinstance(text, str):
-            reason = "text is null" if text is None else f"text must be a string, got {type(text).__name__}"
-            return self._reject(number, ext_id, reason)
-        problem = _string_problem(text)
-        if problem:
-            return self._reject(number, ext_id, f"text {problem}")
-        title = row.get(f.title_field) if f.title_field else None
-        if isinstance(title, float) and not math.isfinite(title):
-            title = None
-        if isinstance(title, (dict, list, bytes)):
-            return self._reject(number, ext_id, f"title must be a string, a number or null, got "
-                                f"{type(title).__name__}")
-        if title is not None and not isinstance(title, str):
-            title = str(title)
-        title = title.strip() if title else None
-        if title:
-            problem = _string_problem(title)
-            if problem:
-                return self._reject(number, ext_id, f"title {problem}")
-        if not text.strip() and not title:
-            return self._reject(number, ext_id, "empty text")
-        size = len(text) + len(title or "")
-        if self.max_chars is not None and size > self.max_chars:
-            return self._reject(number, ext_id,
-                                f"document is {size:,} characters, over long_documents.max_chars "
-                                f"({self.max_chars:,}); raise that limit in config.yaml (0: no "
-                                "limit) or split the document")
-        skip = {self.id_field, f.text_field, f.title_field}
-        if f.metadata_fields is None:
-            metadata = {k: _clean(v) for k, v in row.items() if k not in skip}
-        else:
-            metadata = {k: _clean(row.get(k)) for k in f.metadata_fields}
-        if _has_surrogate(metadata):
-            return self._reject(number, ext_id, "metadata holds an unpaired surrogate (invalid "
-                                "Unicode, e.g. a lone \\ud800 escape); fix the record")
+        ext_id = None
+        try:
+            ext_id = self._external_id(row, number)
+            text = self._text(row)
+            title = self._title(row)
+            if not text.strip() and not title:
+                raise _Bad("empty text")
+            size = len(text) + len(title or "")
+            if self.max_chars is not None and size > self.max_chars:
+                raise _Bad(f"document is {size:,} characters, over long_documents.max_chars "
+                           f"({self.max_chars:,}); raise that limit in config.yaml (0: no "
+                           "limit) or split the document")
+            metadata = self._metadata(row)
+        except _Bad as bad:
+            return self._reject(number, ext_id, str(bad))
         first = self.ids.claim(ext_id, self.source, number)
         if first is not None:
             source, row_number = first
@@ -292,6 +244,75 @@ class _Validator:
             return self._reject(number, ext_id, f"duplicate id '{ext_id}' (first at {where}); "
                                 "the first record read with an id is kept")
         return Record(ext_id, text, title, metadata, self.source, number)
+
+    def _external_id(self, row: dict, number: int) -> str:
+        """The record's id: its id field as a string, or `file:row` without one."""
+        if self.id_field is None:
+            return f"{self.path.name}:{number}"
+        if self.id_field not in row:
+            raise _Bad(f"missing id field '{self.id_field}'")
+        value = row.get(self.id_field)
+        if isinstance(value, (dict, list, bool, bytes)):
+            raise _Bad(f"id field '{self.id_field}' must be a string or number, got "
+                       f"{type(value).__name__}")
+        if value is None or (isinstance(value, float) and math.isnan(value)) \
+                or str(value).strip() == "":
+            raise _Bad(f"empty id field '{self.id_field}'")
+        ext_id = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+        problem = _string_problem(ext_id)
+        if problem:
+            raise _Bad(f"id {problem}")
+        return ext_id
+
+    def _text(self, row: dict) -> str:
+        f = self.fields
+        if f.text_field not in row:
+            raise _Bad(f"missing text field '{f.text_field}' (columns: "
+                       f"{', '.join(sorted(row))}); map it with --text-field")
+        text = row.get(f.text_field)
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _Bad(f"invalid UTF-8 in the text at byte {exc.start}") from None
+        if not isinstance(text, str):
+            raise _Bad("text is null" if text is None
+                       else f"text must be a string, got {type(text).__name__}")
+        problem = _string_problem(text)
+        if problem:
+            raise _Bad(f"text {problem}")
+        return text
+
+    def _title(self, row: dict) -> str | None:
+        f = self.fields
+        title = row.get(f.title_field) if f.title_field else None
+        if isinstance(title, float) and not math.isfinite(title):
+            title = None
+        if isinstance(title, (dict, list, bytes)):
+            raise _Bad(f"title must be a string, a number or null, got {type(title).__name__}")
+        if title is not None and not isinstance(title, str):
+            title = str(title)
+        title = title.strip() if title else None
+        problem = _string_problem(title) if title else None
+        if problem:
+            raise _Bad(f"title {problem}")
+        return title
+
+    def _metadata(self, row: dict) -> dict:
+        f = self.fields
+        skip = {self.id_field, f.text_field, f.title_field}
+        if f.metadata_fields is None:
+            metadata = {k: _clean(v) for k, v in row.items() if k not in skip}
+        else:
+            metadata = {k: _clean(row.get(k)) for k in f.metadata_fields}
+        if _has_surrogate(metadata):
+            raise _Bad("metadata holds an unpaired surrogate (invalid Unicode, e.g. a lone "
+                       "\\ud800 escape); fix the record")
+        return metadata
+
+
+class _Bad(Exception):
+    """Why a record is rejected (caught in `_record`, which files it with its row)."""
 
 
 def _string_problem(value: str) -> str | None:

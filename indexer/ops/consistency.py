@@ -68,19 +68,19 @@ def check_store(config: Config) -> StoreContents:
     path = Path(config.store.path)
     problems: list[str] = []
     with Store(path, read_only=True, snapshot=False) as store:
-        counts = store.integrity_counts()
+        counts = store.checks.integrity_counts()
         if counts.duplicate_ids:
             problems.append(f"{counts.duplicate_ids} duplicate (collection, id) pairs")
         if counts.orphan_chunks:
             problems.append(f"{counts.orphan_chunks} chunks without a document")
         docs = {(d.collection, d.external_id): (d.content_hash, d.metadata)
-                for d in store.document_digests()}
-        layout = store.chunk_layout()
+                for d in store.checks.document_digests()}
+        layout = store.checks.chunk_layout()
         chunks = {(c.collection, c.external_id, c.ordinal): (c.start_char, c.end_char)
                   for c in layout}
         key_of = {c.chunk_id: (c.collection, c.external_id, c.ordinal) for c in layout}
         vectors: dict = {}
-        for ids, vecs in store.iter_vectors():
+        for ids, vecs in store.vectors.iter_batches():
             for i, v in zip(ids.tolist(), vecs):
                 if i not in key_of:
                     problems.append(f"vector {i} without a chunk")
@@ -90,7 +90,7 @@ def check_store(config: Config) -> StoreContents:
             problems.append(f"{len(chunks)} chunks but {len(vectors)} vectors")
         data_version = store.data_version()
         chunk_ids = np.sort(np.fromiter(key_of, np.int64, len(key_of)))
-        provenance = store.provenance()
+        provenance = store.vectors.provenance()
     if provenance is not None:
         index = VectorIndex.load(path, config.index, provenance, ("weights_hash", "dim"))
         if index is None:

@@ -119,14 +119,14 @@ def diagnose(path: Path, config: Config) -> Diagnosis:
                     "again into a new --store", repairable=False)
         return out
     with store:
-        provenance = store.provenance()
+        provenance = store.vectors.provenance()
         data_version = store.data_version()
-        out.facts = {"documents": store.count_documents(), "chunks": store.count_chunks(),
-                     "vectors": store.count_vectors(), "data_version": data_version,
+        out.facts = {"documents": store.counts.documents(), "chunks": store.counts.chunks(),
+                     "vectors": store.vectors.count(), "data_version": data_version,
                      "model": provenance.model_name if provenance else None, "index": None,
                      "keyword_documents": None}
         _check_store(store, out)
-        chunk_ids = store.chunk_ids()
+        chunk_ids = store.vectors.chunk_ids()
         _check_keyword(store, out, config.keyword.language)
     if provenance is not None:
         _check_index(path, config, provenance, data_version, chunk_ids, out)
@@ -136,12 +136,12 @@ def diagnose(path: Path, config: Config) -> Diagnosis:
 def _check_store(store: Store, out: Diagnosis) -> None:
     """The store's own invariants: unique ids, every chunk with its document and its vector."""
     db = store.db_path
-    counts = store.integrity_counts()
+    counts = store.checks.integrity_counts()
     if counts.duplicate_ids:
         out.add("store", db, f"{counts.duplicate_ids} duplicate (collection, id) pairs",
                 "delete the duplicates with `bertindex delete` and index their files again",
                 repairable=False)
-    bare = store.documents_missing_vectors()
+    bare = store.checks.documents_missing_vectors()
     if bare:
         names = ", ".join(f"{d.collection}/{d.external_id}" for d in bare[:EXAMPLES])
         out.add("store", db, f"{len(bare)} document(s) have chunks without a stored vector "
@@ -282,12 +282,12 @@ def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
     checks = {p.check for p in problems if p.repairable}
     done: dict = {"encoded": 0, "unreachable": None, "index": None, "keyword": None,
                   "errors": []}
-    with Store(path, lock=False) as store, store.recorded_run("doctor") as run:
+    with Store(path, lock=False) as store, store.runs.recorded_run("doctor") as run:
         # writable: an older schema is upgraded here
         run.summary = done
         try:
             if "unreachable" in checks:
-                done["unreachable"] = store.delete_unreachable()
+                done["unreachable"] = store.checks.delete_unreachable()
             if checks & set(VECTOR_CHECKS):
                 done["index"] = sync_vector_index(store, config, [], [], force=True)
             done["keyword"] = sync_keyword_index(store, config.keyword.language)

@@ -45,12 +45,12 @@ def reindex_store(config: Config, encoder: Encoder, batch_size: int = 2048,
     lock = WriterLock(path)  # held until the switch is complete
     try:
         with Store(path, lock=False) as live:
-            stored = live.provenance()
+            stored = live.vectors.provenance()
             same = stored is None or not stored.mismatches(encoder.provenance, WRITE_KEYS)
             if same:
                 shutil.rmtree(path / GENERATION_DIR, ignore_errors=True)  # an earlier switch
                 info = _rebuild(live, config)
-                return {"mode": "rebuild", "documents": live.count_documents(), "encoded": 0,
+                return {"mode": "rebuild", "documents": live.counts.documents(), "encoded": 0,
                         "index": info}
             version, documents, encoded, index_info = _build_generation(
                 live, config, encoder, batch_size, progress)
@@ -69,29 +69,29 @@ def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size:
                       progress: ProgressArg) -> tuple[str, int, int, dict]:
     """Encode every live document into the next generation; publish (not switch) its index."""
     gen_path = live.path / GENERATION_DIR
-    live_hashes = live.document_hashes()
+    live_hashes = live.reads.document_hashes()
     encoded = 0
     with Store(gen_path, lock=False) as gen:
-        with gen.recorded_run("reindex") as run:
-            gen.set_provenance(encoder.provenance)
-            have = gen.document_hashes()
+        with gen.runs.recorded_run("reindex") as run:
+            gen.vectors.set_provenance(encoder.provenance)
+            have = gen.reads.document_hashes()
             stale = [d for d, h in have.items() if live_hashes.get(d) != h]
-            gen.delete_doc_ids(stale)  # changed or deleted in the live store since a killed run
+            gen.documents.delete_doc_ids(stale)  # changed or deleted in the live store since a killed run
             done = set(have) - set(stale)
-            for collection, rows in live.iter_documents(batch_size, exclude=done):
+            for collection, rows in live.documents.iter_documents(batch_size, exclude=done):
                 chunks = encode_texts_for_index([document_text(r) for _, r, _ in rows], config,
                                                 encoder, progress=progress)
                 chunks = ChunkRows([rows[p][0] for p in chunks.doc_ids], chunks.ordinals,
                                    chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
-                gen.write_batch(collection, rows, [], [], chunks, [], run.id)
+                gen.documents.write_batch(collection, rows, [], [], chunks, [], run.id)
                 encoded += len(rows)
-            gen.restart_doc_ids_after(max(live_hashes, default=0))
-            gen.copy_side_tables(live)  # annotations, runs, rejects: same doc ids, kept as they are
+            gen.documents.restart_doc_ids_after(max(live_hashes, default=0))
+            gen.side.copy_from(live.side)  # annotations, runs, rejects: same doc ids, kept as they are
             # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
-            count = gen.count_vectors()
+            count = gen.vectors.count()
             spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
             index = VectorIndex.build_from_batches(spec, encoder.provenance, config.index,
-                                                   gen.iter_vectors, count)
+                                                   gen.vectors.iter_batches, count)
             run.summary = {"encoded": encoded, "documents": len(live_hashes)}
         index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
         version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot,

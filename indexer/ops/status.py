@@ -50,11 +50,11 @@ def store_status(config: Config, runs: int = 5) -> dict:
             "store": str(path),
             "writer_active": writer_active,
             "data_version": store.data_version(),
-            "collections": store.collection_counts(),
+            "collections": store.counts.collections(),
             "index": _index_info(path),
-            "annotations": store.annotation_counts(),
-            "runs": store.last_runs(runs),
-            "last": {kind: store.last_run_of(kind) for kind in LAST_OF},
+            "annotations": store.counts.annotations(),
+            "runs": store.runs.last(runs),
+            "last": {kind: store.runs.last_of(kind) for kind in LAST_OF},
         }
     from indexer.encode.policy import describe_path
 

@@ -64,7 +64,7 @@ class Searcher:
         # (chunk ids, doc ids, start chars, end chars): 24 bytes a chunk, read once
         self._chunk_map: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         # the index version published with the snapshot this store opened (not a newer one)
-        self.index = VectorIndex.load(store.path, config.index, store.provenance(), QUERY_KEYS,
+        self.index = VectorIndex.load(store.path, config.index, store.vectors.provenance(), QUERY_KEYS,
                                       version=store.version)
         if self.index is not None:
             self._check_in_step(self.index)
@@ -80,7 +80,7 @@ class Searcher:
         if store.version is not None and not same:
             raise VectorIndexError(f"index {folder} reflects data version {index.data_version} but "
                               f"its snapshot {store.con_path} is at {store.data_version()}; {fix}")
-        chunks = store.count_chunks()
+        chunks = store.counts.chunks()
         if same and index.ntotal != chunks:
             raise VectorIndexError(f"index {folder} holds {index.ntotal} vectors but the store "
                               f"{store.con_path} has {chunks} chunks; {fix}")
@@ -186,7 +186,7 @@ class Searcher:
         while True:
             ranked = self.rank_documents([query], depth, collection, where, mode,
                                          labels=labels, entities=entities, human=human)[0]
-            group_of = self.store.dedup_groups_of(m.doc_id for m in ranked)
+            group_of = self.store.dedup.groups_of(m.doc_id for m in ranked)
             kept, seen = [], set()
             for m in ranked:
                 group = group_of.get(m.doc_id, ("alone", m.doc_id))
@@ -197,11 +197,11 @@ class Searcher:
                 break
             depth *= 4
         kept = kept[:k]
-        sizes = self.store.dedup_group_sizes(group_of[m.doc_id] for m in kept
+        sizes = self.store.dedup.group_sizes(group_of[m.doc_id] for m in kept
                                              if m.doc_id in group_of)
         hits = self._hits([kept])[0]
         by_doc = {m.doc_id: m for m in kept}
-        refs = self.store.fetch_documents(list(by_doc))
+        refs = self.store.reads.fetch_documents(list(by_doc))
         out = {}
         for doc_id, ref in refs.items():
             grouped = group_of.get(doc_id)
@@ -252,8 +252,8 @@ class Searcher:
             if configured != "auto":
                 self._dense_weight = float(configured)
             else:
-                tuned = self.store.fusion_tuning()
-                provenance = self.store.provenance()
+                tuned = self.store.vectors.fusion_tuning()
+                provenance = self.store.vectors.provenance()
                 self._dense_weight = fusion.FALLBACK_DENSE_WEIGHT
                 if (tuned is not None and provenance is not None
                         and tuned.weights_hash == provenance.weights_hash):
@@ -276,7 +276,7 @@ class Searcher:
         index = self.index
         if index is None or index.ntotal == 0:
             return [[] for _ in range(len(vectors))]
-        allowed = self.store.filter_chunk_ids(collection, where, labels, entities, human)
+        allowed = self.store.filters.chunk_ids(collection, where, labels, entities, human)
         if allowed is not None and len(allowed) == 0:
             return [[] for _ in range(len(vectors))]
         limit = index.ntotal if allowed is None else len(allowed)
@@ -287,7 +287,7 @@ class Searcher:
                        entities: Sequence = (), human: bool = False
                        ) -> list[list[tuple[int, float]]]:
         """(doc id, BM25 score) per query, k documents, best first."""
-        allowed = self.store.filter_doc_ids(collection, where, labels, entities, human)
+        allowed = self.store.filters.doc_ids(collection, where, labels, entities, human)
         return [self.keyword.search(q, k, allowed) for q in queries]
 
     def search_vectors(self, vectors: np.ndarray, k: int = 10, collection: str | None = None,
@@ -299,7 +299,7 @@ class Searcher:
         """The documents behind rankings, in one documents query: a chunk's span comes from
         the chunk map this Searcher holds (`_map`), so no query joins the chunks table (the
         join cost 1.9 ms of a served query, the documents alone 0.9 ms)."""
-        by_doc = self.store.fetch_documents(list({m.doc_id for r in ranked for m in r}))
+        by_doc = self.store.reads.fetch_documents(list({m.doc_id for r in ranked for m in r}))
         spans = self._spans([m.chunk_id for r in ranked for m in r if m.chunk_id is not None])
         out = []
         for r in ranked:
@@ -320,7 +320,7 @@ class Searcher:
         One DuckDB round trip per query cost more than the FAISS search itself (README).
         """
         if self._chunk_map is None:
-            self._chunk_map = self.store.chunk_span_map()
+            self._chunk_map = self.store.vectors.chunk_span_map()
         return self._chunk_map
 
     def _rows(self, chunk_ids: np.ndarray) -> np.ndarray:

@@ -57,14 +57,14 @@ def build_report(store: Store, config: Config, collection: str | None = None,
     time_field = time_field or config.fields.time
     start, end = parse_time(since, "--since"), parse_time(until, "--until")
     _check_request(store, collection, by, timed, time_field, start, end)
-    with store.bucketed(collection, by, time_field if timed else None, start, end) as counts:
+    with store.trends.bucketed(collection, by, time_field if timed else None, start, end) as counts:
         names = sorted((b for b in counts if b != UNKNOWN),
                        key=(lambda b: b) if timed else (lambda b: (-counts[b], b)))
         if UNKNOWN in counts:
             names.append(UNKNOWN)
         order = [(b, counts[b]) for b in names]
-        agg = store.trend_aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
-                                     min_size=config.dedup.min_size, bins=bins)
+        agg = store.trends.aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
+                                      min_size=config.dedup.min_size, bins=bins)
     buckets = {b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [],
                    "waves": []} for b, n in order}
     _add_labels(buckets, agg["labels"])
@@ -91,10 +91,10 @@ def _check_request(store: Store, collection: str | None, by: str, timed: bool,
                          "pass --time-field FIELD or set fields.time in config.yaml")
     if not timed and (start or end):
         raise InputError(f"--since/--until need time buckets (--by day|week|month), not --by {by}")
-    if store.count_documents(collection) == 0:
+    if store.counts.documents(collection) == 0:
         raise InputError(f"{where} has no documents; index some first")
     field = time_field if timed else by
-    if store.documents_with_field(field, collection) == 0:
+    if store.trends.documents_with_field(field, collection) == 0:
         option = "--time-field" if timed else "--by"
         raise InputError(f"no document in {where} has the metadata field '{field}' ({option}); "
                          "give a field your documents carry (see `bertindex search --json`, "
@@ -166,7 +166,7 @@ def write_scheduled_report(config: Config) -> dict | None:
     schedule = config.schedules.get("report")
     if schedule is None:
         return None
-    with Store(Path(config.store.path)) as store, store.recorded_run("report") as run:
+    with Store(Path(config.store.path)) as store, store.runs.recorded_run("report") as run:
         report = build_report(store, config, schedule.collection, schedule.heads,
                               schedule.by or "week")
         files = write_report_files(report, Path(schedule.folder).expanduser())

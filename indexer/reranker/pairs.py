@@ -73,8 +73,8 @@ def _documents(store, collection: str, external_ids: list[str]) -> dict[str, str
     """external id -> the passage of the whole stored document (title, text)."""
     if not external_ids:
         return {}
-    stored = store.existing(collection, external_ids)
-    docs = store.fetch_documents([d.doc_id for d in stored.values()])
+    stored = store.documents.existing(collection, external_ids)
+    docs = store.reads.fetch_documents([d.doc_id for d in stored.values()])
     by_doc = {d.doc_id: e for e, d in stored.items()}
     return {by_doc[i]: passage_of(h.title, h.text, 0, len(h.text)) for i, h in docs.items()}
 

@@ -21,6 +21,7 @@ from indexer.heads.registry import capabilities
 from indexer.review import strategies as st
 from indexer.review.files import RawRow
 from indexer.store import NewReview, Store
+from indexer.store.reviews import PAGE_SOURCE
 from indexer.timeutil import parse_utc, utc_now
 
 REVIEWER_ENV = "BERTINDEX_REVIEWER"  # who labelled, when the file does not say
@@ -33,7 +34,7 @@ REJECTIONS_SHOWN = 1000  # rejected rows kept in an import summary
 def dedup_groups(store: Store, doc_ids: Sequence[int]) -> dict[int, int]:
     """doc id -> near-duplicate group id (`bertindex dedup`); documents never grouped are
     left out, so a store nobody ran `dedup` on groups nothing."""
-    return dict(store.dedup_groups_of([int(d) for d in doc_ids]))
+    return dict(store.dedup.groups_of([int(d) for d in doc_ids]))
 
 
 def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: int = 200,
@@ -58,14 +59,14 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
     if (strategy == "disagree") != (other is not None):
         raise InputError("--strategy disagree needs --other HEAD (the second head), and "
                          "--other is only for disagree")
-    names = store.known_heads()
+    names = store.reviews.known_heads()
     for name in (head, other):
-        if name is not None and store.head_info(name) is None:
+        if name is not None and store.reviews.head_info(name) is None:
             raise InputError(f"head '{name}' has not annotated this store (known: "
                              f"{', '.join(names) or 'none'}); run `bertindex annotate --heads "
                              f"{name}=DIR` first")
-    allowed = store.filter_doc_ids(collection, where)
-    c = store.review_candidates(head, allowed, other)
+    allowed = store.filters.doc_ids(collection, where)
+    c = store.reviews.candidates(head, allowed, other)
     if strategy == "uncertain":
         order = st.uncertain_order(c.top)
     elif strategy == "margin":
@@ -85,7 +86,7 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
         wanted = st.collapse_groups(part, dedup_groups(store, part))
         if len(wanted) >= n:
             break
-    rows = store.review_export_rows(head, wanted[:n])
+    rows = store.reviews.export_rows(head, wanted[:n])
     for row in rows:
         row.update(head=head, label="")
     return rows
@@ -183,9 +184,9 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
     Returns:
         The summary; nothing is written when no row is good.
     """
-    info = store.head_info(head)
+    info = store.reviews.head_info(head)
     if info is None:
-        known = ", ".join(store.known_heads()) or "none"
+        known = ", ".join(store.reviews.known_heads()) or "none"
         raise InputError(f"head '{head}' has not annotated this store (known: {known}); run "
                          f"`bertindex annotate --heads {head}=DIR` first, or fix --head")
     if not capabilities(info.task).reviewable:
@@ -200,7 +201,7 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
         item = _check_row(raw, head, info.label_names, collection, who, now, summary)
         if item is not None:
             checked.append(item)
-    found = store.resolve_documents(sorted({(c.collection, c.id) for c in checked},
+    found = store.reviews.resolve_documents(sorted({(c.collection, c.id) for c in checked},
                                                key=lambda k: (k[0] or "", k[1])))
     last: dict[int, tuple[_Checked, str]] = {}
     lines: dict[int, list[int]] = {}
@@ -221,7 +222,7 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
     for doc_id, seen in lines.items():
         if len(seen) > 1:
             summary.duplicates.append({"id": last[doc_id][0].id, "lines": seen, "kept": seen[-1]})
-    current = store.current_labels(head, list(last))
+    current = store.reviews.current_labels(head, list(last))
     new: list[NewReview] = []
     for doc_id, (item, digest) in last.items():
         if current.get(doc_id) == item.label:
@@ -229,7 +230,7 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
             continue
         summary.changed += doc_id in current
         new.append(NewReview(doc_id, item.label, item.reviewer, item.when, digest, source))
-    store.append_reviews(head, new)
+    store.reviews.append(head, new)
     summary.stored = len(new)
     return summary
 
@@ -280,14 +281,14 @@ def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str 
     Raises:
         InputError: unknown head or label, or a document no longer stored.
     """
-    info = store.head_info(head)
+    info = store.reviews.head_info(head)
     if info is None or label not in info.label_names:
         names = info.label_names if info else []
         raise InputError(f"label '{label}' is not one of head '{head}''s labels {names}")
-    digest = store.content_hash_of(doc_id)
+    digest = store.reviews.content_hash_of(doc_id)
     if digest is None:
         raise InputError(f"document {doc_id} is no longer in the store (deleted since)")
     now = utc_now()
-    review = NewReview(doc_id, label, reviewer or who or default_reviewer(), now, digest, "page",
-                       who)
-    return store.append_reviews(head, [review])[0]
+    review = NewReview(doc_id, label, reviewer or who or default_reviewer(), now, digest,
+                       PAGE_SOURCE, who)
+    return store.reviews.append(head, [review])[0]

@@ -53,7 +53,7 @@ def import_reviews(config: Config, path: Path, head: str, collection: str | None
     from indexer.indexing.steps import sync_vector_index
 
     rows = list(read_review_file(path))  # a file that cannot be read at all stops here
-    with Store(config.store.path) as store, store.recorded_run("review") as run:
+    with Store(config.store.path) as store, store.runs.recorded_run("review") as run:
         base = store.data_version()
         summary = import_rows(store, rows, head, Path(path).name, collection, reviewer)
         run.summary = summary.to_dict()

@@ -75,7 +75,7 @@ def collapse_groups(doc_ids: Sequence[int], groups: Mapping[int, int]) -> list[i
     Args:
         doc_ids: candidates, best first.
         groups: doc id -> group id for grouped documents (an ungrouped id is its own group),
-            e.g. what `Store.dedup_groups_of` returns.
+            e.g. what `store.dedup.groups_of` returns.
     Returns:
         `doc_ids` with every later member of an already seen group dropped.
     """

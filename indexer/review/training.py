@@ -34,10 +34,10 @@ def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
     from indexer.heads.classifier.head_type import SentenceExample
 
     with Store(store_path, read_only=True, snapshot=False) as store:
-        if not store.has_reviews() or store.head_info(head) is None:
+        if not store.reviews.has_tables() or store.reviews.head_info(head) is None:
             raise InputError(f"{store_path}: no reviewed labels of head '{head}'; export, label "
                              f"and import some first (`bertindex review export --head {head}`)")
-        rows = store.reviewed_documents(head)
+        rows = store.reviews.reviewed_documents(head)
     unknown = sorted({r[3] for r in rows} - set(data.label_names))
     if unknown:
         raise InputError(f"reviewed labels {unknown} of head '{head}' are not in the data's labels "

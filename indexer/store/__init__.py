@@ -1,26 +1,33 @@
 """Store: the DuckDB file and the only code that speaks SQL.
 
-Public API (import these from `indexer.store`): `Store` (the facade: open, transactions,
-documents, vectors, filters, runs, checks, annotations, reviews), its row types `Hit`,
-`ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`, `HashDiff`,
-`IntegrityCounts`, `SnapshotFacts`, `Run` (what `Store.recorded_run` yields), the review rows
-`HeadInfo`, `Candidates`, `NewReview`, `ReviewRow`; the access tokens' `StoredToken`,
-`read_token_table`, `hash_token`, `new_token`, `scope_allows`, `SCOPES`; `WriterLock`; `content_hash`; `read_snapshot_facts`;
-`new_run_id`; the constants `DB_NAME`, `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the
-report's `TIME_UNITS` and `UNKNOWN` bucket (the provenance keys live in `indexer.provenance`).
-No module of the library, the flows or the surface imports this package's modules or touches
-`Store.con` (tests may, to check them).
+Public API (import these from `indexer.store`): `Store` (a `StoreCore`, which opens the file and
+owns the connection, transactions, bound views, data version, writer lock and snapshots, plus
+one group of tables per concept as attributes: `store.documents`, `store.vectors`,
+`store.reads`, `store.filters`, `store.runs`, `store.counts`, `store.checks`, `store.dedup`,
+`store.trends`, `store.annotations`, `store.reviews`, `store.tokens`, `store.side`), its row
+types `Hit`, `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`,
+`HashDiff`, `IntegrityCounts`, `SnapshotFacts`, `Run` (what `store.runs.recorded_run` yields),
+the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_reviewed_since`
+(a head's live review rows, lock-free); the access tokens' `StoredToken`, `read_token_table`,
+`hash_token`, `new_token`, `scope_allows`, `SCOPES`;
+`WriterLock`; `content_hash`; `read_snapshot_facts`; `new_run_id`; the constants `DB_NAME`,
+`SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
+(the provenance keys live in `indexer.provenance`). No module of the library, the flows or the
+surface imports this package's modules or touches `Store.con` (tests may, to check them).
 
-Modules, one concept each: `store` (the facade, connection, transactions, data version),
-`lock` (writer lock), `schema` (DDL and migrations), `snapshot` (published read-only copies),
-`documents` (content hash and document writes), `side_tables` (annotations, runs, ... by
-name), `vectors` (vectors and provenance), `reads` (documents read back), `filters` (search
-filters as bound SQL), `runs` (run log and status counts), `checks` (integrity), `rows`
-(row dataclasses), `annotations` (labels, entities and the inbox ledger), `reviews` (people's
-labels: the review loop), `tokens` (access tokens, hashed), `dedup` (near-duplicate groups: `Store.dedup_groups_of`), `trends`
-(the report's aggregates), `timefield` (a metadata field read as a time).
+Modules, one concept each: `store` (the Store: the core and its groups), `core` (connection,
+transactions, data version), `lock` (writer lock), `schema` (DDL and migrations), `snapshot`
+(published read-only copies), and one module per group, each a class that holds the core and
+the groups it needs: `documents` (content hash and document writes), `side_tables`
+(annotations, runs, ... by name), `vectors` (vectors and provenance), `reads` (documents read
+back), `filters` (search filters as bound SQL), `runs` (run log), `counts` (status counts),
+`checks` (integrity), `annotations` (labels, entities and the inbox ledger), `reviews` (people's
+labels: the review loop), `tokens` (access tokens, hashed), `dedup` (near-duplicate groups:
+`store.dedup.groups_of`), `trends` (the report's aggregates); `rows` (row dataclasses),
+`timefield` (a metadata field read as a time).
 """
 
+from indexer.store.core import DB_NAME
 from indexer.store.documents import content_hash
 from indexer.store.lock import WriterLock
 from indexer.store.reviews import Candidates, HeadInfo, NewReview, ReviewRow
@@ -39,7 +46,7 @@ from indexer.store.rows import (
 from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.snapshot import read_snapshot_facts
-from indexer.store.store import DB_NAME, Store, read_token_table
+from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
 
@@ -48,5 +55,5 @@ __all__ = [
     "ChunkRows", "DocDigest", "DocRef", "DocText", "HashDiff", "HeadInfo", "Hit",
     "IntegrityCounts", "NewReview", "Run", "SnapshotFacts", "Store", "StoredDoc", "WriterLock",
     "content_hash", "new_run_id", "read_snapshot_facts", "ReviewRow", "SCOPES", "StoredToken",
-    "hash_token", "new_token", "read_token_table", "scope_allows",
+    "hash_token", "new_token", "read_reviewed_since", "read_token_table", "scope_allows",
 ]

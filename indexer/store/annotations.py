@@ -1,6 +1,6 @@
 """Annotations in the store: which documents still need which heads, writing labels and
 entities (one transaction per batch), reading them back for search results, and the inbox
-ledger (`AnnotationTables`, mixed into `Store`). Tables come from schema step 2 in
+ledger (`AnnotationTables`, `store.annotations`). Tables come from schema step 2 in
 `indexer/store/schema.py`. Does not run models (`indexer.annotate.store_pass` does).
 """
 
@@ -9,29 +9,37 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 
-import duckdb
 import pyarrow as pa
 
 from indexer.records import RESULT_TYPES, Annotation, Entity, Label
+from indexer.store.core import StoreCore
+from indexer.store.reviews import ReviewTables
 from indexer.timeutil import utc_now
 
 
 class AnnotationTables:
-    """Store methods for labels, entities and the inbox ledger (mixed into `Store`)."""
+    """Labels, entities and the inbox ledger (`store.annotations`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+        reviews: its review tables (people's labels join search results).
+    """
 
-    def remove_orphan_annotations(self) -> None:
+    def __init__(self, core: StoreCore, reviews: ReviewTables):
+        self.core = core
+        self.reviews = reviews
+
+    def remove_orphans(self) -> None:
         """Drop annotations of documents that no longer exist (deleted since)."""
-        con = self.con
+        con = self.core.con
         for table in (*(rt.table for rt in RESULT_TYPES), "annotated"):
             con.execute(f"DELETE FROM {table} WHERE doc_id NOT IN (SELECT doc_id FROM documents)")
 
-    def has_annotations(self) -> bool:
+    def has_tables(self) -> bool:
         """True when the store has the annotation tables (a store older than schema step 2 has not)."""
-        return bool(self.con.execute(
+        return bool(self.core.scalar(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-            [Label.table]).fetchone()[0])
+            [Label.table]))
 
     def pending_doc_ids(self, versions: dict[str, str], collection: str | None = None
                         ) -> list[int]:
@@ -44,9 +52,9 @@ class AnnotationTables:
         """
         wanted = pa.table({"head": pa.array(list(versions), pa.string()),
                            "head_version": pa.array(list(versions.values()), pa.string())})
-        self.con.register("wanted_heads", wanted)
+        self.core.con.register("wanted_heads", wanted)
         try:
-            rows = self.con.execute(
+            rows = self.core.con.execute(
                 "SELECT d.doc_id FROM documents d WHERE (?::VARCHAR IS NULL OR d.collection = ?) "
                 "AND EXISTS (SELECT 1 FROM wanted_heads w WHERE NOT EXISTS ("
                 "  SELECT 1 FROM annotated a WHERE a.doc_id = d.doc_id AND a.head = w.head"
@@ -55,21 +63,21 @@ class AnnotationTables:
                 [collection, collection],
             ).fetchnumpy()["doc_id"]
         finally:
-            self.con.unregister("wanted_heads")
+            self.core.con.unregister("wanted_heads")
         return [int(d) for d in rows]
 
     def iter_doc_texts(self, doc_ids: Sequence[int], batch_rows: int
                    ) -> Iterator[list[tuple[int, str, str]]]:
         """(doc id, text, content hash) of the given documents, `batch_rows` at a time."""
         for start in range(0, len(doc_ids), batch_rows):
-            with self.bound(doc_ids[start:start + batch_rows]) as wanted:
-                rows = self.con.execute(
+            with self.core.bound(doc_ids[start:start + batch_rows]) as wanted:
+                rows = self.core.con.execute(
                     "SELECT doc_id, text, content_hash FROM documents "
                     f"WHERE doc_id IN {wanted} ORDER BY doc_id").fetchall()
             yield rows
 
-    def write_annotations(self, docs: Sequence[tuple[int, str, str]],
-                          annotations: Sequence[Annotation], versions: dict[str, str]) -> None:
+    def write(self, docs: Sequence[tuple[int, str, str]],
+              annotations: Sequence[Annotation], versions: dict[str, str]) -> None:
         """Replace these documents' annotations by the given heads, in one transaction.
 
         Args:
@@ -82,10 +90,11 @@ class AnnotationTables:
         rows: dict[type, list[dict]] = {rt: [] for rt in RESULT_TYPES}
         for (doc_id, _, _), a in zip(docs, annotations):
             for rt, results in a.results().items():
-                rows[rt].extend(x.table_row(doc_id, versions[x.head]) for x in results)
+                # str(): every result `annotate` makes names its head (None only from `predict`)
+                rows[rt].extend(x.table_row(doc_id, versions[str(x.head)]) for x in results)
         tables = {
-            **{rt.table: pa.Table.from_pylist(found, schema=rt.table_schema)
-               for rt, found in rows.items()},
+            **{rt.table: pa.Table.from_pylist(rows[rt], schema=rt.table_schema)
+               for rt in RESULT_TYPES},
             "annotated": pa.table({
                 "doc_id": pa.array([d for d, _, _ in docs for _ in heads], pa.int64()),
                 "head": pa.array([h for _ in docs for h in heads], pa.string()),
@@ -94,30 +103,32 @@ class AnnotationTables:
                 "annotated_at": pa.array([now] * (len(docs) * len(heads)), pa.timestamp("us")),
             }),
         }
-        con = self.con
-        with self.transaction():
-            for table, rows in tables.items():
-                with self.bound(doc_ids) as batch_docs, self.bound(heads, pa.string()) as ran:
+        con = self.core.con
+        with self.core.transaction():
+            for table, new_rows in tables.items():
+                with (self.core.bound(doc_ids) as batch_docs,
+                      self.core.bound(heads, pa.string()) as ran):
                     con.execute(f"DELETE FROM {table} WHERE doc_id IN {batch_docs} AND head IN {ran}")
-                if rows.num_rows:
-                    con.register("new_rows_view", rows)
+                if new_rows.num_rows:
+                    con.register("new_rows_view", new_rows)
                     con.execute(f"INSERT INTO {table} SELECT * FROM new_rows_view")
                     con.unregister("new_rows_view")
-            self._bump_data_version()  # searches see the labels once a snapshot is published
+            self.core.bump_data_version()  # searches see the labels once a snapshot is published
 
-    def annotations_by_document(self, keys: Sequence[tuple[str, str]]
-                                ) -> dict[tuple[str, str], dict]:
+    def by_document(self, keys: Sequence[tuple[str, str]]
+                    ) -> dict[tuple[str, str], dict]:
         """{(collection, external id): {"labels": [...], "entities": [...]}} for search results,
         plus `reviewed` (people's current labels: head, label, reviewer, reviewed_at) where any;
         empty for a store older than the annotation tables."""
-        if not keys or not self.has_annotations():
+        if not keys or not self.has_tables():
             return {}
-        out: dict[tuple[str, str], dict] = {tuple(k): {"labels": [], "entities": []} for k in keys}
+        out: dict[tuple[str, str], dict] = {(k[0], k[1]): {"labels": [], "entities": []}
+                                            for k in keys}
         if not keys:
             return out
         wanted = pa.table({"collection": pa.array([k[0] for k in keys], pa.string()),
                            "external_id": pa.array([k[1] for k in keys], pa.string())})
-        con = self.con
+        con = self.core.con
         con.register("hit_keys", wanted)
         try:
             base = ("FROM documents d JOIN hit_keys k ON d.collection = k.collection "
@@ -135,7 +146,7 @@ class AnnotationTables:
                 entity = Entity(type=row[3], start=row[4], end=row[5], text=row[6], score=row[7],
                                 head=row[2])
                 out[(row[0], row[1])][Entity.field].append(entity.out_row(row[8]))
-            if self.has_reviews():  # a person's current label per head, only where there is one
+            if self.reviews.has_tables():  # a person's current label per head, where there is one
                 for row in con.execute(
                         "SELECT d.collection, d.external_id, r.head, arg_max(r.label, r.review_id), "
                         "arg_max(r.reviewer, r.review_id), max(r.reviewed_at)::VARCHAR "
@@ -150,23 +161,23 @@ class AnnotationTables:
     # -- inbox ledger ---------------------------------------------------------------------
     def ledger_status(self, content_hash: str) -> str | None:
         """'started', 'done' or None (never seen) for a file's content hash."""
-        row = self.con.execute("SELECT status FROM inbox_ledger WHERE content_hash = ?",
-                                [content_hash]).fetchone()
+        row = self.core.con.execute("SELECT status FROM inbox_ledger WHERE content_hash = ?",
+                                    [content_hash]).fetchone()
         return row[0] if row else None
 
     def ledger_start(self, content_hash: str, path: str, run_id: str) -> None:
         """Record a file as 'started' (committed before any of its work begins)."""
-        self.con.execute(
+        self.core.con.execute(
             "INSERT OR REPLACE INTO inbox_ledger VALUES (?, ?, NULL, 'started', ?, ?, NULL, NULL)",
             [content_hash, path, run_id, utc_now()])
 
     def ledger_done(self, content_hash: str, rows: int, summary: dict) -> None:
-        self.con.execute(
+        self.core.con.execute(
             "UPDATE inbox_ledger SET status = 'done', rows = ?, finished_at = ?, summary = ? "
             "WHERE content_hash = ?",
             [rows, utc_now(), json.dumps(summary, default=str), content_hash])
 
     def ledger_entries(self) -> list[dict]:
-        rows = self.con.execute(
+        rows = self.core.con.execute(
             "SELECT path, content_hash, rows, status FROM inbox_ledger ORDER BY started_at").fetchall()
         return [{"path": r[0], "content_hash": r[1], "rows": r[2], "status": r[3]} for r in rows]

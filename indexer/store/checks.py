@@ -4,9 +4,9 @@ stores are compared by; deleting what no search can reach. Does not look at FAIS
 
 from __future__ import annotations
 
-import duckdb
-
+from indexer.store.core import StoreCore
 from indexer.store.rows import ChunkLayout, DocDigest, DocRef, IntegrityCounts
+from indexer.store.vectors import Vectors
 
 COUNT_DUPLICATE_IDS = ("SELECT count(*) - count(DISTINCT (collection, external_id)) "
                        "FROM documents")
@@ -27,9 +27,16 @@ DELETE_ORPHAN_CHUNKS = f"DELETE FROM chunks WHERE chunk_id IN ({ORPHAN_CHUNKS})"
 
 
 class Checks:
-    """Store methods that check and repair the store's own invariants (mixed into `Store`)."""
+    """The store's own invariants, counted and repaired (`store.checks`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+        vectors: its vectors (provenance: whether any are stored).
+    """
+
+    def __init__(self, core: StoreCore, vectors: Vectors):
+        self.core = core
+        self.vectors = vectors
 
     def integrity_counts(self) -> IntegrityCounts:
         """Count the broken invariants (all 0 in a healthy store).
@@ -38,11 +45,11 @@ class Checks:
             IntegrityCounts: duplicate (collection, id) pairs, chunks whose document is gone,
             vectors whose chunk is gone (0 before the first vector).
         """
-        stray = (self.con.execute(COUNT_STRAY_VECTORS).fetchone()[0]
-                 if self.provenance() is not None else 0)
+        stray = (self.core.scalar(COUNT_STRAY_VECTORS)
+                 if self.vectors.provenance() is not None else 0)
         return IntegrityCounts(
-            duplicate_ids=self.con.execute(COUNT_DUPLICATE_IDS).fetchone()[0],
-            orphan_chunks=self.con.execute(COUNT_ORPHAN_CHUNKS).fetchone()[0],
+            duplicate_ids=self.core.scalar(COUNT_DUPLICATE_IDS),
+            orphan_chunks=self.core.scalar(COUNT_ORPHAN_CHUNKS),
             stray_vectors=stray)
 
     def documents_missing_vectors(self) -> list[DocRef]:
@@ -51,17 +58,17 @@ class Checks:
         Returns:
             DocRefs sorted by collection and id; empty before the first vector.
         """
-        if self.provenance() is None:
+        if self.vectors.provenance() is None:
             return []
-        return [DocRef(*r) for r in self.con.execute(DOCS_WITH_BARE_CHUNKS).fetchall()]
+        return [DocRef(*r) for r in self.core.con.execute(DOCS_WITH_BARE_CHUNKS).fetchall()]
 
     def document_digests(self) -> list[DocDigest]:
         """Every document's identity, content hash and metadata, to compare stores by."""
-        return [DocDigest(*r) for r in self.con.execute(SELECT_DIGESTS).fetchall()]
+        return [DocDigest(*r) for r in self.core.con.execute(SELECT_DIGESTS).fetchall()]
 
     def chunk_layout(self) -> list[ChunkLayout]:
         """Every chunk that has a document, with that document's identity and its span."""
-        return [ChunkLayout(*r) for r in self.con.execute(SELECT_LAYOUT).fetchall()]
+        return [ChunkLayout(*r) for r in self.core.con.execute(SELECT_LAYOUT).fetchall()]
 
     def delete_unreachable(self) -> dict[str, int]:
         """Delete what no search can reach, in one transaction: chunks whose document is gone
@@ -70,12 +77,12 @@ class Checks:
         Returns:
             {"chunks": chunks deleted, "vectors": vectors deleted}.
         """
-        with self.transaction():
+        with self.core.transaction():
             vectors = 0
-            if self.provenance() is not None:
-                vectors = self.con.execute(DELETE_ORPHAN_VECTORS).fetchone()[0]
-                vectors += self.con.execute(DELETE_STRAY_VECTORS).fetchone()[0]
-            chunks = self.con.execute(DELETE_ORPHAN_CHUNKS).fetchone()[0]
+            if self.vectors.provenance() is not None:
+                vectors = self.core.scalar(DELETE_ORPHAN_VECTORS)
+                vectors += self.core.scalar(DELETE_STRAY_VECTORS)
+            chunks = self.core.scalar(DELETE_ORPHAN_CHUNKS)
             if chunks or vectors:
-                self._bump_data_version()
+                self.core.bump_data_version()
         return {"chunks": int(chunks), "vectors": int(vectors)}

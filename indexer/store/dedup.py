@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexer.store.core import StoreCore
 from indexer.store.filters import json_path
 from indexer.store.timefield import DOC_TIMES, SET_UTC
+from indexer.store.vectors import Vectors
 from indexer.timeutil import utc_now
 
 # first chunk (ordinal 0) of each document of a collection: the document's vector. Content
@@ -81,17 +81,23 @@ def _as_matrix(embeddings) -> np.ndarray:
 
 
 class DedupTables:
-    """Store methods over the near-duplicate tables (mixed into `Store`)."""
+    """The near-duplicate tables (`store.dedup`).
 
-    con: duckdb.DuckDBPyConnection
-    path: Path
+    Args:
+        core: the open store.
+        vectors: its vectors (provenance: whether any are stored).
+    """
+
+    def __init__(self, core: StoreCore, vectors: Vectors):
+        self.core = core
+        self.vectors = vectors
 
     # -- what to group ----------------------------------------------------------------------
     def collection_vector_count(self, collection: str) -> int:
         """Stored vectors of a collection's chunks (0 before the first encoder)."""
-        if self.provenance() is None:
+        if self.vectors.provenance() is None:
             return 0
-        return self.con.execute(COUNT_COLLECTION_VECTORS, [collection]).fetchone()[0]
+        return self.core.scalar(COUNT_COLLECTION_VECTORS, [collection])
 
     def first_chunks(self, collection: str, pending_only: bool = False
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -103,17 +109,18 @@ class DedupTables:
         Returns:
             (doc ids ascending, their first chunk ids), int64 and aligned.
         """
+        con = self.core.con
         if pending_only:
-            rows = self.con.execute(PENDING_FIRST_CHUNKS, [collection, collection]).fetchnumpy()
+            rows = con.execute(PENDING_FIRST_CHUNKS, [collection, collection]).fetchnumpy()
         else:
-            rows = self.con.execute(FIRST_CHUNKS, [collection]).fetchnumpy()
+            rows = con.execute(FIRST_CHUNKS, [collection]).fetchnumpy()
         doc_ids, chunk_ids = rows["doc_id"].astype(np.int64), rows["chunk_id"].astype(np.int64)
         order = np.argsort(doc_ids)
         return doc_ids[order], chunk_ids[order]
 
     def seen_first_chunks(self, collection: str) -> np.ndarray:
         """First chunk ids (ascending) of the documents already grouped with their current text."""
-        found = self.con.execute(SEEN_FIRST_CHUNKS, [collection, collection]).fetchnumpy()
+        found = self.core.con.execute(SEEN_FIRST_CHUNKS, [collection, collection]).fetchnumpy()
         return np.sort(found["chunk_id"].astype(np.int64))
 
     def iter_first_vectors(self, collection: str, batch_rows: int = 65536
@@ -123,7 +130,7 @@ class DedupTables:
         Returns:
             (doc ids, chunk ids, float32 (n, dim) vectors) items.
         """
-        reader = self.con.execute(STREAM_FIRST_VECTORS, [collection]).fetch_record_batch(
+        reader = self.core.con.execute(STREAM_FIRST_VECTORS, [collection]).fetch_record_batch(
             batch_rows)
         for rb in reader:
             yield (rb.column(0).to_numpy().astype(np.int64),
@@ -134,8 +141,8 @@ class DedupTables:
         ids = sorted({int(d) for d in doc_ids})
         if not ids:
             return {}
-        with self.bound(ids) as wanted:
-            return dict(self.con.execute(SELECT_TEXTS.format(ids=wanted)).fetchall())
+        with self.core.bound(ids) as wanted:
+            return dict(self.core.con.execute(SELECT_TEXTS.format(ids=wanted)).fetchall())
 
     def iter_texts(self, collection: str, batch_rows: int = 65536
                    ) -> Iterator[tuple[np.ndarray, list[str]]]:
@@ -144,18 +151,18 @@ class DedupTables:
         Returns:
             (doc ids, texts) items, in no particular order.
         """
-        reader = self.con.execute(STREAM_TEXTS, [collection]).fetch_record_batch(batch_rows)
+        reader = self.core.con.execute(STREAM_TEXTS, [collection]).fetch_record_batch(batch_rows)
         for rb in reader:
             yield (rb.column(0).to_numpy().astype(np.int64),
                    [t if t is not None else "" for t in rb.column(1).to_pylist()])
 
     # -- groups ----------------------------------------------------------------------------
-    def has_dedup(self) -> bool:
+    def has_tables(self) -> bool:
         """True when the store has the dedup tables (schema step 3; a snapshot published
         before the upgrade has not)."""
-        return bool(self.con.execute(HAS_DEDUP).fetchone()[0])
+        return bool(self.core.scalar(HAS_DEDUP))
 
-    def dedup_groups_of(self, doc_ids: Iterable[int]) -> dict[int, int]:
+    def groups_of(self, doc_ids: Iterable[int]) -> dict[int, int]:
         """The near-duplicate group of each given document.
 
         The review loop and `search --unique` call this to collapse copies: documents with the
@@ -169,51 +176,52 @@ class DedupTables:
             {doc id: group id}; a group id is the smallest doc id of its group.
         """
         ids = sorted({int(d) for d in doc_ids})
-        if not ids or not self.has_dedup():
+        if not ids or not self.has_tables():
             return {}
-        with self.bound(ids) as wanted:
-            return dict(self.con.execute(SELECT_GROUPS_OF.format(ids=wanted)).fetchall())
+        with self.core.bound(ids) as wanted:
+            return dict(self.core.con.execute(SELECT_GROUPS_OF.format(ids=wanted)).fetchall())
 
-    def dedup_group_sizes(self, group_ids: Iterable[int]) -> dict[int, int]:
+    def group_sizes(self, group_ids: Iterable[int]) -> dict[int, int]:
         """{group id: number of members} of the given groups."""
         ids = sorted({int(g) for g in group_ids})
-        if not ids or not self.has_dedup():
+        if not ids or not self.has_tables():
             return {}
-        with self.bound(ids) as wanted:
-            return dict(self.con.execute(SELECT_GROUP_SIZES.format(ids=wanted)).fetchall())
+        with self.core.bound(ids) as wanted:
+            return dict(self.core.con.execute(SELECT_GROUP_SIZES.format(ids=wanted)).fetchall())
 
-    def dedup_group_counts(self, collection: str, min_size: int) -> tuple[int, int]:
+    def group_counts(self, collection: str, min_size: int) -> tuple[int, int]:
         """(groups of at least `min_size` members, documents in them) of a collection."""
-        if not self.has_dedup():
+        if not self.has_tables():
             return 0, 0
-        groups, docs = self.con.execute(COUNT_GROUPS, [collection, min_size]).fetchone()
+        row = self.core.con.execute(COUNT_GROUPS, [collection, min_size]).fetchone()
+        groups, docs = row if row is not None else (0, 0)
         return int(groups), int(docs)
 
-    def dedup_state(self, collection: str) -> dict | None:
+    def state(self, collection: str) -> dict | None:
         """A collection's grouping parameters and last run; None before its first run."""
-        if not self.has_dedup():
+        if not self.has_tables():
             return None
-        row = self.con.execute(SELECT_STATE, [collection]).fetchone()
+        row = self.core.con.execute(SELECT_STATE, [collection]).fetchone()
         if row is None:
             return None
         return {"threshold": row[0], "min_jaccard": row[1], "min_size": row[2],
                 "neighbours": row[3], "built_at": row[4], "updated_at": row[5],
                 "summary": json.loads(row[6]) if row[6] else {}}
 
-    def dedup_collections(self) -> list[str]:
+    def collections(self) -> list[str]:
         """Collections grouped at least once."""
-        if not self.has_dedup():
+        if not self.has_tables():
             return []
-        return [r[0] for r in self.con.execute(SELECT_COLLECTIONS).fetchall()]
+        return [r[0] for r in self.core.con.execute(SELECT_COLLECTIONS).fetchall()]
 
-    def last_dedup_at(self) -> datetime | None:
+    def last_at(self) -> datetime | None:
         """When any collection's groups were last brought up to date (None: never)."""
-        if not self.has_dedup():
+        if not self.has_tables():
             return None
-        return self.con.execute(SELECT_LAST_DEDUP).fetchone()[0]
+        return self.core.scalar(SELECT_LAST_DEDUP)
 
-    def write_dedup(self, collection: str, doc_ids: Sequence[int], group_ids: Sequence[int],
-                    regroup: dict[int, int], full: bool, state: dict) -> None:
+    def write(self, collection: str, doc_ids: Sequence[int], group_ids: Sequence[int],
+              regroup: dict[int, int], full: bool, state: dict) -> None:
         """Store one grouping run in one transaction.
 
         Args:
@@ -229,37 +237,37 @@ class DedupTables:
         members = pa.table({"doc_id": pa.array(ids, pa.int64()),
                             "group_id": pa.array(np.asarray(group_ids, dtype=np.int64),
                                                  pa.int64())})
-        previous = self.dedup_state(collection)
+        previous = self.state(collection)
         built = now if full or previous is None else previous["built_at"]
-        with self.transaction():
+        with self.core.transaction():
             if full:
-                self.con.execute(DELETE_COLLECTION_MEMBERS, [collection])
+                self.core.con.execute(DELETE_COLLECTION_MEMBERS, [collection])
             else:
-                with self.bound(ids) as wanted:
-                    self.con.execute(DELETE_MEMBERS_OF.format(ids=wanted))
+                with self.core.bound(ids) as wanted:
+                    self.core.con.execute(DELETE_MEMBERS_OF.format(ids=wanted))
             if regroup:
                 moves = pa.table({"old_group": pa.array(list(regroup), pa.int64()),
                                   "new_group": pa.array(list(regroup.values()), pa.int64())})
-                self.con.register("dedup_regroup", moves)
+                self.core.con.register("dedup_regroup", moves)
                 try:
-                    self.con.execute(REGROUP.format(view="dedup_regroup"), [collection])
+                    self.core.con.execute(REGROUP.format(view="dedup_regroup"), [collection])
                 finally:
-                    self.con.unregister("dedup_regroup")
+                    self.core.con.unregister("dedup_regroup")
             if len(ids):
-                self.con.register("dedup_new_members", members)
+                self.core.con.register("dedup_new_members", members)
                 try:
-                    self.con.execute(INSERT_MEMBERS.format(view="dedup_new_members"),
-                                     [collection, now])
+                    self.core.con.execute(INSERT_MEMBERS.format(view="dedup_new_members"),
+                                          [collection, now])
                 finally:
-                    self.con.unregister("dedup_new_members")
-            self.con.execute(UPSERT_STATE, [
+                    self.core.con.unregister("dedup_new_members")
+            self.core.con.execute(UPSERT_STATE, [
                 collection, state["threshold"], state["min_jaccard"], state["min_size"],
                 state["neighbours"], built, now, json.dumps(state.get("summary", {}),
                                                             default=str)])
-            self._bump_data_version()  # `search --unique` sees the groups once published
+            self.core.bump_data_version()  # `search --unique` sees the groups once published
 
-    def dedup_groups(self, collection: str, min_size: int = 2, limit: int = 100,
-                     time_field: str | None = None, members: int = 50) -> list[dict]:
+    def groups(self, collection: str, min_size: int = 2, limit: int = 100,
+               time_field: str | None = None, members: int = 50) -> list[dict]:
         """The largest groups of a collection, with what a reader needs to judge them.
 
         Args:
@@ -273,9 +281,10 @@ class DedupTables:
             document's text), representative_id, members (external ids, first `members`),
             labels ({head: {label: count}}), largest first.
         """
-        if not self.has_dedup():
+        if not self.has_tables():
             return []
-        groups = self.con.execute(SELECT_GROUPS, [collection, max(1, min_size), limit]).fetchall()
+        groups = self.core.con.execute(SELECT_GROUPS, [collection, max(1, min_size), limit]
+                                       ).fetchall()
         if not groups:
             return []
         every = sorted({int(d) for g in groups for d in g[3]})
@@ -283,7 +292,8 @@ class DedupTables:
         labels = self._member_labels(every)
         out = []
         for group_id, size, first_doc, doc_ids in groups:
-            seen = [info[d][2] for d in doc_ids if info.get(d) and info[d][2] is not None]
+            times = (info[d][2] for d in doc_ids if d in info)
+            seen = [t for t in times if t is not None]
             counts: dict[str, dict[str, int]] = {}
             for d in doc_ids:
                 for head, label in labels.get(d, ()):
@@ -307,16 +317,16 @@ class DedupTables:
         times = DOC_TIMES if time_field else "SELECT NULL::BIGINT AS doc_id, NULL::TIMESTAMP AS t"
         params = [json_path(time_field), collection, collection] if time_field else []
         if time_field:
-            self.con.execute(SET_UTC)
-        with self.bound(doc_ids) as wanted:
-            rows = self.con.execute(SELECT_MEMBER_INFO.format(times=times).format(ids=wanted),
-                                    params).fetchall()
+            self.core.con.execute(SET_UTC)
+        with self.core.bound(doc_ids) as wanted:
+            rows = self.core.con.execute(SELECT_MEMBER_INFO.format(times=times).format(ids=wanted),
+                                         params).fetchall()
         return {r[0]: (r[1], r[2], r[4] if r[4] is not None else r[3]) for r in rows}
 
     def _member_labels(self, doc_ids: list[int]) -> dict[int, list[tuple[str, str]]]:
         out: dict[int, list[tuple[str, str]]] = {}
-        with self.bound(doc_ids) as wanted:
-            for doc_id, head, label in self.con.execute(
+        with self.core.bound(doc_ids) as wanted:
+            for doc_id, head, label in self.core.con.execute(
                     SELECT_MEMBER_LABELS.format(ids=wanted)).fetchall():
                 out.setdefault(doc_id, []).append((head, label))
         return out

@@ -9,13 +9,15 @@ import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from indexer.faults import crash_point
 from indexer.ingest.readers import Record, Rejected
+from indexer.store.core import StoreCore
 from indexer.store.rows import ChunkRows, StoredDoc
+from indexer.store.side_tables import SideTables
+from indexer.store.vectors import Vectors
 from indexer.timeutil import utc_now
 
 SEQUENCES = ("doc_ids", "chunk_ids")
@@ -65,9 +67,18 @@ def to_json(value: object) -> str:
 
 
 class DocumentWrites:
-    """Store methods that add, change, delete and stream documents (mixed into `Store`)."""
+    """Document writes: add, change, delete, and stream documents back out (`store.documents`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+        vectors: its vectors (provenance: whether any are stored).
+        side: its side tables (rows of deleted documents go too).
+    """
+
+    def __init__(self, core: StoreCore, vectors: Vectors, side: SideTables):
+        self.core = core
+        self.vectors = vectors
+        self.side = side
 
     def existing(self, collection: str, external_ids: Sequence[str]) -> dict[str, StoredDoc]:
         """The stored documents among `external_ids`.
@@ -80,8 +91,8 @@ class DocumentWrites:
         """
         if not external_ids:
             return {}
-        with self.bound(list(external_ids), pa.string()) as ids:
-            rows = self.con.execute(SELECT_EXISTING.format(ids=ids), [collection]).fetchall()
+        with self.core.bound(list(external_ids), pa.string()) as ids:
+            rows = self.core.con.execute(SELECT_EXISTING.format(ids=ids), [collection]).fetchall()
         return {r[0]: StoredDoc(r[1], r[2], r[3]) for r in rows}
 
     def next_ids(self, sequence: str, count: int) -> list[int]:
@@ -97,7 +108,7 @@ class DocumentWrites:
             return []
         if sequence not in SEQUENCES:
             raise ValueError(f"unknown sequence {sequence!r}; choose one of {', '.join(SEQUENCES)}")
-        rows = self.con.execute(NEXT_IDS.format(sequence=sequence), [count]).fetchall()
+        rows = self.core.con.execute(NEXT_IDS.format(sequence=sequence), [count]).fetchall()
         return [r[0] for r in rows]
 
     def write_batch(
@@ -124,12 +135,12 @@ class DocumentWrites:
         """
         now = utc_now()
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
-        con = self.con
-        with self.transaction():
+        con = self.core.con
+        with self.core.transaction():
             removed: list[int] = []
             if changed_docs:
                 removed = self._chunks_of([d for d, _, _ in changed_docs])
-                with self.bound(removed) as old_chunks:
+                with self.core.bound(removed) as old_chunks:
                     con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
                     con.execute(DELETE_CHUNKS.format(ids=old_chunks))
                 con.executemany(UPDATE_DOCUMENT, [
@@ -138,21 +149,21 @@ class DocumentWrites:
                 con.executemany(UPDATE_METADATA,
                                 [[to_json(r.metadata), d] for d, r in metadata_updates])
             if new_docs:
-                self._insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
+                self.core.insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
             if chunk_ids:
                 chunk_table, vector_table = _chunk_tables(chunk_ids, chunks)
-                self._insert_view(INSERT_CHUNKS, chunk_table)
-                self._insert_view(INSERT_VECTORS, vector_table)
+                self.core.insert_view(INSERT_CHUNKS, chunk_table)
+                self.core.insert_view(INSERT_VECTORS, vector_table)
             if rejected:
                 con.executemany(INSERT_REJECTED, [
                     [run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected])
             if new_docs or changed_docs or metadata_updates or chunk_ids:
-                self._bump_data_version()
+                self.core.bump_data_version()
             crash_point("batch.before_commit")
         crash_point("batch.after_commit")
         return chunk_ids, removed
 
-    def delete_documents(
+    def delete(
         self, collection: str, external_ids: Sequence[str] | None = None,
         keep: Sequence[str] | None = None,
     ) -> tuple[list[str], list[int]]:
@@ -168,17 +179,18 @@ class DocumentWrites:
         """
         if (external_ids is None) == (keep is None):
             raise ValueError("pass exactly one of external_ids and keep")
-        listed = list(external_ids if external_ids is not None else keep)
+        listed = list(external_ids) if external_ids is not None else list(keep or ())
         member = "IN" if external_ids is not None else "NOT IN"
-        with self.transaction():
-            with self.bound(listed, pa.string()) as ids:
-                rows = self.con.execute(SELECT_DOCS_BY_EXTERNAL_ID.format(member=member, ids=ids),
-                                        [collection]).fetchall()
+        with self.core.transaction():
+            with self.core.bound(listed, pa.string()) as ids:
+                rows = self.core.con.execute(
+                    SELECT_DOCS_BY_EXTERNAL_ID.format(member=member, ids=ids), [collection]
+                ).fetchall()
             doc_ids = [r[0] for r in rows]
             removed: list[int] = []
             if doc_ids:
                 removed = self._delete_docs(doc_ids)  # annotations of deleted documents too
-                self._bump_data_version()
+                self.core.bump_data_version()
             crash_point("delete.before_commit")
         return sorted(r[1] for r in rows), removed
 
@@ -192,9 +204,9 @@ class DocumentWrites:
         """
         if not doc_ids:
             return []
-        with self.transaction():
+        with self.core.transaction():
             removed = self._delete_docs([int(d) for d in doc_ids])
-            self._bump_data_version()
+            self.core.bump_data_version()
         return removed
 
     def iter_documents(self, batch_rows: int = 2048, exclude: Iterable[int] = ()
@@ -208,15 +220,14 @@ class DocumentWrites:
             (collection, [(doc id, record, content hash)]) items in doc id order, one
             collection per item: what `write_batch` takes as `new_docs`.
         """
-        with self.bound(sorted(exclude)) as skip:
-            reader = self.con.execute(
+        with self.core.bound(sorted(exclude)) as skip:
+            reader = self.core.con.execute(
                 SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)).fetch_record_batch(batch_rows)
             pending: list = []
-            current = None
+            current = ""  # the collection of `pending`
             for rb in reader:
                 for row in rb.to_pylist():
-                    if current is not None and (row["collection"] != current
-                                                or len(pending) >= batch_rows):
+                    if pending and (row["collection"] != current or len(pending) >= batch_rows):
                         yield current, pending
                         pending = []
                     current = row["collection"]
@@ -234,35 +245,27 @@ class DocumentWrites:
             max_doc_id: the highest doc id in use.
         """
         drop, create = RESTART_DOC_IDS
-        self.con.execute(drop)
-        self.con.execute(create.format(start=int(max_doc_id) + 1))  # an int: nothing else reaches the SQL
+        con = self.core.con
+        con.execute(drop)
+        con.execute(create.format(start=int(max_doc_id) + 1))  # an int: nothing else reaches the SQL
 
     # -- helpers (inside the caller's transaction) -------------------------------------------
     def _chunks_of(self, doc_ids: Sequence[int]) -> list[int]:
-        with self.bound(doc_ids) as ids:
-            found = self.con.execute(SELECT_CHUNKS_OF_DOCS.format(ids=ids)).fetchnumpy()
+        with self.core.bound(doc_ids) as ids:
+            found = self.core.con.execute(SELECT_CHUNKS_OF_DOCS.format(ids=ids)).fetchnumpy()
         return found["chunk_id"].astype(np.int64).tolist()
 
     def _delete_docs(self, doc_ids: list[int]) -> list[int]:
         """Delete documents with their chunks, vectors and side rows; returns the chunk ids."""
         removed = self._chunks_of(doc_ids)
-        if removed and self.provenance() is not None:
-            with self.bound(removed) as chunk_ids:
-                self.con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=chunk_ids))
-        with self.bound(doc_ids) as ids:
-            self.con.execute(DELETE_CHUNKS_OF_DOCS.format(ids=ids))
-            self._delete_side_rows(ids)
-            self.con.execute(DELETE_DOCUMENTS.format(ids=ids))
+        if removed and self.vectors.provenance() is not None:
+            with self.core.bound(removed) as chunk_ids:
+                self.core.con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=chunk_ids))
+        with self.core.bound(doc_ids) as ids:
+            self.core.con.execute(DELETE_CHUNKS_OF_DOCS.format(ids=ids))
+            self.side.delete_rows(ids)
+            self.core.con.execute(DELETE_DOCUMENTS.format(ids=ids))
         return removed
-
-    def _insert_view(self, statement: str, table: pa.Table) -> None:
-        """INSERT … SELECT * FROM an Arrow table registered for the statement only."""
-        name = f"insert_view_{next(self._bound_views)}"
-        self.con.register(name, table)
-        try:
-            self.con.execute(statement.format(view=name))
-        finally:
-            self.con.unregister(name)
 
 
 def _documents_table(collection: str, docs: list[tuple[int, Record, str]], now: datetime

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import duckdb
 import numpy as np
+
+from indexer.store.core import StoreCore
 
 CHUNKS_PASSING = ("SELECT c.chunk_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
                   "WHERE {clauses}")
@@ -103,11 +104,16 @@ def filter_clauses(prefix: str, collection: str | None, where: Sequence[tuple[st
 
 
 class Filters:
-    """Store methods that apply search filters (mixed into `Store`)."""
+    """Search filters as bound SQL over the documents (`store.filters`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
 
-    def filter_chunk_ids(
+    def __init__(self, core: StoreCore):
+        self.core = core
+
+    def chunk_ids(
         self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
         labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
         human: bool = False,
@@ -127,25 +133,29 @@ class Filters:
         return self._passing(CHUNKS_PASSING, "d.", "chunk_id", collection, where, labels, entities,
                              human)
 
-    def filter_doc_ids(
+    def doc_ids(
         self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
         labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
         human: bool = False,
     ) -> np.ndarray | None:
-        """Doc ids that pass every filter (arguments as `filter_chunk_ids`).
+        """Doc ids that pass every filter (arguments as `chunk_ids`).
 
         Returns:
             int64 doc ids; None when there is no filter.
         """
         return self._passing(DOCS_PASSING, "", "doc_id", collection, where, labels, entities, human)
 
-    def _passing(self, statement: str, prefix: str, column: str, *filters) -> np.ndarray | None:
+    def _passing(self, statement: str, prefix: str, column: str, collection: str | None,
+                 where: Sequence[tuple[str, str]], labels: Sequence[tuple[str, str]],
+                 entities: Sequence[tuple[str, str | None]], human: bool = False
+                 ) -> np.ndarray | None:
         """Ids (`column`) that `statement` returns under the filters; None without a filter."""
-        reviews = bool(filters[2]) and bool(self.con.execute(HAS_REVIEWS).fetchone()[0])
-        clauses = filter_clauses(prefix, *filters, reviews=reviews)
+        reviews = bool(labels) and bool(self.core.scalar(HAS_REVIEWS))
+        clauses = filter_clauses(prefix, collection, where, labels, entities, human,
+                                 reviews=reviews)
         if clauses is None:
             return None
-        rows = self.con.execute(statement.format(clauses=clauses.sql), clauses.params)
+        rows = self.core.con.execute(statement.format(clauses=clauses.sql), clauses.params)
         return rows.fetchnumpy()[column].astype(np.int64)
 
     def facet_counts(
@@ -153,7 +163,7 @@ class Filters:
         labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
     ) -> dict:
         """Documents per collection, per (head, label) and per entity type, among the documents
-        that pass the filters (arguments as `filter_chunk_ids`; the collection count ignores
+        that pass the filters (arguments as `chunk_ids`; the collection count ignores
         `collection` so every collection stays choosable).
 
         Returns:
@@ -169,22 +179,22 @@ class Filters:
 
         sql, params = passing(False)
         out: dict = {"collections": {}, "labels": {}, "entities": {}}
-        for name, count in self.con.execute(
+        for name, count in self.core.con.execute(
                 "SELECT collection, count(*) FROM documents WHERE doc_id IN "
                 f"({sql}) GROUP BY collection ORDER BY collection", params).fetchall():
             out["collections"][name] = int(count)
-        tables = {row[0] for row in self.con.execute(
+        tables = {row[0] for row in self.core.con.execute(
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_name IN ('annotations', 'entities')").fetchall()}
         sql, params = passing(True)
         if "annotations" in tables:
-            for head, label, count in self.con.execute(
+            for head, label, count in self.core.con.execute(
                     "SELECT head, label, count(DISTINCT doc_id) FROM annotations WHERE doc_id IN "
                     f"({sql}) GROUP BY head, label ORDER BY head, count(DISTINCT doc_id) DESC, "
                     "label", params).fetchall():
                 out["labels"].setdefault(head, {})[label] = int(count)
         if "entities" in tables:
-            for kind, count in self.con.execute(
+            for kind, count in self.core.con.execute(
                     "SELECT type, count(DISTINCT doc_id) FROM entities WHERE doc_id IN "
                     f"({sql}) GROUP BY type ORDER BY count(DISTINCT doc_id) DESC, type",
                     params).fetchall():

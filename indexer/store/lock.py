@@ -6,34 +6,48 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from indexer.errors import StoreError
 
 LOCK_FILE = "writer.lock"
+# How long a writer waits for the lock before it is refused: longer than the brief writes a
+# server makes (a page label, a token's last use: milliseconds), far shorter than a run. So a
+# `token revoke` or `review import` never fails because a page was being used, and a second
+# `index` still learns at once (in 2 s) that another run holds the store.
+WAIT_S = 2.0
+_POLL_S = 0.05
 
 
 class WriterLock:
     """The store's single-writer lock: held by every writing Store, and by `reindex` and
     `doctor` across work done with no writing Store open.
 
-    A second writer is refused at once (never queued): the error names the store and the
-    process holding it (pid, command, start time, written into the lock file). Released by the
-    kernel when the holder dies, SIGKILL included.
+    A second writer waits at most `wait_s` (never queued behind a run): then the error names the
+    store and the process holding it (pid, command, start time, written into the lock file).
+    Released by the kernel when the holder dies, SIGKILL included.
 
     Args:
         store_dir: the store directory (must exist).
+        wait_s: how long to retry a held lock before refusing.
     """
 
-    def __init__(self, store_dir: Path):
+    def __init__(self, store_dir: Path, wait_s: float = WAIT_S):
         import fcntl
 
         self.path = Path(store_dir) / LOCK_FILE
         self._fh = open(self.path, "a+")  # noqa: SIM115  (held open: the lock lives with it)
-        try:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() < deadline:
+                    time.sleep(_POLL_S)
+                    continue
             self._fh.close()
             raise StoreError(
                 f"store {store_dir} is being written by another bertindex process "

@@ -8,12 +8,12 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexer.store.core import StoreCore
 from indexer.store.rows import DocText, HashDiff, Hit
-from indexer.store.runs import COUNT_DOCUMENTS
+from indexer.store.schema import COUNT_DOCUMENTS
 
 SELECT_CHUNK_HITS = (
     "SELECT c.chunk_id, d.doc_id, d.collection, d.external_id, d.title, d.text, d.metadata, "
@@ -44,7 +44,7 @@ SMALL_ID_LIST = 256  # up to this many ids are written into the SQL as a literal
 @contextlib.contextmanager
 def _id_list(store, ids: list[int]) -> Iterator[tuple[str, list]]:
     """(SQL for `x IN ...`, its parameters) for int ids: a short list (a search's hits) as a
-    literal list, a long one as a registered Arrow view (`Store.bound`)."""
+    literal list, a long one as a registered Arrow view (`StoreCore.bound`)."""
     if len(ids) <= SMALL_ID_LIST:
         yield "(" + ",".join(str(int(i)) for i in ids) + ")", []
         return
@@ -61,9 +61,14 @@ def _metadata(text: str | None) -> dict:
 
 
 class DocumentReads:
-    """Store methods that read documents back (mixed into `Store`)."""
+    """Documents and hits read back (`store.reads`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
+
+    def __init__(self, core: StoreCore):
+        self.core = core
 
     def fetch_hits(self, chunk_ids: Sequence[int]) -> dict[int, Hit]:
         """The documents behind chunk ids, with each chunk's span.
@@ -76,7 +81,7 @@ class DocumentReads:
         if not len(chunk_ids):
             return {}
         with _id_list(self, [int(i) for i in chunk_ids]) as (ids, params):
-            rows = self.con.execute(SELECT_CHUNK_HITS.format(ids=ids), params).fetchall()
+            rows = self.core.con.execute(SELECT_CHUNK_HITS.format(ids=ids), params).fetchall()
         return {r[0]: Hit(r[0], r[1], r[2], r[3], r[4], r[5], _metadata(r[6]), r[7], r[8])
                 for r in rows}
 
@@ -91,7 +96,7 @@ class DocumentReads:
         if not len(doc_ids):
             return {}
         with _id_list(self, [int(d) for d in doc_ids]) as (ids, params):
-            rows = self.con.execute(SELECT_DOCUMENT_HITS.format(ids=ids), params).fetchall()
+            rows = self.core.con.execute(SELECT_DOCUMENT_HITS.format(ids=ids), params).fetchall()
         return {r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], _metadata(r[5]), 0, len(r[4]))
                 for r in rows}
 
@@ -105,13 +110,13 @@ class DocumentReads:
         """
         if not len(doc_ids):
             return []
-        with self.bound([int(d) for d in doc_ids]) as ids:
-            rows = self.con.execute(SELECT_TEXTS.format(ids=ids)).fetchall()
+        with self.core.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.core.con.execute(SELECT_TEXTS.format(ids=ids)).fetchall()
         return [DocText(*r) for r in rows]
 
     def document_hashes(self) -> dict[int, str]:
         """doc id -> content hash of every stored document."""
-        table = self.con.execute(SELECT_HASHES).fetch_arrow_table()
+        table = self.core.con.execute(SELECT_HASHES).fetch_arrow_table()
         return dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist()))
 
     def document_hash_batches(self, batch_rows: int = 65536) -> pa.RecordBatchReader:
@@ -122,7 +127,7 @@ class DocumentReads:
         Returns:
             A reader of record batches with columns doc_id and content_hash.
         """
-        return self.con.execute(SELECT_HASHES).fetch_record_batch(batch_rows)
+        return self.core.con.execute(SELECT_HASHES).fetch_record_batch(batch_rows)
 
     def diff_hashes(self, manifest: Path) -> HashDiff:
         """The stored documents against a manifest of what an index holds, joined inside
@@ -134,11 +139,11 @@ class DocumentReads:
         Returns:
             HashDiff: doc ids new to the index, changed since, and gone from the store.
         """
-        documents = self.con.execute(COUNT_DOCUMENTS).fetchone()[0]
+        documents = self.core.scalar(COUNT_DOCUMENTS)
         if not Path(manifest).is_file():
-            ids = self.con.execute(SELECT_DOC_IDS).fetchnumpy()["doc_id"]
+            ids = self.core.con.execute(SELECT_DOC_IDS).fetchnumpy()["doc_id"]
             return HashDiff(documents, _ids(ids), _ids([]), _ids([]))
-        rows = self.con.execute(SELECT_NEW_OR_CHANGED, [str(manifest)]).fetchnumpy()
-        gone = self.con.execute(SELECT_GONE, [str(manifest)]).fetchnumpy()["doc_id"]
+        rows = self.core.con.execute(SELECT_NEW_OR_CHANGED, [str(manifest)]).fetchnumpy()
+        gone = self.core.con.execute(SELECT_GONE, [str(manifest)]).fetchnumpy()["doc_id"]
         ids, is_new = _ids(rows["doc_id"]), np.asarray(rows["is_new"], dtype=bool)
         return HashDiff(documents, ids[is_new], ids[~is_new], _ids(gone))

@@ -2,7 +2,7 @@
 the candidates a review export ranks, appending reviewed labels (never replacing a row) and
 reading the current ones back and the history. Tables come from schema step 4 in
 `indexer/store/schema.py` (`reviews.who`, the token a page label came with: step 5).
-Does not rank or parse files (`indexer.review`). `ReviewTables` is mixed into `Store`.
+Does not rank or parse files (`indexer.review`). `ReviewTables` is `store.reviews`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexer.store.core import StoreCore
 from indexer.timeutil import utc_now
 
 RECORD_HEAD = "INSERT OR REPLACE INTO review_heads VALUES (?, ?, ?, ?, ?, ?)"
@@ -45,7 +47,13 @@ SELECT_DOCS_BY_KEY = (
     "AND (k.collection IS NULL OR d.collection = k.collection)")
 NEXT_REVIEW_ID = "SELECT coalesce(max(review_id), 0) FROM reviews"
 INSERT_REVIEWS = "INSERT INTO reviews SELECT * FROM {view}"
-DELETE_REVIEW = "DELETE FROM reviews WHERE review_id = ? AND head = ?"
+PAGE_SOURCE = "page"  # `source` of a label stored from the review page (`review_page.py`)
+# only a page row, and only by the same token name (NULL without tokens): an imported row or
+# another person's is never removed here
+_OWN_PAGE_ROW = "review_id = ? AND head = ? AND source = ? AND who IS NOT DISTINCT FROM ?"
+DELETE_PAGE_REVIEW = f"DELETE FROM reviews WHERE {_OWN_PAGE_ROW}"
+COUNT_PAGE_REVIEW = f"SELECT count(*) FROM reviews WHERE {_OWN_PAGE_ROW}"
+REVIEWED_IDS = "SELECT DISTINCT doc_id FROM reviews WHERE head = ?"
 COUNT_REVIEWS = "SELECT count(*) FROM reviews WHERE head = ?"
 SELECT_REVIEWED = (
     "SELECT c.doc_id, d.external_id, d.text, c.label, c.content_hash = d.content_hash AS fresh "
@@ -120,34 +128,46 @@ class ReviewRow:
 
 
 class ReviewTables:
-    """Store methods for people's labels and the heads they are checked against (mixed into `Store`)."""
+    """People's labels and the heads they are checked against (`store.reviews`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
 
-    def has_reviews(self) -> bool:
+    def __init__(self, core: StoreCore):
+        self.core = core
+
+    def has_tables(self) -> bool:
         """True when the store has the review tables (schema step 4)."""
-        return bool(self.con.execute(HAS_TABLE, ["reviews"]).fetchone()[0])
+        return bool(self.core.scalar(HAS_TABLE, ["reviews"]))
+
+    def reviewed_ids(self, head: str) -> set[int]:
+        """The documents a person has labelled for `head`."""
+        if not self.has_tables():
+            return set()
+        return {r[0] for r in self.core.con.execute(REVIEWED_IDS, [head]).fetchall()}
 
     def record_heads(self, heads: Sequence[tuple[str, str, list[str], str, str]]) -> None:
         """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
-        if not self.has_reviews():
+        if not self.has_tables():
             return
         now = utc_now()
         for name, task, names, path, version in heads:
-            self.con.execute(RECORD_HEAD, [name, task, json.dumps(list(names)), path, version, now])
+            self.core.con.execute(RECORD_HEAD,
+                                  [name, task, json.dumps(list(names)), path, version, now])
 
     def head_info(self, head: str) -> HeadInfo | None:
-        """What `annotate` recorded of `head`; None when it never ran over this self."""
-        row = self.con.execute(SELECT_HEAD, [head]).fetchone()
+        """What `annotate` recorded of `head`; None when it never ran over this store."""
+        row = self.core.con.execute(SELECT_HEAD, [head]).fetchone()
         if row is None:
             return None
         return HeadInfo(row[0], json.loads(row[1]), row[2], row[3])
 
     def known_heads(self) -> list[str]:
         """Names of the heads `annotate` recorded, sorted."""
-        return [r[0] for r in self.con.execute(SELECT_HEADS).fetchall()]
+        return [r[0] for r in self.core.con.execute(SELECT_HEADS).fetchall()]
 
-    def review_candidates(self, head: str, allowed: np.ndarray | None, other: str | None = None
+    def candidates(self, head: str, allowed: np.ndarray | None, other: str | None = None
                    ) -> Candidates:
         """Documents `head` labelled and no person has reviewed for it.
 
@@ -156,8 +176,8 @@ class ReviewTables:
             allowed: doc ids passing the export's filters (None: every document).
             other: a second head whose label and probability come along (`disagree`).
         """
-        con = self.con
-        with self.bound([] if allowed is None else allowed) as ids:
+        con = self.core.con
+        with self.core.bound([] if allowed is None else allowed) as ids:
             sql = SELECT_CANDIDATES.format(allowed="" if allowed is None else ALLOWED_IN.format(ids=ids))
             t = con.execute(sql, [other, head, head]).fetch_arrow_table()
         def floats(name: str) -> np.ndarray:
@@ -170,12 +190,12 @@ class ReviewTables:
             other_labels=np.asarray(t.column("other_label").to_pylist(), dtype=object),
             other_top=floats("other_probability"))
 
-    def review_export_rows(self, head: str, doc_ids: Sequence[int]) -> list[dict]:
+    def export_rows(self, head: str, doc_ids: Sequence[int]) -> list[dict]:
         """Documents to review, in the order of `doc_ids`, with the head's label and score."""
         if not len(doc_ids):
             return []
-        with self.bound([int(d) for d in doc_ids]) as ids:
-            rows = self.con.execute(SELECT_EXPORT_ROWS.format(ids=ids), [head]).fetchall()
+        with self.core.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.core.con.execute(SELECT_EXPORT_ROWS.format(ids=ids), [head]).fetchall()
         by_id = {r[0]: r for r in rows}
         out = []
         for doc in doc_ids:
@@ -200,11 +220,11 @@ class ReviewTables:
         table = pa.table({"collection": pa.array([k[0] for k in keys], pa.string()),
                           "external_id": pa.array([k[1] for k in keys], pa.string())})
         name = "review_keys_view"
-        self.con.register(name, table)
+        self.core.con.register(name, table)
         try:
-            rows = self.con.execute(SELECT_DOCS_BY_KEY.format(keys=name)).fetchall()
+            rows = self.core.con.execute(SELECT_DOCS_BY_KEY.format(keys=name)).fetchall()
         finally:
-            self.con.unregister(name)
+            self.core.con.unregister(name)
         for doc_id, collection, external_id, digest in rows:
             for key in ((collection, external_id), (None, external_id)):
                 if key in out and (doc_id, collection, digest) not in out[key]:
@@ -213,20 +233,20 @@ class ReviewTables:
 
     def content_hash_of(self, doc_id: int) -> str | None:
         """A document's content hash; None when it is not stored."""
-        row = self.con.execute("SELECT content_hash FROM documents WHERE doc_id = ?",
-                                [int(doc_id)]).fetchone()
+        row = self.core.con.execute("SELECT content_hash FROM documents WHERE doc_id = ?",
+                                    [int(doc_id)]).fetchone()
         return row[0] if row else None
 
     def current_labels(self, head: str, doc_ids: Sequence[int]) -> dict[int, str]:
         """doc id -> current human label for `head`, for those of `doc_ids` that have one."""
         if not len(doc_ids):
             return {}
-        with self.bound([int(d) for d in doc_ids]) as ids:
-            rows = self.con.execute(f"SELECT doc_id, label FROM ({CURRENT}) WHERE doc_id IN {ids}",
-                                     [head]).fetchall()
+        with self.core.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.core.con.execute(
+                f"SELECT doc_id, label FROM ({CURRENT}) WHERE doc_id IN {ids}", [head]).fetchall()
         return {r[0]: r[1] for r in rows}
 
-    def append_reviews(self, head: str, reviews: Sequence[NewReview]) -> list[int]:
+    def append(self, head: str, reviews: Sequence[NewReview]) -> list[int]:
         """Append human labels in one transaction (searches see them after the next publish).
 
         Returns:
@@ -234,45 +254,66 @@ class ReviewTables:
         """
         if not reviews:
             return []
-        with self.transaction():
-            start = self.con.execute(NEXT_REVIEW_ID).fetchone()[0] + 1
+        with self.core.transaction():
+            start = self.core.scalar(NEXT_REVIEW_ID) + 1
             ids = list(range(start, start + len(reviews)))
             table = pa.Table.from_pylist([
                 {"review_id": i, "doc_id": r.doc_id, "head": head, "label": r.label,
                  "reviewer": r.reviewer, "reviewed_at": r.reviewed_at,
                  "content_hash": r.content_hash, "source": r.source, "who": r.who}
                 for i, r in zip(ids, reviews)], schema=REVIEW_SCHEMA)
-            self._insert_view(INSERT_REVIEWS, table)
-            self._bump_data_version()
+            self.core.insert_view(INSERT_REVIEWS, table)
+            self.core.bump_data_version()
         return ids
 
-    def delete_review(self, head: str, review_id: int) -> bool:
-        """Remove one review row (the page's undo of the label it just stored).
+    def delete(self, head: str, review_id: int, who: str | None = None) -> bool:
+        """Remove one label the review page stored (the page's undo), only when `who` stored
+        it: rows from `review import` and other people's rows are never removed.
 
+        Args:
+            who: the token name the row was stored under (None: a server without tokens).
         Returns:
-            True when the row existed.
+            True when such a row existed.
         """
-        with self.transaction():
-            found = self.con.execute("SELECT count(*) FROM reviews WHERE review_id = ? AND head = ?",
-                                      [review_id, head]).fetchone()[0]
-            self.con.execute(DELETE_REVIEW, [review_id, head])
+        args = [review_id, head, PAGE_SOURCE, who]
+        with self.core.transaction():
+            found = self.core.scalar(COUNT_PAGE_REVIEW, args)
+            self.core.con.execute(DELETE_PAGE_REVIEW, args)
             if found:
-                self._bump_data_version()
+                self.core.bump_data_version()
         return bool(found)
 
-    def count_reviews(self, head: str) -> int:
+    def count(self, head: str) -> int:
         """Rows in the review history of `head` (every label a person stored)."""
-        return int(self.con.execute(COUNT_REVIEWS, [head]).fetchone()[0])
+        return int(self.core.scalar(COUNT_REVIEWS, [head]))
 
-    def review_history(self, head: str) -> list[ReviewRow]:
+    def history(self, head: str) -> list[ReviewRow]:
         """Every review row of `head`, oldest first: each label a person stored, who stored it
         (the reviewer's name and, for page labels under tokens, the token's name), when and
         from where."""
-        return [ReviewRow(*r) for r in self.con.execute(SELECT_HISTORY, [head]).fetchall()]
+        return [ReviewRow(*r) for r in self.core.con.execute(SELECT_HISTORY, [head]).fetchall()]
 
     def reviewed_documents(self, head: str) -> list[tuple[int, str, str, str, bool]]:
         """Every document with a human label for `head`: (doc id, external id, current text,
         label, fresh), fresh false when the text changed since the person labelled it."""
-        return [tuple(r) for r in self.con.execute(SELECT_REVIEWED, [head]).fetchall()]
+        return [tuple(r) for r in self.core.con.execute(SELECT_REVIEWED, [head]).fetchall()]
 
 
+def read_reviewed_file(path: Path, head: str) -> set[int] | None:
+    """The documents labelled for `head` in one DuckDB file, opened read-only for the moment
+    it takes (no writer lock: the review page learns what was labelled since the last publish).
+
+    Returns:
+        The doc ids, or None when the file cannot be opened now (a writer holds it) or has
+        no review table.
+    """
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return {r[0] for r in con.execute(REVIEWED_IDS, [head]).fetchall()}
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()

@@ -1,6 +1,5 @@
-"""The run log and what `bertindex status` counts: runs started, finished or interrupted
-(`Store.recorded_run`, the one way a job records itself); documents, chunks and vectors per
-collection; annotations per head."""
+"""The run log: runs started, finished or interrupted (`store.runs.recorded_run`, the one way
+a job records itself), and the last runs read back. Does not count documents (`counts`)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import duckdb
-
+from indexer.store.core import StoreCore
 from indexer.store.documents import to_json
 from indexer.timeutil import utc_now
 
@@ -27,19 +25,6 @@ SELECT_LAST_RUNS = ("SELECT run_id, kind, started_at, finished_at, status, summa
 SELECT_LAST_OF_KIND = ("SELECT run_id, started_at, finished_at, status, summary FROM runs "
                       "WHERE kind = ? ORDER BY started_at DESC LIMIT 1")
 RUN_SUMMARY_KEYS = ("read", "encoded", "deleted", "failed_batches")  # shown by `status`
-COUNT_DOCUMENTS = "SELECT count(*) FROM documents"
-COUNT_COLLECTION = "SELECT count(*) FROM documents WHERE collection = ?"
-COUNT_CHUNKS = "SELECT count(*) FROM chunks"
-VECTORS_PER_COLLECTION = (
-    "(SELECT count(*) FROM vectors v JOIN chunks c2 ON v.chunk_id = c2.chunk_id "
-    "JOIN documents d2 ON c2.doc_id = d2.doc_id WHERE d2.collection = d.collection)")
-COLLECTION_COUNTS = (
-    "SELECT d.collection, count(DISTINCT d.doc_id), count(c.chunk_id), {vectors} "
-    "FROM documents d LEFT JOIN chunks c ON c.doc_id = d.doc_id "
-    "GROUP BY d.collection ORDER BY d.collection")
-HAS_ANNOTATION_HEADS = ("SELECT count(*) FROM information_schema.columns "
-                        "WHERE table_name = 'annotations' AND column_name = 'head'")
-ANNOTATIONS_PER_HEAD = "SELECT head, count(*) FROM annotations GROUP BY head ORDER BY head"
 
 
 COMPLETED, FAILED = "completed", "failed"
@@ -59,7 +44,7 @@ def one_line(exc: BaseException) -> str:
 
 @dataclass
 class Run:
-    """One run being recorded (`Store.recorded_run`): what it will log when it ends."""
+    """One run being recorded (`store.runs.recorded_run`): what it will log when it ends."""
 
     id: str
     kind: str
@@ -74,9 +59,14 @@ class Run:
 
 
 class RunLog:
-    """Store methods for the run log and the status counts (mixed into `Store`)."""
+    """The run log (`store.runs`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
+
+    def __init__(self, core: StoreCore):
+        self.core = core
 
     @contextlib.contextmanager
     def recorded_run(self, kind: str, started: datetime | None = None) -> Iterator[Run]:
@@ -96,8 +86,8 @@ class RunLog:
             The `Run`: its `id` goes into the rows the run writes (`rejected.run_id`, ...).
         """
         run = Run(new_run_id(), kind, started or utc_now())
-        self.con.execute(INTERRUPT_RUNNING)
-        self.con.execute(START_RUN, [run.id, run.kind, run.started])
+        self.core.con.execute(INTERRUPT_RUNNING)
+        self.core.con.execute(START_RUN, [run.id, run.kind, run.started])
         try:
             yield run
         except BaseException as exc:
@@ -111,10 +101,10 @@ class RunLog:
 
     def _finish_run(self, run: Run) -> None:
         finished = utc_now()
-        self.con.execute(RECORD_RUN, [run.id, run.kind, run.started, finished, run.status,
-                                      to_json(run.summary)])
+        self.core.con.execute(RECORD_RUN, [run.id, run.kind, run.started, finished, run.status,
+                                           to_json(run.summary)])
 
-    def last_runs(self, limit: int = 5) -> list[dict]:
+    def last(self, limit: int = 5) -> list[dict]:
         """The latest runs, newest first.
 
         Args:
@@ -124,7 +114,7 @@ class RunLog:
             read/encoded/deleted/failed_batches counts where present.
         """
         out = []
-        for run_id, kind, started, finished, status, summary in self.con.execute(
+        for run_id, kind, started, finished, status, summary in self.core.con.execute(
                 SELECT_LAST_RUNS, [limit]).fetchall():
             info = json.loads(summary) if summary else {}
             out.append({"run_id": run_id, "kind": kind, "started_at": started,
@@ -132,45 +122,14 @@ class RunLog:
                         **{k: info[k] for k in RUN_SUMMARY_KEYS if k in info}})
         return out
 
-    def last_run_of(self, kind: str) -> dict | None:
+    def last_of(self, kind: str) -> dict | None:
         """The latest run of one kind (`index`, `annotate`, `dedup`, `report`, ...).
 
         Returns:
             {run_id, started_at, finished_at, status, summary} or None when none ran.
         """
-        row = self.con.execute(SELECT_LAST_OF_KIND, [kind]).fetchone()
+        row = self.core.con.execute(SELECT_LAST_OF_KIND, [kind]).fetchone()
         if row is None:
             return None
         return {"run_id": row[0], "started_at": row[1], "finished_at": row[2], "status": row[3],
                 "summary": json.loads(row[4]) if row[4] else {}}
-
-    def collection_counts(self) -> list[dict]:
-        """Documents, chunks and stored vectors per collection.
-
-        Returns:
-            Dicts of collection, documents, chunks, vectors; sorted by collection.
-        """
-        vectors = VECTORS_PER_COLLECTION if self.provenance() is not None else "0"
-        rows = self.con.execute(COLLECTION_COUNTS.format(vectors=vectors)).fetchall()
-        return [{"collection": r[0], "documents": r[1], "chunks": r[2], "vectors": r[3]}
-                for r in rows]
-
-    def annotation_counts(self) -> dict[str, int]:
-        """Annotations per head; empty until an `annotations` table (head, ...) exists."""
-        if not self.con.execute(HAS_ANNOTATION_HEADS).fetchone()[0]:
-            return {}
-        return dict(self.con.execute(ANNOTATIONS_PER_HEAD).fetchall())
-
-    def count_documents(self, collection: str | None = None) -> int:
-        """Stored documents, in one collection or in all.
-
-        Args:
-            collection: None counts every collection.
-        """
-        if collection is None:
-            return self.con.execute(COUNT_DOCUMENTS).fetchone()[0]
-        return self.con.execute(COUNT_COLLECTION, [collection]).fetchone()[0]
-
-    def count_chunks(self) -> int:
-        """Stored chunks."""
-        return self.con.execute(COUNT_CHUNKS).fetchone()[0]

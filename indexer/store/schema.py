@@ -1,11 +1,15 @@
 """Schema of `store.duckdb`: every DDL statement as a named constant, the numbered migrations
-built from them, and the code that reads and upgrades a file's schema version. No data rows."""
+built from them, and the code that reads and upgrades a file's schema version (and `scalar`,
+the one-value read every module uses). No data rows."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from indexer.errors import StoreError
 from indexer.records import Entity, Label
 
 SCHEMA_VERSION = 5
@@ -135,6 +139,9 @@ HAS_META = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'm
 GET_META = "SELECT value FROM meta WHERE key = ?"
 INSERT_META = "INSERT INTO meta VALUES (?, ?)"
 SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
+# row counts that the status, the hash diff and a published snapshot's facts all read
+COUNT_DOCUMENTS = "SELECT count(*) FROM documents"
+COUNT_CHUNKS = "SELECT count(*) FROM chunks"
 
 
 def create_vectors_sql(dim: int) -> str:
@@ -146,6 +153,23 @@ def create_vectors_sql(dim: int) -> str:
         One CREATE TABLE IF NOT EXISTS statement.
     """
     return CREATE_VECTORS.format(dim=int(dim))
+
+
+def scalar(con: duckdb.DuckDBPyConnection, statement: str, params: list | None = None) -> Any:
+    """The one value of a statement that returns exactly one row (a count, `RETURNING` of an
+    aggregate, an existence check).
+
+    Args:
+        con: an open connection.
+        statement: SQL returning one row.
+        params: its bound parameters.
+    Returns:
+        The first column of that row.
+    """
+    row = con.execute(statement, params).fetchone()
+    if row is None:
+        raise StoreError(f"expected one row, got none from: {statement}")
+    return row[0]
 
 
 def read_meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
@@ -169,7 +193,7 @@ def stored_schema_version(con: duckdb.DuckDBPyConnection) -> int:
     Returns:
         The `schema_version` meta value, or 0 when there is no `meta` table or no value.
     """
-    if not con.execute(HAS_META).fetchone()[0]:
+    if not scalar(con, HAS_META):
         return 0
     value = read_meta(con, "schema_version")
     return int(value) if value is not None else 0

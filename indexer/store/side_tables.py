@@ -4,12 +4,7 @@ them and copying them between stores. Table names come from the catalogue, never
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import duckdb
-
-if TYPE_CHECKING:
-    from indexer.store.store import Store
+from indexer.store.core import StoreCore
 
 CORE_TABLES = ("documents", "chunks", "vectors", "meta")
 SELECT_TABLES = ("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
@@ -24,11 +19,16 @@ _COPY_BATCH = 65536  # rows per Arrow batch while copying
 
 
 class SideTables:
-    """Store methods over the side tables (mixed into `Store`)."""
+    """The side tables, found by name (`store.side`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
 
-    def side_tables(self, keyed_by_doc: bool = False) -> list[str]:
+    def __init__(self, core: StoreCore):
+        self.core = core
+
+    def names(self, keyed_by_doc: bool = False) -> list[str]:
         """Names of the side tables.
 
         Args:
@@ -36,35 +36,36 @@ class SideTables:
         Returns:
             Table names, sorted.
         """
-        names = [r[0] for r in self.con.execute(SELECT_TABLES).fetchall()
+        names = [r[0] for r in self.core.con.execute(SELECT_TABLES).fetchall()
                  if r[0] not in CORE_TABLES]
         if not keyed_by_doc:
             return names
-        keyed = {r[0] for r in self.con.execute(SELECT_DOC_KEYED).fetchall()}
+        keyed = {r[0] for r in self.core.con.execute(SELECT_DOC_KEYED).fetchall()}
         return [n for n in names if n in keyed]
 
-    def copy_side_tables(self, source: Store) -> list[str]:
+    def copy_from(self, source: SideTables) -> list[str]:
         """Replace the rows of every side table with the source store's, in one transaction;
         both stores have the same schema.
 
         Args:
-            source: the store to copy from (doc ids must mean the same documents in both).
+            source: the side tables of the store to copy from (doc ids must mean the same
+                documents in both).
         Returns:
             The tables copied.
         """
-        mine = set(self.side_tables())
-        names = [n for n in source.side_tables() if n in mine]
-        with self.transaction():
+        mine = set(self.names())
+        names = [n for n in source.names() if n in mine]
+        with self.core.transaction():
             for name in names:
-                self.con.execute(DELETE_ALL.format(table=name))
-                reader = source.con.execute(SELECT_ALL.format(table=name)
-                                            ).fetch_record_batch(_COPY_BATCH)
+                self.core.con.execute(DELETE_ALL.format(table=name))
+                reader = source.core.con.execute(SELECT_ALL.format(table=name)
+                                                 ).fetch_record_batch(_COPY_BATCH)
                 for rb in reader:
-                    self._insert_view(INSERT_ALL.format(table=name), rb)
+                    self.core.insert_view(INSERT_ALL.format(table=name), rb)
         return names
 
-    def _delete_side_rows(self, ids: str) -> None:
+    def delete_rows(self, ids: str) -> None:
         """Delete the rows of doc ids `ids` (a `bound` reference) from every doc-keyed side
         table, inside the caller's transaction."""
-        for name in self.side_tables(keyed_by_doc=True):
-            self.con.execute(DELETE_DOC_ROWS.format(table=name, ids=ids))
+        for name in self.names(keyed_by_doc=True):
+            self.core.con.execute(DELETE_DOC_ROWS.format(table=name, ids=ids))

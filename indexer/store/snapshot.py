@@ -12,8 +12,7 @@ from indexer.errors import StoreError
 from indexer.faults import crash_point
 from indexer.fsio import fsync_dir, fsync_fh
 from indexer.store.rows import SnapshotFacts
-from indexer.store.runs import COUNT_CHUNKS
-from indexer.store.schema import read_meta
+from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 from indexer.versions import SNAPSHOT_FILE, current_version, version_dir
 
 CHECKPOINT = "CHECKPOINT"
@@ -99,7 +98,7 @@ def read_snapshot_facts(snap: Path) -> SnapshotFacts:
         raise StoreError(f"snapshot {snap} cannot be opened ({exc})") from None
     try:
         data_version = read_meta(con, "data_version")
-        chunks = con.execute(COUNT_CHUNKS).fetchone()[0]
+        chunks = scalar(con, COUNT_CHUNKS)
     except duckdb.Error as exc:
         raise StoreError(f"snapshot {snap} cannot be read ({exc})") from None
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import duckdb
 
 from indexer.store.filters import json_path
+from indexer.store.schema import scalar
 
 SET_UTC = "SET TimeZone = 'UTC'"  # strings without an offset are UTC
 # over columns `v` (the raw text) and `num` (TRY_CAST(v AS DOUBLE), computed once)
@@ -28,4 +29,4 @@ DOC_TIMES = ("SELECT doc_id, v AS raw, " + TIME_OF + " AS t FROM ("
 def documents_with_field(con: duckdb.DuckDBPyConnection, field: str,
                          collection: str | None) -> int:
     """How many documents (of a collection, or all) have the metadata field at all."""
-    return con.execute(COUNT_WITH_FIELD, [collection, collection, json_path(field)]).fetchone()[0]
+    return scalar(con, COUNT_WITH_FIELD, [collection, collection, json_path(field)])

@@ -2,7 +2,7 @@
 the token, never the token itself; creating, listing, revoking, recording when each was last
 used, and reading the table back for a server (`read_token_table`). Table from schema step 5
 (`indexer/store/schema.py`). Does not check a request (`search.access` does); `TokenTables` is
-mixed into `Store`.
+`store.tokens`.
 
 A token is 32 random bytes (`secrets.token_urlsafe`), so a plain SHA-256 is enough to make a
 stolen store useless for logging in: nothing slow (bcrypt, scrypt) is needed against guessing
@@ -23,6 +23,8 @@ import duckdb
 
 from indexer.choices import TokenScope
 from indexer.errors import InputError
+from indexer.store.core import StoreCore
+from indexer.store.schema import scalar
 from indexer.timeutil import utc_now
 
 TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
@@ -83,7 +85,7 @@ def new_token() -> str:
 
 
 def _rows(con: duckdb.DuckDBPyConnection) -> list[StoredToken]:
-    if not con.execute(HAS_TOKENS_TABLE).fetchone()[0]:
+    if not scalar(con, HAS_TOKENS_TABLE):
         return []  # a store (or snapshot) from before schema step 5: no tokens
     return [StoredToken(*r) for r in con.execute(SELECT_TOKENS).fetchall()]
 
@@ -111,15 +113,20 @@ def read_tokens_file(path: Path) -> list[StoredToken] | None:
 
 
 class TokenTables:
-    """Store methods for access tokens (mixed into `Store`)."""
+    """Access tokens, hashed (`store.tokens`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
 
-    def tokens(self) -> list[StoredToken]:
+    def __init__(self, core: StoreCore):
+        self.core = core
+
+    def stored(self) -> list[StoredToken]:
         """Every stored token, by name (empty on a store without the table)."""
-        return _rows(self.con)
+        return _rows(self.core.con)
 
-    def create_token(self, name: str, scope: str) -> str:
+    def create(self, name: str, scope: str) -> str:
         """Store a new token's hash under `name`.
 
         Args:
@@ -136,33 +143,33 @@ class TokenTables:
                              "starting with a letter or digit), e.g. --name alice")
         if scope not in SCOPES:
             raise InputError(f"token scope {scope!r}: choose one of {', '.join(SCOPES)}")
-        if self.con.execute(SELECT_TOKEN_NAME, [name]).fetchone()[0]:
+        if self.core.scalar(SELECT_TOKEN_NAME, [name]):
             raise InputError(f"a token named {name!r} exists; revoke it first "
                              f"(`bertindex token revoke {name}`) or choose another --name")
         token = new_token()
-        with self.transaction():
-            self.con.execute(INSERT_TOKEN, [name, scope, hash_token(token), utc_now()])
+        with self.core.transaction():
+            self.core.con.execute(INSERT_TOKEN, [name, scope, hash_token(token), utc_now()])
         return token
 
-    def revoke_token(self, name: str) -> None:
+    def revoke(self, name: str) -> None:
         """Delete the token named `name`; servers refuse it from their next look at the store.
 
         Raises:
             InputError: no token has that name.
         """
-        known = [t.name for t in self.tokens()]
+        known = [t.name for t in self.stored()]
         if name not in known:
             raise InputError(f"no token named {name!r}; the tokens are: "
                              f"{', '.join(known) or 'none'} (`bertindex token list`)")
-        with self.transaction():
-            self.con.execute(DELETE_TOKEN, [name])
+        with self.core.transaction():
+            self.core.con.execute(DELETE_TOKEN, [name])
 
-    def touch_tokens(self, used: dict[str, datetime]) -> None:
+    def touch(self, used: dict[str, datetime]) -> None:
         """Record when tokens were last used (a later time never moves back).
 
         Args:
             used: token name -> when a server last accepted it (UTC, naive).
         """
-        with self.transaction():
+        with self.core.transaction():
             for name, when in used.items():
-                self.con.execute(TOUCH_TOKEN, [when, when, name])
+                self.core.con.execute(TOUCH_TOKEN, [when, when, name])

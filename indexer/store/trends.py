@@ -10,9 +10,9 @@ import contextlib
 from collections.abc import Iterator
 from datetime import datetime
 
-import duckdb
 import pyarrow as pa
 
+from indexer.store.core import StoreCore
 from indexer.store.filters import json_path
 from indexer.store.timefield import DOC_TIMES, SET_UTC, documents_with_field
 
@@ -83,16 +83,21 @@ HAS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?
 
 
 class Trends:
-    """Store methods for the trends report (mixed into `Store`)."""
+    """The trends report's aggregates (`store.trends`).
 
-    con: duckdb.DuckDBPyConnection
+    Args:
+        core: the open store.
+    """
+
+    def __init__(self, core: StoreCore):
+        self.core = core
 
     @contextlib.contextmanager
     def bucketed(self, collection: str | None, by: str, time_field: str | None,
                  since: datetime | None = None, until: datetime | None = None
                  ) -> Iterator[dict[str, int]]:
         """Each document's bucket, as the temporary table `report_buckets` (doc_id, bucket)
-        for `trend_aggregates` inside the block (dropped after it).
+        for `aggregates` inside the block (dropped after it).
 
         Args:
             collection: one collection, or None for all.
@@ -103,28 +108,30 @@ class Trends:
         Yields:
             {bucket: documents}; documents without a readable time (or value) are in UNKNOWN.
         """
-        self.con.execute(SET_UTC)
+        self.core.con.execute(SET_UTC)
         if by in TIME_UNITS:
+            if time_field is None:
+                raise ValueError(f"time buckets (by {by}) need the time field")
             sql = TIME_BUCKETS.format(unit=by, fmt=TIME_UNITS[by])
             params = [json_path(time_field), collection, collection, since, since, until, until]
         else:
             sql, params = FIELD_BUCKETS, [json_path(by), collection, collection]
-        self.con.execute(CREATE_BUCKETS.format(buckets=sql), [UNKNOWN, *params])
+        self.core.con.execute(CREATE_BUCKETS.format(buckets=sql), [UNKNOWN, *params])
         try:
-            yield dict(self.con.execute(COUNT_BUCKETS).fetchall())
+            yield dict(self.core.con.execute(COUNT_BUCKETS).fetchall())
         finally:
-            self.con.execute(DROP_BUCKETS)
+            self.core.con.execute(DROP_BUCKETS)
 
     def documents_with_field(self, field: str, collection: str | None = None) -> int:
         """How many documents (of a collection, or all) carry the metadata field at all."""
-        return documents_with_field(self.con, field, collection)
+        return documents_with_field(self.core.con, field, collection)
 
     def _has(self, table: str) -> bool:
-        return bool(self.con.execute(HAS_TABLE, [table]).fetchone()[0])
+        return bool(self.core.scalar(HAS_TABLE, [table]))
 
-    def trend_aggregates(self, order: list[tuple[str, int]], timed: bool,
-                         heads: list[str] | None, top: int = 5, rising: int = 10,
-                         waves: int = 3, min_size: int = 3, bins: int = 10) -> dict:
+    def aggregates(self, order: list[tuple[str, int]], timed: bool,
+                   heads: list[str] | None, top: int = 5, rising: int = 10,
+                   waves: int = 3, min_size: int = 3, bins: int = 10) -> dict:
         """Every aggregate of the report over bucketed documents, in a few queries.
 
         Args:
@@ -142,13 +149,13 @@ class Trends:
             has_prev, is_top, is_rising)], "waves": [(bucket, group id, n in bucket, size,
             representative)]}.
         """
-        con = self.con
+        con = self.core.con
         order_table = pa.table({
             "bucket": pa.array([b for b, _ in order], pa.string()),
             "ord": pa.array(range(len(order)), pa.int64()),
             "docs": pa.array([float(n) for _, n in order], pa.float64())})
-        out = {"labels": [], "histogram": [], "entities": [], "waves": []}
-        with self.bound(heads or [], pa.string()) as head_ref:
+        out: dict[str, list] = {"labels": [], "histogram": [], "entities": [], "waves": []}
+        with self.core.bound(heads or [], pa.string()) as head_ref:
             con.register("report_order", order_table)
             try:
                 refs = {"buckets": "report_buckets", "order": "report_order", "heads": head_ref}

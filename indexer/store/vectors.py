@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
-import duckdb
 import numpy as np
 
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.provenance import WRITE_KEYS, FusionTuning, Provenance
+from indexer.store.core import StoreCore
 from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql, read_meta
 
 FUSION_TUNING_KEY = "fusion_tuning"  # meta key of the FusionTuning record (JSON)
@@ -31,14 +30,18 @@ def _as_matrix(embeddings) -> np.ndarray:
 
 
 class Vectors:
-    """Store methods over vectors and provenance (mixed into `Store`)."""
+    """Vectors and their provenance (`store.vectors`).
 
-    con: duckdb.DuckDBPyConnection
-    path: Path
+    Args:
+        core: the open store.
+    """
+
+    def __init__(self, core: StoreCore):
+        self.core = core
 
     def provenance(self) -> Provenance | None:
         """The encoder set-up the stored vectors were made with; None before the first."""
-        value = read_meta(self.con, "provenance")
+        value = read_meta(self.core.con, "provenance")
         return Provenance(**json.loads(value)) if value is not None else None
 
     def check_provenance(self, current: Provenance, keys: Sequence[str]) -> None:
@@ -56,10 +59,10 @@ class Vectors:
         diffs = stored.mismatches(current, keys)
         if diffs:
             raise ProvenanceMismatch(
-                f"store {self.path} holds vectors made by another encoder set-up "
+                f"store {self.core.path} holds vectors made by another encoder set-up "
                 f"(stored != configured: {'; '.join(diffs)}). Use the configuration the store "
                 "was built with, re-encode it with the configured model (`bertindex reindex "
-                f"--store {self.path}`), or index into a new --store."
+                f"--store {self.core.path}`), or index into a new --store."
             )
 
     def set_provenance(self, current: Provenance) -> None:
@@ -71,12 +74,12 @@ class Vectors:
         """
         self.check_provenance(current, WRITE_KEYS)
         if self.provenance() is None:
-            self.con.execute(INSERT_META, ["provenance", json.dumps(current.to_dict())])
-            self.con.execute(create_vectors_sql(current.dim))
+            self.core.con.execute(INSERT_META, ["provenance", json.dumps(current.to_dict())])
+            self.core.con.execute(create_vectors_sql(current.dim))
 
     def fusion_tuning(self) -> FusionTuning | None:
         """The hybrid weight the last index run tuned for this store; None when none did."""
-        value = read_meta(self.con, FUSION_TUNING_KEY)
+        value = read_meta(self.core.con, FUSION_TUNING_KEY)
         return FusionTuning(**json.loads(value)) if value is not None else None
 
     def set_fusion_tuning(self, record: FusionTuning) -> None:
@@ -86,17 +89,17 @@ class Vectors:
         Args:
             record: what `indexer.indexing.fusion_tune.tune_dense_weight` measured.
         """
-        with self.transaction():
-            self.con.execute(SET_META, [FUSION_TUNING_KEY, json.dumps(record.to_dict())])
-            self._bump_data_version()  # what a search sees changed
+        with self.core.transaction():
+            self.core.con.execute(SET_META, [FUSION_TUNING_KEY, json.dumps(record.to_dict())])
+            self.core.bump_data_version()  # what a search sees changed
 
-    def count_vectors(self) -> int:
-        """Stored vectors (what `iter_vectors` yields); 0 before the first."""
+    def count(self) -> int:
+        """Stored vectors (what `iter_batches` yields); 0 before the first."""
         if self.provenance() is None:
             return 0
-        return self.con.execute(COUNT_VECTORS).fetchone()[0]
+        return self.core.scalar(COUNT_VECTORS)
 
-    def iter_vectors(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    def iter_batches(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """Every stored vector, in the order written (ascending chunk ids: ids are drawn as
         rows are appended), the same order on every pass while nothing writes. No ORDER BY: a
         sort would hold every vector at once.
@@ -108,10 +111,10 @@ class Vectors:
         """
         if self.provenance() is None:
             return
-        for rb in self.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
+        for rb in self.core.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
             yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
 
-    def fetch_vectors(self, chunk_ids: np.ndarray) -> np.ndarray:
+    def fetch(self, chunk_ids: np.ndarray) -> np.ndarray:
         """The vectors of `chunk_ids`, in ascending chunk id order.
 
         Args:
@@ -122,18 +125,19 @@ class Vectors:
             StoreError: some of the ids have no stored vector.
         """
         if not len(chunk_ids):
-            return np.zeros((0, self.provenance().dim), np.float32)
-        with self.bound(chunk_ids) as ids:
-            table = self.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
+            stored = self.provenance()
+            return np.zeros((0, stored.dim if stored is not None else 0), np.float32)
+        with self.core.bound(chunk_ids) as ids:
+            table = self.core.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
         if table.num_rows != len(chunk_ids):
             raise StoreError(
-                f"store {self.path}: {len(chunk_ids) - table.num_rows} of {len(chunk_ids)} "
+                f"store {self.core.path}: {len(chunk_ids) - table.num_rows} of {len(chunk_ids)} "
                 "chunk ids have no stored vector; run `bertindex doctor` to see which")
         return _as_matrix(table.column("embedding").combine_chunks())
 
     def chunk_ids(self) -> np.ndarray:
         """Every stored chunk id, ascending, int64."""
-        rows = self.con.execute(SELECT_CHUNK_IDS).fetchnumpy()
+        rows = self.core.con.execute(SELECT_CHUNK_IDS).fetchnumpy()
         return rows["chunk_id"].astype(np.int64)
 
     def chunk_span_map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -144,6 +148,6 @@ class Vectors:
         Returns:
             (chunk ids ascending, doc ids, start chars, end chars), aligned.
         """
-        rows = self.con.execute(SELECT_CHUNK_SPANS).fetchnumpy()
+        rows = self.core.con.execute(SELECT_CHUNK_SPANS).fetchnumpy()
         return (rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64),
                 rows["start_char"].astype(np.int32), rows["end_char"].astype(np.int32))

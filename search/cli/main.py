@@ -194,7 +194,7 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, r
                                        rerank=False if rerank == "none" else rerank,
                                        rerank_depth=rerank_depth)
             if as_json:
-                annotations = store.annotations_by_document([(h.collection, h.id) for h in hits])
+                annotations = store.annotations.by_document([(h.collection, h.id) for h in hits])
     if as_json:
         for h in hits:
             print_json(h.to_dict()

@@ -77,7 +77,7 @@ def history_command(head, config_path, store_path, as_json):
 
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path, read_only=True, snapshot=False) as store:
-        rows = [r.to_dict() for r in store.review_history(head)]
+        rows = [r.to_dict() for r in store.reviews.history(head)]
     for r in rows:
         if as_json:
             print_json(r)

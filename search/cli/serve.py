@@ -9,6 +9,7 @@ kept in memory, never stored) and prints the page's address with it in the URL f
 
 from __future__ import annotations
 
+import secrets
 import sys
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def serve(host, port, max_request_bytes, threads, workers, config_path, store_pa
     session = new_token() if tokens else None
     settings = ServeSettings(str(Path(config_path).resolve()) if config_path else None,
                              str(Path(cfg.store.path).resolve()), threads, max_request_bytes,
-                             host, session and hash_token(session))
+                             host, session and hash_token(session),
+                             undo_key=secrets.token_hex(32))
 
     def announce(line: str) -> None:
         click.echo(line, err=True)

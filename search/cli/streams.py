@@ -105,7 +105,7 @@ def dedup(collection, threshold, min_size, min_jaccard, rebuild, limit, config_p
     cfg = build_config(config_path, store_path)
     summary = run_dedup(cfg, collection, threshold, min_size, min_jaccard, rebuild=rebuild)
     with Store(cfg.store.path, read_only=True, snapshot=False) as store:
-        groups = store.dedup_groups(collection, min_size=summary["min_size"], limit=limit,
+        groups = store.dedup.groups(collection, min_size=summary["min_size"], limit=limit,
                                     time_field=cfg.fields.time)
     if as_json:
         print_json({"summary": summary})

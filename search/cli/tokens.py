@@ -37,7 +37,7 @@ def create_command(name, scope, config_path, store_path, as_json):
 
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path) as store:
-        secret = store.create_token(name, scope)
+        secret = store.tokens.create(name, scope)
     if as_json:
         print_json({"name": name, "scope": scope, "token": secret})
     else:
@@ -56,7 +56,7 @@ def list_command(config_path, store_path, as_json):
 
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path) as store:
-        rows = [t.to_dict() for t in store.tokens()]
+        rows = [t.to_dict() for t in store.tokens.stored()]
     if as_json:
         print_json(rows)
         return
@@ -79,5 +79,5 @@ def revoke_command(name, config_path, store_path):
 
     cfg = build_config(config_path, store_path)
     with Store(cfg.store.path) as store:
-        store.revoke_token(name)
+        store.tokens.revoke(name)
     click.echo(f"token {name!r} revoked", err=True)

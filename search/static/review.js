@@ -2,8 +2,17 @@
 // innerHTML), so a document cannot inject markup or script.
 "use strict";
 
+// skipped: documents skipped or labelled on this page (the server reads the published
+// snapshot, which shows page labels only after the next publish). session: this page's own
+// random id; without tokens it is what makes this page the owner of the labels it can undo.
 const state = { head: "", strategy: "uncertain", collection: "", doc: null, labels: [],
-                skipped: [], history: [], busy: false };
+                skipped: [], history: [], busy: false, session: newSession() };
+
+function newSession() {
+  const bytes = new Uint8Array(16);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
 const $ = (id) => document.getElementById(id);
 
 function setStatus(text, error = false) {
@@ -90,8 +99,10 @@ function label(name) {
   act(async () => {
     const doc = state.doc;
     const answer = await call("POST", "/review/api/label", {
-      head: state.head, doc_id: doc.doc_id, label: name, reviewer: $("reviewer").value || null });
-    state.history.push({ kind: "label", doc, review_id: answer.review_id });
+      head: state.head, doc_id: doc.doc_id, label: name, reviewer: $("reviewer").value || null,
+      session: state.session });
+    state.history.push({ kind: "label", doc, review_id: answer.review_id, ticket: answer.undo });
+    state.skipped.push(doc.doc_id);
     await loadNext();
   });
 }
@@ -110,10 +121,10 @@ function undo() {
   act(async () => {
     const last = state.history.pop();
     if (last.kind === "label") {
-      await call("POST", "/review/api/undo", { head: state.head, review_id: last.review_id });
-    } else {
-      state.skipped = state.skipped.filter((id) => id !== last.doc.doc_id);
+      await call("POST", "/review/api/undo", { head: state.head, review_id: last.review_id,
+                                               ticket: last.ticket, session: state.session });
     }
+    state.skipped = state.skipped.filter((id) => id !== last.doc.doc_id);
     state.doc = last.doc;
     setStatus(`undone: ${last.kind} of ${last.doc.id}`);
     render();

@@ -149,7 +149,7 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
     from indexer.store import Store
 
     with Store(cfg.store.path) as store:
-        for doc_id in store.document_hashes():  # a1 first: doc ids follow reading order
+        for doc_id in store.reads.document_hashes():  # a1 first: doc ids follow reading order
             store.con.execute("INSERT INTO annotations (doc_id, head, head_version, label, probability) "
                               "VALUES (?, 'topic', 'h1', 'x', 0.5)",
                               [doc_id])
@@ -212,7 +212,7 @@ def test_index_and_annotate_flows_keep_dedup_and_the_report_current(prefect_api,
     assert summary["dedup"]["c"]["mode"] == "incremental"
     assert summary["dedup"]["c"]["searched"] == 1
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.dedup_group_counts("c", 2) == (1, 4)
+        assert store.dedup.group_counts("c", 2) == (1, 4)
     data = config.model_dump()
     data["fields"]["time"] = "t"
     data["schedules"] = {"report": {"folder": str(tmp_path / "reports")}}

@@ -217,7 +217,7 @@ def test_on_missing_delete_never_deletes_behind_an_unreadable_row(tiny_model_dir
     fixed = run_index([str(path)], config, on_missing="delete")
     assert fixed["deleted"] == 1 and "delete_skipped" not in fixed
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.count_documents() == 2
+        assert store.counts.documents() == 2
 
 
 def test_unreadable_files_are_rejections_not_failed_runs(tiny_model_dir, tmp_path):

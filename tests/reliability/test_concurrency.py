@@ -97,7 +97,7 @@ def test_second_index_run_is_refused_while_the_first_writes(small_indexed, tmp_p
     assert finish(first, first_out) == ("ok", 30)
 
     with Store(small_indexed.store, read_only=True) as store:
-        assert store.count_documents() == 20 + 30  # nothing of the refused run
+        assert store.counts.documents() == 20 + 30  # nothing of the refused run
         ids = {r[0] for r in store.con.execute("SELECT external_id FROM documents").fetchall()}
     assert not any(i.startswith("s") for i in ids)
     assert check_store(small_indexed.config).problems == []
@@ -106,7 +106,7 @@ def test_second_index_run_is_refused_while_the_first_writes(small_indexed, tmp_p
     second, second_out = run_child(_plain_run, small_indexed.config, second_corpus)
     assert finish(second, second_out) == ("ok", 25)
     with Store(small_indexed.store, read_only=True) as store:
-        assert store.count_documents() == 20 + 30 + 25
+        assert store.counts.documents() == 20 + 30 + 25
     assert check_store(small_indexed.config).problems == []
 
 
@@ -128,7 +128,7 @@ def test_two_runs_started_together_never_interleave(small_indexed, tmp_path):
     with Store(small_indexed.store, read_only=True) as store:
         prefixes = {r[0][0] for r in store.con.execute(
             "SELECT external_id FROM documents").fetchall()}
-        assert store.count_documents() == 20 + 60 * len(done)
+        assert store.counts.documents() == 20 + 60 * len(done)
     assert prefixes == {"d", *done}
     assert check_store(small_indexed.config).problems == []
 

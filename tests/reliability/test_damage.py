@@ -99,7 +99,7 @@ def test_vector_count_differs_from_the_store(indexed):
     folder = indexed.version_dir()
     rewrite_index(folder, keep=10, record_ntotal=True)  # consistent with itself, not the store
     with Store(indexed.store, read_only=True) as store:
-        chunks = store.count_chunks()
+        chunks = store.counts.chunks()
     code, stderr = cli_search(indexed)
     assert_one_line_error(code, stderr, folder, "holds 10 vectors", f"has {chunks} chunks",
                           folder / SNAPSHOT_FILE, REPAIR)
@@ -108,7 +108,7 @@ def test_vector_count_differs_from_the_store(indexed):
 def test_an_id_the_store_lacks(indexed):
     """Same count, one id swapped: a search that reaches it names the id and the fix."""
     with Store(indexed.store, read_only=True) as store:
-        ids, vectors = next(iter(store.iter_vectors()))
+        ids, vectors = next(iter(store.vectors.iter_batches()))
     rewrite_index(indexed.version_dir(), swap_id=int(ids[0]))
     from indexer.query.searcher import Searcher
     from indexer.store import Store as S
@@ -186,4 +186,4 @@ def test_unchanged_files_after_errors(indexed):
     cli_search(indexed)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     with Store(indexed.store, read_only=True, snapshot=False) as store:
-        assert np.array_equal(store.chunk_ids(), np.sort(store.chunk_ids()))
+        assert np.array_equal(store.vectors.chunk_ids(), np.sort(store.vectors.chunk_ids()))

@@ -98,7 +98,7 @@ def test_doctor_finds_damage_and_repairs_it_without_the_encoder(indexed, damage)
     assert search_results(indexed.config) == before
     assert check_store(indexed.config).problems == []
     with Store(indexed.store, read_only=True, snapshot=False) as store:
-        runs = store.last_runs(1)
+        runs = store.runs.last(1)
     assert runs[0]["kind"] == "doctor" and runs[0]["encoded"] == 0
 
 
@@ -133,7 +133,7 @@ def test_unpublished_writes_and_unreachable_rows_are_repaired(indexed):
     """Writes committed but never published (a run stopped before its index step), plus rows
     no search can reach: reported, then deleted/published by the repair."""
     with Store(indexed.store) as store:
-        deleted, _ = store.delete_documents("default", external_ids=["d3"])
+        deleted, _ = store.documents.delete("default", external_ids=["d3"])
         store.con.execute("INSERT INTO chunks VALUES (999999, 888888, 0, 0, 3, 3)")
         store.con.execute("INSERT INTO vectors SELECT 999999, embedding FROM vectors LIMIT 1")
     assert deleted == ["d3"]
@@ -209,6 +209,6 @@ def test_ids_and_vectors_survive_a_repair(indexed):
     assert code == 0
     index = faiss.read_index(str(indexed.version_dir() / INDEX_FILE))
     with Store(indexed.store, read_only=True) as store:
-        for ids, vectors in store.iter_vectors():
+        for ids, vectors in store.vectors.iter_batches():
             np.testing.assert_array_equal(index.reconstruct_batch(ids), vectors)
-        assert index.ntotal == store.count_chunks()
+        assert index.ntotal == store.counts.chunks()

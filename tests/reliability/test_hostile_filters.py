@@ -62,7 +62,7 @@ def store_config(tiny_model_dir, tmp_path_factory):
         base = store.data_version()
         d1 = store.con.execute("SELECT doc_id, text, content_hash FROM documents "
                                "WHERE external_id = 'd1'").fetchone()
-        store.write_annotations([d1], [Annotation(
+        store.annotations.write([d1], [Annotation(
             labels=[Label("pos", 0.9, head="clf")],
             entities=[Entity("LOC", 8, 11, "mat", 0.8, head="ner")])], {"clf": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)

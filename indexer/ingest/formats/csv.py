@@ -51,11 +51,7 @@ def delimited_frames(path: Path, batch_size: int, sep: str) -> Iterator[Frame]:
             return
         except csv.Error as exc:
             raise Unreadable(f"CSV header unreadable ({exc}); fix the first line", 0) from None
-        if _bad_utf8(header) is not None:
-            raise Unreadable("CSV header is not valid UTF-8; re-save the file as UTF-8", 0)
-        repeated = sorted({h for h in header if header.count(h) > 1})
-        if repeated:
-            raise Unreadable(f"CSV header repeats column(s) {', '.join(repeated)}; rename them", 0)
+        _check_header(header)
         row, start = 0, 1
         rows: list[dict] = []
         bad: list[tuple[int, str]] = []
@@ -66,29 +62,41 @@ def delimited_frames(path: Path, batch_size: int, sep: str) -> Iterator[Frame]:
                 break
             except csv.Error as exc:
                 row += 1
-                reason = f"CSV parse error: {exc} (line {reader.line_num}); fix the quoting"
-                bad.append((row, reason))
+                bad.append((row, f"CSV parse error: {exc} (line {reader.line_num}); fix the "
+                                 "quoting"))
                 continue
             if not cells:
                 continue  # a blank line
             row += 1
-            if len(cells) != len(header):
-                reason = (f"row has {len(cells)} fields, the header has {len(header)} "
-                          f"({', '.join(header)}); quote fields that hold '{sep}'")
-                bad.append((row, reason))
+            problem = _row_problem(header, cells, sep)
+            if problem:
+                bad.append((row, problem))
             else:
-                column = _bad_utf8(cells)
-                if column is not None:
-                    bad.append((row, f"invalid UTF-8 in column '{header[column]}'"))
-                else:
-                    record = {h: (c if c != "" else None) for h, c in zip(header, cells)}
-                    record["__row"] = row
-                    rows.append(record)
+                record = {h: (c if c != "" else None) for h, c in zip(header, cells)}
+                record["__row"] = row
+                rows.append(record)
             if len(rows) + len(bad) >= batch_size:
                 yield start, rows, bad
                 rows, bad, start = [], [], row + 1
         if rows or bad:
             yield start, rows, bad
+
+
+def _check_header(header: list[str]) -> None:
+    if _bad_utf8(header) is not None:
+        raise Unreadable("CSV header is not valid UTF-8; re-save the file as UTF-8", 0)
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise Unreadable(f"CSV header repeats column(s) {', '.join(repeated)}; rename them", 0)
+
+
+def _row_problem(header: list[str], cells: list[str], sep: str) -> str | None:
+    """Why a row cannot be read as a record; None when it can."""
+    if len(cells) != len(header):
+        return (f"row has {len(cells)} fields, the header has {len(header)} "
+                f"({', '.join(header)}); quote fields that hold '{sep}'")
+    column = _bad_utf8(cells)
+    return None if column is None else f"invalid UTF-8 in column '{header[column]}'"
 
 
 def _bad_utf8(cells: list[str]) -> int | None:

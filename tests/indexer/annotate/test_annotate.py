@@ -43,7 +43,7 @@ def test_store_every_document_labelled_rerun_noop_new_version_redoes(
     first = run_annotate(head_args(heads), tiny_config)
     assert first["annotated"] == 5 and first["skipped"] == 0
     with Store(tiny_config.store.path) as store:  # recorded in the run log, as `status` shows
-        logged = store.last_run_of("annotate")
+        logged = store.runs.last_of("annotate")
     assert logged["status"] == "completed" and logged["summary"]["annotated"] == 5
     store_path = tiny_config.store.path
     per_head = dict(_count(store_path, "SELECT head, count(DISTINCT doc_id) FROM annotated GROUP BY head"))
@@ -124,7 +124,7 @@ def test_inbox_processes_each_file_once_and_reports_bad_lines(tiny_config, heads
     from indexer.annotate.inbox import file_hash
 
     with Store(tiny_config.store.path) as store:
-        store.ledger_start(file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")
+        store.annotations.ledger_start(file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")
     third = run_annotate(head_args(heads), tiny_config, "tweets", inbox=str(inbox))
     assert [f["status"] for f in third["files"] if f["path"].endswith("two.csv")] == ["redone"]
     assert third["annotated"] == 1 and third["rejected"] == 1

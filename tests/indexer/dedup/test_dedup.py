@@ -54,8 +54,8 @@ def test_hand_made_near_copies_are_grouped(config):
     assert summary["mode"] == "full" and summary["searched"] == 6
     assert summary["index"]["rebuilt"] is False  # the index is saved again, not rebuilt
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        groups = store.dedup_groups_of(ids)
-        listed = store.dedup_groups("c", min_size=2, time_field="t")
+        groups = store.dedup.groups_of(ids)
+        listed = store.dedup.groups("c", min_size=2, time_field="t")
     a0, a1, a2, b0, b1, c0 = ids
     assert groups == {a0: a0, a1: a0, a2: a0, b0: b0, b1: b1, c0: c0}
     assert len(listed) == 1
@@ -68,7 +68,7 @@ def test_hand_made_near_copies_are_grouped(config):
     summary = run_dedup(config, "c", min_jaccard=0.0)
     assert summary["mode"] == "full" and "changed" in summary["reason"]
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.dedup_groups_of([b1]) == {b1: b0}
+        assert store.dedup.groups_of([b1]) == {b1: b0}
 
 
 def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
@@ -85,7 +85,7 @@ def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
     assert first["mode"] == "full" and first["searched"] == len(docs)
     ids = {name: d for (name, *_), d in zip(docs, first_ids)}
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.dedup_groups_of([ids["d0"], ids["e0"]]) == {ids["d0"]: ids["d0"],
+        assert store.dedup.groups_of([ids["d0"], ids["e0"]]) == {ids["d0"]: ids["d0"],
                                                                  ids["e0"]: ids["e0"]}
     new = [("a3", "big news about the river flood today!!", near(e[0], 9), {}),
            ("x0", "storm warning for the coast", unit(d0 + e0), {}),
@@ -95,7 +95,7 @@ def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
     assert second["mode"] == "incremental"
     assert second["searched"] == len(new)  # the work: the 3 new vectors, not the 71 stored
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        groups = store.dedup_groups_of([*first_ids, *new_ids])
+        groups = store.dedup.groups_of([*first_ids, *new_ids])
     a3, x0, z0 = new_ids
     assert groups[a3] == ids["a0"]
     assert groups[x0] == groups[ids["d0"]] == groups[ids["e0"]] == ids["d0"]  # merged
@@ -106,7 +106,7 @@ def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
 
 def state_of(config: Config) -> tuple:
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        return store.data_version(), store.dedup_state("c"), store.last_runs(20)
+        return store.data_version(), store.dedup.state("c"), store.runs.last(20)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -191,11 +191,11 @@ def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
     ids = add_docs(config, wave_docs(e) + filler)
     exact = run_dedup(config, "c")
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        want = store.dedup_groups_of(ids)
+        want = store.dedup.groups_of(ids)
     monkeypatch.setattr(neighbours, "FLAT_LIMIT", 10)
     approx = run_dedup(config, "c", rebuild=True)
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        got = store.dedup_groups_of(ids)
+        got = store.dedup.groups_of(ids)
     assert got == want and approx["pairs"] == exact["pairs"] == 3
 
 

@@ -103,7 +103,7 @@ def test_index_windows_and_onnx_query_equal_torch(family, tmp_path, caplog):
         windows = store.con.execute(
             "SELECT count(*), max(n_tokens) FROM chunks JOIN documents USING (doc_id) "
             "WHERE external_id = 'long'").fetchone()
-        provenance = store.provenance()
+        provenance = store.vectors.provenance()
     assert windows[0] >= 2 and windows[1] <= limit
     assert provenance.attention == ("sdpa" if name in SDPA else "eager")
     torch_cfg = cfg.with_overrides(**{"search.query_encoder": "torch"})
@@ -223,7 +223,7 @@ def test_heads_train_eval_predict_annotate(family, tmp_path):
                           max_length=limit)
     with Store(cfg.store.path) as store:
         assert annotate_store(store, annotator)["annotated"] == len(texts)
-        stored = store.annotations_by_document([("c", k) for k in texts])
+        stored = store.annotations.by_document([("c", k) for k in texts])
     ids = list(texts)
     labels = load_head(clf).predict([texts[k] for k in ids])
     entities = load_head(ner).predict([texts[k] for k in ids])

@@ -188,10 +188,10 @@ def test_missing_or_changed_export_falls_back_with_one_line(exported_store, tmp_
             Searcher(strict, store).search("cat", 3)
         os.remove(model_file)
         with pytest.raises(Unavailable, match="FileNotFoundError"):
-            OnnxEncoder.open(store.path, record, exported_store.model, store.provenance())
+            OnnxEncoder.open(store.path, record, exported_store.model, store.vectors.provenance())
         with pytest.raises(Unavailable, match="outside"):
-            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"}, exported_store.model,
-                             store.provenance())
+            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"},
+                             exported_store.model, store.vectors.provenance())
 
 
 def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):

@@ -97,7 +97,7 @@ def test_provenance_records_what_was_used(st_cls, tmp_path, small_corpus):
     cfg = _config(path, tmp_path)
     run_index([str(small_corpus)], cfg, collection="c")
     with Store(cfg.store.path, read_only=True) as store:
-        p = store.provenance()
+        p = store.vectors.provenance()
     assert (p.pooling, p.normalize, p.max_length) == ("cls", True, 24)
     assert (p.query_prompt, p.document_prompt) == ("query: ", "passage: ")
     # adding vectors made with another document prompt is refused

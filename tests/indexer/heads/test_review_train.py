@@ -27,9 +27,9 @@ def test_train_with_reviewed_documents(tiny_bert, classifier_json, tmp_path):
     with Store(config.store.path) as store:
         docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents "
                                  "ORDER BY doc_id").fetchall()
-        store.write_annotations(docs, [Annotation(labels=[Label("pos", 0.6, "clf")])] * 3,
+        store.annotations.write(docs, [Annotation(labels=[Label("pos", 0.6, "clf")])] * 3,
                           {"clf": "v1"})
-        store.record_heads([("clf", "classifier", ["neg", "pos"], "x", "v1")])
+        store.reviews.record_heads([("clf", "classifier", ["neg", "pos"], "x", "v1")])
         page_review(store, "clf", docs[0][0], "pos")
         page_review(store, "clf", docs[1][0], "neg")
     items = len(json.loads(classifier_json.read_text())["train"])

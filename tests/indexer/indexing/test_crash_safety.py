@@ -97,8 +97,8 @@ def test_sigkill_anywhere_then_rerun_equals_one_clean_run(tiny_config, tmp_path)
     assert run_forked(cfg, corpus2, "delete") == 0
     assert_same(cfg, ref_cfg)
     with Store(cfg.store.path, read_only=True, snapshot=False) as store:
-        assert store.count_documents() == 3000 + 50 - 40
-        statuses = [r["status"] for r in store.last_runs(50)]
+        assert store.counts.documents() == 3000 + 50 - 40
+        statuses = [r["status"] for r in store.runs.last(50)]
     assert statuses[0] == "completed" and "interrupted" in statuses
 
 

@@ -71,11 +71,11 @@ def test_index_run_tunes_records_and_searches_use_it(tiny_config, tmp_path):
     summary = run_index([_corpus(tmp_path / "c.jsonl", MIN_QUERY_DOCS + 10)], config)
     assert summary["index"]["fusion"]["queries"] == MIN_QUERY_DOCS
     with Store(config.store.path, read_only=True) as store:  # the published snapshot
-        tuning = store.fusion_tuning()
+        tuning = store.vectors.fusion_tuning()
         assert tuning is not None and tuning.dense_weight == summary["index"]["fusion"][
             "dense_weight"]
         assert tuning.dense_weight in WEIGHTS and tuning.documents == MIN_QUERY_DOCS + 10
-        assert tuning.weights_hash == store.provenance().weights_hash
+        assert tuning.weights_hash == store.vectors.provenance().weights_hash
         curve = {float(w): v for w, v in tuning.curve.items()}
         assert choose_weight(curve) == tuning.dense_weight  # the weight is what the curve says
         assert not is_due(store, config)
@@ -98,5 +98,5 @@ def test_small_or_untuned_store_falls_back_to_the_fixed_weight(tiny_config, smal
     summary = run_index([str(small_corpus)], tiny_config)
     assert "fusion" not in summary["index"]  # 5 documents: too few to tune
     with Store(tiny_config.store.path, read_only=True) as store:
-        assert store.fusion_tuning() is None
+        assert store.vectors.fusion_tuning() is None
         assert Searcher(tiny_config, store).dense_weight == fusion.FALLBACK_DENSE_WEIGHT == 0.6

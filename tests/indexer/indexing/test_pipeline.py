@@ -36,9 +36,9 @@ def test_faiss_ids_are_store_chunk_ids(tiny_config, small_corpus):
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path, read_only=True) as store:
         index = VectorIndex.load(store.path, tiny_config.index)
-        stored_ids = store.chunk_ids()
+        stored_ids = store.vectors.chunk_ids()
         assert index.ntotal == len(stored_ids)
-        for ids, vectors in store.iter_vectors():
+        for ids, vectors in store.vectors.iter_batches():
             _, found = index.search(vectors, 1)
             np.testing.assert_array_equal(found[:, 0], ids)
 
@@ -55,9 +55,9 @@ def test_reindex_skips_unchanged_and_replaces_changed(tiny_config, small_corpus,
     assert (third["encoded"], third["skipped_unchanged"]) == (2, 4)
     assert search(tiny_config, "a green train to the sea", k=1)[0].id == "a1"
     with Store(tiny_config.store.path, read_only=True) as store:
-        assert store.count_documents() == 6
+        assert store.counts.documents() == 6
         index = VectorIndex.load(store.path, tiny_config.index)
-        assert index.ntotal == store.count_chunks()
+        assert index.ntotal == store.counts.chunks()
 
 
 def test_where_and_collection_filters_apply_inside_the_search(tiny_config, small_corpus):

@@ -118,8 +118,8 @@ def test_a_text_file_named_is_one_document_per_line_and_a_folder_leaves_it_out(t
     from indexer.store import Store
 
     with Store(tiny_config.store.path, read_only=True) as store:
-        doc_ids = [int(i) for ids, _ in store.iter_texts("default") for i in ids]
-        hits = store.fetch_documents(doc_ids)
+        doc_ids = [int(i) for ids, _ in store.dedup.iter_texts("default") for i in ids]
+        hits = store.reads.fetch_documents(doc_ids)
     assert sorted((h.external_id, h.text) for h in hits.values()) == [
         ("tweets.txt:1", "the cat sat"), ("tweets.txt:3", "the dog slept"),
         ("tweets.txt:5", "red apple")]

@@ -34,7 +34,7 @@ def _child(cfg, crash_at):
 def test_reindex_switches_encoder_and_survives_kills(tiny_config, small_corpus, tmp_path):
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path) as store:
-        doc_ids = store.document_hashes()
+        doc_ids = store.reads.document_hashes()
         store.con.execute("INSERT INTO annotations (doc_id, head, head_version, label, probability) "
                           "VALUES (?, 'topic', 'h1', 'pets', 0.9)",
                           [min(doc_ids)])
@@ -60,9 +60,9 @@ def test_reindex_switches_encoder_and_survives_kills(tiny_config, small_corpus, 
     with pytest.raises(ProvenanceMismatch):
         search_ids(tiny_config, "cat")
     with Store(new_cfg.store.path, read_only=True, snapshot=False) as store:
-        assert store.document_hashes() == doc_ids  # same doc ids: the keyword index holds
-        assert store.provenance().pooling == "cls"
-        assert store.annotation_counts() == {"topic": 1}  # annotations follow the documents
+        assert store.reads.document_hashes() == doc_ids  # same doc ids: the keyword index holds
+        assert store.vectors.provenance().pooling == "cls"
+        assert store.counts.annotations() == {"topic": 1}  # annotations follow the documents
     assert check_store(new_cfg).problems == []
 
     # the same as a clean reindex of a fresh store

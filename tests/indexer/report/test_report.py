@@ -57,7 +57,7 @@ def store_config(tmp_path) -> Config:
             rows.append((doc_id, texts[doc_id], "h"))
             notes.append(Annotation(labels=[Label(label[0], label[1], "sent")],
                                     entities=[Entity(t, 0, len(x), x, 0.9, "ner") for t, x in ents]))
-        store.write_annotations(rows, notes, {"sent": "v1", "ner": "v1"})
+        store.annotations.write(rows, notes, {"sent": "v1", "ner": "v1"})
     run_dedup(config, "c")
     return config
 
@@ -146,7 +146,7 @@ def test_scheduled_report_files_and_status(store_config, tmp_path):
     assert json.loads((folder / "report.json").read_text())["documents"] == 7
     assert "Plotly.newPlot" in (folder / "report.html").read_text()
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.last_run_of("report")["status"] == "completed"
+        assert store.runs.last_of("report")["status"] == "completed"
 
 
 def test_report_schedule_config_checks():

@@ -57,16 +57,16 @@ def store(annotated, tmp_path):
     with Store(tmp_path / "store") as s:
         docs = s.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
                              "ORDER BY doc_id").fetchall()
-        s.write_annotations([d[:3] for d in docs],
+        s.annotations.write([d[:3] for d in docs],
                           [Annotation(labels=[Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf",
                                                     1 - DOCS[d[3]][2])]) for d in docs],
                           {"clf": "v1"})
         other = {"d1": "neg", "d4": "pos"}  # clf2 disagrees on d1 only
         picked = [d for d in docs if d[3] in other]
-        s.write_annotations([d[:3] for d in picked],
+        s.annotations.write([d[:3] for d in picked],
                           [Annotation(labels=[Label(other[d[3]], 0.7, "clf2")]) for d in picked],
                           {"clf2": "v1"})
-        s.record_heads([("clf", "classifier", NAMES, "heads/clf", "v1"),
+        s.reviews.record_heads([("clf", "classifier", NAMES, "heads/clf", "v1"),
                             ("clf2", "classifier", NAMES, "heads/clf2", "v1"),
                             ("ner", "ner", ["O", "B-LOC", "I-LOC"], "heads/ner", "v1")])
         yield s
@@ -77,7 +77,7 @@ def ids(rows):
 
 
 def doc_id(store, external_id):
-    return store.existing("docs", [external_id])[external_id].doc_id
+    return store.documents.existing("docs", [external_id])[external_id].doc_id
 
 
 # ---- strategies ------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def test_export_orders_filters_and_skips_reviewed(store):
 
 def test_export_collapses_near_duplicates_with_a_grouping(store, monkeypatch):
     groups = {doc_id(store, "d3"): 1, doc_id(store, "d1"): 1, doc_id(store, "d5"): 1}
-    monkeypatch.setattr(store, "dedup_groups_of", lambda ids: {d: groups[d] for d in ids if d in groups},
+    monkeypatch.setattr(store.dedup, "groups_of", lambda ids: {d: groups[d] for d in ids if d in groups},
                         raising=False)
     assert ids(select_for_review(store, "clf", "uncertain", n=3)) == ["d3", "d2", "d4"]
 
@@ -157,7 +157,7 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
         {"id": ["d3"], "label": "pos"},  # not text
     ]
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
-    before = store.count_reviews("clf")
+    before = store.reviews.count("clf")
     s = import_rows(store, read_review_file(path), "clf", "labels.jsonl", reviewer="bob")
     reasons = {r["line"]: r["reason"] for r in s.rejected}
     assert sorted(reasons) == [2, 3, 4, 5, 6, 10, 11]
@@ -170,9 +170,9 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     assert "ISO date-time" in reasons[10]
     assert (s.rows, s.stored, s.unlabelled, s.changed) == (11, 2, 1, 0)
     assert s.duplicates == [{"id": "d6", "lines": [8, 9], "kept": 9}]
-    assert store.count_reviews("clf") == before + 2
+    assert store.reviews.count("clf") == before + 2
     d1, d6 = doc_id(store, "d1"), doc_id(store, "d6")
-    assert store.current_labels("clf", [d1, d6]) == {d1: "neg", d6: "neg"}
+    assert store.reviews.current_labels("clf", [d1, d6]) == {d1: "neg", d6: "neg"}
     row = store.con.execute("SELECT reviewer, reviewed_at::VARCHAR, source FROM reviews "
                             "WHERE doc_id = ?", [d1]).fetchone()
     assert row == ("ann", "2026-11-30 10:00:00", "labels.jsonl")
@@ -181,8 +181,8 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     path.write_text(json.dumps({"id": "d1", "label": "pos"}) + "\n")
     again = import_rows(store, read_review_file(path), "clf", "labels.jsonl")
     assert (again.stored, again.changed) == (1, 1)
-    assert store.current_labels("clf", [d1]) == {d1: "pos"}
-    assert store.count_reviews("clf") == before + 3
+    assert store.reviews.current_labels("clf", [d1]) == {d1: "pos"}
+    assert store.reviews.count("clf") == before + 3
 
 
 def test_import_a_spreadsheet_csv_bom_crlf_quotes(store, tmp_path):
@@ -216,7 +216,7 @@ def test_import_refusals_for_the_whole_file(store, tmp_path):
 
 def test_deleted_documents_are_rejected_and_lose_nothing_else(store, tmp_path):
     rows = select_for_review(store, "clf", "uncertain", n=2)
-    store.delete_documents("docs", keep=[k for k in DOCS if k != "d3"])
+    store.documents.delete("docs", keep=[k for k in DOCS if k != "d3"])
     for r in rows:
         r["label"] = "neg"
     path = tmp_path / "r.jsonl"
@@ -231,19 +231,19 @@ def test_deleted_documents_are_rejected_and_lose_nothing_else(store, tmp_path):
 def test_label_filters_prefer_human_labels_and_annotate_never_overwrites(store):
     d1, d2 = doc_id(store, "d1"), doc_id(store, "d2")
     page_review(store, "clf", d1, "neg")  # model said pos
-    pos = set(store.filter_doc_ids(labels=[("clf", "pos")]).tolist())
-    neg = set(store.filter_doc_ids(labels=[("clf", "neg")]).tolist())
+    pos = set(store.filters.doc_ids(labels=[("clf", "pos")]).tolist())
+    neg = set(store.filters.doc_ids(labels=[("clf", "neg")]).tolist())
     assert d1 in neg and d1 not in pos and d2 in neg
-    assert store.filter_doc_ids(labels=[("clf", "neg")], human=True).tolist() == [d1]
+    assert store.filters.doc_ids(labels=[("clf", "neg")], human=True).tolist() == [d1]
     # the model labels the document again: the person's label still decides
     docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents WHERE doc_id = ?",
                              [d1]).fetchall()
-    store.write_annotations(docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
-    assert store.current_labels("clf", [d1]) == {d1: "neg"}
-    assert d1 not in set(store.filter_doc_ids(labels=[("clf", "pos")]).tolist())
+    store.annotations.write(docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
+    assert store.reviews.current_labels("clf", [d1]) == {d1: "neg"}
+    assert d1 not in set(store.filters.doc_ids(labels=[("clf", "pos")]).tolist())
     rid = page_review(store, "clf", d2, "pos")
-    assert store.delete_review("clf", rid) and not store.delete_review("clf", rid)
-    assert store.current_labels("clf", [d2]) == {}
+    assert store.reviews.delete("clf", rid) and not store.reviews.delete("clf", rid)
+    assert store.reviews.current_labels("clf", [d2]) == {}
 
 
 # ---- training --------------------------------------------------------------------------------
@@ -313,10 +313,11 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
 # ---- the page's API (the browser test drives the page itself) -----------------------------
 
 
-def test_review_api_answers_and_refusals(store):
+def test_review_api_answers_and_refusals(store, annotated):
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
+    from indexer.indexing.steps import sync_vector_index
     from search.error_map import install
     from search.review_page import add_review_routes
 
@@ -325,8 +326,13 @@ def test_review_api_answers_and_refusals(store):
     add_review_routes(app, store.path)
     client = TestClient(app)
     path = store.path
+    config = annotated[0].with_overrides(**{"store.path": str(path)})
+    sync_vector_index(store, config, [], [])  # as annotate ends: the labels are published
+    # the test holds the writer: the page's reads come from the published snapshot regardless
     r = client.get("/review/api/next", params={"head": "clf"})
-    assert r.status_code == 409 and "try again" in r.json()["detail"]  # the test holds the writer
+    assert r.status_code == 200 and r.json()["document"] is not None
+    label = client.post("/review/api/label", json={"head": "clf", "doc_id": 1, "label": "pos"})
+    assert label.status_code == 409 and "try again" in label.json()["detail"]  # a write waits
     store.close()
     r = client.get("/review/api/next", params={"head": "clf", "skip": str(doc_id_at(path, "d3"))})
     assert r.status_code == 200
@@ -340,9 +346,11 @@ def test_review_api_answers_and_refusals(store):
     gone = client.post("/review/api/label", json={"head": "clf", "doc_id": 999999, "label": "pos"})
     assert gone.status_code == 400 and "no longer in the store" in gone.json()["detail"]
     ok = client.post("/review/api/label", json={"head": "clf", "doc_id": d1, "label": "pos",
-                                                 "reviewer": "kim"})
+                                                 "reviewer": "kim", "session": "s" * 32})
     assert ok.status_code == 200
-    assert client.post("/review/api/undo", json={"head": "clf", "review_id": ok.json()["review_id"]}
+    undo = {"head": "clf", "review_id": ok.json()["review_id"], "ticket": ok.json()["undo"]}
+    assert client.post("/review/api/undo", json=undo).status_code == 403  # no session: not its
+    assert client.post("/review/api/undo", json={**undo, "session": "s" * 32}
                        ).json() == {"undone": True}
     page = client.get("/review")
     assert "script-src 'self'" in page.headers["content-security-policy"]

@@ -1,6 +1,6 @@
 """The store package on its own: migrations from an empty file, a batch written and read back,
-deletes, a rolled-back batch, hostile filter values, snapshots, and the guard that keeps SQL
-inside `indexer/store/`. No model: vectors are numpy arrays."""
+deletes, a rolled-back batch, hostile filter values, snapshots, a group of tables on a bare
+core, and the guard that keeps SQL inside `indexer/store/`. No model: vectors are numpy arrays."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ from indexer.store import (
     content_hash,
     read_snapshot_facts,
 )
+from indexer.store.core import StoreCore
+from indexer.store.counts import Counts
 from indexer.store.filters import filter_clauses
 from indexer.store.schema import MIGRATIONS, apply_migration
+from indexer.store.vectors import Vectors
 
 DIM = 4
 PROVENANCE = Provenance("tiny", "w0", "mean", True, 16, DIM, "float32")
@@ -49,10 +52,10 @@ def chunks_for(doc_ids: list[int], seed: int = 0) -> ChunkRows:
 def add(store: Store, collection: str, records: list[Record], seed: int = 0
         ) -> tuple[list[int], list[int], ChunkRows]:
     """Write `records` as new documents; returns (doc ids, chunk ids, the chunks written)."""
-    doc_ids = store.next_ids("doc_ids", len(records))
+    doc_ids = store.documents.next_ids("doc_ids", len(records))
     rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, records)]
     chunks = chunks_for(doc_ids, seed)
-    added, removed = store.write_batch(collection, rows, [], [], chunks, [], "run1")
+    added, removed = store.documents.write_batch(collection, rows, [], [], chunks, [], "run1")
     assert removed == []
     return doc_ids, added, chunks
 
@@ -60,17 +63,17 @@ def add(store: Store, collection: str, records: list[Record], seed: int = 0
 @pytest.fixture
 def store(tmp_path):
     with Store(tmp_path / "s") as s:
-        s.set_provenance(PROVENANCE)
+        s.vectors.set_provenance(PROVENANCE)
         yield s
 
 
 def test_migrations_from_an_empty_file(tmp_path):
     with Store(tmp_path / "s") as store:
-        assert store.side_tables() == ["annotated", "annotations", "dedup_members",
-                                       "dedup_state", "entities", "inbox_ledger", "rejected",
-                                       "review_heads", "reviews", "runs", "tokens"]
-        assert store.count_documents() == store.count_chunks() == store.count_vectors() == 0
-        assert store.provenance() is None
+        assert store.side.names() == ["annotated", "annotations", "dedup_members",
+                                      "dedup_state", "entities", "inbox_ledger", "rejected",
+                                      "review_heads", "reviews", "runs", "tokens"]
+        assert store.counts.documents() == store.counts.chunks() == store.vectors.count() == 0
+        assert store.vectors.provenance() is None
         assert store.data_version() == SCHEMA_VERSION - 1  # each step after 1 moved it
     with duckdb.connect(str(tmp_path / "s" / DB_NAME), read_only=True) as con:
         version = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -83,7 +86,7 @@ def test_a_schema_1_store_is_upgraded_and_a_newer_one_refused(tmp_path):
     with duckdb.connect(str(folder / DB_NAME)) as con:
         apply_migration(con, 1)
     with Store(folder) as store:
-        assert "annotations" in store.side_tables()
+        assert "annotations" in store.side.names()
     with duckdb.connect(str(folder / DB_NAME)) as con:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
                     [str(max(MIGRATIONS) + 1)])
@@ -96,28 +99,28 @@ def test_a_schema_1_store_is_upgraded_and_a_newer_one_refused(tmp_path):
 def test_write_batch_then_read_back(store):
     records = [record("a", "cat sat", lang="en"), record("b", "dog ran", lang="fr")]
     doc_ids, chunk_ids, chunks = add(store, "docs", records)
-    assert store.existing("docs", ["a", "b", "zzz"]) == {
+    assert store.documents.existing("docs", ["a", "b", "zzz"]) == {
         "a": StoredDoc(doc_ids[0], content_hash(records[0]), '{"lang": "en"}'),
         "b": StoredDoc(doc_ids[1], content_hash(records[1]), '{"lang": "fr"}'),
     }
-    assert store.existing("other", ["a"]) == {}
-    hits = store.fetch_hits(chunk_ids)
+    assert store.documents.existing("other", ["a"]) == {}
+    hits = store.reads.fetch_hits(chunk_ids)
     assert [(h.external_id, h.text, h.metadata, h.start_char, h.end_char)
             for h in (hits[c] for c in chunk_ids)] == [("a", "cat sat", {"lang": "en"}, 0, 3),
                                                        ("b", "dog ran", {"lang": "fr"}, 0, 3)]
-    whole = store.fetch_documents(doc_ids)[doc_ids[1]]
+    whole = store.reads.fetch_documents(doc_ids)[doc_ids[1]]
     assert (whole.chunk_id, whole.start_char, whole.end_char) == (-1, 0, len("dog ran"))
-    assert store.documents_text(doc_ids[::-1]) == [DocText(doc_ids[0], None, "cat sat"),
-                                                   DocText(doc_ids[1], None, "dog ran")]
-    np.testing.assert_array_equal(store.fetch_vectors(np.asarray(chunk_ids)), chunks.vectors)
-    ids, vecs = next(iter(store.iter_vectors()))
+    assert store.reads.documents_text(doc_ids[::-1]) == [DocText(doc_ids[0], None, "cat sat"),
+                                                         DocText(doc_ids[1], None, "dog ran")]
+    np.testing.assert_array_equal(store.vectors.fetch(np.asarray(chunk_ids)), chunks.vectors)
+    ids, vecs = next(iter(store.vectors.iter_batches()))
     np.testing.assert_array_equal(ids, chunk_ids)
     np.testing.assert_array_equal(vecs, chunks.vectors)
-    keys, docs, _, _ = store.chunk_span_map()
+    keys, docs, _, _ = store.vectors.chunk_span_map()
     assert dict(zip(keys.tolist(), docs.tolist())) == dict(zip(chunk_ids, doc_ids))
-    assert store.collection_counts() == [
+    assert store.counts.collections() == [
         {"collection": "docs", "documents": 2, "chunks": 2, "vectors": 2}]
-    assert store.integrity_counts().__dict__ == {
+    assert store.checks.integrity_counts().__dict__ == {
         "duplicate_ids": 0, "orphan_chunks": 0, "stray_vectors": 0}
 
 
@@ -125,36 +128,36 @@ def test_changed_document_replaces_its_chunks(store):
     (doc_id,), (old_chunk,), _ = add(store, "docs", [record("a", "first")])
     changed = record("a", "second")
     new = chunks_for([doc_id], seed=1)
-    added, removed = store.write_batch("docs", [], [(doc_id, changed, content_hash(changed))],
-                                       [], new, [Rejected("x.jsonl", 3, None, "bad")], "run2")
+    added, removed = store.documents.write_batch("docs", [], [(doc_id, changed, content_hash(changed))],
+                                                 [], new, [Rejected("x.jsonl", 3, None, "bad")], "run2")
     assert removed == [old_chunk] and added != [old_chunk]
-    assert store.existing("docs", ["a"])["a"].content_hash == content_hash(changed)
-    assert store.documents_text([doc_id]) == [DocText(doc_id, None, "second")]
-    np.testing.assert_array_equal(store.chunk_ids(), added)
-    np.testing.assert_array_equal(store.fetch_vectors(np.asarray(added)), new.vectors)
+    assert store.documents.existing("docs", ["a"])["a"].content_hash == content_hash(changed)
+    assert store.reads.documents_text([doc_id]) == [DocText(doc_id, None, "second")]
+    np.testing.assert_array_equal(store.vectors.chunk_ids(), added)
+    np.testing.assert_array_equal(store.vectors.fetch(np.asarray(added)), new.vectors)
 
 
 def test_delete_by_id_and_keep(store):
     doc_ids, chunk_ids, _ = add(store, "docs", [record(i, f"text {i}") for i in "abc"])
     before = store.data_version()
-    deleted, removed = store.delete_documents("docs", external_ids=["b", "nope"])
+    deleted, removed = store.documents.delete("docs", external_ids=["b", "nope"])
     assert (deleted, removed) == (["b"], [chunk_ids[1]])
     assert store.data_version() == before + 1
-    deleted, removed = store.delete_documents("docs", keep=["a"])
+    deleted, removed = store.documents.delete("docs", keep=["a"])
     assert (deleted, removed) == (["c"], [chunk_ids[2]])
-    assert store.delete_documents("docs", external_ids=["zzz"]) == ([], [])
-    assert sorted(store.existing("docs", list("abc"))) == ["a"]
-    assert store.count_vectors() == store.count_chunks() == 1
-    assert store.delete_doc_ids([doc_ids[0]]) == [chunk_ids[0]]
-    assert store.count_documents() == store.count_vectors() == 0
+    assert store.documents.delete("docs", external_ids=["zzz"]) == ([], [])
+    assert sorted(store.documents.existing("docs", list("abc"))) == ["a"]
+    assert store.vectors.count() == store.counts.chunks() == 1
+    assert store.documents.delete_doc_ids([doc_ids[0]]) == [chunk_ids[0]]
+    assert store.counts.documents() == store.vectors.count() == 0
     with pytest.raises(ValueError, match="exactly one"):
-        store.delete_documents("docs")
+        store.documents.delete("docs")
 
 
 def test_failed_batch_leaves_nothing(store, monkeypatch):
     add(store, "docs", [record("a", "kept")])
-    before = (store.data_version(), store.count_documents(), store.count_chunks(),
-              store.count_vectors())
+    before = (store.data_version(), store.counts.documents(), store.counts.chunks(),
+              store.vectors.count())
 
     def fail(name):
         if name == "batch.before_commit":
@@ -163,10 +166,10 @@ def test_failed_batch_leaves_nothing(store, monkeypatch):
     monkeypatch.setattr(documents_module, "crash_point", fail)
     with pytest.raises(RuntimeError, match="disk full"):
         add(store, "docs", [record("b", "lost"), record("c", "lost too")])
-    assert (store.data_version(), store.count_documents(), store.count_chunks(),
-            store.count_vectors()) == before
-    assert sorted(store.existing("docs", ["a", "b", "c"])) == ["a"]
-    assert store.last_runs() == []
+    assert (store.data_version(), store.counts.documents(), store.counts.chunks(),
+            store.vectors.count()) == before
+    assert sorted(store.documents.existing("docs", ["a", "b", "c"])) == ["a"]
+    assert store.runs.last() == []
 
 
 HOSTILE = [
@@ -178,8 +181,8 @@ HOSTILE = [
 def test_hostile_filter_values_are_bound(store):
     doc_ids, chunk_ids, _ = add(store, "docs", [record("a", "t", lang="en", **{"a.b": "dot"}),
                                                 record("b", "u", lang="fr")])
-    np.testing.assert_array_equal(store.filter_doc_ids(where=[("lang", "en")]), [doc_ids[0]])
-    np.testing.assert_array_equal(store.filter_chunk_ids(where=[("a.b", "dot")]), [chunk_ids[0]])
+    np.testing.assert_array_equal(store.filters.doc_ids(where=[("lang", "en")]), [doc_ids[0]])
+    np.testing.assert_array_equal(store.filters.chunk_ids(where=[("a.b", "dot")]), [chunk_ids[0]])
     def clauses_for(value):
         return filter_clauses("d.", value, [(value, value)], [(value, value)],
                               [(value, value), (value, None)])
@@ -193,11 +196,11 @@ def test_hostile_filter_values_are_bound(store):
         for filters in ({"collection": value}, {"where": [("lang", value)]},
                         {"where": [(value, "en")]}, {"labels": [(value, value)]},
                         {"entities": [(value, value)]}, {"entities": [(value, None)]}):
-            assert len(store.filter_doc_ids(**filters)) == 0, filters
-            assert len(store.filter_chunk_ids(**filters)) == 0, filters
-    assert store.filter_doc_ids() is None and store.filter_chunk_ids() is None
-    assert store.count_documents() == 2
-    assert store.integrity_counts().duplicate_ids == 0
+            assert len(store.filters.doc_ids(**filters)) == 0, filters
+            assert len(store.filters.chunk_ids(**filters)) == 0, filters
+    assert store.filters.doc_ids() is None and store.filters.chunk_ids() is None
+    assert store.counts.documents() == 2
+    assert store.checks.integrity_counts().duplicate_ids == 0
 
 
 def test_snapshot_copy_and_facts(store, tmp_path):
@@ -217,10 +220,10 @@ def test_unreachable_rows_are_counted_and_deleted(store):
     doc_ids, chunk_ids, _ = add(store, "docs", [record("a", "t"), record("b", "u")])
     store.con.execute("DELETE FROM documents WHERE doc_id = ?", [doc_ids[0]])
     store.con.execute("DELETE FROM chunks WHERE chunk_id = ?", [chunk_ids[1]])
-    counts = store.integrity_counts()
+    counts = store.checks.integrity_counts()
     assert (counts.orphan_chunks, counts.stray_vectors) == (1, 1)
-    assert store.delete_unreachable() == {"chunks": 1, "vectors": 2}
-    assert store.count_vectors() == store.count_chunks() == 0
+    assert store.checks.delete_unreachable() == {"chunks": 1, "vectors": 2}
+    assert store.vectors.count() == store.counts.chunks() == 0
 
 
 def _sql_uses(path: Path) -> list[str]:
@@ -256,32 +259,42 @@ def test_only_the_store_package_speaks_sql():
 
 def test_recorded_run_logs_completion_failure_and_interruption(tmp_path):
     with Store(tmp_path / "runs") as store:
-        with store.recorded_run("dedup") as run:
-            assert store.last_run_of("dedup")["status"] == "running"
+        with store.runs.recorded_run("dedup") as run:
+            assert store.runs.last_of("dedup")["status"] == "running"
             run.summary = {"read": 3}
-        done = store.last_run_of("dedup")
+        done = store.runs.last_of("dedup")
         assert (done["run_id"], done["status"], done["summary"]) == (run.id, "completed",
                                                                      {"read": 3})
         assert done["finished_at"] >= done["started_at"]
 
         with pytest.raises(RuntimeError, match="disk\nfull"), \
-                store.recorded_run("report") as failing:
+                store.runs.recorded_run("report") as failing:
             failing.summary = {"buckets": 2}
             raise RuntimeError("disk\nfull")
-        failed = store.last_run_of("report")
+        failed = store.runs.last_of("report")
         assert failed["status"] == "failed"
         assert failed["summary"] == {"buckets": 2, "error": "disk full"}  # one line
 
-        with store.recorded_run("doctor") as soft:
+        with store.runs.recorded_run("doctor") as soft:
             soft.fail("repair stopped")  # a run that ends failed without raising
-        assert store.last_run_of("doctor")["status"] == "failed"
+        assert store.runs.last_of("doctor")["status"] == "failed"
 
         # a run left `running` (its process killed) is marked interrupted by the next run
-        killed = store.recorded_run("index")
+        killed = store.runs.recorded_run("index")
         killed.__enter__()
     with Store(tmp_path / "runs") as store:
-        with store.recorded_run("delete"):
+        with store.runs.recorded_run("delete"):
             pass
-        statuses = {r["kind"]: r["status"] for r in store.last_runs(10)}
+        statuses = {r["kind"]: r["status"] for r in store.runs.last(10)}
     assert statuses == {"index": "interrupted", "delete": "completed", "doctor": "failed",
                         "report": "failed", "dedup": "completed"}
+
+
+def test_a_group_of_tables_stands_on_a_bare_core(tmp_path):
+    # a group needs its core and the groups it names, never the whole Store
+    with StoreCore(tmp_path / "s") as core:
+        vectors = Vectors(core)
+        counts = Counts(core, vectors)
+        assert counts.collections() == [] and vectors.count() == 0
+        vectors.set_provenance(PROVENANCE)
+        assert vectors.provenance() == PROVENANCE and counts.documents() == 0

@@ -75,12 +75,12 @@ def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model
     assert [r["rejected"] for r in summary["refused_batches"]] == [1]
     assert "error: --strict: batch" in result.stderr and "docs.jsonl rows 3-4" in result.stderr
     with Store(tmp_path / "store", read_only=True) as store:
-        assert sorted(store.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2"]
+        assert sorted(store.documents.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2"]
     # the same file without --strict stores the clean record of the second batch, exit 0
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     with Store(tmp_path / "store", read_only=True) as store:
-        assert sorted(store.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2", "b1"]
+        assert sorted(store.documents.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2", "b1"]
 
 
 def test_index_summary(cli_store):

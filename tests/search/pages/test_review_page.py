@@ -52,11 +52,11 @@ def served(request, tiny_model_dir, tmp_path):
         base = store.data_version()
         docs = store.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
                                  "ORDER BY doc_id").fetchall()
-        store.write_annotations([d[:3] for d in docs], [Annotation(labels=[
+        store.annotations.write([d[:3] for d in docs], [Annotation(labels=[
             Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])]) for d in docs],
             {"clf": "v1"})
-        store.record_heads([("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
-        token = store.create_token("rita", scope) if scope else None
+        store.reviews.record_heads([("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
+        token = store.tokens.create("rita", scope) if scope else None
         sync_vector_index(store, config, [], [], base)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config.model_dump()))
@@ -135,7 +135,7 @@ def test_review_page_labels_skips_and_undoes(served, tmp_path):
 
 def who_labelled(store_path) -> list[tuple]:
     with Store(store_path, read_only=True, snapshot=False) as store:
-        return [(r.id, r.label, r.who) for r in store.review_history("clf")]
+        return [(r.id, r.label, r.who) for r in store.reviews.history("clf")]
 
 
 @pytest.mark.parametrize("served", ["review"], indirect=True)

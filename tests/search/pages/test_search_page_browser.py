@@ -40,7 +40,7 @@ def demo_server(tmp_path_factory):
     run_index([str(corpus)], config, collection="stdlib")
     with Store(config.store.path) as store:
         base = store.data_version()
-        stored = store.existing("stdlib", [p["id"] for p in keep])
+        stored = store.documents.existing("stdlib", [p["id"] for p in keep])
         rows, annotations = [], []
         for p in keep:
             a = Annotation()
@@ -49,7 +49,7 @@ def demo_server(tmp_path_factory):
             a.entities.append(Entity("MODULE", 0, len(top), top, 0.8, head="ner"))
             rows.append((stored[p["id"]].doc_id, p["text"], stored[p["id"]].content_hash))
             annotations.append(a)
-        store.write_annotations(rows, annotations, {"kind": "v1", "ner": "v1"})
+        store.annotations.write(rows, annotations, {"kind": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)
     with Store(config.store.path, read_only=True) as store:
         server = uvicorn.Server(uvicorn.Config(create_app(Searcher(config, store)),

@@ -10,41 +10,15 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from server_kit import BASE, UNDO_KEY, app_for, prepare
 
-from indexer.indexing.run import run_index
-from indexer.indexing.steps import sync_vector_index
-from indexer.query.searcher import Searcher
-from indexer.records import Annotation, Label
-from indexer.store import SCOPES, Store, read_token_table, scope_allows
+from indexer.store import Store, read_token_table, scope_allows
 from search import access
 from search.cli.main import main
 
 pytestmark = pytest.mark.heavy
 
-BASE = "http://127.0.0.1:8765"
 OPEN = access.OPEN
-
-
-def prepare(config, corpus, scopes=SCOPES) -> dict[str, str]:
-    """Index `corpus`, label every document with head `kind` (recorded for review), create a
-    token per scope (named after it) and publish; returns scope -> token."""
-    run_index([str(corpus)], config)
-    with Store(config.store.path) as store:
-        base = store.data_version()
-        docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents").fetchall()
-        store.write_annotations(docs, [Annotation(labels=[Label("pet", 0.6, "kind", 0.4)])
-                                       for _ in docs], {"kind": "v1"})
-        store.record_heads([("kind", "classifier", ["code", "pet"], "heads/kind", "v1")])
-        tokens = {s: store.create_token(f"{s}-user", s) for s in scopes}
-        sync_vector_index(store, config, [], [], base)
-    return tokens
-
-
-def app_for(config):
-    from search.server import create_app
-
-    store = Store(config.store.path, read_only=True)
-    return store, create_app(Searcher(config, store))
 
 
 def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
@@ -64,6 +38,17 @@ def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
         ("POST", "/review/api/undo"): {"url": "/review/api/undo",
                                        "json": {"head": "kind", "review_id": 999999}},
     }
+
+
+def with_ticket(req: dict, token_name: str) -> dict:
+    """An undo request carries the ticket its caller was given (here: made with UNDO_KEY for
+    a review id that does not exist, so it is allowed and undoes nothing)."""
+    from search.review_page import UndoTickets
+
+    if req["url"] != "/review/api/undo":
+        return req
+    ticket = UndoTickets(UNDO_KEY).issue(999999, "kind", f"token:{token_name}")
+    return {**req, "json": {**req["json"], "ticket": ticket}}
 
 
 @pytest.fixture
@@ -107,12 +92,13 @@ def test_every_route_has_an_entry_and_answers_by_its_scope(guarded):
             assert "hits" not in plain.text and "collections" not in plain.text
         for scope, token in tokens.items():
             auth = {"Authorization": f"Bearer {token}"}
-            answer = send(client, req, method, auth)
+            answer = send(client, with_ticket(req, f"{scope}-user"), method, auth)
             ok = needed == OPEN or scope_allows(scope, needed)
             assert answer.status_code == (200 if ok else 403), (where, scope, answer.text)
             if not ok:
                 assert f"needs {needed}" in answer.json()["detail"]
         admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        req = with_ticket(req, "admin-user")
         foreign = send(client, req, method, {**admin, "Host": "evil.example:8765"})
         assert foreign.status_code == 403, where
         assert "server.allowed_hosts" in foreign.json()["detail"]

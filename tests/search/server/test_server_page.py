@@ -22,7 +22,7 @@ def annotate_by_hand(config, labels: dict[str, str], entities: dict[str, list[tu
     a snapshot, as `bertindex annotate` does; keys are external ids."""
     with Store(config.store.path) as store:
         base = store.data_version()
-        docs = store.existing("default", sorted(set(labels) | set(entities)))
+        docs = store.documents.existing("default", sorted(set(labels) | set(entities)))
         rows = [(docs[ext].doc_id, "", docs[ext].content_hash) for ext in sorted(docs)]
         annotations = []
         for ext in sorted(docs):
@@ -32,7 +32,7 @@ def annotate_by_hand(config, labels: dict[str, str], entities: dict[str, list[tu
             for kind, text in entities.get(ext, []):
                 a.entities.append(Entity(kind, 0, len(text), text, 0.8, head="ner"))
             annotations.append(a)
-        store.write_annotations(rows, annotations, {"kind": "v1", "ner": "v1"})
+        store.annotations.write(rows, annotations, {"kind": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)
 
 

@@ -1,0 +1,281 @@
+"""The store's core: opens `store.duckdb` (or the snapshot published with the current index
+version) and owns the connection, its transactions, bound views, the data version, the writer
+lock and the published snapshot. The tables' SQL lives in the groups that hold a core.
+
+The vectors here are the truth; a FAISS index is a cache rebuilt from them. Does not encode
+and does not touch FAISS. All SQL takes values as bound parameters.
+
+One process writes (DuckDB allows one read-write process per file). Readers open the read-only
+snapshot published beside the current index version (`index/vN/store.duckdb`), so a search never
+waits for, nor sees half of, a running write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from indexer.errors import StoreError
+from indexer.store.lock import WAIT_S, WriterLock
+from indexer.store.schema import (
+    SCHEMA_VERSION,
+    SET_META,
+    apply_migration,
+    read_meta,
+    scalar,
+    stored_schema_version,
+)
+from indexer.store.snapshot import copy_snapshot, open_current_snapshot
+from indexer.versions import SNAPSHOT_FILE, version_dir
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+DB_NAME = "store.duckdb"
+# DuckDB's buffer pool for a writer (default: 80 % of RAM). It caches every block a run reads,
+# so without a bound a writer's memory grows with the store; above it DuckDB evicts and spills
+# to `<store>/store.duckdb.tmp` (README "Memory").
+WRITER_MEMORY_LIMIT = "128MB"
+SET_THREADS = "SET threads TO {threads}"
+BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
+
+
+class StoreCore:
+    """A store directory's connection: `store.duckdb` plus `index/` versions beside it.
+
+    Args:
+        path: the store directory (created when writable).
+        read_only: open for queries only; the store must exist.
+        snapshot: with read_only, open the snapshot published with the current index version
+            (never locked by a writer, always consistent with that index); a store without
+            snapshots (written before they existed) falls back to `store.duckdb`.
+        lock: a writable store takes the writer lock (`reindex` opens its next generation
+            without one: it holds the live store's).
+
+    Attributes:
+        version: the index version whose snapshot is open (None: the live file is open).
+    """
+
+    def __init__(self, path: str | Path, read_only: bool = False, snapshot: bool = True,
+                 lock: bool = True):
+        self.path = Path(path)
+        self.db_path = self.path / DB_NAME
+        self.read_only = read_only
+        self.version: str | None = None
+        self._lock: WriterLock | None = None
+        self._bound_views = itertools.count()  # names of registered Arrow views
+        self._threads: threading.local | None = None  # per-thread cursors, once shared
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        if read_only and snapshot:
+            opened = open_current_snapshot(self.path)
+            if opened is not None:
+                self.con, self.version = opened
+                self._migrate_or_close()
+                return
+        if read_only and not self.db_path.is_file():
+            raise StoreError(
+                f"no store at {self.path} ({DB_NAME} missing); index something first with "
+                f"`bertindex index PATH --store {self.path}`"
+            )
+        if not read_only:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if lock:
+                self._lock = WriterLock(self.path)
+        try:
+            self.con = self._connect(read_only)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            if self._lock is not None:
+                self._lock.release()
+            if read_only and snapshot:
+                raise StoreError(
+                    f"cannot open {self.db_path}: nothing is published yet and the first index "
+                    "run is still writing; search when it has finished"
+                ) from None
+            raise StoreError(
+                f"cannot open {self.db_path}: {exc}. Another bertindex process may be writing "
+                "to this store; wait for it to finish."
+            ) from None
+        self._migrate_or_close()
+
+    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        """Open the live file. A writer (holding the writer lock) retries for up to
+        `lock.WAIT_S`: what else has the file open then is a reader for a moment (a server
+        re-reading its tokens or the review page's labels), never another writer."""
+        config = {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT}
+        deadline = time.monotonic() + (WAIT_S if self._lock is not None else 0.0)
+        while True:
+            try:
+                return duckdb.connect(str(self.db_path), read_only=read_only, config=config)
+            except (duckdb.IOException, duckdb.ConnectionException):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    @property
+    def con_path(self) -> Path:
+        """The file open here: the live store, or the snapshot of `version`."""
+        if self.version is None:
+            return self.db_path
+        return version_dir(self.path, self.version) / SNAPSHOT_FILE
+
+    # -- schema -----------------------------------------------------------------------------
+    def _migrate_or_close(self) -> None:
+        """Upgrade the schema; a store this code cannot use is closed (connection and lock)
+        before the error propagates, so the process can open it again or leave it alone."""
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    def _migrate(self) -> None:
+        version = stored_schema_version(self.con)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.con_path} was written by a newer bertindex (schema {version}, this one "
+                f"knows {SCHEMA_VERSION}); nothing was changed: upgrade bertindex "
+                "(`pip install -U bertindex`) to use it"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        if self.read_only and self.version is not None and version > 0:
+            return  # a snapshot published before an upgrade: read as it is until the next one
+        if self.read_only:
+            raise StoreError(f"{self.db_path} needs a schema upgrade; run `bertindex index` once")
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            with self.transaction():
+                apply_migration(self.con, step)
+                if step > 1:
+                    self.bump_data_version()  # the published snapshot has the old schema
+
+    # -- connection -------------------------------------------------------------------------
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection: the one opened, or after `share_across_threads` a cursor of
+        it per calling thread (a DuckDB connection runs one query at a time)."""
+        local = self._threads
+        if local is None:
+            return self._con
+        cursor = getattr(local, "cursor", None)
+        if cursor is None:
+            with self._cursor_lock:
+                cursor = local.cursor = self._con.cursor()
+                self._cursors.append(cursor)
+        return cursor
+
+    @con.setter
+    def con(self, value: duckdb.DuckDBPyConnection) -> None:
+        self._con = value
+
+    def share_across_threads(self) -> None:
+        """Let several threads query this read-only store at once: each thread gets its own
+        cursor on the same database (same snapshot, same buffer pool) on first use.
+
+        Raises:
+            StoreError: the store is open for writing (one writer, one connection).
+        """
+        if not self.read_only:
+            raise StoreError(f"{self.path}: only a read-only store is shared across threads")
+        self._cursor_lock = threading.Lock()
+        self._threads = threading.local()
+
+    def close(self) -> None:
+        """Close the connection (and any per-thread cursors) and release the writer lock."""
+        for cursor in self._cursors:
+            cursor.close()
+        self._cursors.clear()
+        self._threads = None
+        self._con.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def set_threads(self, threads: int) -> None:
+        """Cap the threads DuckDB uses for this connection's queries.
+
+        Args:
+            threads: at least 1.
+        """
+        self.con.execute(SET_THREADS.format(threads=int(threads)))  # an int: nothing else
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One DuckDB transaction around the block: committed when it ends, rolled back (and
+        the error re-raised) when it raises."""
+        self.con.execute(BEGIN)
+        try:
+            yield
+        except Exception:
+            self.con.execute(ROLLBACK)
+            raise
+        self.con.execute(COMMIT)
+
+    @contextlib.contextmanager
+    def bound(self, values: Sequence | np.ndarray, kind: pa.DataType | None = None
+              ) -> Iterator[str]:
+        """Yield `(SELECT v FROM view)`: `values` (int64 unless `kind` says otherwise) as a
+        registered one-column Arrow view, for `x IN {ref}` inside the block. A Python list
+        bound as a `?::BIGINT[]` parameter costs DuckDB 1.4 two failed `import pandas` per
+        element (`benchmarks/bound_ids.py`)."""
+        name = f"bound_values_{next(self._bound_views)}"
+        self.con.register(name, pa.table({"v": pa.array(values, kind or pa.int64())}))
+        try:
+            yield f"(SELECT v FROM {name})"
+        finally:
+            self.con.unregister(name)
+
+    def insert_view(self, statement: str, table: pa.Table) -> None:
+        """Run `statement` (an INSERT ... SELECT * FROM {view}) over an Arrow table registered
+        for the statement only.
+
+        Args:
+            statement: SQL with a `{view}` placeholder for the registered table's name.
+            table: the rows (or one record batch) to insert, in the target's column order.
+        """
+        name = f"insert_view_{next(self._bound_views)}"
+        self.con.register(name, table)
+        try:
+            self.con.execute(statement.format(view=name))
+        finally:
+            self.con.unregister(name)
+
+    def scalar(self, statement: str, params: list | None = None) -> Any:
+        """The one value of a statement that returns exactly one row (`schema.scalar`)."""
+        return scalar(self.con, statement, params)
+
+    # -- data version and snapshots ---------------------------------------------------------
+    def data_version(self) -> int:
+        """A counter raised by every transaction that changes what a search can see."""
+        value = read_meta(self.con, "data_version")
+        return int(value) if value is not None else 0
+
+    def bump_data_version(self) -> None:
+        """Raise the data version; inside the caller's transaction, so the counter moves
+        exactly when the data does."""
+        self.con.execute(SET_META, ["data_version", str(self.data_version() + 1)])
+
+    def write_snapshot(self, folder: Path) -> None:
+        """Copy the store, checkpointed, to `folder/store.duckdb` for read-only searches.
+
+        Only the writer calls this; nothing writes between the checkpoint and the copy.
+
+        Args:
+            folder: the index version folder the snapshot is published with.
+        """
+        copy_snapshot(self.con, self.db_path, folder)
+
