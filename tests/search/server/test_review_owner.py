@@ -21,6 +21,8 @@ from search import access
 from search.cli.main import main
 from search.review_page import UNDO_SECONDS, UndoTickets
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture
 def served(tiny_config, small_corpus):

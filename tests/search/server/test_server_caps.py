@@ -11,6 +11,8 @@ from server_kit import BASE, app_for, prepare
 
 from search import access
 
+pytestmark = pytest.mark.heavy
+
 # fields whose size does not scale work: flags and closed choices
 UNSCALED = (bool, type(None))
 
