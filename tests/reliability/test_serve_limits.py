@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from serve_kit import free_port, listeners
+from port_kit import free_port, listeners
 from testkit import ROOT
 
 from indexer.indexing.run import run_index

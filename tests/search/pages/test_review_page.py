@@ -14,9 +14,9 @@ import time
 import pytest
 import yaml
 from browser import console_errors, headless_chromium, screenshot
+from port_kit import free_port, listeners
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
-from serve_kit import free_port, listeners
 from testkit import ROOT, tiny_model_config
 
 from indexer.indexing.run import run_index

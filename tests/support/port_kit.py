@@ -1,4 +1,4 @@
-"""Helpers for tests that start `bertindex serve` as a real process: a free local port, and the
+"""Ports for tests that start `bertindex serve` as a real process: a free local port, and the
 addresses listening on a port as the kernel lists them."""
 
 from __future__ import annotations
