@@ -121,6 +121,17 @@ class TrainSettings:
         return resolved, {"batch_size": batch_rule, "max_length": length_rule}
 
     @property
+    def resolved_batch_size(self) -> int:
+        """The batch size of resolved settings (`resolve`).
+
+        Raises:
+            ValueError: the settings are not resolved.
+        """
+        if self.batch_size is None:
+            raise ValueError("training needs resolved settings (TrainSettings.resolve)")
+        return self.batch_size
+
+    @property
     def caches_features(self) -> bool:
         """Runs the frozen backbone once for a head-only stage (`head_only` or `probe_epochs`)."""
         return self.head_only or self.probe_epochs > 0

@@ -57,7 +57,7 @@ def labels_from_logits(logits: np.ndarray, label_names: Sequence[str],
             for b, p, r in zip(best, probs, second)]
 
 
-class SequenceClassifier(HeadType):
+class SequenceClassifier(HeadType[SentenceExample]):
     """A sentence classifier (`...ForSequenceClassification`)."""
 
     name = "classifier"

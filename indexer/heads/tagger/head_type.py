@@ -100,7 +100,7 @@ def text_entities(text: str, word_ids, offsets, logits: np.ndarray, label_names:
     return [Entity(*span, head=head) for span in word_spans(words, tags, probs, text)]
 
 
-class TokenTagger(HeadType):
+class TokenTagger(HeadType[TokenExample]):
     """A BIO token tagger (`...ForTokenClassification`)."""
 
     name = "ner"
