@@ -86,7 +86,8 @@ def _tables(annotations: list[Annotation]) -> dict[str, pa.Table]:
     tables = {}
     for rt in RESULT_TYPES:
         names = [f.name for f in dataclasses.fields(rt)]
-        pos, columns = [], {name: [] for name in names}
+        pos: list[int] = []
+        columns: dict[str, list] = {name: [] for name in names}
         for i, a in enumerate(annotations):
             for x in getattr(a, rt.field):
                 pos.append(i)
