@@ -261,7 +261,8 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
         pairs = all_pairs(lambda: store.dedup.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
                           store.vectors.provenance().dim, params.threshold, params.neighbours,
                           chunk_doc, accept=accept)
-        groups, regroup = group_all(doc_ids, pairs), {}
+        regroup: dict[int, int] = {}
+        groups = group_all(doc_ids, pairs)
         written = doc_ids
     else:
         new_order = np.argsort(new_chunks)
@@ -329,6 +330,8 @@ def keep_current(config: Config) -> dict:
         states = {c: store.dedup.state(c) for c in store.dedup.collections()}
     out = {}
     for collection, state in states.items():
+        if state is None:  # every collection listed was grouped, with its parameters kept
+            raise StoreError(f"{path}: collection '{collection}' has no dedup state")
         out[collection] = run_dedup(config, collection, state["threshold"], state["min_size"],
                                     state["min_jaccard"])
     return out

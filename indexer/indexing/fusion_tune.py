@@ -16,6 +16,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -226,7 +227,7 @@ def _keyword_rankings(docs: list[DocText], queries: list[PseudoQuery], language:
     which each query's document is its cut text."""
     cut = {q.doc_id: q.rest for q in queries}
     with tempfile.TemporaryDirectory(prefix="bertindex-fusion-tune-") as folder:
-        index = KeywordIndex(folder, create=True, language=language)
+        index = KeywordIndex(Path(folder), create=True, language=language)
         index.add_documents(DocText(d.doc_id, d.title, cut.get(d.doc_id, d.text)) for d in docs)
         return [index.search(q.query, DEPTH) for q in queries]
 

@@ -149,7 +149,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
             for batch in reads:
                 job.add(batch, strict)
             job.drain()
-            reads = None  # every file is read: free the run's ids before the index step
+            del reads  # every file is read: free the run's ids before the index step
             removed = job.delete_missing()
             index_info = steps.write(store, config, job.total.added, removed, base_version)
         except BaseException:
@@ -184,7 +184,7 @@ class _IndexRun:
     a batch holding an id that one of them holds waits until they are settled."""
 
     def __init__(self, store: Store, config: Config, collection: str, steps: Steps, encoder,
-                 run_id: int, mode: str, seen: set[str] | None):
+                 run_id: str, mode: str, seen: set[str] | None):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
         self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run

@@ -220,7 +220,7 @@ def sync_vector_index(store: Store, config: Config, added, removed,
         and current.ntotal + len(added) - len(removed) == total
         and current.remove(removed)
     )
-    if incremental:
+    if incremental and current is not None:
         for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
             part = added[start:start + _ADD_BATCH]
             current.add(store.vectors.fetch(part), part)

@@ -179,6 +179,8 @@ def _check_index(path: Path, config: Config, provenance, data_version: int,
     except VectorIndexError as exc:
         out.add("index_file", folder / INDEX_FILE, str(exc), fix)
         return
+    if index is None:  # a named version loads or raises
+        raise VectorIndexError(f"{folder}: index version {version} did not load")
     out.facts["index"] = {"version": version, "spec": index.spec, "ntotal": index.ntotal,
                           "data_version": index.data_version}
     diffs = index.provenance.mismatches(provenance, WRITE_KEYS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from indexer.config import Config
 from indexer.errors import StoreError
@@ -46,7 +47,7 @@ def store_status(config: Config, runs: int = 5) -> dict:
     path = Path(config.store.path)
     store, writer_active = open_latest(path)
     with store:
-        info = {
+        info: dict[str, Any] = {
             "store": str(path),
             "writer_active": writer_active,
             "data_version": store.data_version(),
