@@ -121,7 +121,7 @@ def choose_path(dtype: DtypeChoice | str, device: torch.device,
                            "auto on CUDA: " + ("bf16 supported" if bf16 else "no bf16, fp16"))
     flags, source = machine.cpu_flags()
     native = [f for f in machine.BF16_FLAGS if f in flags]
-    fallback = "bf16" if native else "fp32"
+    fallback: Dtype = "bf16" if native else "fp32"
     why = (f"auto on CPU: native bf16 ({', '.join(native)})" if native
            else "auto on CPU: no native bf16 (no avx512_bf16/amx_bf16)") + f" per {source}"
     if model_dir is not None:

@@ -130,6 +130,11 @@ class Int8Linear(nn.Module):
     `ONEDNN_MAX_CPU_ISA=AVX2` with 127, exact with 63).
     """
 
+    # buffers, registered in __init__ (torch types an unknown attribute as Tensor | Module)
+    inv_smooth: torch.Tensor | None
+    weight_t: torch.Tensor
+    weight_scale: torch.Tensor
+
     def __init__(self, linear: nn.Linear, act_amax: torch.Tensor | None = None,
                  alpha: float = 0.5, weight_levels: int | None = None):
         super().__init__()

@@ -54,6 +54,7 @@ def load_query_encoder(config: Config, store, index) -> QueryEncoder:
             message says why and how to export it again.
     """
     mode = config.search.query_encoder
+    encoder: QueryEncoder  # the export when it checks out, else the torch encoder
     if mode != "torch":
         try:
             if index is None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from indexer.config import Config
-from indexer.errors import InputError
+from indexer.config import Config, ScheduleConfig
+from indexer.errors import ConfigError, InputError
 from indexer.store import TIME_UNITS, UNKNOWN, Store
 from indexer.timeutil import parse_utc, utc_now
 
@@ -65,8 +66,9 @@ def build_report(store: Store, config: Config, collection: str | None = None,
         order = [(b, counts[b]) for b in names]
         agg = store.trends.aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
                                       min_size=config.dedup.min_size, bins=bins)
-    buckets = {b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [],
-                   "waves": []} for b, n in order}
+    buckets: dict[str, dict[str, Any]] = {
+        b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [], "waves": []}
+        for b, n in order}
     _add_labels(buckets, agg["labels"])
     _add_entities(buckets, order, agg["entities"], timed, rising)
     for bucket, group_id, n, size, text in agg["waves"]:
@@ -169,6 +171,14 @@ def write_scheduled_report(config: Config) -> dict | None:
     with Store(Path(config.store.path)) as store, store.runs.recorded_run("report") as run:
         report = build_report(store, config, schedule.collection, schedule.heads,
                               schedule.by or "week")
-        files = write_report_files(report, Path(schedule.folder).expanduser())
+        files = write_report_files(report, _report_folder(schedule))
         run.summary = files | {"buckets": len(report["buckets"])}
     return run.summary
+
+
+def _report_folder(schedule: ScheduleConfig) -> Path:
+    """Where a scheduled report is written (the configuration requires a report's `folder`)."""
+    if not schedule.folder:
+        raise ConfigError("schedules.report needs 'folder:' (where report.html and report.json "
+                          "are written)")
+    return Path(schedule.folder).expanduser()
