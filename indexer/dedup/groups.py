@@ -258,8 +258,11 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
         if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
             words = WordSets(store.dedup.iter_texts(collection))
             accept = partial(words.same, min_jaccard=params.min_jaccard)
+        provenance = store.vectors.provenance()
+        if provenance is None:  # the collection's vectors are stored, and with them this
+            raise StoreError(f"{store.path}: the stored vectors have no provenance")
         pairs = all_pairs(lambda: store.dedup.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
-                          store.vectors.provenance().dim, params.threshold, params.neighbours,
+                          provenance.dim, params.threshold, params.neighbours,
                           chunk_doc, accept=accept)
         regroup: dict[int, int] = {}
         groups = group_all(doc_ids, pairs)

@@ -22,6 +22,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.encode.encoder import Encoder
+from indexer.errors import StoreError
 from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
@@ -103,10 +104,11 @@ def is_due(store: Store, config: Config) -> bool:
     Returns:
         True when `tune_dense_weight` should run.
     """
-    if config.search.tune_queries == 0 or store.vectors.provenance() is None:
+    provenance = store.vectors.provenance()
+    if config.search.tune_queries == 0 or provenance is None:
         return False
     done = store.vectors.fusion_tuning()
-    if done is None or done.weights_hash != store.vectors.provenance().weights_hash:
+    if done is None or done.weights_hash != provenance.weights_hash:
         return True
     return abs(store.counts.documents() - done.documents) > RETUNE_CHANGE * max(done.documents, 1)
 
@@ -172,9 +174,12 @@ def measure_dense_weight(store: Store, config: Config, encoder: Encoder, seed: i
     targets = [q.doc_id for q in queries]
     curve = {w: _mean_ndcg(targets, [fusion.weighted([d, k], [w, 1 - w])
                                      for d, k in zip(dense, keyword)]) for w in WEIGHTS}
+    provenance = store.vectors.provenance()
+    if provenance is None:  # the dense rankings read stored vectors, which come with it
+        raise StoreError(f"{store.path}: the stored vectors have no provenance")
     record = FusionTuning(
         dense_weight=choose_weight(curve), queries=len(queries), documents=len(doc_ids),
-        sample_documents=len(sample), weights_hash=store.vectors.provenance().weights_hash,
+        sample_documents=len(sample), weights_hash=provenance.weights_hash,
         dense_ndcg=round(_mean_ndcg(targets, dense), 4),
         keyword_ndcg=round(_mean_ndcg(targets, keyword), 4),
         curve={str(w): round(v, 4) for w, v in curve.items()}, seed=seed,

@@ -88,14 +88,16 @@ def _check_request(store: Store, collection: str | None, by: str, timed: bool,
                    time_field: str | None, start, end) -> None:
     """Refuse a report that cannot be made, naming the option to change."""
     where = f"collection '{collection}'" if collection else "the store"
-    if timed and not time_field:
-        raise InputError(f"--by {by} needs the metadata field holding each document's time: "
-                         "pass --time-field FIELD or set fields.time in config.yaml")
+    field = by  # the metadata field the buckets come from
+    if timed:
+        if not time_field:
+            raise InputError(f"--by {by} needs the metadata field holding each document's "
+                             "time: pass --time-field FIELD or set fields.time in config.yaml")
+        field = time_field
     if not timed and (start or end):
         raise InputError(f"--since/--until need time buckets (--by day|week|month), not --by {by}")
     if store.counts.documents(collection) == 0:
         raise InputError(f"{where} has no documents; index some first")
-    field = time_field if timed else by
     if store.trends.documents_with_field(field, collection) == 0:
         option = "--time-field" if timed else "--by"
         raise InputError(f"no document in {where} has the metadata field '{field}' ({option}); "
