@@ -84,8 +84,9 @@ class AdaptSettings:
     def fingerprint(self, corpus: Corpus) -> str:
         """What a checkpoint must match to be resumed: the settings that shape the run and
         the data's size."""
-        keep: dict[str, object] = {k: str(v) for k, v in asdict(self).items()
-                                   if k not in ("out", "threads", "checkpoint_seconds", "checkpoint_steps")}
+        keep: dict[str, object] = {
+            k: str(v) for k, v in asdict(self).items()
+            if k not in ("out", "threads", "checkpoint_seconds", "checkpoint_steps")}
         keep["data"] = [corpus.provenance.get("documents"), corpus.provenance.get("tokens")]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
