@@ -110,7 +110,8 @@ class StoreCore:
         """Open the live file. A writer (holding the writer lock) retries for up to
         `lock.WAIT_S`: what else has the file open then is a reader for a moment (a server
         re-reading its tokens or the review page's labels), never another writer."""
-        config = {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT}
+        config: dict[str, str | bool | int | float | list[str]] = (
+            {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT})
         deadline = time.monotonic() + (WAIT_S if self._lock is not None else 0.0)
         while True:
             try:

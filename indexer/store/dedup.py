@@ -220,7 +220,8 @@ class DedupTables:
             return None
         return self.core.scalar(SELECT_LAST_DEDUP)
 
-    def write(self, collection: str, doc_ids: Sequence[int], group_ids: Sequence[int],
+    def write(self, collection: str, doc_ids: Sequence[int] | np.ndarray,
+              group_ids: Sequence[int] | np.ndarray,
               regroup: dict[int, int], full: bool, state: dict) -> None:
         """Store one grouping run in one transaction.
 
