@@ -22,7 +22,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
-from indexer.records import Annotation, Label
+from indexer.records.annotations import Annotation, Label
 from indexer.store import Store
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned=2"> & "quotes"'

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.query.searcher import Searcher
-from indexer.records import Annotation, Label
+from indexer.records.annotations import Annotation, Label
 from indexer.store import SCOPES, Store, read_token_table, scope_allows
 from search import access
 from search.cli.main import main

@@ -33,7 +33,7 @@ from indexer.errors import ModelError
 from indexer.heads.base import HeadType
 from indexer.heads.predict import load_model_dir
 from indexer.ingest.chunking import window_spans
-from indexer.records import Annotation
+from indexer.records.annotations import Annotation
 
 # the store (duckdb) is imported only when a shared pass returns the index's chunks, so that
 # annotating alone runs where duckdb is absent (benchmarks/gpu_check.py on a bare GPU machine)

@@ -23,11 +23,11 @@ import pyarrow as pa
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.store_pass import pending_work
 from indexer.config import Config
+from indexer.core.faults import crash_point
+from indexer.core.progress import Progress, ProgressArg
 from indexer.errors import ModelError
-from indexer.faults import crash_point
 from indexer.indexing.partitions import Work, WorkTally, text_bytes, worker_name
-from indexer.progress import Progress, ProgressArg
-from indexer.records import RESULT_TYPES, Annotation
+from indexer.records.annotations import RESULT_TYPES, Annotation
 from indexer.store import Store
 
 MIN_ROWS, MAX_ROWS = 64, 4096  # documents per annotate partition

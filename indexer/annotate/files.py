@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from indexer.annotate.annotator import Annotator
+from indexer.core.progress import Progress, ProgressArg
 from indexer.errors import InputError, ModelError
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import FieldMap, Record, read_batches
-from indexer.progress import Progress, ProgressArg
-from indexer.records import RESULT_TYPES, Annotation, Result
+from indexer.records.annotations import RESULT_TYPES, Annotation, Result
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -52,7 +52,7 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
         out: `.jsonl` (the record's own fields, then `labels` and `entities`) or `.parquet`
             (id, title, text, metadata as JSON, labels, entities). Written to a temporary
             name, then renamed: an interrupted run leaves no half file.
-        progress: a progress mode (`indexer.progress`); records, rate (no total: no ETA).
+        progress: a progress mode (`indexer.core.progress`); records, rate (no total: no ETA).
     Returns:
         {"read", "annotated", "rejected", "rejections" (first 100), "out", "heads"}.
     """

@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.timeutil import utc_now
 from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
 from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
-from indexer.provenance import QUERY_KEYS
+from indexer.records.provenance import QUERY_KEYS
 from indexer.store import Store
-from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 

@@ -139,7 +139,7 @@ class Int8Linear(nn.Module):
                  alpha: float = 0.5, weight_levels: int | None = None):
         super().__init__()
         if weight_levels is None:
-            from indexer.machine import has_vnni
+            from indexer.core.machine import has_vnni
 
             weight_levels = 127 if has_vnni() else 63
         self.weight_levels = weight_levels

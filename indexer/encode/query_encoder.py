@@ -17,7 +17,7 @@ from indexer.config import Config
 from indexer.encode.onnx_files import Unavailable
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.errors import ModelError
-from indexer.provenance import QUERY_KEYS, Provenance
+from indexer.records.provenance import QUERY_KEYS, Provenance
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The head-type interface (`HeadType`) and the labelled example every type extends. The
 results heads return (`Label`, `Entity`) are records below both heads and store
-(`indexer.records`). Does not load models or read files.
+(`indexer.records.annotations`). Does not load models or read files.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from indexer.errors import InputError
 from indexer.heads.registry import Capabilities, capabilities
-from indexer.records import Entity, Label
+from indexer.records.annotations import Entity, Label
 
 if TYPE_CHECKING:  # torch only in annotations: a search reading labels never imports it
     import torch

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from indexer.progress import write_line
+from indexer.core.progress import write_line
 
 MIN_DELTA = 0.002  # auto epochs: a validation score must rise by this much to reset patience
 LOSS_TIE_DELTA = 1e-3  # auto epochs: an equal score counts as progress with a 0.1 % lower loss

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from indexer.choices import HeadDtype, HeadPooling
 from indexer.config import MAX_POSITIONS
+from indexer.core.choices import HeadDtype, HeadPooling
 from indexer.encode.model_facts import Length
 from indexer.errors import InputError
 from indexer.heads.base import HeadType

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 
 from indexer.config import MAX_POSITIONS
+from indexer.core.machine import set_threads
+from indexer.core.progress import Mode, ProgressArg, as_mode, clock, write_line
 from indexer.encode.model_facts import load_transformer, usable_length
 from indexer.errors import InputError, ModelError
 from indexer.heads.base import examples_of
@@ -46,8 +48,6 @@ from indexer.heads.settings import (
     FEATURE_MAX_WASTE,
     TrainSettings,
 )
-from indexer.machine import set_threads
-from indexer.progress import Mode, ProgressArg, as_mode, clock, write_line
 from indexer.training.schedule import plan_schedule
 from indexer.training.trainer import Trainer, autocast, run_epoch
 
@@ -182,7 +182,7 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     `settings` must be resolved (`TrainSettings.resolve`): a concrete batch size.
 
     Args:
-        progress: a progress mode (`indexer.progress`): a bar per epoch, or one line per epoch
+        progress: a progress mode (`indexer.core.progress`): a bar per epoch, or one line per epoch
             (and one a minute within long epochs), or nothing.
     """
     require_splits(data, "train", "validation")
@@ -442,7 +442,7 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
     Args:
         data: the labelled splits (`data.read_head_data`), with train and validation.
         settings: the run; `settings.out` must be new, empty, or an earlier head.
-        progress: a progress mode (`indexer.progress`): "bar" (a bar per epoch), "lines" (a
+        progress: a progress mode (`indexer.core.progress`): "bar" (a bar per epoch), "lines" (a
             line per epoch, for logs), "off"; True is "bar".
     Returns:
         The run receipt, as saved beside the head (`receipt.RECEIPT`). Its `warnings` hold

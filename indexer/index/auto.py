@@ -1,7 +1,7 @@
 """`index.spec: auto`: choose a FAISS index from collection size and a memory budget, then tune
 its search parameter (nprobe / efSearch) on held queries until recall@10 reaches a target.
 Also what a spec costs in memory and how many vectors train it (specs are read by
-`indexer.index_spec`).
+`indexer.records.index_spec`).
 
 Pure choices and measurements over arrays; does not read the store or write files (the
 tuning record is saved beside the index by `VectorIndex.save`).
@@ -18,7 +18,7 @@ import numpy as np
 
 from indexer.config import IndexConfig
 from indexer.errors import VectorIndexError
-from indexer.index_spec import parse_spec
+from indexer.records.index_spec import parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ ID_MAP_BYTES = 56  # IndexIDMap2: 8-byte id + reverse unordered_map entry
 
 
 def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
-    """Approximate RAM of an index (`indexer.index_spec` forms), with or without a
+    """Approximate RAM of an index (`indexer.records.index_spec` forms), with or without a
     rescoring stage (`RFlat`, `Refine(SQ8)`).
 
     Per vector: its codes (`Flat` 4·dim, `SQ8` dim, `PQm` m, `PQmxb[fs]` m·b/8 bytes), the

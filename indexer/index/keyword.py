@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tantivy
 
-from indexer.choices import KeywordLanguage
+from indexer.core.choices import KeywordLanguage
 from indexer.errors import ConfigError, VectorIndexError
 from indexer.store import DocText, HashDiff, Store
 

@@ -27,9 +27,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.config import IndexConfig
+from indexer.core.faults import crash_point
+from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
-from indexer.faults import crash_point
-from indexer.fsio import fsync_dir, fsync_file
 from indexer.index.auto import (
     Batches,
     build_on_gpu,
@@ -40,9 +40,9 @@ from indexer.index.auto import (
     tunable,
     tune_batches,
 )
-from indexer.index_spec import parse_spec
-from indexer.provenance import Provenance
-from indexer.versions import current_version, list_versions, write_pointer
+from indexer.records.index_spec import parse_spec
+from indexer.records.provenance import Provenance
+from indexer.records.versions import current_version, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
     Returns:
         The factory string.
     Raises:
-        VectorIndexError: `spec` is not a form `indexer.index_spec` reads.
+        VectorIndexError: `spec` is not a form `indexer.records.index_spec` reads.
     """
     if spec != "auto":
         parse_spec(spec)

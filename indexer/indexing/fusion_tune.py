@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.timeutil import utc_now
 from indexer.encode.encoder import Encoder
 from indexer.errors import StoreError
 from indexer.index import fusion
@@ -28,9 +29,8 @@ from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
 from indexer.indexing.steps import encode_documents
 from indexer.ingest.readers import document_text
-from indexer.provenance import FusionTuning
+from indexer.records.provenance import FusionTuning
 from indexer.store import DocText, Store
-from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.faults import crash_point
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ModelError
-from indexer.faults import crash_point
 from indexer.indexing.steps import encode_documents
-from indexer.provenance import WRITE_KEYS, Provenance
+from indexer.records.provenance import WRITE_KEYS, Provenance
 from indexer.store import ChunkRows
 
 

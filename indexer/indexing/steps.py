@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
-from indexer.progress import ProgressArg
-from indexer.provenance import QUERY_KEYS
+from indexer.records.provenance import QUERY_KEYS
 from indexer.store import ChunkRows, Store, content_hash
 
 log = logging.getLogger(__name__)

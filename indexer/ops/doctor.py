@@ -27,9 +27,15 @@ from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
 from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import faiss_ids
-from indexer.provenance import WRITE_KEYS
+from indexer.records.provenance import WRITE_KEYS
+from indexer.records.versions import (
+    POINTER,
+    SNAPSHOT_FILE,
+    current_version,
+    index_root,
+    version_dir,
+)
 from indexer.store import DB_NAME, Store, WriterLock, read_snapshot_facts
-from indexer.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
 
 log = logging.getLogger(__name__)
 

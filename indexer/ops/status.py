@@ -12,8 +12,8 @@ from typing import Any
 
 from indexer.config import Config
 from indexer.errors import StoreError
+from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
-from indexer.versions import current_version, version_dir
 
 LAST_OF = ("index", "dedup", "report")  # `status` says when each last ran
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from indexer.config import Config, ScheduleConfig
+from indexer.core.timeutil import parse_utc, utc_now
 from indexer.errors import ConfigError, InputError
 from indexer.store import TIME_UNITS, UNKNOWN, Store
-from indexer.timeutil import parse_utc, utc_now
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:

@@ -10,7 +10,7 @@ from typing import get_args
 
 import numpy as np
 
-from indexer.choices import ReviewStrategy
+from indexer.core.choices import ReviewStrategy
 from indexer.errors import InputError
 
 STRATEGIES = get_args(ReviewStrategy)

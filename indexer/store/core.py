@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
+from indexer.records.versions import SNAPSHOT_FILE, version_dir
 from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
     SCHEMA_VERSION,
@@ -35,7 +36,6 @@ from indexer.store.schema import (
     stored_schema_version,
 )
 from indexer.store.snapshot import copy_snapshot, open_current_snapshot
-from indexer.versions import SNAPSHOT_FILE, version_dir
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -15,11 +15,11 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
+from indexer.core.timeutil import utc_now
 from indexer.store.core import StoreCore
 from indexer.store.filters import json_path
 from indexer.store.timefield import DOC_TIMES, SET_UTC
 from indexer.store.vectors import Vectors
-from indexer.timeutil import utc_now
 
 # first chunk (ordinal 0) of each document of a collection: the document's vector. Content
 # hashes are compared as 64-bit hash() values, so the joins hold integers, not strings (the

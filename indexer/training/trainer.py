@@ -21,9 +21,9 @@ from typing import Literal, TypeVar
 
 import torch
 
+from indexer.core.fsio import fsync_file
+from indexer.core.progress import Mode, Progress
 from indexer.errors import ModelError
-from indexer.fsio import fsync_file
-from indexer.progress import Mode, Progress
 from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY, Schedule
 
 

@@ -16,8 +16,8 @@ from conftest import TINY_WORDS
 from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
+from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
-from indexer.versions import current_version, version_dir
 from reliability.support import tiny_model_config
 
 QUERIES = ["the cat sat on the mat", "red apple river", "parse python file", "slow train city",

@@ -19,9 +19,9 @@ from conftest import build_tiny_bert
 from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.indexing.run import run_index
+from indexer.records.versions import SNAPSHOT_FILE
 from indexer.store import Store
 from indexer.store.schema import SCHEMA_VERSION
-from indexer.versions import SNAPSHOT_FILE
 from reliability.damage_support import index_store, search_results
 from reliability.support import one_torch_thread, tiny_model_config  # noqa: F401
 from search.cli.main import main

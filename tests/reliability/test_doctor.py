@@ -21,8 +21,8 @@ from conftest import ROOT
 
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.ops.consistency import check_store
+from indexer.records.versions import SNAPSHOT_FILE, index_root
 from indexer.store import Store
-from indexer.versions import SNAPSHOT_FILE, index_root
 from reliability.damage_support import index_store, search_results
 from reliability.support import one_torch_thread  # noqa: F401
 from search.cli.main import main

@@ -32,7 +32,7 @@ from indexer.heads.sentence import (
     sequence_logits,
     top_logits,
 )
-from indexer.records import Label
+from indexer.records.annotations import Label
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from indexer.heads.pair.blend import (
 )
 from indexer.heads.pair.keys import BLEND_KEY, RERANK_WEIGHT_KEY
 from indexer.heads.sentence import sequence_logits
-from indexer.records import Label
+from indexer.records.annotations import Label
 
 REGRESSION = ["score"]  # the label list of a regression pair head: one output, its score
 SCORE_RANGE_KEY = "bertindex_score_range"  # config.json: [low, high] of the train scores

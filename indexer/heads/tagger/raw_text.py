@@ -15,7 +15,7 @@ from indexer.heads.base import Example, examples_of
 from indexer.heads.labels import bio_spans
 from indexer.heads.metrics import span_f1
 from indexer.heads.tagger.head_type import TokenExample
-from indexer.records import Entity
+from indexer.records.annotations import Entity
 
 RAW_TEXT_NOTE = ("the split's words joined by single spaces, run as raw text (character "
                  "spans scored, exact type and boundaries)")
