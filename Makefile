@@ -55,8 +55,11 @@ gpu-pack: $(STAMP)
 	  --data ../shared/data/tweeteval/offensive --out $(GPU_HEAD) --head-only --pooling cls
 	$(PY) benchmarks/gpu_pack.py --out gpu-pack --head $(GPU_HEAD)
 
+# ruff (style, complexity), then mypy on the library (config in pyproject.toml); the import
+# contracts run as a test (tests/project/test_layering.py)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check indexer flows search tests benchmarks docs
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(DEMO) .bertindex

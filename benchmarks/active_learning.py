@@ -210,9 +210,9 @@ def main() -> None:
         return
 
     from indexer.config import DEFAULT_MODEL, resolve_model_path
+    from indexer.core.machine import set_threads
     from indexer.encode.policy import resolve_dtype
     from indexer.heads.train import TrainSettings
-    from indexer.machine import set_threads
 
     started = time.perf_counter()
     load_before = os.getloadavg()

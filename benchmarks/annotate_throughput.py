@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import missing, write_json
 
-from indexer.machine import add_emulate_option, reexec_emulated
+from indexer.core.machine import add_emulate_option, reexec_emulated
 
 TWEETEVAL = ROOT.parent / "shared" / "data" / "tweeteval"
 HEADS = Path("/tmp/heads")
@@ -127,7 +127,7 @@ def overheads(texts: list[str], clf_dir: Path, max_waste: float | None, tmp: Pat
     from transformers import AutoTokenizer
 
     from indexer.encode.encoder import plan_batches
-    from indexer.records import Annotation, Label
+    from indexer.records.annotations import Annotation, Label
     from indexer.store import Store
 
     tokenizer = AutoTokenizer.from_pretrained(clf_dir)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from machine import write_json
 
-from indexer.machine import cpu_model, proc_cpu_flags
+from indexer.core.machine import cpu_model, proc_cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import missing, write_json
 
-from indexer.machine import add_emulate_option, reexec_emulated
+from indexer.core.machine import add_emulate_option, reexec_emulated
 
 CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
 

@@ -149,7 +149,7 @@ def device_info(device: str) -> dict:
                     gpu_memory_gib=round(props.total_memory / 2**30, 1),
                     bf16_supported=torch.cuda.is_bf16_supported())
     else:
-        from indexer.machine import cpu_model
+        from indexer.core.machine import cpu_model
 
         info["cpu"] = cpu_model()
     return info

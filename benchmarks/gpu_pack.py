@@ -61,7 +61,7 @@ def copy_model_bf16(source: Path, dest: Path) -> str:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from indexer.provenance import weights_hash
+    from indexer.records.provenance import weights_hash
 
     digest = weights_hash(source)
     stamp = dest / "bf16-source.json"
@@ -176,7 +176,7 @@ def tree_bytes() -> int:
 
 
 def _cpu() -> str:
-    from indexer.machine import cpu_model
+    from indexer.core.machine import cpu_model
 
     return cpu_model()
 

@@ -7,7 +7,7 @@ mean-pooled classifier (`--head`, e.g. from `bertindex train classifier --head-o
 encoder's vectors within 0.01. Speed: passages/s of fp32, int8 and (where native) bf16 on the
 same `--speed-sample` abstracts, relative to fp32.
 
-`--record`: store the outcome for this CPU's ISA class (`indexer.machine.isa_class`, emulated
+`--record`: store the outcome for this CPU's ISA class (`indexer.core.machine.isa_class`, emulated
 or not) in indexer/encode/int8_checks.json, which `dtype: auto` reads.
 Usage: python benchmarks/int8_gates.py --head DIR [--variant per-token] [--limit 0]
        [--speed-sample 500] [--record] [--emulate avx2] [--out FILE]
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from machine import write_json
 
-from indexer.machine import add_emulate_option, reexec_emulated
+from indexer.core.machine import add_emulate_option, reexec_emulated
 
 DATA = ROOT.parent / "shared" / "data"
 GATES = {"min_cosine": 0.99, "scifact_ndcg@10": 0.005, "sts_spearman": 0.005,
@@ -76,8 +76,8 @@ def main() -> int:
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from indexer import machine
     from indexer.config import ModelConfig
+    from indexer.core import machine
     from indexer.encode import int8_check, limits
     from indexer.encode.encoder import Encoder, weights_hash
     from indexer.encode.quantize import quantize_int8

@@ -3,7 +3,7 @@
 For every variant of `indexer.encode.quantize.VARIANTS` (or `--variants`): the minimum and mean
 cosine of its embeddings to the fp32 ones (same texts, same batches) and its passages/s,
 beside fp32's and bf16's measured in the same process. Prints a table and, with `--out`, writes
-it as JSON with the machine's description (`indexer.machine`).
+it as JSON with the machine's description (`indexer.core.machine`).
 
 Usage: python benchmarks/int8_quality.py [--limit 500] [--variants all keep-ffn-out]
        [--max-length 256] [--out benchmarks/results/int8_quality.json] [--emulate avx2]
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from encode_throughput import CORPUS, load_passages  # benchmarks/: the same SciFact abstracts
 from machine import missing, write_json
 
-from indexer.machine import add_emulate_option, reexec_emulated
+from indexer.core.machine import add_emulate_option, reexec_emulated
 
 
 def main() -> int:

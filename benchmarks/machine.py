@@ -10,7 +10,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from indexer.machine import proc_cpu_flags, proc_cpuinfo
+from indexer.core.machine import proc_cpu_flags, proc_cpuinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 

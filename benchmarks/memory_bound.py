@@ -100,7 +100,7 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
 
 
 def _index_bytes(store: Path) -> int:
-    from indexer.versions import current_version, version_dir
+    from indexer.records.versions import current_version, version_dir
 
     return (version_dir(store, current_version(store)) / "index.faiss").stat().st_size
 

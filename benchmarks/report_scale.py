@@ -41,7 +41,7 @@ def names(prefix: str, n: int) -> list[str]:
 
 def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
     from indexer.ingest.readers import Record
-    from indexer.records import Annotation, Entity, Label
+    from indexer.records.annotations import Annotation, Entity, Label
     from indexer.store import ChunkRows, Store, content_hash
 
     rng = np.random.default_rng(seed)

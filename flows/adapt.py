@@ -14,7 +14,7 @@ import flows  # noqa: F401  (applies the project's Prefect settings)
 from indexer.adapt import corpus
 from indexer.adapt import run as adapt_run
 from indexer.adapt.run import AdaptSettings
-from indexer.progress import ProgressArg
+from indexer.core.progress import ProgressArg
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)

@@ -29,8 +29,8 @@ from indexer.annotate.inbox import SharedPass, run_inbox
 from indexer.annotate.inbox import index_file as index_in_process
 from indexer.annotate.store_pass import annotate_and_publish
 from indexer.config import Config
+from indexer.core.progress import ProgressArg
 from indexer.errors import InputError
-from indexer.progress import ProgressArg
 
 
 def build_annotator(head_args: list[str], config: Config) -> Annotator:

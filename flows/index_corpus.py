@@ -19,11 +19,11 @@ import flows  # noqa: F401  (Prefect settings first)
 from flows.cluster import cluster_client, run_index_on_cluster
 from flows.streams import keep_dedup_current
 from indexer.config import Config, SourceConfig
+from indexer.core.progress import ProgressArg
 from indexer.errors import ConfigError
 from indexer.indexing.run import Steps, delete_missing, load_model, publish_indexes, run_index
 from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch, encode_texts_for_index
 from indexer.ingest.readers import FieldMap
-from indexer.progress import ProgressArg
 from indexer.store import ChunkRows, Store
 
 

@@ -12,12 +12,12 @@ from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
 from indexer.config import Config
+from indexer.core.progress import ProgressArg
+from indexer.core.timeutil import utc_now
 from indexer.encode.encoder import load_encoder
 from indexer.index.keyword import sync_keyword_index
 from indexer.ops.reindex import reindex_store
-from indexer.progress import ProgressArg
 from indexer.store import Store
-from indexer.timeutil import utc_now
 
 
 @task(cache_policy=NONE, retries=1, retry_delay_seconds=5)

@@ -8,10 +8,10 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 import flows  # noqa: F401  (applies the project's Prefect settings)
+from indexer.core.progress import ProgressArg
 from indexer.heads import train as head_train
 from indexer.heads.data import HeadData, read_head_data
 from indexer.heads.train import TrainSettings
-from indexer.progress import ProgressArg
 from indexer.review.training import add_reviewed
 
 

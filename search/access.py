@@ -36,9 +36,9 @@ from pathlib import Path
 
 from fastapi import Depends, Request  # at module level: FastAPI resolves annotations by name
 
+from indexer.core.timeutil import utc_now
 from indexer.errors import StoreError
 from indexer.store import DB_NAME, SCOPES, Store, hash_token, read_token_table, scope_allows
-from indexer.timeutil import utc_now
 from search.error_map import Forbidden, Refusal, Unauthenticated, error_response
 
 log = logging.getLogger(__name__)

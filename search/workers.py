@@ -114,7 +114,7 @@ def worker_count(requested: int | str, app) -> int:
 def _loaded_bytes(searcher: Searcher) -> int:
     """What one process keeps in memory for `searcher`: the vector index file(s) and the
     query model file."""
-    from indexer.versions import version_dir
+    from indexer.records.versions import version_dir
 
     total = 0
     index = searcher.index

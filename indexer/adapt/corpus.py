@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.core.progress import ProgressArg, write_line
 from indexer.errors import InputError
-from indexer.progress import ProgressArg, write_line
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,10 @@ import torch
 from indexer.adapt.corpus import Corpus, Sequences, build_corpus
 from indexer.adapt.masking import MaskRule, mask_tokens
 from indexer.adapt.mlm import head_logits, load_mlm, mlm_loss, save_adapted
+from indexer.core.faults import crash_point
+from indexer.core.fsio import fsync_file
+from indexer.core.machine import set_threads
+from indexer.core.progress import Progress, ProgressArg, as_mode, clock, write_line
 from indexer.encode.model_facts import (
     check_length,
     special_tokens,
@@ -42,11 +46,7 @@ from indexer.encode.model_facts import (
 )
 from indexer.encode.policy import resolve_dtype
 from indexer.errors import InputError, ModelError
-from indexer.faults import crash_point
-from indexer.fsio import fsync_file
 from indexer.heads.features import training_batches
-from indexer.machine import set_threads
-from indexer.progress import Progress, ProgressArg, as_mode, clock, write_line
 from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY, Schedule
 from indexer.training.trainer import Trainer, save_atomic
 
@@ -84,8 +84,9 @@ class AdaptSettings:
     def fingerprint(self, corpus: Corpus) -> str:
         """What a checkpoint must match to be resumed: the settings that shape the run and
         the data's size."""
-        keep = {k: str(v) for k, v in asdict(self).items()
-                if k not in ("out", "threads", "checkpoint_seconds", "checkpoint_steps")}
+        keep: dict[str, object] = {
+            k: str(v) for k, v in asdict(self).items()
+            if k not in ("out", "threads", "checkpoint_seconds", "checkpoint_steps")}
         keep["data"] = [corpus.provenance.get("documents"), corpus.provenance.get("tokens")]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -394,7 +395,7 @@ def _end_epoch(run: _Run, n_batches: int) -> None:
 
 
 def _receipt(run: _Run, stop: str) -> dict:
-    from indexer.machine import cpu_model
+    from indexer.core.machine import cpu_model
 
     settings, state = run.settings, run.state
     return {

@@ -33,11 +33,13 @@ from indexer.errors import ModelError
 from indexer.heads.base import HeadType
 from indexer.heads.predict import load_model_dir
 from indexer.ingest.chunking import window_spans
-from indexer.records import Annotation
+from indexer.records.annotations import Annotation
 
 # the store (duckdb) is imported only when a shared pass returns the index's chunks, so that
 # annotating alone runs where duckdb is absent (benchmarks/gpu_check.py on a bare GPU machine)
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from indexer.store import ChunkRows
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,7 @@ log = logging.getLogger(__name__)
 class Head:
     """One loaded head: its name, version (weights hash), head type and label names.
 
-    `top(hidden, mask)` maps the backbone's last hidden state (batch, seq, hidden) and the
-    attention mask (None: no padding) to logits; None when the head runs whole (`model`).
+    `model` is None once its group runs the head's `top` over a shared backbone.
     `options`: what the head's config fixes for annotating (`HeadType.saved_options`: a
     tagger's segmentation of raw text into its training words).
     """
@@ -58,10 +59,9 @@ class Head:
     version: str
     kind: HeadType
     labels: list[str]
-    model: torch.nn.Module
-    tokenizer: object
+    model: PreTrainedModel | None
+    tokenizer: PreTrainedTokenizerBase
     backbone_key: str
-    top: object = None
     options: dict = field(default_factory=dict)
 
 
@@ -116,27 +116,36 @@ def _splits(kind: HeadType, model) -> bool:
 
 
 class _Group:
-    """Heads sharing one backbone: one forward pass per batch feeds all of them."""
+    """Heads sharing one backbone: one forward pass per batch feeds all of them.
+
+    Split off the backbone, each head's `top` (`HeadType.top`, one per head in order) maps
+    the backbone's last hidden state (batch, seq, hidden) and the attention mask (None: no
+    padding) to logits; a group that cannot split runs its one head whole (`backbone` None).
+    """
 
     def __init__(self, heads: list[Head], dtype: torch.dtype, device: torch.device):
         self.heads = heads
         first = heads[0].model
+        if first is None:
+            raise ModelError(f"head '{heads[0].name}' is already split onto another backbone")
         self.tokenizer = heads[0].tokenizer
         self.split = _splits(heads[0].kind, first)
         self.max_positions = min(usable_length(first, self.tokenizer).limit, 512)
         self.embed: _EmbeddingTop | None = None  # the index's embedding, when shared
+        self.tops: list[torch.nn.Module] = []
+        self.backbone: torch.nn.Module | None = None
         if self.split:
-            for h in heads:
-                # top layers stay fp32: the labels come from them, and they cost nothing
-                h.top = h.kind.top(h.model, device)
+            # top layers stay fp32: the labels come from them, and they cost nothing
+            self.tops = [h.kind.top(h.model, device) for h in heads]
             self.backbone = first.base_model
-            self.backbone.pooler = None  # each classifier pools with its own pooler
+            # each classifier pools with its own pooler (torch's stubs take no None submodule)
+            self.backbone.pooler = None  # type: ignore[assignment]
             self.backbone.to(device=device, dtype=dtype).eval()
             for h in heads:
                 h.model = None  # the shared backbone and the tops are all that is needed
         else:
-            self.backbone = None
-            first.to(device=device, dtype=dtype).eval()
+            # transformers wraps `to` with functools.wraps, which its stubs read as unbound
+            first.to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, embed: bool = False
                 ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
@@ -147,18 +156,18 @@ class _Group:
         that SDPA may take its unmasked fused kernel (as the index's encoder does).
         """
         vectors = None
-        mask, full_mask = (None if bool(mask.all()) else mask), mask
-        if not self.split:
+        attention = None if bool(mask.all()) else mask
+        if self.backbone is None:
             head = self.heads[0]
-            batch = forward_inputs(head.model, ids, mask)  # token types only where taken
+            batch = forward_inputs(head.model, ids, attention)  # token types only where taken
             return [head.kind.logits(head.model, batch).float()], vectors
-        embed = embed and self.embed is not None
-        out = self.backbone(**forward_inputs(self.backbone, ids, mask),
-                            output_hidden_states=embed and self.embed.layers)
-        if embed:
-            vectors = self.embed(out, full_mask)
+        top = self.embed if embed else None
+        out = self.backbone(**forward_inputs(self.backbone, ids, attention),
+                            output_hidden_states=top is not None and top.layers)
+        if top is not None:
+            vectors = top(out, mask)
         hidden = out.last_hidden_state.float()  # (batch, seq, hidden)
-        return [h.top(hidden, mask) for h in self.heads], vectors
+        return [top_layers(hidden, attention) for top_layers in self.tops], vectors
 
 
 class _EmbeddingTop:
@@ -374,14 +383,15 @@ class Annotator:
                 windows = [(i, s, e) for i, ids in enumerate(enc["input_ids"])
                            for s, e in window_spans(len(ids), room, self.stride, "chunk")]
                 lengths = [e - s + 2 for _, s, e in windows]
-                want = embed and g is self.embed_group
+                top = g.embed if embed and g is self.embed_group else None
+                want = top is not None
                 outputs: list[list] = [[None] * len(windows) for _ in g.heads]  # per head, window
-                vectors = np.zeros((len(windows), g.embed.dim), np.float32) if want else None
+                vectors = np.zeros((len(windows), top.dim), np.float32) if top is not None else None
                 batches = self._batches(lengths)
                 step = functools.partial(self._forward, g, enc["input_ids"], windows, lengths,
                                          want)
                 for positions, (outs, vecs) in zip(batches, run_all(step, batches)):
-                    if vecs is not None:
+                    if vectors is not None and vecs is not None:
                         vectors[positions] = vecs.numpy()
                     for h, out, kept in zip(g.heads, outs, outputs):
                         for row, w in enumerate(positions):
@@ -392,7 +402,7 @@ class Annotator:
                                                **h.options)
                     for result, found in zip(results, per_text):
                         result.add(found)
-                if want:
+                if vectors is not None:
                     chunks = _chunk_rows(texts, enc["offset_mapping"], windows, vectors)
         return (results, chunks) if embed else results
 
@@ -422,7 +432,9 @@ class Annotator:
 def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> ChunkRows:
     """The index's chunks of a shared pass: each window's ordinal and character span, as
     `indexer.ingest.chunking.make_windows` gives them, with its vector."""
-    owners, ordinals, starts, ends, n_tokens = [], [], [], [], []
+    owners: list[int] = []
+    ordinals: list[int] = []
+    starts, ends, n_tokens = [], [], []
     for i, s, e in windows:
         ordinals.append(ordinals[-1] + 1 if owners and owners[-1] == i else 0)
         owners.append(i)

@@ -23,11 +23,11 @@ import pyarrow as pa
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.store_pass import pending_work
 from indexer.config import Config
+from indexer.core.faults import crash_point
+from indexer.core.progress import Progress, ProgressArg
 from indexer.errors import ModelError
-from indexer.faults import crash_point
 from indexer.indexing.partitions import Work, WorkTally, text_bytes, worker_name
-from indexer.progress import Progress, ProgressArg
-from indexer.records import RESULT_TYPES, Annotation
+from indexer.records.annotations import RESULT_TYPES, Annotation
 from indexer.store import Store
 
 MIN_ROWS, MAX_ROWS = 64, 4096  # documents per annotate partition
@@ -86,7 +86,8 @@ def _tables(annotations: list[Annotation]) -> dict[str, pa.Table]:
     tables = {}
     for rt in RESULT_TYPES:
         names = [f.name for f in dataclasses.fields(rt)]
-        pos, columns = [], {name: [] for name in names}
+        pos: list[int] = []
+        columns: dict[str, list] = {name: [] for name in names}
         for i, a in enumerate(annotations):
             for x in getattr(a, rt.field):
                 pos.append(i)

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from indexer.annotate.annotator import Annotator
-from indexer.errors import InputError
+from indexer.core.progress import Progress, ProgressArg
+from indexer.errors import InputError, ModelError
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import FieldMap, Record, read_batches
-from indexer.progress import Progress, ProgressArg
-from indexer.records import RESULT_TYPES, Annotation
+from indexer.records.annotations import RESULT_TYPES, Annotation, Result
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -32,8 +32,15 @@ PARQUET_SCHEMA = pa.schema([
 
 def annotation_fields(a: Annotation, versions: dict[str, str]) -> dict:
     """One JSON-ready list per result type (`labels`, `entities`) of one text."""
-    return {rt.field: [x.out_row(versions[x.head]) for x in found]
+    return {rt.field: [x.out_row(_head_version(x, versions)) for x in found]
             for rt, found in a.results().items()}
+
+
+def _head_version(result: Result, versions: dict[str, str]) -> str:
+    """The version of the head that gave `result` (an annotator names each result's head)."""
+    if result.head is None:
+        raise ModelError(f"{result}: a result written to a file needs its head's name")
+    return versions[result.head]
 
 
 def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
@@ -45,7 +52,7 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
         out: `.jsonl` (the record's own fields, then `labels` and `entities`) or `.parquet`
             (id, title, text, metadata as JSON, labels, entities). Written to a temporary
             name, then renamed: an interrupted run leaves no half file.
-        progress: a progress mode (`indexer.progress`); records, rate (no total: no ETA).
+        progress: a progress mode (`indexer.core.progress`); records, rate (no total: no ETA).
     Returns:
         {"read", "annotated", "rejected", "rejections" (first 100), "out", "heads"}.
     """
@@ -75,7 +82,7 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
                 records = buffered.popleft()
                 rows = [_row(r, annotation_fields(a, versions), parquet)
                         for r, a in zip(records, annotations)]
-                if parquet:
+                if isinstance(writer, pq.ParquetWriter):
                     writer.write_table(pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA))
                 else:
                     writer.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

@@ -15,17 +15,17 @@ from pathlib import Path
 from indexer.annotate.annotator import Annotator
 from indexer.annotate.store_pass import annotate_and_publish
 from indexer.config import Config
+from indexer.core.faults import crash_point
+from indexer.core.fsio import file_sha256
+from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import load_encoder
 from indexer.errors import InputError
-from indexer.faults import crash_point
-from indexer.fsio import file_sha256
 from indexer.indexing.run import Steps as IndexSteps
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch
 from indexer.ingest.formats import corpus_format
 from indexer.ingest.paths import escape_reason, real, within
 from indexer.ingest.readers import document_text
-from indexer.progress import ProgressArg
 from indexer.store import Store, new_run_id
 
 log = logging.getLogger(__name__)

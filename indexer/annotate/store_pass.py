@@ -12,8 +12,8 @@ from pathlib import Path
 
 from indexer.annotate.annotator import Annotator
 from indexer.config import Config
+from indexer.core.progress import Progress, ProgressArg
 from indexer.indexing.steps import sync_vector_index
-from indexer.progress import Progress, ProgressArg
 from indexer.store import Store
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.timeutil import utc_now
 from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
 from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
-from indexer.provenance import QUERY_KEYS
+from indexer.records.provenance import QUERY_KEYS
 from indexer.store import Store
-from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +258,14 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
         if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
             words = WordSets(store.dedup.iter_texts(collection))
             accept = partial(words.same, min_jaccard=params.min_jaccard)
+        provenance = store.vectors.provenance()
+        if provenance is None:  # the collection's vectors are stored, and with them this
+            raise StoreError(f"{store.path}: the stored vectors have no provenance")
         pairs = all_pairs(lambda: store.dedup.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
-                          store.vectors.provenance().dim, params.threshold, params.neighbours,
+                          provenance.dim, params.threshold, params.neighbours,
                           chunk_doc, accept=accept)
-        groups, regroup = group_all(doc_ids, pairs), {}
+        regroup: dict[int, int] = {}
+        groups = group_all(doc_ids, pairs)
         written = doc_ids
     else:
         new_order = np.argsort(new_chunks)
@@ -329,6 +333,8 @@ def keep_current(config: Config) -> dict:
         states = {c: store.dedup.state(c) for c in store.dedup.collections()}
     out = {}
     for collection, state in states.items():
+        if state is None:  # every collection listed was grouped, with its parameters kept
+            raise StoreError(f"{path}: collection '{collection}' has no dedup state")
         out[collection] = run_dedup(config, collection, state["threshold"], state["min_size"],
                                     state["min_jaccard"])
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import faiss
@@ -30,6 +30,9 @@ MAX_LISTS = 4096
 KMEANS_ITERATIONS = 10  # lists only route the search: coarse centroids are enough
 QUERY_BATCH = 4096
 PAIR_CHUNK = 65536  # candidate pairs rescored at a time
+
+# called once per pass: yields the same (doc ids, chunk ids, vectors) items each time
+VectorBatches = Callable[[], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]]
 
 
 @dataclass
@@ -58,7 +61,7 @@ def _dedupe(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, ..
     return lo[first], hi[first], s[first]
 
 
-def _gather(batches: Callable[[], object], wanted: np.ndarray) -> np.ndarray:
+def _gather(batches: VectorBatches, wanted: np.ndarray) -> np.ndarray:
     """The vectors of `wanted` chunk ids (ascending), picked out of one streamed pass."""
     out = None
     for _, chunk_ids, vectors in batches():
@@ -97,7 +100,7 @@ def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.IndexIVF:
     return index
 
 
-def _add_sized(index: faiss.IndexIVF, batches: Callable[[], object]) -> None:
+def _add_sized(index: faiss.IndexIVF, batches: VectorBatches) -> None:
     """Add every vector (with its chunk id) to a trained IVF index, each list's memory sized
     once: a first pass assigns the lists (16 bytes a vector), the second adds with those
     assignments. Lists grown vector batch by vector batch double their capacity, up to twice
@@ -110,6 +113,8 @@ def _add_sized(index: faiss.IndexIVF, batches: Callable[[], object]) -> None:
     del found_ids, found_lists
     order = np.argsort(ids)
     ids, lists = ids[order], lists[order]
+    if index.invlists is None:
+        raise ValueError("an IVF index without its inverted lists")
     invlists = faiss.downcast_InvertedLists(index.invlists)
     for list_no, size in enumerate(np.bincount(lists, minlength=index.nlist).tolist()):
         invlists.resize(list_no, size)  # the capacity stays when the size goes back to 0
@@ -122,7 +127,7 @@ def _add_sized(index: faiss.IndexIVF, batches: Callable[[], object]) -> None:
                        faiss.swig_ptr(assigned))
 
 
-def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float, k: int,
+def all_pairs(batches: VectorBatches, n: int, dim: int, threshold: float, k: int,
               chunk_doc: tuple[np.ndarray, np.ndarray], seed: int = 0,
               accept: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Pairs:
     """Every pair of a collection's documents with cosine >= threshold among each document's
@@ -144,21 +149,22 @@ def all_pairs(batches: Callable[[], object], n: int, dim: int, threshold: float,
     """
     if n < 2:
         return Pairs.empty(n)
+    index: faiss.Index
     if n <= FLAT_LIMIT:
         index = faiss.IndexIDMap(faiss.IndexFlatIP(dim))
         slack = 0.0
+        for _, chunk_ids, vectors in batches():
+            index.add_with_ids(vectors, chunk_ids)
     else:
         rng = np.random.default_rng(seed)
         want = min(n, TRAIN_SAMPLE)
         parts = [v[rng.random(len(v)) < want / n] for _, _, v in batches()]
-        index = _ivf_index(dim, n, np.concatenate(parts))
+        ivf = _ivf_index(dim, n, np.concatenate(parts))
         del parts  # the training sample (up to 100 MB) is not kept for the search
         slack = SQ8_SLACK
-    if slack:
-        _add_sized(index, batches)
-    else:
-        for _, chunk_ids, vectors in batches():
-            index.add_with_ids(vectors, chunk_ids)
+        _add_sized(ivf, batches)
+        index = ivf
+        del ivf  # one name holds it, so that `del index` below frees it
     kk = min(k + 1, n)
     keys, docs = chunk_doc
     out_a, out_b, out_s = [], [], []

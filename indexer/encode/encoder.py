@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from indexer.config import ModelConfig, resolve_model_path
+from indexer.core.progress import Progress, ProgressArg
 from indexer.encode.model_facts import (
     check_length,
     load_transformer,
@@ -28,8 +29,7 @@ from indexer.encode.policy import choose_device, choose_path, default_streams, l
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
 from indexer.errors import ModelError
-from indexer.progress import Progress, ProgressArg
-from indexer.provenance import (
+from indexer.records.provenance import (
     Provenance,
     model_display_name,
     weights_hash,
@@ -215,7 +215,7 @@ class Encoder:
 
         Args:
             sequences: each at most `max_length` ids, e.g. `wrap(window)`.
-            progress: a progress mode (`indexer.progress`): bar, lines or off (True: bar).
+            progress: a progress mode (`indexer.core.progress`): bar, lines or off (True: bar).
         Returns:
             (len(sequences), dim) float32, in input order.
         """

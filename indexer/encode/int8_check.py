@@ -1,7 +1,7 @@
 """int8 check records: whether an int8 variant of a model passed the quality gates, per ISA class.
 
 `dtype: auto` picks int8 only where a record says the model's int8 variant passed every gate
-on this CPU's ISA class (`indexer.machine.isa_class`; FBGEMM's int8 kernels round differently
+on this CPU's ISA class (`indexer.core.machine.isa_class`; FBGEMM's int8 kernels round differently
 with and without VNNI, so a pass on one class says nothing about another) and ran faster than
 the path `auto` takes otherwise. A record is looked up, by the model's weights hash, first in
 `bertindex-int8-check.json` beside the model, then in the records shipped with bertindex

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from indexer.machine import (
+from indexer.core.machine import (
     ISA_FLAGS,
     cpu_flags,
     cpu_model,

@@ -75,7 +75,8 @@ def load_transformer(model_dir: str | Path, auto_class=None, **kwargs):
 def takes_token_types(model) -> bool:
     """True when the model's forward has a `token_type_ids` argument (BERT, RoBERTa, ALBERT,
     ELECTRA, DeBERTa; not DistilBERT, MPNet or ModernBERT)."""
-    return _forward_takes(type(model), "token_type_ids")
+    model_class: type = type(model)  # as `type`: mypy sees no type[Any] as Hashable
+    return _forward_takes(model_class, "token_type_ids")
 
 
 @functools.lru_cache(maxsize=64)

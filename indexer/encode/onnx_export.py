@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from indexer.config import Config
+from indexer.core.fsio import file_sha256, fsync_dir, fsync_file
 from indexer.encode.model_facts import forward_inputs, load_transformer
 from indexer.encode.onnx_files import (
     INFO_FILE,
@@ -27,8 +28,7 @@ from indexer.encode.onnx_files import (
     output_kind,
 )
 from indexer.encode.onnx_int8 import int8_twin
-from indexer.fsio import file_sha256, fsync_dir, fsync_file
-from indexer.provenance import EXPORT_KEYS, Provenance, weight_stats
+from indexer.records.provenance import EXPORT_KEYS, Provenance, weight_stats
 
 log = logging.getLogger(__name__)
 

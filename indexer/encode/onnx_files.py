@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from indexer.choices import PoolingMode
-from indexer.provenance import Provenance
+from indexer.core.choices import PoolingMode
+from indexer.records.provenance import Provenance
 
 ENCODERS_DIR = "encoders"
 MODEL_FILE = "model.onnx"

@@ -20,9 +20,9 @@ import os
 import threading
 from pathlib import Path
 
+from indexer.core.fsio import file_sha256
+from indexer.core.machine import has_vnni
 from indexer.encode.onnx_files import Unavailable, int8_files
-from indexer.fsio import file_sha256
-from indexer.machine import has_vnni
 
 log = logging.getLogger(__name__)
 

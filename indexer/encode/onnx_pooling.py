@@ -11,7 +11,7 @@ from typing import get_args
 
 import numpy as np
 
-from indexer.choices import PoolingMode
+from indexer.core.choices import PoolingMode
 from indexer.encode.onnx_files import OutputKind
 
 POOLING_MODES: tuple[PoolingMode, ...] = get_args(PoolingMode)

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import ModelConfig, resolve_model_path
+from indexer.core.fsio import file_sha256
 from indexer.encode.onnx_files import ENCODERS_DIR, INFO_FILE, TOKENIZER_FILE, Unavailable
 from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_pooling import pool_output
 from indexer.errors import ModelError
-from indexer.fsio import file_sha256
-from indexer.provenance import EXPORT_KEYS, Provenance, weight_stats, weights_hash
+from indexer.records.provenance import EXPORT_KEYS, Provenance, weight_stats, weights_hash
 
 QUERY_BATCH = 64  # queries per onnxruntime call
 

@@ -3,7 +3,7 @@ device, CPU ISA and the model's int8 check record) and how many batches run at o
 dtype a head trains, adapts and scores in on CPU (`resolve_dtype`).
 
 Decides only; does not load a model (`indexer.encode.encoder`) nor quantise it
-(`indexer.encode.quantize`). CPU flags come from `indexer.machine`.
+(`indexer.encode.quantize`). CPU flags come from `indexer.core.machine`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Literal, get_args
 
 import torch
 
-from indexer import machine
-from indexer.choices import DeviceChoice, Dtype, DtypeChoice
 from indexer.config import ModelConfig, resolve_model_path
+from indexer.core import machine
+from indexer.core.choices import DeviceChoice, Dtype, DtypeChoice
 from indexer.encode import int8_check
 from indexer.encode.quantize import DEFAULT_VARIANT
 from indexer.errors import ModelError
@@ -33,7 +33,7 @@ DTYPE_CHOICES: tuple[DtypeChoice, ...] = get_args(DtypeChoice)
 def cpu_has_bf16() -> bool:
     """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX).
 
-    Reads `indexer.machine.cpu_flags`, which `BERTINDEX_CPU_FEATURES` overrides.
+    Reads `indexer.core.machine.cpu_flags`, which `BERTINDEX_CPU_FEATURES` overrides.
     """
     return machine.has_bf16()
 
@@ -121,7 +121,7 @@ def choose_path(dtype: DtypeChoice | str, device: torch.device,
                            "auto on CUDA: " + ("bf16 supported" if bf16 else "no bf16, fp16"))
     flags, source = machine.cpu_flags()
     native = [f for f in machine.BF16_FLAGS if f in flags]
-    fallback = "bf16" if native else "fp32"
+    fallback: Dtype = "bf16" if native else "fp32"
     why = (f"auto on CPU: native bf16 ({', '.join(native)})" if native
            else "auto on CPU: no native bf16 (no avx512_bf16/amx_bf16)") + f" per {source}"
     if model_dir is not None:

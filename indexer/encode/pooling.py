@@ -11,7 +11,7 @@ from typing import get_args
 
 import torch
 
-from indexer.choices import PoolingMode
+from indexer.core.choices import PoolingMode
 
 POOLING_MODES: tuple[PoolingMode, ...] = get_args(PoolingMode)
 

@@ -130,11 +130,16 @@ class Int8Linear(nn.Module):
     `ONEDNN_MAX_CPU_ISA=AVX2` with 127, exact with 63).
     """
 
+    # buffers, registered in __init__ (torch types an unknown attribute as Tensor | Module)
+    inv_smooth: torch.Tensor | None
+    weight_t: torch.Tensor
+    weight_scale: torch.Tensor
+
     def __init__(self, linear: nn.Linear, act_amax: torch.Tensor | None = None,
                  alpha: float = 0.5, weight_levels: int | None = None):
         super().__init__()
         if weight_levels is None:
-            from indexer.machine import has_vnni
+            from indexer.core.machine import has_vnni
 
             weight_levels = 127 if has_vnni() else 63
         self.weight_levels = weight_levels

@@ -17,7 +17,7 @@ from indexer.config import Config
 from indexer.encode.onnx_files import Unavailable
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.errors import ModelError
-from indexer.provenance import QUERY_KEYS, Provenance
+from indexer.records.provenance import QUERY_KEYS, Provenance
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ def load_query_encoder(config: Config, store, index) -> QueryEncoder:
             message says why and how to export it again.
     """
     mode = config.search.query_encoder
+    encoder: QueryEncoder  # the export when it checks out, else the torch encoder
     if mode != "torch":
         try:
             if index is None:

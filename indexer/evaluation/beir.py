@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 from indexer.config import Config
+from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import load_encoder
 from indexer.errors import InputError
 from indexer.evaluation.metrics import retrieval_scores
 from indexer.indexing.run import run_index
 from indexer.ingest.formats.base import UNSPLIT
 from indexer.ingest.formats.jsonl import read_labelled_jsonl
-from indexer.progress import ProgressArg
 from indexer.query.rerank import rerank_hits
 from indexer.query.searcher import MODES, Searcher
 from indexer.store import Store

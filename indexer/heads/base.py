@@ -1,6 +1,6 @@
 """The head-type interface (`HeadType`) and the labelled example every type extends. The
 results heads return (`Label`, `Entity`) are records below both heads and store
-(`indexer.records`). Does not load models or read files.
+(`indexer.records.annotations`). Does not load models or read files.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from indexer.errors import InputError
 from indexer.heads.registry import Capabilities, capabilities
-from indexer.records import Entity, Label
+from indexer.records.annotations import Entity, Label
 
 if TYPE_CHECKING:  # torch only in annotations: a search reading labels never imports it
     import torch
@@ -31,6 +31,23 @@ class Example:
     """One labelled item of a split; each head type adds its input and label fields."""
 
     id: str
+
+
+ExampleT = TypeVar("ExampleT", bound=Example)
+
+
+def examples_of(example_type: type[ExampleT], examples: Sequence[Example],
+                refusal: str) -> list[ExampleT]:
+    """`examples` as one head type's examples: a split read for that type holds no other, and
+    a split of another type's items is refused with `refusal`.
+
+    Raises:
+        InputError: `refusal`, when an example is not an `example_type`.
+    """
+    typed = [e for e in examples if isinstance(e, example_type)]
+    if len(typed) != len(examples):
+        raise InputError(refusal)
+    return typed
 
 
 def label_index(value: object, names: Sequence[str], where: str) -> int:
@@ -65,7 +82,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 # ---- the interface ------------------------------------------------------------------------
 
 
-class HeadType(ABC):
+class HeadType(ABC, Generic[ExampleT]):
     """What one kind of head is, to every job that handles heads.
 
     data (`heads.data`): `example_type`, `formats`, `item_labels`, `label_names_from`,
@@ -75,7 +92,8 @@ class HeadType(ABC):
     `heads.evaluate`): `logits`, `example_logits`, `metric`, `score`, `receipt_fields`,
     `baseline`; predict and annotate: `result_type`, `predict`, `top`, `window_output`,
     `annotate`. The rows a result becomes are its `result_type`'s (`Label`, `Entity`). What
-    only some types do is in `capabilities` (`heads.registry.Capabilities`).
+    only some types do is in `capabilities` (`heads.registry.Capabilities`). A type is
+    generic in its example class (`ExampleT`), the one its `example` returns.
     """
 
     name: ClassVar[str]  # `bertindex train NAME`, the receipt's `task`
@@ -114,7 +132,7 @@ class HeadType(ABC):
         """Refuse a given `label_names` list this type cannot train on."""
 
     @abstractmethod
-    def example(self, item_id: str, item: dict, names: list[str], where: str) -> Example:
+    def example(self, item_id: str, item: dict, names: list[str], where: str) -> ExampleT:
         """One item of a data file as this type's example, labels as indexes into `names`."""
 
     # -- model ------------------------------------------------------------------------------
@@ -145,7 +163,7 @@ class HeadType(ABC):
 
     # -- features and training --------------------------------------------------------------
     @abstractmethod
-    def encode(self, tokenizer, examples: Sequence[Example]) -> Encoded:
+    def encode(self, tokenizer, examples: Sequence[ExampleT]) -> Encoded:
         """Tokenise examples with special tokens and without truncation, in order."""
 
     @abstractmethod
@@ -178,9 +196,11 @@ class HeadType(ABC):
         """Example `i`'s rows of its `logits` output (padding and non-scored tokens dropped)."""
 
     @abstractmethod
-    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[Example],
-              encoded: Encoded, label_names: Sequence[str], **options) -> dict:
-        """Metrics (`metric` among them) of per-example logits against the examples' labels."""
+    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[ExampleT],
+              encoded: Encoded, label_names: Sequence[str]) -> dict:
+        """Metrics (`metric` among them) of per-example logits against the examples' labels;
+        a type adds its options as keyword parameters (a tagger's `decode`, what a pair head's
+        `score_options` give)."""
 
     def validation_loss(self, logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
                         model=None) -> float:
@@ -197,7 +217,8 @@ class HeadType(ABC):
         """Extra top-level fields of this type's run receipt."""
         return {}
 
-    def score_options(self, model, examples: Sequence[Example], head: Path | None = None) -> dict:
+    def score_options(self, model, examples: Sequence[ExampleT],
+                      head: Path | None = None) -> dict:
         """Options of `score` a saved head's config asks for on these examples (a blended
         pair head's cosines); {} for none. `head`: the directory holding what the config
         names (the head's own, or where training keeps it before saving)."""
@@ -225,9 +246,10 @@ class HeadType(ABC):
     # -- predict and annotate ---------------------------------------------------------------
     @abstractmethod
     def predict(self, texts: Sequence[str], enc, offsets, logits: torch.Tensor,
-                label_names: list[str], **options) -> list:
+                label_names: list[str]) -> list:
         """Results of one padded batch of whole texts: one result, or one list of results,
-        per text.
+        per text. A type adds its options as keyword parameters (a tagger's `decode` and
+        `segmentation`).
 
         Args:
             enc: the batch's encodings (`word_ids`); offsets: (B, L, 2) character offsets.
@@ -245,14 +267,14 @@ class HeadType(ABC):
 
     @abstractmethod
     def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
-                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray],
-                 **options) -> list[list]:
-        """Per text, its results from the windows' `window_output`s.
+                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray]
+                 ) -> list[list]:
+        """Per text, its results from the windows' `window_output`s. A type whose
+        `saved_options` are not empty takes them as keyword parameters.
 
         Args:
             windows: (text index, token start, token end) per window.
             enc: the texts' encodings (no special tokens, with offsets).
-            options: the head's `saved_options`.
         """
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from indexer.config import MAX_POSITIONS
 from indexer.encode.model_facts import usable_length
@@ -57,4 +58,5 @@ def _relabel(kind: HeadType, example: Example, data_names: list[str], model_name
 
     value = getattr(example, kind.label_key)
     new = tuple(one(t) for t in value) if isinstance(value, tuple) else one(value)
-    return replace(example, **{kind.label_key: new})
+    changes: dict[str, Any] = {kind.label_key: new}  # a field of the type's example class
+    return replace(example, **changes)

@@ -48,7 +48,9 @@ def check_lengths(splits: dict[str, Encoded], max_length: int, limit: int = MAX_
         InputError: how many are too long per split, the first few ids and lengths, the
             longest, and the two ways out.
     """
-    counts, shown, longest = [], [], 0
+    counts: list[str] = []
+    shown: list[str] = []
+    longest = 0
     for split, encoded in splits.items():
         lengths = encoded.lengths
         too_long = np.flatnonzero(lengths > max_length)
@@ -85,7 +87,7 @@ def training_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Genera
     """
     order = rng.permutation(len(lengths))
     pool = batch_size * SORT_POOL
-    batches = []
+    batches: list[np.ndarray] = []
     for start in range(0, len(order), pool):
         chunk = order[start : start + pool]
         chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
@@ -93,7 +95,8 @@ def training_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Genera
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def collate(encoded: Encoded, index: Sequence[int], pad_id: int, with_labels: bool = True) -> dict:
+def collate(encoded: Encoded, index: Sequence[int] | np.ndarray, pad_id: int,
+            with_labels: bool = True) -> dict:
     """Right-padded tensors for the examples at `index`.
 
     Returns:

@@ -108,7 +108,7 @@ def _average_ranks(x) -> np.ndarray:
     return ranks
 
 
-def correlations(gold: Sequence[float], pred: Sequence[float]) -> dict:
+def correlations(gold: Sequence[float] | np.ndarray, pred: Sequence[float] | np.ndarray) -> dict:
     """Spearman and Pearson correlation of predicted against gold scores.
 
     Args:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from indexer.heads.base import HeadType
 from indexer.heads.registry import head_type_of
 
 
-def load_model_dir(path: str | Path):
+def load_model_dir(path: str | Path) -> tuple[HeadType, Any, Any]:
     """A head directory written by `train_head`, loaded in eval mode.
 
     Returns:

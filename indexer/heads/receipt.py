@@ -12,8 +12,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from indexer.core.fsio import file_sha256
+from indexer.core.machine import library_versions
 from indexer.errors import InputError
-from indexer.fsio import file_sha256
 from indexer.heads.schedule import AUTO_WARMUP_RATIO, WARMUP_RATIO
 from indexer.heads.settings import (
     DEFAULT_HEAD_ONLY_LR,
@@ -21,7 +22,6 @@ from indexer.heads.settings import (
     FEATURE_MAX_WASTE,
     TrainSettings,
 )
-from indexer.machine import library_versions
 from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from indexer.progress import write_line
+from indexer.core.progress import write_line
 
 MIN_DELTA = 0.002  # auto epochs: a validation score must rise by this much to reset patience
 LOSS_TIE_DELTA = 1e-3  # auto epochs: an equal score counts as progress with a 0.1 % lower loss
@@ -92,7 +92,7 @@ class EpochSelection:
         if not self.averaging:
             return []
         runs = ((self.run_epochs, self.run), (self.tail_epochs, self.tail))
-        unique = {tuple(e): t for e, t in runs if len(e) > 1}
+        unique = {tuple(e): t for e, t in runs if len(e) > 1 and t is not None}
         return [(list(e), t) for e, t in unique.items()]
 
 
@@ -116,6 +116,8 @@ def keep_average(model, candidates: list[tuple[list[int], dict]], selection: Epo
     """
     best_state, best_epoch, best_score = (selection.best_state, selection.best_epoch,
                                           selection.best_score)
+    if best_state is None:
+        raise ValueError("keep_average needs the best epoch's weights (keeps_state)")
     tried, best_mean = [], None
     for epochs, total in candidates:
         averaged = {k: (total[k] / len(epochs)).to(v.dtype) if k in total else v
@@ -128,6 +130,8 @@ def keep_average(model, candidates: list[tuple[list[int], dict]], selection: Epo
                    f"{metric} {score:.4f}", mode)
         if best_mean is None or score > best_mean[1]:
             best_mean = (averaged, score, epochs)
+    if best_mean is None:
+        raise ValueError("keep_average needs at least one candidate run of epochs")
     averaged, score, epochs = best_mean
     kept = score > best_score
     if kept:

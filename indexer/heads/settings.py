@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from indexer.choices import HeadDtype, HeadPooling
 from indexer.config import MAX_POSITIONS
+from indexer.core.choices import HeadDtype, HeadPooling
 from indexer.encode.model_facts import Length
 from indexer.errors import InputError
 from indexer.heads.base import HeadType
@@ -119,6 +119,17 @@ class TrainSettings:
             batch_rule = f"the {self.task} default with a fixed --epochs"
         resolved = dataclasses.replace(self, batch_size=batch_size, max_length=max_length)
         return resolved, {"batch_size": batch_rule, "max_length": length_rule}
+
+    @property
+    def resolved_batch_size(self) -> int:
+        """The batch size of resolved settings (`resolve`).
+
+        Raises:
+            ValueError: the settings are not resolved.
+        """
+        if self.batch_size is None:
+            raise ValueError("training needs resolved settings (TrainSettings.resolve)")
+        return self.batch_size
 
     @property
     def caches_features(self) -> bool:

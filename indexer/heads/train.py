@@ -29,8 +29,11 @@ import numpy as np
 import torch
 
 from indexer.config import MAX_POSITIONS
+from indexer.core.machine import set_threads
+from indexer.core.progress import Mode, ProgressArg, as_mode, clock, write_line
 from indexer.encode.model_facts import load_transformer, usable_length
 from indexer.errors import InputError, ModelError
+from indexer.heads.base import examples_of
 from indexer.heads.data import HeadData, require_splits
 from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
@@ -45,8 +48,6 @@ from indexer.heads.settings import (
     FEATURE_MAX_WASTE,
     TrainSettings,
 )
-from indexer.machine import set_threads
-from indexer.progress import ProgressArg, as_mode, clock, write_line
 from indexer.training.schedule import plan_schedule
 from indexer.training.trainer import Trainer, autocast, run_epoch
 
@@ -181,7 +182,7 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     `settings` must be resolved (`TrainSettings.resolve`): a concrete batch size.
 
     Args:
-        progress: a progress mode (`indexer.progress`): a bar per epoch, or one line per epoch
+        progress: a progress mode (`indexer.core.progress`): a bar per epoch, or one line per epoch
             (and one a minute within long epochs), or nothing.
     """
     require_splits(data, "train", "validation")
@@ -212,7 +213,8 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
                 return settings.kind.loss(model, collate(train, index, pad_id))
 
         def full_val_logits() -> list[torch.Tensor]:
-            return model_logits(settings.kind, model, val, pad_id, settings.batch_size * 2)
+            return model_logits(settings.kind, model, val, pad_id,
+                                settings.resolved_batch_size * 2)
 
         stage = Stage(model, [model], full_loss, full_val_logits, train.lengths,
                       rule=settings.epoch_rule, lr=settings.learning_rate)
@@ -250,13 +252,14 @@ class Stage:
 
 
 def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSettings, rng,
-                 result: FitResult, mode: str) -> None:
+                 result: FitResult, mode: Mode) -> None:
     """AdamW (`indexer.training.Trainer`) over the parameters that require grad, epochs by
     `stage.rule`, validation after each; the main stage's kept weights are loaded at the end
     (the best epoch's, or a mean of epochs that scored higher)."""
     kind, rule = settings.kind, stage.rule
     params = [p for p in stage.model.parameters() if p.requires_grad]
-    steps_per_epoch = -(-len(stage.lengths) // settings.batch_size)
+    batch_size = settings.resolved_batch_size
+    steps_per_epoch = -(-len(stage.lengths) // batch_size)
     ratio = AUTO_WARMUP_RATIO if rule.patience is not None else WARMUP_RATIO
     trainer = Trainer(params, stage.lr, plan_schedule(steps_per_epoch, rule.limit, ratio))
     selection = EpochSelection(averaging=rule.patience is not None and stage.name is None,
@@ -271,7 +274,7 @@ def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSett
         t0 = time.perf_counter()
         for module in stage.modules:
             module.train()
-        batches = training_batches(stage.lengths, settings.batch_size, rng)
+        batches = training_batches(stage.lengths, batch_size, rng)
         epoch_loss = run_epoch(trainer, batches, stage.step_loss, f"{name}epoch {epoch}{of}",
                                mode, where=f"{name}epoch {epoch}")
         train_seconds = time.perf_counter() - t0
@@ -386,14 +389,15 @@ def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
     tuned = None
     if settings.blend == "tuned" and kind.blend_tunes(model):
         from indexer.heads.pair.bi_encoder import BI_ENCODER_DIR, tune_bi_encoder
-        from indexer.heads.pair.head_type import score_range
+        from indexer.heads.pair.head_type import PairExample, gold_scores, score_range
 
         low, high = score_range(model.config)
-        train = data.splits["train"]
+        train = examples_of(PairExample, data.splits["train"],
+                            "--blend tuned tunes a bi-encoder on pair items")
         folder = scratch / BI_ENCODER_DIR
         tuned = tune_bi_encoder(settings.base, [e.text_a for e in train],
                                 [e.text_b for e in train],
-                                [(e.score - low) / (high - low) for e in train], folder,
+                                [(s - low) / (high - low) for s in gold_scores(train)], folder,
                                 seed=settings.seed, bf16=settings.dtype == "bf16")
         folders[BI_ENCODER_DIR] = folder
         encoder, name = folder, BI_ENCODER_DIR
@@ -438,7 +442,7 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
     Args:
         data: the labelled splits (`data.read_head_data`), with train and validation.
         settings: the run; `settings.out` must be new, empty, or an earlier head.
-        progress: a progress mode (`indexer.progress`): "bar" (a bar per epoch), "lines" (a
+        progress: a progress mode (`indexer.core.progress`): "bar" (a bar per epoch), "lines" (a
             line per epoch, for logs), "off"; True is "bar".
     Returns:
         The run receipt, as saved beside the head (`receipt.RECEIPT`). Its `warnings` hold

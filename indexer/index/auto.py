@@ -1,7 +1,7 @@
 """`index.spec: auto`: choose a FAISS index from collection size and a memory budget, then tune
 its search parameter (nprobe / efSearch) on held queries until recall@10 reaches a target.
 Also what a spec costs in memory and how many vectors train it (specs are read by
-`indexer.index_spec`).
+`indexer.records.index_spec`).
 
 Pure choices and measurements over arrays; does not read the store or write files (the
 tuning record is saved beside the index by `VectorIndex.save`).
@@ -18,7 +18,7 @@ import numpy as np
 
 from indexer.config import IndexConfig
 from indexer.errors import VectorIndexError
-from indexer.index_spec import parse_spec
+from indexer.records.index_spec import parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ ID_MAP_BYTES = 56  # IndexIDMap2: 8-byte id + reverse unordered_map entry
 
 
 def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
-    """Approximate RAM of an index (`indexer.index_spec` forms), with or without a
+    """Approximate RAM of an index (`indexer.records.index_spec` forms), with or without a
     rescoring stage (`RFlat`, `Refine(SQ8)`).
 
     Per vector: its codes (`Flat` 4·dim, `SQ8` dim, `PQm` m, `PQmxb[fs]` m·b/8 bytes), the
@@ -130,6 +130,8 @@ def tunable(spec: str) -> tuple[str, list[int]] | None:
     parsed = parse_spec(spec)
     if parsed.search_param == "nprobe":
         lists = parsed.nlist
+        if lists is None:
+            raise ValueError(f"{spec}: an IVF spec without its list count")
         return "nprobe", [v for v in (1 << i for i in range(24)) if v < lists] + [lists]
     if parsed.search_param == "efSearch":
         return "efSearch", [16 << i for i in range(9)]  # 16 … 4096
@@ -214,16 +216,19 @@ def search_params(param: str, value: int, selector=None, k_factor: int | None = 
     candidates; the selector then goes to the first pass, the only one reading it (and,
     under an IDMap, must select the internal ids: `faiss.IDSelectorTranslated`).
     """
+    # faiss's stubs list neither the keyword constructors its Python layer adds nor
+    # SearchParametersHNSW, nor the attributes a Python caller sets on a SWIG object
     if param == "nprobe":
-        params = faiss.SearchParametersIVF(nprobe=int(value))
+        params = faiss.SearchParametersIVF(nprobe=int(value))  # type: ignore[call-arg]
     else:
-        params = faiss.SearchParametersHNSW(efSearch=int(value))
+        params = faiss.SearchParametersHNSW(efSearch=int(value))  # type: ignore[attr-defined]
     if selector is not None:
         params.sel = selector
     if k_factor is None:
         return params
-    outer = faiss.IndexRefineSearchParameters(k_factor=float(k_factor), base_index_params=params)
-    outer.keep = (params, selector)  # the C++ side holds raw pointers to both
+    outer = faiss.IndexRefineSearchParameters(  # type: ignore[call-arg]
+        k_factor=float(k_factor), base_index_params=params)
+    outer.keep = (params, selector)  # type: ignore[attr-defined]  # C++ holds raw pointers to both
     return outer
 
 
@@ -267,7 +272,10 @@ def tune_batches(index: faiss.Index, spec: str, batches: Batches, count: int,
     import time
 
     started = time.perf_counter()
-    param, values = tunable(spec)
+    found = tunable(spec)
+    if found is None:
+        raise ValueError(f"{spec} is an exact index: no search parameter to tune")
+    param, values = found
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(count, min(sample, count), replace=False))
     own, queries = gather_rows(batches, rows, index.d)
@@ -340,6 +348,8 @@ def build_on_gpu(index: faiss.Index, sample: np.ndarray | None, batches: Batches
     """
     gpu = faiss.index_cpu_to_all_gpus(index)
     if not gpu.is_trained:
+        if sample is None:
+            raise ValueError("an untrained index needs a training sample")
         gpu.train(sample)
     for ids, vectors in batches():
         gpu.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32),

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tantivy
 
-from indexer.choices import KeywordLanguage
+from indexer.core.choices import KeywordLanguage
 from indexer.errors import ConfigError, VectorIndexError
 from indexer.store import DocText, HashDiff, Store
 
@@ -145,7 +145,7 @@ class KeywordIndex:
             (self.folder / LANGUAGE_FILE).write_text(self.language)
         if not self._version_file.is_file():
             self._version_file.write_text(SCHEMA_VERSION)
-        self._searcher = None
+        self._searcher: tantivy.Searcher | None = None
 
     @staticmethod
     def exists(folder: Path) -> bool:
@@ -197,7 +197,11 @@ class KeywordIndex:
         hits = searcher.search(query, k, count=False).hits
         if not hits:
             return []
-        doc_ids = searcher.fast_field_values("doc_id", [address for _, address in hits])
+        values = searcher.fast_field_values("doc_id", [address for _, address in hits])
+        doc_ids = [d for d in values if d is not None]
+        if len(doc_ids) < len(values):
+            raise VectorIndexError(f"keyword index {self.folder} holds a document without its "
+                                   "doc_id; delete the folder and re-run `bertindex index`")
         return [(int(d), float(score)) for (score, _), d in zip(hits, doc_ids)]
 
     # -- writes ------------------------------------------------------------------------

@@ -20,15 +20,15 @@ from indexer.config import IndexConfig
 from indexer.errors import VectorIndexError
 from indexer.index.auto import Batches, gather_rows, training_rows, tunable, tune_batches
 from indexer.index.vector import VectorIndex
-from indexer.index_spec import parse_spec
-from indexer.provenance import Provenance
+from indexer.records.index_spec import parse_spec
+from indexer.records.provenance import Provenance
 
 
 def unmergeable(spec: str) -> str | None:
     """Why `spec`'s index cannot be built in shards and merged; None when it can.
 
     Args:
-        spec: a FAISS factory string (`indexer.index_spec`).
+        spec: a FAISS factory string (`indexer.records.index_spec`).
     Returns:
         None, or the reason (the index is then built on the writer).
     """

@@ -27,9 +27,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.config import IndexConfig
+from indexer.core.faults import crash_point
+from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
-from indexer.faults import crash_point
-from indexer.fsio import fsync_dir, fsync_file
 from indexer.index.auto import (
     Batches,
     build_on_gpu,
@@ -40,9 +40,9 @@ from indexer.index.auto import (
     tunable,
     tune_batches,
 )
-from indexer.index_spec import parse_spec
-from indexer.provenance import Provenance
-from indexer.versions import current_version, list_versions, write_pointer
+from indexer.records.index_spec import parse_spec
+from indexer.records.provenance import Provenance
+from indexer.records.versions import current_version, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
     Returns:
         The factory string.
     Raises:
-        VectorIndexError: `spec` is not a form `indexer.index_spec` reads.
+        VectorIndexError: `spec` is not a form `indexer.records.index_spec` reads.
     """
     if spec != "auto":
         parse_spec(spec)
@@ -161,6 +161,14 @@ class VectorIndex:
         return _tombstoned(self.index)
 
     @property
+    def _id_map(self):
+        """The id vector of the IDMap the index sits under (a `_tombstoned` index, one with
+        a rescoring stage)."""
+        if not isinstance(self.index, faiss.IndexIDMap):
+            raise VectorIndexError(f"this {self.spec} index is not under an IDMap")
+        return self.index.id_map
+
+    @property
     def ntotal(self) -> int:
         """Vectors a search can return (stored ones less the deleted)."""
         return int(self.index.ntotal) - len(self.deleted)
@@ -174,7 +182,7 @@ class VectorIndex:
                                   "added again; rebuild it with `bertindex index` on the store")
             self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
 
-    def remove(self, ids: Sequence[int]) -> bool:
+    def remove(self, ids: Sequence[int] | np.ndarray) -> bool:
         """Remove ids; False when the index should be rebuilt instead.
 
         HNSW and indexes with a rescoring stage (`IndexRefine`) cannot remove: their ids are
@@ -186,7 +194,7 @@ class VectorIndex:
             return True
         ids = np.asarray(ids, dtype=np.int64)
         if self._tombstoned:
-            stored = faiss.vector_to_array(self.index.id_map)
+            stored = faiss.vector_to_array(self._id_map)
             deleted = np.union1d(self.deleted, ids[np.isin(ids, stored)])
             if len(deleted) > DELETED_REBUILD * self.index.ntotal:
                 return False
@@ -214,7 +222,7 @@ class VectorIndex:
             among = self.ntotal if allowed is None else len(allowed)
             if among * EXACT_FILTER <= self.ntotal or among <= EXACT_FILTER * k:
                 if allowed is None:
-                    allowed = np.setdiff1d(faiss.vector_to_array(self.index.id_map), self.deleted)
+                    allowed = np.setdiff1d(faiss.vector_to_array(self._id_map), self.deleted)
                 return self._exact_among(queries, k, allowed)
         params = self._search_params(allowed)
         if params is None:
@@ -253,7 +261,8 @@ class VectorIndex:
     def _search_params(self, allowed: np.ndarray | None):
         # every object the C++ side points to rides on the returned parameters, so that
         # concurrent searches (the server's threads) never free one another's selectors
-        selector, keep = None, []
+        selector: faiss.IDSelector | None = None
+        keep: list = []
         if allowed is not None:
             ids = np.ascontiguousarray(allowed, dtype=np.int64)
             selector = faiss.IDSelectorBatch(ids)
@@ -274,7 +283,7 @@ class VectorIndex:
         else:
             params = faiss.SearchParameters()
             params.sel = selector
-            params.keep_alive = keep
+            params.keep_alive = keep  # type: ignore[attr-defined]  # a Python attribute on SWIG
             return params
         if allowed is not None:
             # the search keeps only passing ids: widen it by the share that fails (≤ 16×)
@@ -286,7 +295,7 @@ class VectorIndex:
         if k_factor is not None and selector is not None:
             # IndexRefine reads a selector only from its first pass's parameters, which see
             # the IDMap's internal ids; the IDMap translates only a top-level selector
-            selector = faiss.IDSelectorTranslated(self.index.id_map, selector)
+            selector = faiss.IDSelectorTranslated(self._id_map, selector)
             keep.append(selector)
         params = search_params(param, value, selector, k_factor)
         params.keep_alive = keep

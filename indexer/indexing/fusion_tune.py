@@ -16,19 +16,21 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.timeutil import utc_now
 from indexer.encode.encoder import Encoder
+from indexer.errors import StoreError
 from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
 from indexer.indexing.steps import encode_documents
 from indexer.ingest.readers import document_text
-from indexer.provenance import FusionTuning
+from indexer.records.provenance import FusionTuning
 from indexer.store import DocText, Store
-from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +104,11 @@ def is_due(store: Store, config: Config) -> bool:
     Returns:
         True when `tune_dense_weight` should run.
     """
-    if config.search.tune_queries == 0 or store.vectors.provenance() is None:
+    provenance = store.vectors.provenance()
+    if config.search.tune_queries == 0 or provenance is None:
         return False
     done = store.vectors.fusion_tuning()
-    if done is None or done.weights_hash != store.vectors.provenance().weights_hash:
+    if done is None or done.weights_hash != provenance.weights_hash:
         return True
     return abs(store.counts.documents() - done.documents) > RETUNE_CHANGE * max(done.documents, 1)
 
@@ -171,9 +174,12 @@ def measure_dense_weight(store: Store, config: Config, encoder: Encoder, seed: i
     targets = [q.doc_id for q in queries]
     curve = {w: _mean_ndcg(targets, [fusion.weighted([d, k], [w, 1 - w])
                                      for d, k in zip(dense, keyword)]) for w in WEIGHTS}
+    provenance = store.vectors.provenance()
+    if provenance is None:  # the dense rankings read stored vectors, which come with it
+        raise StoreError(f"{store.path}: the stored vectors have no provenance")
     record = FusionTuning(
         dense_weight=choose_weight(curve), queries=len(queries), documents=len(doc_ids),
-        sample_documents=len(sample), weights_hash=store.vectors.provenance().weights_hash,
+        sample_documents=len(sample), weights_hash=provenance.weights_hash,
         dense_ndcg=round(_mean_ndcg(targets, dense), 4),
         keyword_ndcg=round(_mean_ndcg(targets, keyword), 4),
         curve={str(w): round(v, 4) for w, v in curve.items()}, seed=seed,
@@ -226,7 +232,7 @@ def _keyword_rankings(docs: list[DocText], queries: list[PseudoQuery], language:
     which each query's document is its cut text."""
     cut = {q.doc_id: q.rest for q in queries}
     with tempfile.TemporaryDirectory(prefix="bertindex-fusion-tune-") as folder:
-        index = KeywordIndex(folder, create=True, language=language)
+        index = KeywordIndex(Path(folder), create=True, language=language)
         index.add_documents(DocText(d.doc_id, d.title, cut.get(d.doc_id, d.text)) for d in docs)
         return [index.search(q.query, DEPTH) for q in queries]
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.faults import crash_point
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ModelError
-from indexer.faults import crash_point
 from indexer.indexing.steps import encode_documents
-from indexer.provenance import WRITE_KEYS, Provenance
+from indexer.records.provenance import WRITE_KEYS, Provenance
 from indexer.store import ChunkRows
 
 
@@ -118,9 +118,10 @@ def join(parts: list[EncodedPartition], starts: list[int], dim: int) -> ChunkRow
     if not parts:
         return ChunkRows([], [], [], [], [], np.zeros((0, dim), np.float32))
     owners = np.concatenate([p.owners.astype(np.int64) + s for p, s in zip(parts, starts)])
-    cat = [np.concatenate([getattr(p, name) for p in parts])
-           for name in ("ordinals", "starts", "ends", "n_tokens")]
-    return ChunkRows(owners.tolist(), *(a.tolist() for a in cat),
+    ordinals, chunk_starts, ends, n_tokens = (
+        np.concatenate([getattr(p, name) for p in parts]).tolist()
+        for name in ("ordinals", "starts", "ends", "n_tokens"))
+    return ChunkRows(owners.tolist(), ordinals, chunk_starts, ends, n_tokens,
                      np.concatenate([p.vectors for p in parts]))
 
 

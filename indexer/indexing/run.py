@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from indexer.config import Config
+from indexer.core.faults import crash_point
+from indexer.core.progress import Progress, ProgressArg, as_mode
 from indexer.encode.encoder import Encoder, load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
-from indexer.faults import crash_point
 from indexer.index.keyword import sync_keyword_index
 from indexer.indexing.fusion_tune import is_due, tune_dense_weight
 from indexer.indexing.steps import (
@@ -30,7 +31,6 @@ from indexer.indexing.steps import (
 )
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
-from indexer.progress import Progress, ProgressArg, as_mode
 from indexer.store import COMPLETED_WITH_FAILURES, Store
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
         fields: id/text/title/metadata column mapping (None: id, text, title, the rest as
             metadata).
         batch_size: records read and committed per batch.
-        progress: a progress mode (`indexer.progress`): "bar", an encoding bar per batch;
+        progress: a progress mode (`indexer.core.progress`): "bar", an encoding bar per batch;
             "lines", a line every 30 s with documents done, rate and the file being read.
         on_missing: `delete` removes the collection's documents that no file holds any more.
         strict: a batch with any rejection commits only its rejections (listed under
@@ -149,7 +149,7 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
             for batch in reads:
                 job.add(batch, strict)
             job.drain()
-            reads = None  # every file is read: free the run's ids before the index step
+            del reads  # every file is read: free the run's ids before the index step
             removed = job.delete_missing()
             index_info = steps.write(store, config, job.total.added, removed, base_version)
         except BaseException:
@@ -184,7 +184,7 @@ class _IndexRun:
     a batch holding an id that one of them holds waits until they are settled."""
 
     def __init__(self, store: Store, config: Config, collection: str, steps: Steps, encoder,
-                 run_id: int, mode: str, seen: set[str] | None):
+                 run_id: str, mode: str, seen: set[str] | None):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
         self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run

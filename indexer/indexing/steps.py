@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
-from indexer.progress import ProgressArg
-from indexer.provenance import QUERY_KEYS
+from indexer.records.provenance import QUERY_KEYS
 from indexer.store import ChunkRows, Store, content_hash
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def sync_vector_index(store: Store, config: Config, added, removed,
         and current.ntotal + len(added) - len(removed) == total
         and current.remove(removed)
     )
-    if incremental:
+    if incremental and current is not None:
         for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
             part = added[start:start + _ADD_BATCH]
             current.add(store.vectors.fetch(part), part)

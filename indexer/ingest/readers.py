@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -369,6 +370,16 @@ def _clean(value):
     return str(value)
 
 
-def document_text(record: Record) -> str:
+class TitledText(Protocol):
+    """What `document_text` reads: a record's, or a stored document's, title and text."""
+
+    @property
+    def title(self) -> str | None: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def document_text(record: TitledText) -> str:
     """The text that is encoded: title and body joined by a space (as MTEB does for BEIR)."""
     return f"{record.title} {record.text}".strip() if record.title else record.text

@@ -49,7 +49,8 @@ def iter_passages(root: Path | None = None) -> Iterator[dict]:
         yield from _walk(tree, module, module, "module", str(rel))
 
 
-def _walk(node: ast.AST, module: str, qualname: str, kind: str, rel: str) -> Iterator[dict]:
+def _walk(node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef, module: str,
+          qualname: str, kind: str, rel: str) -> Iterator[dict]:
     doc = ast.get_docstring(node, clean=False)
     if doc:
         text = inspect.cleandoc(doc)

@@ -16,6 +16,7 @@ import faiss
 import numpy as np
 
 from indexer.config import Config
+from indexer.errors import VectorIndexError
 from indexer.index.vector import VectorIndex
 from indexer.ops.tolerance import FP32, Tolerance, far_vectors, for_dtype
 from indexer.store import Store
@@ -23,7 +24,7 @@ from indexer.store import Store
 
 @dataclass
 class StoreContents:
-    documents: dict[tuple[str, str], tuple[str, str]]  # (collection, id) -> (hash, metadata)
+    documents: dict[tuple[str, str], tuple[str, str | None]]  # (collection, id) -> (hash, metadata)
     chunks: dict[tuple[str, str, int], tuple[int, int]]  # (collection, id, ordinal) -> span
     vectors: dict[tuple[str, str, int], np.ndarray]
     problems: list[str] = field(default_factory=list)
@@ -58,6 +59,8 @@ def faiss_ids(index: VectorIndex) -> np.ndarray:
         return np.setdiff1d(faiss.vector_to_array(inner.id_map).astype(np.int64), index.deleted)
     ivf = faiss.extract_index_ivf(inner)
     invlists = ivf.invlists
+    if invlists is None:
+        raise VectorIndexError(f"this {index.spec} index has no inverted lists")
     parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
              for i in range(ivf.nlist) if invlists.list_size(i)]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)

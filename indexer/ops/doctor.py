@@ -27,9 +27,15 @@ from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
 from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import faiss_ids
-from indexer.provenance import WRITE_KEYS
+from indexer.records.provenance import WRITE_KEYS
+from indexer.records.versions import (
+    POINTER,
+    SNAPSHOT_FILE,
+    current_version,
+    index_root,
+    version_dir,
+)
 from indexer.store import DB_NAME, Store, WriterLock, read_snapshot_facts
-from indexer.versions import POINTER, SNAPSHOT_FILE, current_version, index_root, version_dir
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +185,8 @@ def _check_index(path: Path, config: Config, provenance, data_version: int,
     except VectorIndexError as exc:
         out.add("index_file", folder / INDEX_FILE, str(exc), fix)
         return
+    if index is None:  # a named version loads or raises
+        raise VectorIndexError(f"{folder}: index version {version} did not load")
     out.facts["index"] = {"version": version, "spec": index.spec, "ntotal": index.ntotal,
                           "data_version": index.data_version}
     diffs = index.provenance.mismatches(provenance, WRITE_KEYS)

@@ -16,17 +16,17 @@ import shutil
 from pathlib import Path
 
 from indexer.config import Config
+from indexer.core.faults import crash_point
+from indexer.core.fsio import fsync_dir
+from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
-from indexer.faults import crash_point
-from indexer.fsio import fsync_dir
 from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
 from indexer.indexing.steps import encode_texts_for_index, sync_vector_index
 from indexer.ingest.readers import document_text
-from indexer.progress import ProgressArg
-from indexer.provenance import WRITE_KEYS
+from indexer.records.provenance import WRITE_KEYS
+from indexer.records.versions import write_pointer
 from indexer.store import DB_NAME, ChunkRows, Store, WriterLock
-from indexer.versions import write_pointer
 
 log = logging.getLogger(__name__)
 

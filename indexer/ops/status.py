@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from indexer.config import Config
 from indexer.errors import StoreError
+from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
-from indexer.versions import current_version, version_dir
 
 LAST_OF = ("index", "dedup", "report")  # `status` says when each last ran
 
@@ -46,7 +47,7 @@ def store_status(config: Config, runs: int = 5) -> dict:
     path = Path(config.store.path)
     store, writer_active = open_latest(path)
     with store:
-        info = {
+        info: dict[str, Any] = {
             "store": str(path),
             "writer_active": writer_active,
             "data_version": store.data_version(),

@@ -20,10 +20,10 @@ from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
 from indexer.index.vector import VectorIndex
-from indexer.provenance import QUERY_KEYS
 from indexer.query.hits import SearchHit
+from indexer.records.provenance import QUERY_KEYS
+from indexer.records.versions import version_dir
 from indexer.store import Hit, Store
-from indexer.versions import version_dir
 
 
 @dataclass(frozen=True)

@@ -56,12 +56,13 @@ def figures(report: dict) -> list[tuple[str, str, list, dict]]:
     """
     buckets = report["buckets"]
     names = [b["bucket"] for b in buckets]
-    out = [("documents", "Documents per bucket",
-            [{"type": "bar", "x": names, "y": [b["documents"] for b in buckets],
-              "marker": {"color": ["#bbb" if n == UNKNOWN else "#4c78a8" for n in names]},
-              "name": "documents"}],
-            {"xaxis": {"type": "category", "title": report["by"]},
-             "yaxis": {"title": "documents"}, "margin": {"t": 20}})]
+    out: list[tuple[str, str, list, dict]] = []
+    out.append(("documents", "Documents per bucket",
+                [{"type": "bar", "x": names, "y": [b["documents"] for b in buckets],
+                  "marker": {"color": ["#bbb" if n == UNKNOWN else "#4c78a8" for n in names]},
+                  "name": "documents"}],
+                {"xaxis": {"type": "category", "title": report["by"]},
+                 "yaxis": {"title": "documents"}, "margin": {"t": 20}}))
     heads = sorted({h for b in buckets for h in b["heads"]})
     for i, head in enumerate(heads):
         labels = sorted({lab for b in buckets for lab in b["heads"].get(head, {}).get("labels", {})})
@@ -80,7 +81,7 @@ def figures(report: dict) -> list[tuple[str, str, list, dict]]:
     latest = timed[-1] if timed else None
     top = sorted(((etype, e) for etype, items in (latest or {"entities": {}})["entities"].items()
                   for e in items), key=lambda x: (-x[1]["count"], x[1]["text"]))[:15]
-    if top:
+    if top and latest is not None:
         changes = [e["change"] for _, e in top][::-1]
         previous = timed[-2]["bucket"] if len(timed) > 1 and report["time_field"] else None
         heading = f"Top entities in {latest['bucket']}" + (

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from indexer.config import Config
-from indexer.errors import InputError
+from indexer.config import Config, ScheduleConfig
+from indexer.core.timeutil import parse_utc, utc_now
+from indexer.errors import ConfigError, InputError
 from indexer.store import TIME_UNITS, UNKNOWN, Store
-from indexer.timeutil import parse_utc, utc_now
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:
@@ -65,8 +66,9 @@ def build_report(store: Store, config: Config, collection: str | None = None,
         order = [(b, counts[b]) for b in names]
         agg = store.trends.aggregates(order, timed, heads, top=top, rising=rising, waves=waves,
                                       min_size=config.dedup.min_size, bins=bins)
-    buckets = {b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [],
-                   "waves": []} for b, n in order}
+    buckets: dict[str, dict[str, Any]] = {
+        b: {"bucket": b, "documents": n, "heads": {}, "entities": {}, "rising": [], "waves": []}
+        for b, n in order}
     _add_labels(buckets, agg["labels"])
     _add_entities(buckets, order, agg["entities"], timed, rising)
     for bucket, group_id, n, size, text in agg["waves"]:
@@ -86,14 +88,16 @@ def _check_request(store: Store, collection: str | None, by: str, timed: bool,
                    time_field: str | None, start, end) -> None:
     """Refuse a report that cannot be made, naming the option to change."""
     where = f"collection '{collection}'" if collection else "the store"
-    if timed and not time_field:
-        raise InputError(f"--by {by} needs the metadata field holding each document's time: "
-                         "pass --time-field FIELD or set fields.time in config.yaml")
+    field = by  # the metadata field the buckets come from
+    if timed:
+        if not time_field:
+            raise InputError(f"--by {by} needs the metadata field holding each document's "
+                             "time: pass --time-field FIELD or set fields.time in config.yaml")
+        field = time_field
     if not timed and (start or end):
         raise InputError(f"--since/--until need time buckets (--by day|week|month), not --by {by}")
     if store.counts.documents(collection) == 0:
         raise InputError(f"{where} has no documents; index some first")
-    field = time_field if timed else by
     if store.trends.documents_with_field(field, collection) == 0:
         option = "--time-field" if timed else "--by"
         raise InputError(f"no document in {where} has the metadata field '{field}' ({option}); "
@@ -169,6 +173,14 @@ def write_scheduled_report(config: Config) -> dict | None:
     with Store(Path(config.store.path)) as store, store.runs.recorded_run("report") as run:
         report = build_report(store, config, schedule.collection, schedule.heads,
                               schedule.by or "week")
-        files = write_report_files(report, Path(schedule.folder).expanduser())
+        files = write_report_files(report, _report_folder(schedule))
         run.summary = files | {"buckets": len(report["buckets"])}
     return run.summary
+
+
+def _report_folder(schedule: ScheduleConfig) -> Path:
+    """Where a scheduled report is written (the configuration requires a report's `folder`)."""
+    if not schedule.folder:
+        raise ConfigError("schedules.report needs 'folder:' (where report.html and report.json "
+                          "are written)")
+    return Path(schedule.folder).expanduser()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.config import Config, resolve_model_path
+from indexer.core.progress import ProgressArg, write_line
 from indexer.encode.policy import resolve_dtype
 from indexer.evaluation.beir import load_beir_queries
 from indexer.heads.data import HeadData
@@ -19,7 +20,6 @@ from indexer.heads.receipt import summary, update_receipt
 from indexer.heads.registry import head_type
 from indexer.heads.train import TrainSettings, train_head
 from indexer.indexing.run import run_index
-from indexer.progress import ProgressArg, write_line
 from indexer.query.searcher import Searcher
 from indexer.reranker.pairs import (
     DEFAULT_NEGATIVES,

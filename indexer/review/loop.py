@@ -16,13 +16,13 @@ from datetime import datetime
 
 import numpy as np
 
+from indexer.core.timeutil import parse_utc, utc_now
 from indexer.errors import InputError
 from indexer.heads.registry import capabilities
 from indexer.review import strategies as st
 from indexer.review.files import RawRow
 from indexer.store import NewReview, Store
 from indexer.store.reviews import PAGE_SOURCE
-from indexer.timeutil import parse_utc, utc_now
 
 REVIEWER_ENV = "BERTINDEX_REVIEWER"  # who labelled, when the file does not say
 REJECTIONS_SHOWN = 1000  # rejected rows kept in an import summary

@@ -32,6 +32,8 @@ def export_reviews(config: Config, head: str, out: Path | None, stdout: IO[str] 
     with Store(config.store.path) as store:
         rows = select_for_review(store, head, **selection)
     if out is None:
+        if stdout is None:
+            raise ValueError("export_reviews() writes to `out` or to `stdout`; give one")
         for row in rows:
             stdout.write(json.dumps({k: row.get(k) for k in
                                      ("id", "collection", "head", "predicted", "score", "label",

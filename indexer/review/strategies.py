@@ -10,7 +10,7 @@ from typing import get_args
 
 import numpy as np
 
-from indexer.choices import ReviewStrategy
+from indexer.core.choices import ReviewStrategy
 from indexer.errors import InputError
 
 STRATEGIES = get_args(ReviewStrategy)
@@ -48,8 +48,8 @@ def margin_order(top: np.ndarray, runner_up: np.ndarray | None) -> np.ndarray:
     return np.argsort(margins(top, runner_up), kind="stable")
 
 
-def disagree_order(labels: Sequence, other_labels: Sequence, top: np.ndarray,
-                   other_top: np.ndarray) -> np.ndarray:
+def disagree_order(labels: Sequence | np.ndarray, other_labels: Sequence | np.ndarray,
+                   top: np.ndarray, other_top: np.ndarray) -> np.ndarray:
     """Candidates whose two heads give different labels, the least sure pair first (lowest
     mean of the two top-class probabilities); agreeing candidates are left out.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexer.errors import InputError
+from indexer.heads.base import examples_of
 from indexer.heads.data import HeadData
 from indexer.heads.registry import capabilities
 from indexer.store import Store
@@ -42,7 +43,9 @@ def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
     if unknown:
         raise InputError(f"reviewed labels {unknown} of head '{head}' are not in the data's labels "
                          f"{data.label_names}; train with data that share the head's labels")
-    held_out = {e.text for split in ("validation", "test") for e in data.splits.get(split, [])}
+    held_out = {e.text for split in ("validation", "test")
+                for e in examples_of(SentenceExample, data.splits.get(split, []),
+                                     f"--reviewed adds classifier labels to '{data.task}' data")}
     added, stale, in_eval = [], 0, 0
     for doc_id, external_id, text, label, fresh in rows:
         if not fresh:

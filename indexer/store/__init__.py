@@ -12,7 +12,7 @@ the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_rev
 `hash_token`, `new_token`, `scope_allows`, `SCOPES`;
 `WriterLock`; `content_hash`; `read_snapshot_facts`; `new_run_id`; the constants `DB_NAME`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
-(the provenance keys live in `indexer.provenance`). No module of the library, the flows or the
+(the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or the
 surface imports this package's modules or touches `Store.con` (tests may, to check them).
 
 Modules, one concept each: `store` (the Store: the core and its groups), `core` (connection,

@@ -11,10 +11,10 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from indexer.records import RESULT_TYPES, Annotation, Entity, Label
+from indexer.core.timeutil import utc_now
+from indexer.records.annotations import RESULT_TYPES, Annotation, Entity, Label
 from indexer.store.core import StoreCore
 from indexer.store.reviews import ReviewTables
-from indexer.timeutil import utc_now
 
 
 class AnnotationTables:

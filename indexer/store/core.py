@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
+from indexer.records.versions import SNAPSHOT_FILE, version_dir
 from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
     SCHEMA_VERSION,
@@ -35,7 +36,6 @@ from indexer.store.schema import (
     stored_schema_version,
 )
 from indexer.store.snapshot import copy_snapshot, open_current_snapshot
-from indexer.versions import SNAPSHOT_FILE, version_dir
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -110,7 +110,8 @@ class StoreCore:
         """Open the live file. A writer (holding the writer lock) retries for up to
         `lock.WAIT_S`: what else has the file open then is a reader for a moment (a server
         re-reading its tokens or the review page's labels), never another writer."""
-        config = {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT}
+        config: dict[str, str | bool | int | float | list[str]] = (
+            {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT})
         deadline = time.monotonic() + (WAIT_S if self._lock is not None else 0.0)
         while True:
             try:

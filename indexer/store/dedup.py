@@ -15,11 +15,11 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
+from indexer.core.timeutil import utc_now
 from indexer.store.core import StoreCore
 from indexer.store.filters import json_path
 from indexer.store.timefield import DOC_TIMES, SET_UTC
 from indexer.store.vectors import Vectors
-from indexer.timeutil import utc_now
 
 # first chunk (ordinal 0) of each document of a collection: the document's vector. Content
 # hashes are compared as 64-bit hash() values, so the joins hold integers, not strings (the
@@ -220,7 +220,8 @@ class DedupTables:
             return None
         return self.core.scalar(SELECT_LAST_DEDUP)
 
-    def write(self, collection: str, doc_ids: Sequence[int], group_ids: Sequence[int],
+    def write(self, collection: str, doc_ids: Sequence[int] | np.ndarray,
+              group_ids: Sequence[int] | np.ndarray,
               regroup: dict[int, int], full: bool, state: dict) -> None:
         """Store one grouping run in one transaction.
 

@@ -12,13 +12,13 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from indexer.faults import crash_point
+from indexer.core.faults import crash_point
+from indexer.core.timeutil import utc_now
 from indexer.ingest.readers import Record, Rejected
 from indexer.store.core import StoreCore
 from indexer.store.rows import ChunkRows, StoredDoc
 from indexer.store.side_tables import SideTables
 from indexer.store.vectors import Vectors
-from indexer.timeutil import utc_now
 
 SEQUENCES = ("doc_ids", "chunk_ids")
 SELECT_EXISTING = ("SELECT external_id, doc_id, content_hash, metadata FROM documents "

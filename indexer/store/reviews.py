@@ -17,8 +17,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexer.core.timeutil import utc_now
 from indexer.store.core import StoreCore
-from indexer.timeutil import utc_now
 
 RECORD_HEAD = "INSERT OR REPLACE INTO review_heads VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_HEAD = "SELECT task, label_names, path, head_version FROM review_heads WHERE head = ?"

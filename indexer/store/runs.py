@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from indexer.core.timeutil import utc_now
 from indexer.store.core import StoreCore
 from indexer.store.documents import to_json
-from indexer.timeutil import utc_now
 
 log = logging.getLogger(__name__)
 

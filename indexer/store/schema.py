@@ -10,7 +10,7 @@ import duckdb
 import pyarrow as pa
 
 from indexer.errors import StoreError
-from indexer.records import Entity, Label
+from indexer.records.annotations import Entity, Label
 
 SCHEMA_VERSION = 5
 
@@ -27,7 +27,7 @@ def create_table_sql(table: str, schema: pa.Schema, leave_out: tuple[str, ...] =
     """The CREATE TABLE statement of a table described by an Arrow schema.
 
     Args:
-        table: the table name (a constant of `indexer.records`, never user input).
+        table: the table name (a constant of `indexer.records.annotations`, never user input).
         schema: its columns; nullable=False becomes NOT NULL.
         leave_out: columns a later schema step adds (`add_column_sql`).
     """
@@ -70,7 +70,7 @@ CREATE_RUNS = """CREATE TABLE runs (
 
 # -- step 2: bulk annotation (indexer/store/annotations.py). `annotated` marks (document, head)
 # pairs done at a head version and content hash, so a tagger that found no entity is done too.
-# Both tables are derived from their records' Arrow schemas (`indexer.records`), the one
+# Both tables are derived from their records' Arrow schemas (`indexer.records.annotations`), the one
 # description of their columns; `annotations.runner_up` is added by step 4.
 CREATE_ANNOTATIONS = create_table_sql(Label.table, Label.table_schema, leave_out=("runner_up",))
 CREATE_ENTITIES = create_table_sql(Entity.table, Entity.table_schema)

@@ -1,5 +1,5 @@
 """Published snapshots: the checkpointed, read-only copy of `store.duckdb` beside each index
-version. Opens, writes and inspects them; choosing which version is current is `indexer.versions`."""
+version. Opens, writes and inspects them; choosing which version is current is `indexer.records.versions`."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import duckdb
 
+from indexer.core.faults import crash_point
+from indexer.core.fsio import fsync_dir, fsync_fh
 from indexer.errors import StoreError
-from indexer.faults import crash_point
-from indexer.fsio import fsync_dir, fsync_fh
+from indexer.records.versions import SNAPSHOT_FILE, current_version, version_dir
 from indexer.store.rows import SnapshotFacts
 from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
-from indexer.versions import SNAPSHOT_FILE, current_version, version_dir
 
 CHECKPOINT = "CHECKPOINT"
 _COPY_BLOCK = 8 << 20  # bytes per read while copying

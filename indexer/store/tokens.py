@@ -21,11 +21,11 @@ from typing import get_args
 
 import duckdb
 
-from indexer.choices import TokenScope
+from indexer.core.choices import TokenScope
+from indexer.core.timeutil import utc_now
 from indexer.errors import InputError
 from indexer.store.core import StoreCore
 from indexer.store.schema import scalar
-from indexer.timeutil import utc_now
 
 TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
 TOKEN_BYTES = 32

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from indexer.errors import ProvenanceMismatch, StoreError
-from indexer.provenance import WRITE_KEYS, FusionTuning, Provenance
+from indexer.records.provenance import WRITE_KEYS, FusionTuning, Provenance
 from indexer.store.core import StoreCore
 from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql, read_meta
 

@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 
+from indexer.core.fsio import fsync_file
+from indexer.core.progress import Mode, Progress
 from indexer.errors import ModelError
-from indexer.fsio import fsync_file
-from indexer.progress import Mode, Progress
 from indexer.training.schedule import GRAD_CLIP, WEIGHT_DECAY, Schedule
 
 
@@ -99,9 +99,12 @@ class EpochLoss:
         return self.loss_sum / max(1, self.seen)
 
 
-def run_epoch(trainer: Trainer, batches: Sequence, step_loss: Callable[[object], torch.Tensor],
-              label: str, mode: Mode, where: str,
-              after_step: Callable[[object, float], bool] | None = None) -> EpochLoss:
+BatchT = TypeVar("BatchT")
+
+
+def run_epoch(trainer: Trainer, batches: Sequence[BatchT],
+              step_loss: Callable[[BatchT], torch.Tensor], label: str, mode: Mode, where: str,
+              after_step: Callable[[BatchT, float], bool] | None = None) -> EpochLoss:
     """Train on `batches` in order, one optimiser step each, under a progress bar.
 
     Args:

@@ -190,8 +190,8 @@ def print_json(obj: object) -> None:
 
 
 def show_progress() -> str:
-    """The progress mode (`indexer.progress.progress_mode`): a bar when stderr is a terminal,
+    """The progress mode (`indexer.core.progress.progress_mode`): a bar when stderr is a terminal,
     plain lines a log can read when it is not; BERTINDEX_PROGRESS=0|1|lines overrides."""
-    from indexer.progress import progress_mode
+    from indexer.core.progress import progress_mode
 
     return progress_mode(sys.stderr)

@@ -14,7 +14,7 @@ from typing import get_args
 
 import click
 
-from indexer.choices import Decode, EvalInput, HeadPooling
+from indexer.core.choices import Decode, EvalInput, HeadPooling
 from indexer.heads.data import SPLITS
 from indexer.heads.registry import HEAD_TYPE_NAMES, capabilities, head_type
 from indexer.ingest.formats import labelled_format_names
@@ -28,7 +28,7 @@ from search.cli.common import (
     show_progress,
 )
 
-# one list each, derived (`indexer.ingest.formats`, `indexer.choices`)
+# one list each, derived (`indexer.ingest.formats`, `indexer.core.choices`)
 FORMAT_CHOICES = list(labelled_format_names())
 POOLING_CHOICES = list(get_args(HeadPooling))
 DECODE_CHOICES = list(get_args(Decode))

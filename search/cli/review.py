@@ -10,7 +10,7 @@ from typing import get_args
 
 import click
 
-from indexer.choices import ReviewStrategy
+from indexer.core.choices import ReviewStrategy
 from search.cli.common import (
     build_config,
     config_options,
@@ -20,7 +20,7 @@ from search.cli.common import (
     where_callback,
 )
 
-STRATEGY_CHOICES = list(get_args(ReviewStrategy))  # indexer.choices
+STRATEGY_CHOICES = list(get_args(ReviewStrategy))  # indexer.core.choices
 
 
 @click.group()

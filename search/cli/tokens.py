@@ -9,10 +9,10 @@ from typing import get_args
 
 import click
 
-from indexer.choices import TokenScope
+from indexer.core.choices import TokenScope
 from search.cli.common import build_config, config_options, handle_errors, json_option, print_json
 
-SCOPE_CHOICES = list(get_args(TokenScope))  # indexer.choices
+SCOPE_CHOICES = list(get_args(TokenScope))  # indexer.core.choices
 
 
 @click.group("token")

@@ -6,7 +6,7 @@ built in shards) equals the local runner's under the tolerance rules of `indexer
 (workers batch other texts together than the local runner, and some CPUs' kernels sum in an
 order that depends on the batch's shape: ids, spans and clear labels exactly, vectors by
 cosine, scores within a stated difference), and
-a worker armed to SIGKILL itself mid-run (`indexer.faults.arm`, `partition.before_return`) loses
+a worker armed to SIGKILL itself mid-run (`indexer.core.faults.arm`, `partition.before_return`) loses
 a partition that the other worker reruns: the store is the same again. One cluster serves the
 module (the second test leaves it one worker).
 
@@ -210,7 +210,7 @@ def test_worker_killed_mid_run_gives_the_same_store(prefect_api, local_reference
     victim = workers[1]
     with Client(address, timeout=START_S) as client:  # SIGKILL itself at its second partition
         (addr,) = [a for a, pid in client.run(os.getpid).items() if pid == victim.pid]
-        client.run(__import__("indexer.faults").faults.arm, "partition.before_return:2",
+        client.run(__import__("indexer.core.faults").faults.arm, "partition.before_return:2",
                    workers=[addr])
     cfg = _on_cluster(ref_cfg, address, tmp_path / "store")
     indexed = flow_for(cfg)([str(corpus)], cfg)

@@ -34,7 +34,7 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
         shutil.copytree(ROOT / name, tmp_path / name,
                         ignore=shutil.ignore_patterns("__pycache__", "static"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / "indexer" / "records.py", "a") as fh:
+    with open(tmp_path / "indexer" / "records" / "annotations.py", "a") as fh:
         fh.write("\nfrom indexer.store import Store  # noqa: E402\n")
     with open(tmp_path / "indexer" / "store" / "runs.py", "a") as fh:
         fh.write("\n\ndef _hidden():\n    from indexer.dedup import groups\n    return groups\n")
@@ -43,5 +43,5 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, check=False,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.returncode != 0, done.stdout
-    assert "indexer.records -> indexer.store" in done.stdout
+    assert "indexer.records.annotations -> indexer.store" in done.stdout
     assert "indexer.store.runs -> indexer.dedup.groups" in done.stdout

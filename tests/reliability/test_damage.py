@@ -20,9 +20,9 @@ from testkit import build_tiny_bert, tiny_model_config
 from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.indexing.run import run_index
+from indexer.records.versions import SNAPSHOT_FILE
 from indexer.store import Store
 from indexer.store.schema import SCHEMA_VERSION
-from indexer.versions import SNAPSHOT_FILE
 from search.cli.main import main
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]

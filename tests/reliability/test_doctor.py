@@ -22,8 +22,8 @@ from testkit import ROOT
 
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
 from indexer.ops.consistency import check_store
+from indexer.records.versions import SNAPSHOT_FILE, index_root
 from indexer.store import Store
-from indexer.versions import SNAPSHOT_FILE, index_root
 from search.cli.main import main
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]

@@ -19,7 +19,7 @@ from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
-from indexer.records import Annotation, Entity, Label
+from indexer.records.annotations import Annotation, Entity, Label
 from indexer.store import Store
 from search.cli.main import main
 

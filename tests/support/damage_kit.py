@@ -16,8 +16,8 @@ from testkit import TINY_WORDS, tiny_model_config
 from indexer.config import Config
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
+from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
-from indexer.versions import current_version, version_dir
 
 QUERIES = ["the cat sat on the mat", "red apple river", "parse python file", "slow train city",
            "gzip compress data"]

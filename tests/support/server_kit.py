@@ -7,7 +7,7 @@ from __future__ import annotations
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.query.searcher import Searcher
-from indexer.records import Annotation, Label
+from indexer.records.annotations import Annotation, Label
 from indexer.store import SCOPES, Store
 
 BASE = "http://127.0.0.1:8765"

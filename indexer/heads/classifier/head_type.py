@@ -32,7 +32,7 @@ from indexer.heads.sentence import (
     sequence_logits,
     top_logits,
 )
-from indexer.records import Label
+from indexer.records.annotations import Label
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def labels_from_logits(logits: np.ndarray, label_names: Sequence[str],
             for b, p, r in zip(best, probs, second)]
 
 
-class SequenceClassifier(HeadType):
+class SequenceClassifier(HeadType[SentenceExample]):
     """A sentence classifier (`...ForSequenceClassification`)."""
 
     name = "classifier"

@@ -37,7 +37,7 @@ from indexer.heads.pair.blend import (
 )
 from indexer.heads.pair.keys import BLEND_KEY, RERANK_WEIGHT_KEY
 from indexer.heads.sentence import sequence_logits
-from indexer.records import Label
+from indexer.records.annotations import Label
 
 REGRESSION = ["score"]  # the label list of a regression pair head: one output, its score
 SCORE_RANGE_KEY = "bertindex_score_range"  # config.json: [low, high] of the train scores
@@ -56,6 +56,20 @@ class PairExample(Example):
 
 def is_regression(label_names: Sequence[str]) -> bool:
     return list(label_names) == REGRESSION
+
+
+def gold_scores(examples: Sequence[PairExample]) -> list[float]:
+    """A regression split's target scores (`PairHead.example` gives each of its items one).
+
+    Raises:
+        InputError: naming an item without a score (a classification item).
+    """
+    scores = []
+    for e in examples:
+        if e.score is None:
+            raise InputError(f"{e.id}: a regression pair item needs a 'score'")
+        scores.append(e.score)
+    return scores
 
 
 def score_range(config) -> tuple[float, float]:
@@ -89,7 +103,7 @@ def _scaled(scores: torch.Tensor, config) -> torch.Tensor:
     return ((scores - low) / (high - low if high > low else 1.0)).clamp(0.0, 1.0)
 
 
-class PairHead(HeadType):
+class PairHead(HeadType[PairExample]):
     """A sentence-pair classifier or regressor (`...ForSequenceClassification` on both texts)."""
 
     name = "pair"
@@ -254,7 +268,7 @@ class PairHead(HeadType):
             pred = sigmoid([float(x.reshape(-1)[0]) for x in logits])
             if cosines is not None and blend_weight:
                 pred = mixed(pred, cosines, blend_weight)
-            out = correlations([e.score for e in examples], pred)
+            out = correlations(gold_scores(examples), pred)
             return {"primary": out["spearman"], "primary_name": "spearman", **out}
         out = macro_f1([e.label for e in examples], [int(x.argmax()) for x in logits], label_names)
         return {"primary": out["macro_f1"], "primary_name": "macro_f1", **out}

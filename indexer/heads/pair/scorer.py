@@ -115,7 +115,13 @@ class PairScorer:
         return out
 
     def cosines(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        """The blend's bi-encoder cosine per pair (its encoder loaded on first use)."""
+        """The blend's bi-encoder cosine per pair (its encoder loaded on first use).
+
+        Raises:
+            ModelError: the head has no blend.
+        """
+        if self.blend is None:
+            raise ModelError(f"{self.path}: the head has no blend, so no bi-encoder cosine")
         if self._cosine_encoder is None:
             self._cosine_encoder = cosine_encoder(self.blend["encoder"], self.path)
         return text_cosines(self._cosine_encoder, [a for a, _ in pairs], [b for _, b in pairs])

@@ -19,7 +19,7 @@ from typing import get_args
 import numpy as np
 import torch
 
-from indexer.choices import Decode
+from indexer.core.choices import Decode
 from indexer.encode.model_facts import add_prefix_space
 from indexer.errors import InputError, ModelError
 from indexer.heads.base import (
@@ -40,7 +40,7 @@ from indexer.heads.labels import (
 )
 from indexer.heads.metrics import entity_f1
 from indexer.heads.tagger.segment import ASSUMED, SEGMENTATION_KEY, saved_segmentation, text_words
-from indexer.records import Entity
+from indexer.records.annotations import Entity
 
 DECODES = get_args(Decode)
 _SPACE = re.compile(r"\s")
@@ -100,7 +100,7 @@ def text_entities(text: str, word_ids, offsets, logits: np.ndarray, label_names:
     return [Entity(*span, head=head) for span in word_spans(words, tags, probs, text)]
 
 
-class TokenTagger(HeadType):
+class TokenTagger(HeadType[TokenExample]):
     """A BIO token tagger (`...ForTokenClassification`)."""
 
     name = "ner"

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from indexer.errors import InputError
+from indexer.heads.base import Example, examples_of
 from indexer.heads.labels import bio_spans
 from indexer.heads.metrics import span_f1
 from indexer.heads.tagger.head_type import TokenExample
-from indexer.records import Entity
+from indexer.records.annotations import Entity
 
 RAW_TEXT_NOTE = ("the split's words joined by single spaces, run as raw text (character "
                  "spans scored, exact type and boundaries)")
@@ -31,7 +32,7 @@ def joined_text(example: TokenExample) -> tuple[str, list[tuple[int, int]]]:
 
 def gold_char_spans(examples: Sequence[TokenExample], label_names: Sequence[str]) -> set[tuple]:
     """Every gold entity as (item index, type, start char, end char) in its joined text."""
-    out = set()
+    out: set[tuple] = set()
     for i, example in enumerate(examples):
         _, spans = joined_text(example)
         tags = [label_names[t] for t in example.tags]
@@ -39,7 +40,7 @@ def gold_char_spans(examples: Sequence[TokenExample], label_names: Sequence[str]
     return out
 
 
-def score_raw_text(examples: Sequence[TokenExample], label_names: Sequence[str],
+def score_raw_text(examples: Sequence[Example], label_names: Sequence[str],
                    run: Callable[[list[str]], Sequence[Sequence[Entity]]]) -> dict:
     """Entity-F1 of the entities `run` finds in the examples' joined texts.
 
@@ -51,11 +52,11 @@ def score_raw_text(examples: Sequence[TokenExample], label_names: Sequence[str],
     """
     if not examples:
         raise InputError("nothing to score: the split has no items")
-    if not isinstance(examples[0], TokenExample):
-        raise InputError("raw-text input is for NER heads (items {tokens, tags}); a classifier "
+    tagged = examples_of(TokenExample, examples,
+                         "raw-text input is for NER heads (items {tokens, tags}); a classifier "
                          "already reads its texts whole")
-    texts = [joined_text(e)[0] for e in examples]
+    texts = [joined_text(e)[0] for e in tagged]
     found = run(texts)
     predicted = {(i, e.type, e.start, e.end) for i, ents in enumerate(found) for e in ents}
     return {"input": "raw-text", "examples": len(examples),
-            **span_f1(gold_char_spans(examples, label_names), predicted)}
+            **span_f1(gold_char_spans(tagged, label_names), predicted)}

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import get_args
 
-from indexer.choices import Segmentation
+from indexer.core.choices import Segmentation
 from indexer.errors import ModelError
 from indexer.heads.labels import merge_subwords
 

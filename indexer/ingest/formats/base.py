@@ -10,7 +10,7 @@ import gzip
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from indexer.errors import InputError
 
@@ -56,7 +56,7 @@ class Format:
     frames: Frames
     summary: str
     gzip: bool = True
-    fields: Mapping[str, str | None] | None = None
+    fields: Mapping[str, Any] | None = None  # FieldMap keywords
     claims: Callable[[Path], bool] | None = None
     directory_corpus: Callable[[Path], Path | None] | None = None
     in_folders: bool = True
@@ -66,7 +66,7 @@ class Format:
         return self.suffixes + (tuple(s + ".gz" for s in self.suffixes) if self.gzip else ())
 
 
-def open_binary(path: Path) -> BinaryIO:
+def open_binary(path: Path) -> gzip.GzipFile | BinaryIO:
     """The file's bytes, through gzip when its name ends in `.gz`."""
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb")
 

@@ -72,7 +72,8 @@ def delimited_frames(path: Path, batch_size: int, sep: str) -> Iterator[Frame]:
             if problem:
                 bad.append((row, problem))
             else:
-                record = {h: (c if c != "" else None) for h, c in zip(header, cells)}
+                record: dict[str, str | int | None] = {
+                    h: (c if c != "" else None) for h, c in zip(header, cells)}
                 record["__row"] = row
                 rows.append(record)
             if len(rows) + len(bad) >= batch_size:

@@ -9,11 +9,11 @@ import json
 import pytest
 from testkit import require_shared
 
-from indexer import machine
 from indexer.config import ModelConfig, resolve_model_path
+from indexer.core import machine
 from indexer.encode import int8_check
 from indexer.encode.encoder import Encoder
-from indexer.provenance import weights_hash
+from indexer.records.provenance import weights_hash
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from indexer import machine
 from indexer.config import ModelConfig
+from indexer.core import machine
 from indexer.encode import int8_check, limits
 from indexer.encode.encoder import Encoder
 from indexer.encode.policy import choose_dtype, choose_path, describe_path
@@ -51,7 +51,7 @@ def test_auto_follows_the_overridden_flags(monkeypatch, flags, dtype, words):
 
 
 def record(model_dir, classes, variant="keep-ffn-out"):
-    from indexer.provenance import weights_hash
+    from indexer.records.provenance import weights_hash
 
     int8_check.write(model_dir / int8_check.CHECK_FILE,
                      {"weights_hash": weights_hash(model_dir), "variant": variant,
@@ -88,7 +88,7 @@ def test_auto_picks_int8_only_with_a_passed_faster_check_for_this_class(monkeypa
 def test_int8_vectors_compare_with_fp32_ones(tiny_model_dir):
     """int8 and fp32 vectors of one model live in one index: close, same nearest documents,
     provenance agrees on the keys a query checks and records the path."""
-    from indexer.provenance import QUERY_KEYS
+    from indexer.records.provenance import QUERY_KEYS
 
     config = {"name": str(tiny_model_dir), "device": "cpu", "max_length": 32}
     fp32 = Encoder(ModelConfig(dtype="fp32", **config))

@@ -15,6 +15,8 @@ import pytest
 import yaml
 from testkit import ROOT
 
+from indexer.core.fsio import file_sha256
+from indexer.core.machine import has_vnni
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_encoder
 from indexer.encode.onnx_files import ENCODERS_DIR, MODEL_FILE, Unavailable, int8_files
@@ -22,12 +24,10 @@ from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import ModelError
-from indexer.fsio import file_sha256
 from indexer.indexing.run import run_index
-from indexer.machine import has_vnni
 from indexer.query.searcher import Searcher
+from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
-from indexer.versions import current_version, version_dir
 
 pytestmark = pytest.mark.heavy
 
@@ -249,7 +249,7 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(exported_store):
 def test_int8_twin_weight_bits_follow_the_cpu(exported_store, monkeypatch):
     """8-bit weights where the CPU has VNNI, 7-bit (no int16 saturation) where it has not;
     a store shared by both kinds keeps both twins side by side."""
-    from indexer.machine import FEATURES_ENV
+    from indexer.core.machine import FEATURES_ENV
 
     record = _version_info(exported_store.store.path)["query_encoder"]
     model_file = Path(exported_store.store.path) / record["path"]

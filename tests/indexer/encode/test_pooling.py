@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from indexer.choices import PoolingMode
+from indexer.core.choices import PoolingMode
 from indexer.encode.onnx_files import output_kind
 from indexer.encode.onnx_pooling import POOLING_MODES as numpy_modes
 from indexer.encode.onnx_pooling import pool_output

@@ -14,7 +14,7 @@ from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.errors import ConfigError
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import encode_documents
-from indexer.st_layout import model_defaults
+from indexer.records.st_layout import model_defaults
 from indexer.store import Store
 
 pytestmark = pytest.mark.heavy

@@ -40,7 +40,7 @@ def test_fp32_matches_sentence_transformers():
 def test_bf16_stays_within_cosine_0999_of_fp32():
     # bf16 without native instructions is emulated (`dtype: bf16` forced): about 25x slower
     # here (AVX2-only EPYC, 84 s for 200 abstracts), so fewer abstracts check the same bound
-    from indexer import machine
+    from indexer.core import machine
 
     texts = scifact_texts(200 if machine.has_bf16() else 32)
     fp32 = Encoder(ModelConfig(dtype="fp32", device="cpu")).encode_texts(texts)

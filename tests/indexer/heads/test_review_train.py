@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from testkit import tiny_model_config
 
 from indexer.indexing.run import run_index
-from indexer.records import Annotation, Label
+from indexer.records.annotations import Annotation, Label
 from indexer.review.loop import page_review
 from indexer.store import Store
 from search.cli.heads import train

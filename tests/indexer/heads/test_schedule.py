@@ -262,7 +262,7 @@ def test_per_epoch_lines_when_stderr_is_not_a_terminal(tiny_bert, classifier_jso
 def test_progress_lines_carry_rate_and_eta():
     import io
 
-    from indexer.progress import Progress
+    from indexer.core.progress import Progress
 
     now = [0.0]
     out = io.StringIO()
@@ -290,7 +290,7 @@ def test_progress_lines_carry_rate_and_eta():
 def test_progress_mode_from_the_environment(monkeypatch):
     import io
 
-    from indexer.progress import progress_mode
+    from indexer.core.progress import progress_mode
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -14,7 +14,7 @@ from indexer.config import IndexConfig
 from indexer.errors import VectorIndexError
 from indexer.index.shards import add_to_shard, build_in_shards, merge_shards, unmergeable
 from indexer.index.vector import VectorIndex
-from indexer.provenance import Provenance
+from indexer.records.provenance import Provenance
 
 DIM, N, BATCH = 16, 4000, 1000
 

@@ -1,4 +1,4 @@
-"""The FAISS spec parser (`indexer.index_spec`): each part of a factory string read once, and
+"""The FAISS spec parser (`indexer.records.index_spec`): each part of a factory string read once, and
 what the rest of the index code derives from it (search parameter, IDMap, rescoring, memory,
 training sample), table-driven; a bad spec names itself and the accepted forms."""
 
@@ -11,7 +11,7 @@ import pytest
 from indexer.config import Config
 from indexer.errors import ConfigError, VectorIndexError
 from indexer.index.auto import estimate_bytes, training_rows, tunable
-from indexer.index_spec import Codes, parse_spec
+from indexer.records.index_spec import Codes, parse_spec
 
 FLAT = Codes("Flat")
 SQ8 = Codes("SQ", bits=8)

@@ -5,7 +5,7 @@ and some CPUs' kernels sum in an order that depends on the batch's shape), and s
 working after every kill.
 
 Runs are forked (nothing re-imported) and kill themselves at named crash points
-(`indexer.faults`), plus kills at seeded random moments.
+(`indexer.core.faults`), plus kills at seeded random moments.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 import pytest
 from crash_kit import QUERIES, assert_same_results, results, write_corpus
 
-from indexer.faults import POINTS
+from indexer.core.faults import POINTS
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.store import Store

@@ -15,7 +15,7 @@ from dedup_kit import add_docs, basis, near, unit
 from indexer.config import Config
 from indexer.dedup.groups import run_dedup
 from indexer.errors import InputError
-from indexer.records import Annotation, Entity, Label
+from indexer.records.annotations import Annotation, Entity, Label
 from indexer.report.html import figures, render_html
 from indexer.report.trends import build_report, write_scheduled_report
 from indexer.store import Store

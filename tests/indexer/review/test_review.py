@@ -18,7 +18,7 @@ from indexer.errors import InputError
 from indexer.heads.classifier.head_type import SentenceExample
 from indexer.heads.data import HeadData
 from indexer.indexing.run import run_index
-from indexer.records import Annotation, Label
+from indexer.records.annotations import Annotation, Label
 from indexer.review import strategies as st
 from indexer.review.files import read_review_file, write_review_file
 from indexer.review.loop import import_rows, page_review, select_for_review

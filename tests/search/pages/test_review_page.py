@@ -21,7 +21,7 @@ from testkit import ROOT, tiny_model_config
 
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
-from indexer.records import Annotation, Label
+from indexer.records.annotations import Annotation, Label
 from indexer.store import Store
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]

@@ -14,7 +14,7 @@ from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.ingest.stdlib_corpus import iter_passages
 from indexer.query.searcher import Searcher
-from indexer.records import Annotation, Entity, Label
+from indexer.records.annotations import Annotation, Entity, Label
 from indexer.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]

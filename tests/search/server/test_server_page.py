@@ -11,7 +11,7 @@ from indexer.indexing.steps import sync_vector_index
 from indexer.query.highlight import excerpt, highlight_spans, stem
 from indexer.query.hits import HIT_FIELDS
 from indexer.query.searcher import Searcher
-from indexer.records import Annotation, Entity, Label
+from indexer.records.annotations import Annotation, Entity, Label
 from indexer.store import Store
 
 pytestmark = pytest.mark.heavy

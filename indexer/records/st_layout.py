@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import get_args
 
-from indexer.choices import PoolingMode
+from indexer.core.choices import PoolingMode
 
 MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "sentence_bert_config.json"

@@ -97,6 +97,6 @@ class Annotation:
         for result in results:
             getattr(self, result.field).append(result)
 
-    def results(self) -> dict[type, list[Result]]:
+    def results(self) -> dict[type[Result], list[Result]]:
         """{result type: this text's results of it}, for every result type."""
         return {rt: getattr(self, rt.field) for rt in RESULT_TYPES}

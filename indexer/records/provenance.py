@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from indexer.core.fsio import feed_file
 from indexer.errors import ModelError
-from indexer.fsio import feed_file
 
 # Keys that must agree between stored vectors and a new encoder before adding vectors.
 WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim",

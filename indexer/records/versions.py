@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from indexer.fsio import fsync_dir, fsync_fh
+from indexer.core.fsio import fsync_dir, fsync_fh
 
 INDEX_DIR = "index"
 POINTER = "CURRENT"
