@@ -53,10 +53,12 @@ NOMINAL_BF16_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0}
 # (d) what was tried, 2026-12-02, `pip download --no-deps --python-version 3.12 ...` here
 FAISS_TRIED = [
     "faiss-gpu-cu12 1.14.1.post1 (cp312): 48.4 MB wheel, needs nvidia-cublas-cu12 and "
-    "nvidia-cuda-runtime-cu12 (CUDA 12; the GPU image carries CUDA 13 libraries, no libcublas.so.12)",
+    "nvidia-cuda-runtime-cu12 (CUDA 12; the GPU image carries CUDA 13 libraries, "
+    "no libcublas.so.12)",
     "faiss-gpu 1.15.1 (abi3): 135.3 MB wheel, needs the same CUDA 12 wheels",
     "faiss-gpu-cu13: no distribution on the package index",
-    "the pack's 64 MiB (model 45 MB) leaves under 20 MB: neither wheel fits, CUDA 12 libraries aside",
+    "the pack's 64 MiB (model 45 MB) leaves under 20 MB: neither wheel fits, "
+    "CUDA 12 libraries aside",
 ]
 
 

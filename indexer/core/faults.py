@@ -15,7 +15,8 @@ _hits: dict[str, int] = {}
 POINTS = (
     "batch.before_commit",   # inside a batch's DuckDB transaction, rows inserted, not committed
     "batch.after_commit",    # batch committed, FAISS index not yet updated
-    "delete.before_commit",  # inside a delete transaction (`on_missing: delete`, `bertindex delete`)
+    # inside a delete transaction (`on_missing: delete`, `bertindex delete`)
+    "delete.before_commit",
     "snapshot.partial",      # half of the read-only store snapshot copied
     "index.before_rename",   # new index version written to its temporary folder
     "index.before_pointer",  # version folder in place, CURRENT still names the old one

@@ -113,7 +113,8 @@ class TrainSettings:
         elif self.auto_epochs:
             batch_size = auto_batch_size(n_train, self.kind.default_batch_size)
             batch_rule = (f"auto: {n_train:,} training examples -> {batch_size} (largest power of "
-                          f"two up to {self.kind.default_batch_size} keeping >= {STEPS_PER_EPOCH} steps an epoch)")
+                          f"two up to {self.kind.default_batch_size} keeping >= {STEPS_PER_EPOCH} "
+                          "steps an epoch)")
         else:
             batch_size = self.kind.default_batch_size
             batch_rule = f"the {self.task} default with a fixed --epochs"

@@ -22,7 +22,8 @@ body {{ font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1100
 h1 {{ font-size: 1.4rem; }} h2 {{ font-size: 1.1rem; margin-top: 2rem; }}
 .meta {{ color: #666; font-size: .9rem; }}
 table {{ border-collapse: collapse; font-size: .85rem; width: 100%; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; vertical-align: top; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left;
+         vertical-align: top; }}
 .plot {{ min-height: 360px; }}
 </style>
 {plotly}

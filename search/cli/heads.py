@@ -60,7 +60,8 @@ def data_options(func: Callable) -> Callable:
     """--data PATH [--validation PATH] [--test PATH] [--format ...]."""
     for decorator in reversed([
         click.option("--data", required=True, type=click.Path(exists=True),
-                     help="A file holding the splits (JSON), the train split file, or a TweetEval folder."),
+                     help="A file holding the splits (JSON), the train split file, or a TweetEval "
+                          "folder."),
         click.option("--validation", type=click.Path(exists=True, dir_okay=False),
                      help="Validation split file (picks the best epoch)."),
         click.option("--test", type=click.Path(exists=True, dir_okay=False),
@@ -105,9 +106,9 @@ def train_options(func: Callable) -> Callable:
                           "--epochs: 32, 8 for ner."),
         click.option("--seed", type=int, default=42, show_default=True, help="Random seed."),
         click.option("--pooling", type=click.Choice(POOLING_CHOICES), default="auto", show_default=True,
-                     help="Classifier input: [CLS] -> pooler (what transformers' pipeline computes), or the "
-                          "L2-normalised token mean (kept in config.json; bertindex's loaders apply it). "
-                          "auto: mean with --head-only, else cls."),
+                     help="Classifier input: [CLS] -> pooler (what transformers' pipeline "
+                          "computes), or the L2-normalised token mean (kept in config.json; "
+                          "bertindex's loaders apply it). auto: mean with --head-only, else cls."),
     ]):
         func = decorator(func)
     return func
@@ -157,7 +158,9 @@ def _train(task: str, *, data, validation, test, fmt, out, base, head_only, epoc
     if short["test"]:
         click.echo(f"test {metric} {short['test'][metric]:.4f}")
     if short.get("baseline") and short["baseline"]["test"]:
-        click.echo(f"baseline ({short['baseline']['name']}) test {metric} {short['baseline']['test'][metric]:.4f}")
+        baseline = short["baseline"]
+        click.echo(f"baseline ({baseline['name']}) test {metric} "
+                   f"{baseline['test'][metric]:.4f}")
     click.echo(f"training {short['training_seconds']:.1f} s, {short['examples_per_second']:.1f} examples/s")
     if receipt.get("reviewed"):
         r = receipt["reviewed"]

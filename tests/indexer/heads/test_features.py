@@ -33,7 +33,8 @@ def test_refusal_names_count_ids_lengths_and_ways_out(tiny_bert, tmp_path):
     msg = str(err.value)
     # n words + [CLS] [SEP]: 7 of 9 train and 1 of 2 validation are over 10 tokens; five named
     assert msg.startswith("7 train + 1 validation example(s) are longer than --max-length 10")
-    assert "t9 (11 tokens), t12 (14 tokens), t20 (22 tokens), t30 (32 tokens), t40 (42 tokens) and 3 more" in msg
+    assert ("t9 (11 tokens), t12 (14 tokens), t20 (22 tokens), t30 (32 tokens), t40 (42 tokens) "
+            "and 3 more") in msg
     assert "raise --max-length to at least 62 (at most 512)" in msg
     assert "split these inputs" in msg
     assert not (tmp_path / "out").exists()

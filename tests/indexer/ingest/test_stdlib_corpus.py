@@ -18,7 +18,8 @@ def test_passages_from_source_without_importing(tmp_path):
     (pkg / "io.py").write_text(
         '"""Input and output helpers for the toolbox package, in one place."""\n'
         'raise SystemExit("never imported")\n'
-        'def read_all(path):\n    """Read every line of a file and return them as a list of strings."""\n'
+        'def read_all(path):\n'
+        '    """Read every line of a file and return them as a list of strings."""\n'
         'def _private():\n    """A private helper that must not become a passage at all."""\n'
         'class Writer:\n    """Write records to a file, one per line, flushing as it goes."""\n'
         '    def write(self):\n        """Write one record to the file and flush it at once."""\n'
