@@ -6,8 +6,8 @@ Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /se
 `POST /facets`, and the review page `/review` (`search.review_page`). Each route declares the scope
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
-the configured size, and POST bodies without a Content-Length, are refused before they are read
-(`search.body_limit`). Queries run side by side on a thread pool: each thread queries the
+the configured size, POST bodies without a Content-Length and chunked ones are refused before
+they are read (`search.body_limit`). Queries run side by side on a thread pool: each thread queries the
 read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB release
 the GIL while they compute. Searches do not write to the store (the review page does, one short
 write each).
