@@ -222,7 +222,7 @@ def test_tokens_expire(tiny_config, small_corpus, tmp_path):
     text = runner.invoke(main, ["token", "list", "--store", store_dir]).stdout
     assert "expires 2999-01-31T00:00:00Z" in text
     with Store(store_dir) as store, pytest.raises(InputError, match="past"):
-        from indexer.timeutil import parse_utc
+        from indexer.core.timeutil import parse_utc
 
         store.tokens.create("old", "read", parse_utc("2000-01-01"))
     store = Store(store_dir, read_only=True)
