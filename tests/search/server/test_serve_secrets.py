@@ -24,8 +24,8 @@ import duckdb
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import ROOT
-from test_thin_client import free_port
+from port_kit import free_port
+from testkit import ROOT
 
 from indexer.errors import InputError
 from indexer.indexing.run import run_index
