@@ -76,6 +76,7 @@ def wait_https(server, port: int, context: ssl.SSLContext) -> bytes:
         time.sleep(0.3)
 
 
+@pytest.mark.heavy  # two server processes load the model
 def test_https_on_two_workers_verified_by_the_thin_client(tiny_config, small_corpus, tmp_path):
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path) as store:
