@@ -25,6 +25,10 @@ class StoreError(BertindexError):
     """The store is missing, damaged, locked or written by a newer schema."""
 
 
+class StoreBusy(StoreError):
+    """Another process holds the store's writer lock (the message names it: pid, command)."""
+
+
 class VectorIndexError(BertindexError):
     """A FAISS index file is missing, damaged or inconsistent with the store."""
 

@@ -7,7 +7,7 @@ FastAPI app. Each route declares the scope it needs where it is defined (`needs`
 Rules, in order: a Host that is not loopback, the address the request arrived on, the address
 `serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens
 (or `serve` minted a session token), every route but the open ones needs
-`Authorization: Bearer TOKEN`: none or an unknown one gets 401, a token whose scope is below
+`Authorization: Bearer TOKEN`: none, an unknown one or an expired one gets 401, a token whose scope is below
 the route's gets 403; then a write (a route needing more than `read`), and on a server
 without tokens any route but the open ones, whose Origin is not the server's own (or that a
 browser marks `Sec-Fetch-Site: cross-site`) gets 403. The open routes are `/health` and the page shells (`/`, `/review` and
@@ -82,10 +82,12 @@ def host_name(header: str) -> str:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request came from: the token's name and scope (None: the server has no tokens)."""
+    """Who a request came from: the token's name and scope (None: the server has no tokens),
+    and when the token expires (None: never)."""
 
     name: str | None
     scope: str | None
+    expires_at: datetime | None = None
 
 
 class TokenBook:
@@ -107,12 +109,12 @@ class TokenBook:
         self._write_lock = write_lock or threading.Lock()
         self._signature: tuple | None = None
         self._checked = 0.0
-        self._entries: list[tuple[str, str, str]] = []  # (hash, name, scope)
+        self._entries: list[tuple[str, Caller]] = []  # (hash, who holds it)
         self._used: dict[str, datetime] = {}
         self._touched = time.monotonic()
         self.writer: threading.Thread | None = None  # the last write-back of last use
         if not self._reload():
-            self._entries = [(t.token_hash, t.name, t.scope) for t in fallback]
+            self._entries = _entries(fallback)
 
     @property
     def required(self) -> bool:
@@ -123,7 +125,7 @@ class TokenBook:
     def names(self) -> list[str]:
         """Names of the stored tokens now accepted."""
         self._refresh()
-        return sorted(name for _, name, _ in self._entries)
+        return sorted(caller.name for _, caller in self._entries)
 
     def check(self, token: str) -> Caller | None:
         """The caller a token belongs to, None when no accepted token matches. Every known hash
@@ -137,9 +139,9 @@ class TokenBook:
         found = None
         if self.session_hash is not None and hmac.compare_digest(self.session_hash, digest):
             found = Caller(SESSION_NAME, SESSION_SCOPE)
-        for stored, name, scope in self._entries:
+        for stored, caller in self._entries:
             if hmac.compare_digest(stored, digest):
-                found = Caller(name, scope)
+                found = caller
         if found is not None and found.name != SESSION_NAME:
             self._note_use(found.name)
         return found
@@ -158,7 +160,7 @@ class TokenBook:
         rows = read_token_table(self.store_dir)
         if rows is None:
             return False  # a writer holds the file: keep what was read last
-        self._entries = [(t.token_hash, t.name, t.scope) for t in rows]
+        self._entries = _entries(rows)
         self._signature = signature
         return True
 
@@ -192,6 +194,10 @@ class TokenBook:
                 with self._lock:
                     for name, when in used.items():
                         self._used.setdefault(name, when)
+
+
+def _entries(rows: Iterable) -> list[tuple[str, Caller]]:
+    return [(t.token_hash, Caller(t.name, t.scope, t.expires_at)) for t in rows]
 
 
 def current_tokens(store_dir: str | Path) -> list:
@@ -353,6 +359,10 @@ class AccessGuard:
                 raise Unauthenticated("the token is not accepted here (revoked, mistyped, or "
                                       "for another store); `bertindex token list` names the "
                                       "valid ones")
+            if caller.expires_at is not None and caller.expires_at <= utc_now():
+                when = caller.expires_at.isoformat(timespec="seconds")
+                raise Unauthenticated(f"the token expired ({when}Z): ask for a new one "
+                                      "(`bertindex token create --expires ...`)")
             if not scope_allows(caller.scope, needed):
                 path = key[1] if key else scope["path"]
                 raise Forbidden(f"token {caller.name!r} has scope {caller.scope}; "

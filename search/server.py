@@ -6,8 +6,8 @@ Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /se
 `POST /facets`, and the review page `/review` (`search.review_page`). Each route declares the scope
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
-the configured size, and POST bodies without a Content-Length, are refused before they are read
-(`search.body_limit`). Queries run side by side on a thread pool: each thread queries the
+the configured size, POST bodies without a Content-Length and chunked ones are refused before
+they are read (`search.body_limit`). Queries run side by side on a thread pool: each thread queries the
 read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB release
 the GIL while they compute. Searches do not write to the store (the review page does, one short
 write each).
@@ -27,6 +27,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexer import __version__
 from indexer.config import SearchConfig
 from indexer.errors import InputError
 from indexer.query.filters import parse_entities, parse_labels
@@ -176,11 +177,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
 
     @app.get("/health", dependencies=[needs(OPEN)])
     def health() -> dict:
-        """Liveness and what is loaded; `rerank`: whether a pair head is configured (the
-        search page shows its Rerank switch only then), not which one."""
-        ntotal = searcher.index.ntotal if searcher.index is not None else 0
+        """Liveness: `ok`, the bertindex version, the index version served, and what the
+        search page offers (`rerank`: whether a pair head is configured, not which one).
+        Open to anyone who reaches the server, so nothing about the store: no path, no
+        counts."""
         settings = searcher.config.search
-        return {"status": "ok", "store": str(store.path), "vectors": ntotal,
+        return {"status": "ok", "version": __version__,
+                "index_version": searcher.index.version if searcher.index is not None else None,
                 "mode": settings.mode, "rerank": bool(settings.rerank),
                 "rerank_depth": settings.rerank_depth}
 

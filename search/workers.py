@@ -138,7 +138,8 @@ def _available_memory() -> int:
 
 
 def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
-          announce: Callable[[str], None] = lambda message: None) -> None:
+          announce: Callable[[str], None] = lambda message: None,
+          tls: tuple[str, str] | None = None) -> None:
     """Serve until stopped: one process, or `workers` processes on one socket.
 
     The settings are checked in this process first (store, index, model), so a bad store
@@ -150,6 +151,8 @@ def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
         port: the TCP port.
         workers: a number of processes, or `auto` (`worker_count`).
         announce: called with one line once the app is loaded, before listening.
+        tls: (certificate file, key file), PEM: serve https (uvicorn's ssl_certfile and
+            ssl_keyfile; each worker process loads them). None: plain http.
     Raises:
         BertindexError: the store, index or model cannot be opened.
     """
@@ -157,13 +160,16 @@ def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
 
     app = open_app(settings)
     count = worker_count(workers, app)
-    announce(f"serving {settings.store_path} on http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    announce(f"serving {settings.store_path} on {scheme}://{host}:{port}"
              + (f" ({count} processes)" if count > 1 else ""))
+    options = {"host": host, "port": port, "log_level": "warning", "access_log": False}
+    if tls:
+        options.update(ssl_certfile=tls[0], ssl_keyfile=tls[1])
     if count == 1:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(app, **options)
         return
     app.app.state.searcher.store.close()
     del app
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
-    uvicorn.run(APP_FACTORY, factory=True, workers=count, host=host, port=port,
-                log_level="warning", access_log=False)
+    uvicorn.run(APP_FACTORY, factory=True, workers=count, **options)

@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from indexer.errors import StoreError
+from indexer.errors import StoreBusy
 
 LOCK_FILE = "writer.lock"
 # How long a writer waits for the lock before it is refused: longer than the brief writes a
@@ -49,7 +49,7 @@ class WriterLock:
                     time.sleep(_POLL_S)
                     continue
             self._fh.close()
-            raise StoreError(
+            raise StoreBusy(
                 f"store {store_dir} is being written by another bertindex process "
                 f"({self.holder()}); wait for it to finish and run again. Searches keep "
                 "working meanwhile."

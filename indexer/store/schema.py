@@ -12,7 +12,7 @@ import pyarrow as pa
 from indexer.errors import StoreError
 from indexer.records.annotations import Entity, Label
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # DuckDB column types of the Arrow types the records' schemas use
 _SQL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.string(): "VARCHAR",
@@ -119,6 +119,10 @@ CREATE_TOKENS = """CREATE TABLE tokens (
             created_at TIMESTAMP NOT NULL, last_used_at TIMESTAMP)"""
 ADD_REVIEW_WHO = "ALTER TABLE reviews ADD COLUMN who VARCHAR"
 
+# -- step 6: tokens expire (`bertindex token create --expires`). `tokens.expires_at` (UTC; NULL:
+# never, as every token created before step 6) after which servers refuse the token (401).
+ADD_TOKEN_EXPIRES = "ALTER TABLE tokens ADD COLUMN expires_at TIMESTAMP"
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
         CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
@@ -129,6 +133,7 @@ MIGRATIONS: dict[int, list[str]] = {
     4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS,
         ADD_RUNNER_UP],
     5: [CREATE_TOKENS, ADD_REVIEW_WHO],
+    6: [ADD_TOKEN_EXPIRES],
 }
 
 # -- created on demand ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Access tokens in the store: a name, a scope (`read`, `review`, `admin`) and the SHA-256 of
 the token, never the token itself; creating, listing, revoking, recording when each was last
-used, and reading the table back for a server (`read_token_table`). Table from schema step 5
-(`indexer/store/schema.py`). Does not check a request (`search.access` does); `TokenTables` is
+used, and reading the table back for a server (`read_token_table`). Table from schema step 5,
+its expiry from step 6 (`indexer/store/schema.py`). Does not check a request (`search.access` does); `TokenTables` is
 `store.tokens`.
 
 A token is 32 random bytes (`secrets.token_urlsafe`), so a plain SHA-256 is enough to make a
@@ -32,9 +32,13 @@ TOKEN_BYTES = 32
 SCOPES: tuple[str, ...] = get_args(TokenScope)  # weakest first: each includes the ones before
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 HAS_TOKENS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tokens'"
-INSERT_TOKEN = "INSERT INTO tokens VALUES (?, ?, ?, ?, NULL)"
+INSERT_TOKEN = ("INSERT INTO tokens (name, scope, token_hash, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?)")
 SELECT_TOKEN_NAME = "SELECT count(*) FROM tokens WHERE name = ?"
-SELECT_TOKENS = "SELECT name, scope, token_hash, created_at, last_used_at FROM tokens ORDER BY name"
+SELECT_TOKENS = ("SELECT name, scope, token_hash, created_at, last_used_at, {expires} FROM tokens "
+                 "ORDER BY name")
+HAS_EXPIRES_COLUMN = ("SELECT count(*) FROM information_schema.columns "
+                      "WHERE table_name = 'tokens' AND column_name = 'expires_at'")
 DELETE_TOKEN = "DELETE FROM tokens WHERE name = ?"
 TOUCH_TOKEN = ("UPDATE tokens SET last_used_at = greatest(coalesce(last_used_at, ?), ?) "
                "WHERE name = ?")
@@ -49,13 +53,20 @@ class StoredToken:
     token_hash: str
     created_at: datetime
     last_used_at: datetime | None
+    expires_at: datetime | None = None  # None: never
 
     def to_dict(self) -> dict:
         """What `bertindex token list --json` prints: never the hash."""
-        return {"name": self.name, "scope": self.scope,
-                "created": self.created_at.isoformat(timespec="seconds") + "Z",
-                "last_used": (self.last_used_at.isoformat(timespec="seconds") + "Z"
-                              if self.last_used_at else None)}
+        return {"name": self.name, "scope": self.scope, "created": _iso(self.created_at),
+                "last_used": _iso(self.last_used_at), "expires": _iso(self.expires_at)}
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """True once `expires_at` is reached (`now`: UTC, naive; default the current time)."""
+        return self.expires_at is not None and self.expires_at <= (now or utc_now())
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat(timespec="seconds") + "Z" if when else None
 
 
 def hash_token(token: str) -> str:
@@ -87,7 +98,9 @@ def new_token() -> str:
 def _rows(con: duckdb.DuckDBPyConnection) -> list[StoredToken]:
     if not scalar(con, HAS_TOKENS_TABLE):
         return []  # a store (or snapshot) from before schema step 5: no tokens
-    return [StoredToken(*r) for r in con.execute(SELECT_TOKENS).fetchall()]
+    # a file from before step 6 (a snapshot, or a live file no writer has upgraded): no expiry
+    expires = "expires_at" if scalar(con, HAS_EXPIRES_COLUMN) else "NULL"
+    return [StoredToken(*r) for r in con.execute(SELECT_TOKENS.format(expires=expires)).fetchall()]
 
 
 def read_tokens_file(path: Path) -> list[StoredToken] | None:
@@ -126,13 +139,14 @@ class TokenTables:
         """Every stored token, by name (empty on a store without the table)."""
         return _rows(self.core.con)
 
-    def create(self, name: str, scope: str) -> str:
+    def create(self, name: str, scope: str, expires_at: datetime | None = None) -> str:
         """Store a new token's hash under `name`.
 
         Args:
             name: who or what holds it (letters, digits, `_.@-`, at most 64; recorded as who
                 made each review label).
             scope: one of SCOPES.
+            expires_at: when servers start refusing it (UTC, naive; None: never).
         Returns:
             The token: shown once, never stored.
         Raises:
@@ -143,12 +157,16 @@ class TokenTables:
                              "starting with a letter or digit), e.g. --name alice")
         if scope not in SCOPES:
             raise InputError(f"token scope {scope!r}: choose one of {', '.join(SCOPES)}")
+        if expires_at is not None and expires_at <= utc_now():
+            raise InputError(f"token expiry {_iso(expires_at)} is in the past: give a later "
+                             "date or a duration (--expires 30d)")
         if self.core.scalar(SELECT_TOKEN_NAME, [name]):
             raise InputError(f"a token named {name!r} exists; revoke it first "
                              f"(`bertindex token revoke {name}`) or choose another --name")
         token = new_token()
         with self.core.transaction():
-            self.core.con.execute(INSERT_TOKEN, [name, scope, hash_token(token), utc_now()])
+            self.core.con.execute(INSERT_TOKEN, [name, scope, hash_token(token), utc_now(),
+                                                  expires_at])
         return token
 
     def revoke(self, name: str) -> None:

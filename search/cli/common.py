@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from indexer.config import Config, LongDocumentsConfig, ModelConfig, load_config
 from indexer.errors import BertindexError
+from search.client import CA_CERT_ENV, TOKEN_ENV
 
 log = logging.getLogger("bertindex")
 
@@ -98,6 +99,35 @@ def config_options(func: Callable) -> Callable:
         help="YAML config file (default: ./config.yaml when present, else built-in defaults).",
     )(func)
     return func
+
+
+def _token_on_argv(ctx, param, value):
+    if value is not None:  # argv shows in `ps` and shell history: refuse, name the ways that don't
+        raise click.BadParameter(f"a token on the command line shows in `ps`: put it in "
+                                 f"${TOKEN_ENV} or a file given with --token-file")
+
+
+def client_options(func: Callable) -> Callable:
+    """What a command that asks a server (`--server URL`) is given: the token, from
+    $BERTINDEX_TOKEN or `--token-file` (never argv: `--token` is refused), and `--ca-cert`
+    for an https server with a private CA. The command receives `token` and `ca_cert`."""
+
+    @functools.wraps(func)
+    def wrapper(*args, token_file, token_argv, **kwargs):
+        token = os.environ.get(TOKEN_ENV) or None
+        if token_file is not None:
+            token = Path(token_file).read_text(encoding="utf-8").strip() or None
+        return func(*args, token=token, **kwargs)
+
+    wrapper = click.option("--token", "token_argv", hidden=True, expose_value=True,
+                           callback=_token_on_argv)(wrapper)
+    wrapper = click.option(
+        "--token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+        help=f"With --server: a file holding the access token (default: ${TOKEN_ENV}).")(wrapper)
+    return click.option(
+        "--ca-cert", type=click.Path(exists=True, dir_okay=False), envvar=CA_CERT_ENV,
+        metavar="FILE", help="With an https --server: verify its certificate against this CA "
+                             f"file (PEM) instead of the system's (default: ${CA_CERT_ENV}).")(wrapper)
 
 
 def encode_options(func: Callable) -> Callable:

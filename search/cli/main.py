@@ -17,6 +17,7 @@ from indexer.ingest.formats import format_names
 from search.cli.annotate import entity_callback, label_callback
 from search.cli.common import (
     build_config,
+    client_options,
     config_choices,
     config_default,
     config_options,
@@ -27,7 +28,7 @@ from search.cli.common import (
     show_progress,
     where_callback,
 )
-from search.client import DEFAULT_URL, TOKEN_ENV, remote_search
+from search.client import DEFAULT_URL, remote_search
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -154,14 +155,13 @@ def index_errors(summary: dict) -> list[str]:
 @click.option("--server", metavar="URL",
               help=f"Ask a running `bertindex serve` (e.g. {DEFAULT_URL}) instead of "
                    "loading the model and index here.")
-@click.option("--token", envvar=TOKEN_ENV, metavar="TOKEN",
-              help=f"With --server: the access token (default: ${TOKEN_ENV}).")
+@client_options
 @config_options
 @encode_options
 @json_option
 @handle_errors
 def search(query, k, collection, where, mode, labels, entities, human, unique, rerank,
-           rerank_depth, server, token, config_path, store_path, max_length, long_documents,
+           rerank_depth, server, token, ca_cert, config_path, store_path, max_length, long_documents,
            as_json):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
     if server and (rerank or rerank_depth):
@@ -177,7 +177,7 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, r
     sizes: dict = {}
     if server:
         hits = remote_search(server, query, k, collection, where, mode, labels=labels,
-                             entities=entities, token=token)
+                             entities=entities, token=token, ca_cert=ca_cert)
     else:
         from indexer.query.searcher import Searcher
         from indexer.store import Store

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,6 +24,7 @@ from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
 from indexer.records.annotations import Annotation, Label
 from indexer.store import Store
+from search.cli.serve import SESSION_FILE
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
@@ -42,7 +44,7 @@ def reviews(store_path) -> list[tuple]:
 def served(request, tiny_model_dir, tmp_path):
     """A `bertindex serve` process over three annotated documents; with a param (a scope),
     the store has a token of that scope named `rita`. Yields (port, store, rita's token or
-    None, the session address `serve` printed or None)."""
+    None, the session address `serve` wrote to its 0600 file or None)."""
     scope = getattr(request, "param", None)
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, (t, _, _) in DOCS.items()))
@@ -71,11 +73,8 @@ def served(request, tiny_model_dir, tmp_path):
             assert server.poll() is None, server.stderr.read().decode()
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.3)
-        session = None
-        while token and session is None:  # printed before listening
-            line = server.stderr.readline().decode()
-            assert line, "serve printed no session address"
-            session = next((w for w in line.split() if "#token=" in w), None)
+        session_file = Path(config.store.path) / SESSION_FILE  # stderr is no terminal here
+        session = session_file.read_text().strip() if token else None
         yield port, config.store.path, token, session
     finally:
         server.terminate()

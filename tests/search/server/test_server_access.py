@@ -225,17 +225,19 @@ def test_open_bind_without_tokens_is_refused_before_loading(tmp_path, monkeypatc
     assert len(lines) == 1 and "bertindex token create" in lines[0]
     seen = {}
 
-    def fake(settings, host, port, workers, announce):
+    def fake(settings, host, port, workers, announce, tls):
         seen["settings"] = settings
+        seen["url"] = (tmp_path / "store" / serve_cli.SESSION_FILE).read_text().strip()
         announce("serving")
 
     monkeypatch.setattr(serve_cli, "serve_processes", fake)
     assert CliRunner().invoke(main, ["token", "create", "--name", "ops", "--store",
                                      store]).exit_code == 0
-    r = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0", "--store", store])
+    r = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0", "--store", store,
+                                  "--insecure-http"])
     assert r.exit_code == 0, r.output
     assert seen["settings"].session_hash and seen["settings"].host == "0.0.0.0"
-    [url] = [w for w in r.stderr.split() if "#token=" in w]
+    url = seen["url"]  # stderr is no terminal here: the address went to a 0600 file
     assert url.startswith("http://0.0.0.0:8765/#token=bi_")
     assert seen["settings"].session_hash not in r.stderr  # the hash goes to the workers only
 
