@@ -88,9 +88,12 @@ def serve(host, port, tls_cert, tls_key, insecure_http, max_request_bytes, threa
                              str(store), threads, max_request_bytes, host,
                              session and hash_token(session), undo_key=secrets.token_hex(32))
     scheme = "https" if tls else "http"
+    # a wildcard bind is no address to open: the page address names one the Host check takes
+    # (loopback here; from another machine, this machine's name or address, which it also takes)
+    shown = "127.0.0.1" if host in WILDCARDS else host
     where = None
     if session is not None and not sys.stderr.isatty():
-        where = _write_private(store / SESSION_FILE, f"{scheme}://{host}:{port}/#token={session}")
+        where = _write_private(store / SESSION_FILE, f"{scheme}://{shown}:{port}/#token={session}")
 
     def announce(line: str) -> None:
         click.echo(line, err=True)
@@ -98,7 +101,7 @@ def serve(host, port, tls_cert, tls_key, insecure_http, max_request_bytes, threa
             click.echo(f"tokens required; this session's page address (its token, scope "
                        f"review) is in {where}, readable by you only until serve stops", err=True)
         elif session is not None:  # as notebook servers do: the pages keep it for the tab
-            click.echo(f"tokens required; open {scheme}://{host}:{port}/#token={session} (this "
+            click.echo(f"tokens required; open {scheme}://{shown}:{port}/#token={session} (this "
                        "session's token, scope review; or paste one from `bertindex token "
                        "create`)", err=True)
 
@@ -107,6 +110,9 @@ def serve(host, port, tls_cert, tls_key, insecure_http, max_request_bytes, threa
     finally:
         if where is not None:
             where.unlink(missing_ok=True)
+
+
+WILDCARDS = ("0.0.0.0", "::", "[::]")
 
 
 def _check_bind(host: str, tokens: bool, tls: bool, insecure_http: bool) -> None:
