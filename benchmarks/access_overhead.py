@@ -53,9 +53,17 @@ def build(store_dir: Path, tokens: int) -> tuple[AccessGuard, str | None]:
 
 
 def scope(path: str, method: str, headers: dict) -> dict:
-    return {"type": "http", "method": method, "path": path, "raw_path": path.encode(),
-            "root_path": "", "scheme": "http", "query_string": b"", "server": ("127.0.0.1", 8765),
-            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    return {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "scheme": "http",
+        "query_string": b"",
+        "server": ("127.0.0.1", 8765),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
 
 
 async def run(guard, request: dict, n: int) -> tuple[float, int]:
@@ -90,11 +98,17 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "access_overhead.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "access_overhead.json"
+    )
     args = parser.parse_args()
-    out = {"cpu": cpu_name(), "load_average": [round(x, 2) for x in os.getloadavg()],
-           "n": args.n, "tokens": args.tokens, "us_per_request": {}}
+    out = {
+        "cpu": cpu_name(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "n": args.n,
+        "tokens": args.tokens,
+        "us_per_request": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         plain, _ = build(Path(tmp) / "plain", 0)
         guarded, token = build(Path(tmp) / "tokens", args.tokens)
@@ -102,10 +116,14 @@ def main() -> None:
         cases = {
             "no tokens, POST /search": (plain, scope("/search", "POST", host)),
             "tokens, GET /health (open)": (guarded, scope("/health", "GET", host)),
-            "tokens, POST /search, valid token": (guarded, scope(
-                "/search", "POST", {**host, "Authorization": f"Bearer {token}"})),
-            "tokens, POST /search, wrong token (401)": (guarded, scope(
-                "/search", "POST", {**host, "Authorization": "Bearer bi_wrong"})),
+            "tokens, POST /search, valid token": (
+                guarded,
+                scope("/search", "POST", {**host, "Authorization": f"Bearer {token}"}),
+            ),
+            "tokens, POST /search, wrong token (401)": (
+                guarded,
+                scope("/search", "POST", {**host, "Authorization": "Bearer bi_wrong"}),
+            ),
             "foreign Host (403)": (guarded, scope("/search", "POST", {"Host": "evil.example"})),
         }
         for name, (guard, request) in cases.items():
@@ -113,8 +131,10 @@ def main() -> None:
             for _ in range(args.repeats):
                 us, status = asyncio.run(run(guard, request, args.n))
                 times.append(us)
-            out["us_per_request"][name] = {"median_us": round(statistics.median(times), 2),
-                                           "status": status}
+            out["us_per_request"][name] = {
+                "median_us": round(statistics.median(times), 2),
+                "status": status,
+            }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

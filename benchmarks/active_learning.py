@@ -45,14 +45,18 @@ def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
     from indexer.heads.registry import head_type
     from indexer.heads.train import encode_splits, feature_encoder
 
-    key = hashlib.sha256(f"{task_dir.resolve()}|{settings.base}|{settings.dtype}|"
-                         f"{settings.max_length}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{task_dir.resolve()}|{settings.base}|{settings.dtype}|{settings.max_length}".encode()
+    ).hexdigest()[:16]
     path = cache_dir / f"tweeteval-{task_dir.name}-{key}.npz"
     data = read_head_data("classifier", task_dir)
     if path.is_file():
         z = np.load(path)
-        return {"label_names": data.label_names, "encode_seconds": float(z["encode_seconds"]),
-                **{s: (z[f"{s}_x"], z[f"{s}_y"]) for s in data.splits}}
+        return {
+            "label_names": data.label_names,
+            "encode_seconds": float(z["encode_seconds"]),
+            **{s: (z[f"{s}_x"], z[f"{s}_y"]) for s in data.splits},
+        }
     tokenizer = AutoTokenizer.from_pretrained(settings.base)
     encoded = encode_splits(tokenizer, data, settings.max_length)
     encoder = feature_encoder(settings)
@@ -63,8 +67,12 @@ def cached_features(task_dir: Path, settings, cache_dir: Path) -> dict:
         x = torch.stack(kind.backbone_features(encoder, enc)).numpy().astype(np.float32)
         out[split] = (x, np.asarray(enc.labels, dtype=np.int64))
     seconds = time.perf_counter() - t0
-    np.savez(path, encode_seconds=seconds,
-             **{f"{s}_x": v[0] for s, v in out.items()}, **{f"{s}_y": v[1] for s, v in out.items()})
+    np.savez(
+        path,
+        encode_seconds=seconds,
+        **{f"{s}_x": v[0] for s, v in out.items()},
+        **{f"{s}_y": v[1] for s, v in out.items()},
+    )
     return {"label_names": data.label_names, "encode_seconds": seconds, **out}
 
 
@@ -100,8 +108,11 @@ class FeatureHead:
         self.fresh = copy.deepcopy(self.model.state_dict())
         vx, vy = feats["validation"]
         self.val_x = torch.from_numpy(vx)
-        self.val_data = HeadData("classifier", self.names,
-                                 {"validation": [SentenceExample(str(i), "", int(y)) for i, y in enumerate(vy)]})
+        self.val_data = HeadData(
+            "classifier",
+            self.names,
+            {"validation": [SentenceExample(str(i), "", int(y)) for i, y in enumerate(vy)]},
+        )
         self.val_enc = Encoded([str(i) for i in range(len(vy))], [[0]] * len(vy), vy.tolist())
 
     def fit(self, x: np.ndarray, y: np.ndarray, seed: int) -> None:
@@ -122,10 +133,24 @@ class FeatureHead:
                 return list(kind.feature_logits(model, self.val_x).unbind(0))
 
         settings = replace(self.settings, seed=seed)
-        stage = Stage(model, self.modules, step_loss, val_logits, np.ones(len(y), np.int64),
-                      rule=settings.epoch_rule, lr=settings.learning_rate)
-        train_epochs(stage, self.val_data, self.val_enc, settings, np.random.default_rng(seed),
-                     FitResult(), "off")
+        stage = Stage(
+            model,
+            self.modules,
+            step_loss,
+            val_logits,
+            np.ones(len(y), np.int64),
+            rule=settings.epoch_rule,
+            lr=settings.learning_rate,
+        )
+        train_epochs(
+            stage,
+            self.val_data,
+            self.val_enc,
+            settings,
+            np.random.default_rng(seed),
+            FitResult(),
+            "off",
+        )
         model.eval()
 
     def probs(self, x: np.ndarray) -> np.ndarray:
@@ -135,8 +160,15 @@ class FeatureHead:
             return softmax(self.kind.feature_logits(self.model, torch.from_numpy(x)).numpy())
 
 
-def pick(strategy: str, head: FeatureHead, feats: dict, labelled: np.ndarray, pool: np.ndarray,
-         n: int, seed: int) -> np.ndarray:
+def pick(
+    strategy: str,
+    head: FeatureHead,
+    feats: dict,
+    labelled: np.ndarray,
+    pool: np.ndarray,
+    n: int,
+    seed: int,
+) -> np.ndarray:
     """`n` pool positions (indexes into train) by `strategy`, the head trained on `labelled`."""
     from indexer.review import strategies as st
 
@@ -164,8 +196,9 @@ def pick(strategy: str, head: FeatureHead, feats: dict, labelled: np.ndarray, po
     return pool[order[:n]]
 
 
-def run_curve(feats: dict, settings, strategy: str, seed: int, start: int, rounds: int,
-              per_round: int) -> list[float]:
+def run_curve(
+    feats: dict, settings, strategy: str, seed: int, start: int, rounds: int, per_round: int
+) -> list[float]:
     """Test macro-F1 after the start set and after each round."""
     from indexer.heads.metrics import macro_f1
 
@@ -197,11 +230,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--per-round", type=int, default=200)
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--epochs", type=int, default=8,
-                        help="head-only epochs per (re)training (best validation epoch kept)")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=8,
+        help="head-only epochs per (re)training (best validation epoch kept)",
+    )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "bertindex-al-cache")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/active_learning.json")
+    parser.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "bertindex-al-cache"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks/results/active_learning.json"
+    )
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/img/active_learning.png")
     parser.add_argument("--replot", action="store_true", help="only redraw the plot from --out")
     args = parser.parse_args()
@@ -218,9 +259,15 @@ def main() -> None:
     load_before = os.getloadavg()
     threads = set_threads(None)
     args.cache.mkdir(parents=True, exist_ok=True)
-    settings = TrainSettings(task="classifier", base=resolve_model_path(DEFAULT_MODEL),
-                             out=Path(tempfile.gettempdir()) / "bertindex-al-unused", head_only=True,
-                             epochs=args.epochs, max_length=256, dtype=resolve_dtype("auto"))
+    settings = TrainSettings(
+        task="classifier",
+        base=resolve_model_path(DEFAULT_MODEL),
+        out=Path(tempfile.gettempdir()) / "bertindex-al-unused",
+        head_only=True,
+        epochs=args.epochs,
+        max_length=256,
+        dtype=resolve_dtype("auto"),
+    )
     seeds = [int(s) for s in args.seeds.split(",")]
     strategies = args.strategies.split(",")
     results: dict = {}
@@ -233,20 +280,27 @@ def main() -> None:
         for seed in seeds:
             for strategy in strategies:
                 t0 = time.perf_counter()
-                curve = run_curve(feats, settings, strategy, seed, args.start, args.rounds,
-                                  args.per_round)
+                curve = run_curve(
+                    feats, settings, strategy, seed, args.start, args.rounds, args.per_round
+                )
                 curves[strategy].append(curve)
-                print(f"{task} seed {seed} {strategy:>9}: "
-                      + " ".join(f"{x:.4f}" for x in curve) + f"  ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)
+                print(
+                    f"{task} seed {seed} {strategy:>9}: "
+                    + " ".join(f"{x:.4f}" for x in curve)
+                    + f"  ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
         labels = [args.start + r * args.per_round for r in range(args.rounds + 1)]
         summary = {}
         for strategy, runs in curves.items():
             arr = np.asarray(runs)  # (seeds, rounds + 1)
-            summary[strategy] = {"mean": np.round(arr.mean(0), 4).tolist(),
-                                 "std": np.round(arr.std(0, ddof=1) if len(arr) > 1 else
-                                                 np.zeros(arr.shape[1]), 4).tolist(),
-                                 "runs": np.round(arr, 4).tolist()}
+            summary[strategy] = {
+                "mean": np.round(arr.mean(0), 4).tolist(),
+                "std": np.round(
+                    arr.std(0, ddof=1) if len(arr) > 1 else np.zeros(arr.shape[1]), 4
+                ).tolist(),
+                "runs": np.round(arr, 4).tolist(),
+            }
         rand_final = np.asarray(curves["random"])[:, -1] if "random" in curves else None
         verdict = {}
         for strategy in strategies:
@@ -254,28 +308,48 @@ def main() -> None:
                 continue
             final = np.asarray(curves[strategy])[:, -1]
             diff = final - rand_final  # paired by seed (same start set)
-            verdict[strategy] = {"final_minus_random_mean": round(float(diff.mean()), 4),
-                                 "final_minus_random_per_seed": np.round(diff, 4).tolist(),
-                                 "beats_random_every_seed": bool((diff > 0).all())}
-        results[task] = {"labels": labels, "test_macro_f1": summary, "vs_random": verdict,
-                         "encode_seconds": round(feats["encode_seconds"], 1),
-                         "train_size": len(feats["train"][1]), "test_size": len(feats["test"][1])}
+            verdict[strategy] = {
+                "final_minus_random_mean": round(float(diff.mean()), 4),
+                "final_minus_random_per_seed": np.round(diff, 4).tolist(),
+                "beats_random_every_seed": bool((diff > 0).all()),
+            }
+        results[task] = {
+            "labels": labels,
+            "test_macro_f1": summary,
+            "vs_random": verdict,
+            "encode_seconds": round(feats["encode_seconds"], 1),
+            "train_size": len(feats["train"][1]),
+            "test_size": len(feats["test"][1]),
+        }
 
     total = time.perf_counter() - started
     out = {
-        "benchmark": "active_learning", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "nice -n 5 python benchmarks/active_learning.py", "cpu": machine()["cpu"],
-        "avx512": machine()["avx512"], "torch_threads": {"features": threads, "head_training": 1},
+        "benchmark": "active_learning",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "nice -n 5 python benchmarks/active_learning.py",
+        "cpu": machine()["cpu"],
+        "avx512": machine()["avx512"],
+        "torch_threads": {"features": threads, "head_training": 1},
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "uptime": subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(),
-        "model": DEFAULT_MODEL, "dtype": settings.dtype,
-        "setup": {"start": args.start, "rounds": args.rounds, "per_round": args.per_round,
-                  "seeds": seeds, "epochs": args.epochs, "lr": settings.learning_rate,
-                  "retrain": "head-only, fresh head each round, best validation epoch",
-                  "disagree": "a second head trained on a bootstrap resample of the labelled set; "
-                              "documents where the two disagree, least sure first"},
-        "tasks": results, "seconds": round(total, 1),
+        "uptime": subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip(),
+        "model": DEFAULT_MODEL,
+        "dtype": settings.dtype,
+        "setup": {
+            "start": args.start,
+            "rounds": args.rounds,
+            "per_round": args.per_round,
+            "seeds": seeds,
+            "epochs": args.epochs,
+            "lr": settings.learning_rate,
+            "retrain": "head-only, fresh head each round, best validation epoch",
+            "disagree": "a second head trained on a bootstrap resample of the labelled set; "
+            "documents where the two disagree, least sure first",
+        },
+        "tasks": results,
+        "seconds": round(total, 1),
     }
     write_json(args.out, out, indent=2)
     plot(results, args.plot)
@@ -294,8 +368,13 @@ def plot(results: dict, path: Path) -> None:
         for strategy, s in r["test_macro_f1"].items():
             mean, std = np.asarray(s["mean"]), np.asarray(s["std"])
             # two labels: margin = 2 * top - 1 orders exactly as uncertain (the lines coincide)
-            ax.plot(r["labels"], mean, marker="o", label=strategy,
-                    linestyle="--" if strategy == "margin" else "-")
+            ax.plot(
+                r["labels"],
+                mean,
+                marker="o",
+                label=strategy,
+                linestyle="--" if strategy == "margin" else "-",
+            )
             ax.fill_between(r["labels"], mean - std, mean + std, alpha=0.15)
         ax.set_title(f"TweetEval {task}")
         ax.set_xlabel("labelled training examples")

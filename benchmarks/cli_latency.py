@@ -34,10 +34,15 @@ QUERY = "parse command line arguments"
 
 
 def machine() -> dict:
-    info = {"cpu": platform.processor(), "cores": os.cpu_count(), "python": platform.python_version()}
+    info = {
+        "cpu": platform.processor(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+    }
     info["cpu"] = cpu_model()
-    info["isa"] = sorted(f for f in proc_cpu_flags()
-                         if f.startswith(("avx512", "amx", "avx2", "avx_vnni")))
+    info["isa"] = sorted(
+        f for f in proc_cpu_flags() if f.startswith(("avx512", "amx", "avx2", "avx_vnni"))
+    )
     info["load_average"] = os.getloadavg()
     versions = {}
     for name in ("onnxruntime", "onnx", "torch", "transformers", "tokenizers", "faiss", "numpy"):
@@ -52,9 +57,12 @@ def machine() -> dict:
 
 
 def percentiles(values: list[float]) -> dict:
-    return {"p50": round(float(np.percentile(values, 50)), 3),
-            "p90": round(float(np.percentile(values, 90)), 3),
-            "min": round(min(values), 3), "runs": len(values)}
+    return {
+        "p50": round(float(np.percentile(values, 50)), 3),
+        "p90": round(float(np.percentile(values, 90)), 3),
+        "min": round(min(values), 3),
+        "runs": len(values),
+    }
 
 
 def cli_latency(store: str, runs: int, query: str) -> dict:
@@ -72,18 +80,34 @@ def cli_latency(store: str, runs: int, query: str) -> dict:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 start = time.perf_counter()
                 done = subprocess.run(
-                    [sys.executable, "-m", "search.cli.main", "search", query, "--store", store,
-                     "--config", str(configs[path]), "--json"],
-                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                    capture_output=True, text=True, check=False, timeout=300)
+                    [
+                        sys.executable,
+                        "-m",
+                        "search.cli.main",
+                        "search",
+                        query,
+                        "--store",
+                        store,
+                        "--config",
+                        str(configs[path]),
+                        "--json",
+                    ],
+                    cwd=ROOT,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    timeout=300,
+                )
                 elapsed = time.perf_counter() - start
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if done.returncode != 0:
                     raise SystemExit(f"{path} search failed: {done.stderr.strip()}")
                 if i:
                     times[path].append(elapsed)
-                    cpu[path].append(after.ru_utime + after.ru_stime
-                                     - before.ru_utime - before.ru_stime)
+                    cpu[path].append(
+                        after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                    )
                 print(f"{path} run {i}: {elapsed:.2f} s wall", file=sys.stderr, flush=True)
                 outputs[path] = [json.loads(line)["id"] for line in done.stdout.splitlines()]
     out = {path: percentiles(t) for path, t in times.items()}
@@ -116,25 +140,37 @@ def compare(store: str, split: str = "test") -> dict:
             torch_searcher = Searcher(cfg, st, Encoder(cfg.model))
             torch_vectors = torch_searcher.encode_queries(texts)
             cos = (onnx_vectors * torch_vectors).sum(axis=1)
-            row = {"vector_max_abs_diff": float(np.abs(onnx_vectors - torch_vectors).max()),
-                   "cosine_min": float(cos.min())}
+            row = {
+                "vector_max_abs_diff": float(np.abs(onnx_vectors - torch_vectors).max()),
+                "cosine_min": float(cos.min()),
+            }
             for mode in ("hybrid", "dense"):
                 a = onnx_searcher.search_many(texts, 10, mode=mode, vectors=onnx_vectors)
                 b = torch_searcher.search_many(texts, 10, mode=mode, vectors=torch_vectors)
-                differ = [i for i, (x, y) in enumerate(zip(a, b))
-                          if [h.id for h in x] != [h.id for h in y]]
-                diffs = [abs(h.score - g.score) for x, y in zip(a, b) for h, g in zip(x, y)
-                         if h.id == g.id]
+                differ = [
+                    i
+                    for i, (x, y) in enumerate(zip(a, b))
+                    if [h.id for h in x] != [h.id for h in y]
+                ]
+                diffs = [
+                    abs(h.score - g.score)
+                    for x, y in zip(a, b)
+                    for h, g in zip(x, y)
+                    if h.id == g.id
+                ]
                 gaps = []  # the torch ranking's score gap where the two orders part
                 for i in differ:
                     x, y = a[i], b[i]
                     j = next(j for j, (h, g) in enumerate(zip(x, y)) if h.id != g.id)
-                    gaps.append(round(abs(y[j].score - y[j + 1].score) if j + 1 < len(y)
-                                      else 0.0, 6))
-                row[mode] = {"queries_same_ids_and_order": len(texts) - len(differ),
-                             "max_score_diff": float(max(diffs, default=0.0)),
-                             "differing_queries": differ[:20],
-                             "score_gap_where_they_part": gaps[:20]}
+                    gaps.append(
+                        round(abs(y[j].score - y[j + 1].score) if j + 1 < len(y) else 0.0, 6)
+                    )
+                row[mode] = {
+                    "queries_same_ids_and_order": len(texts) - len(differ),
+                    "max_score_diff": float(max(diffs, default=0.0)),
+                    "differing_queries": differ[:20],
+                    "score_gap_where_they_part": gaps[:20],
+                }
             result[f"torch_{dtype}"] = row
     return result
 
@@ -154,10 +190,11 @@ def bulk(n: int) -> dict:
         rows = [json.loads(line) for line in fh][:n]
     texts = [(r.get("title", "") + "\n" + r["text"]).strip() for r in rows]
     out: dict = {"texts": len(texts), "torch_threads": torch.get_num_threads()}
-    encoders = {d: Encoder(Config().model.model_copy(update={"dtype": d}))
-                for d in ("fp32", "bf16")}
+    encoders = {
+        d: Encoder(Config().model.model_copy(update={"dtype": d})) for d in ("fp32", "bf16")
+    }
     ref = encoders["fp32"]
-    seqs = [ref.wrap(ids[:ref.config.max_length - 2]) for ids in ref.tokenize(texts)]
+    seqs = [ref.wrap(ids[: ref.config.max_length - 2]) for ids in ref.tokenize(texts)]
     tokens = sum(len(s) for s in seqs)
     out["tokens"] = tokens
     vectors = {}
@@ -172,13 +209,13 @@ def bulk(n: int) -> dict:
         int8_file = fp32_file.with_name("model.int8.onnx")
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        quantize_dynamic(str(fp32_file), str(int8_file), weight_type=QuantType.QInt8,
-                         per_channel=True)
+        quantize_dynamic(
+            str(fp32_file), str(int8_file), weight_type=QuantType.QInt8, per_channel=True
+        )
         for name, path in (("onnx_fp32", fp32_file), ("onnx_int8", int8_file)):
             options = ort.SessionOptions()
             options.intra_op_num_threads = os.cpu_count() or 1
-            session = ort.InferenceSession(str(path), options,
-                                           providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             batches = ref.plan([len(s) for s in seqs])
 
             def run(positions, session=session):
@@ -186,8 +223,8 @@ def bulk(n: int) -> dict:
                 ids = np.full((len(positions), width), ref.pad_id, dtype=np.int64)
                 mask = np.zeros_like(ids)
                 for r, i in enumerate(positions):
-                    ids[r, :len(seqs[i])] = seqs[i]
-                    mask[r, :len(seqs[i])] = 1
+                    ids[r, : len(seqs[i])] = seqs[i]
+                    mask[r, : len(seqs[i])] = 1
                 (states,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
                 m = mask[:, :, None].astype(np.float32)
                 v = (states * m).sum(1) / np.maximum(m.sum(1), 1)
@@ -198,29 +235,47 @@ def bulk(n: int) -> dict:
             result = np.zeros((len(seqs), ref.dim), np.float32)
             for positions in batches:
                 result[positions] = run(positions)
-            out[name] = {"seconds": round(time.perf_counter() - start, 2),
-                         "file_mb": round(path.stat().st_size / 2**20, 1)}
+            out[name] = {
+                "seconds": round(time.perf_counter() - start, 2),
+                "file_mb": round(path.stat().st_size / 2**20, 1),
+            }
             vectors[name] = result
     for name in ("torch_fp32", "torch_bf16", "onnx_fp32", "onnx_int8"):
         cos = (vectors[name] * vectors["torch_fp32"]).sum(axis=1)
-        out[name].update({"tokens_per_s": round(tokens / out[name]["seconds"]),
-                          "cosine_to_torch_fp32_min": round(float(cos.min()), 5),
-                          "cosine_to_torch_fp32_mean": round(float(cos.mean()), 5),
-                          "speed_vs_torch_bf16": round(out["torch_bf16"]["seconds"]
-                                                       / out[name]["seconds"], 2)})
+        out[name].update(
+            {
+                "tokens_per_s": round(tokens / out[name]["seconds"]),
+                "cosine_to_torch_fp32_min": round(float(cos.min()), 5),
+                "cosine_to_torch_fp32_mean": round(float(cos.mean()), 5),
+                "speed_vs_torch_bf16": round(
+                    out["torch_bf16"]["seconds"] / out[name]["seconds"], 2
+                ),
+            }
+        )
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default=str(ROOT / ".demo/store"),
-                        help="store for the cold CLI searches (`make demo` builds .demo/store)")
+    parser.add_argument(
+        "--store",
+        default=str(ROOT / ".demo/store"),
+        help="store for the cold CLI searches (`make demo` builds .demo/store)",
+    )
     parser.add_argument("--runs", type=int, default=20, help="cold searches per query path")
     parser.add_argument("--query", default=QUERY)
-    parser.add_argument("--compare", metavar="STORE",
-                        help="a SciFact store: compare the 300 test queries through both paths")
-    parser.add_argument("--bulk", type=int, default=0, metavar="N",
-                        help="also time bulk encoding of N SciFact abstracts")
+    parser.add_argument(
+        "--compare",
+        metavar="STORE",
+        help="a SciFact store: compare the 300 test queries through both paths",
+    )
+    parser.add_argument(
+        "--bulk",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time bulk encoding of N SciFact abstracts",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     report = {"machine": machine(), "store": args.store, "query": args.query}

@@ -41,14 +41,46 @@ def start_cluster(workers: int, logs: Path) -> tuple[str, list[subprocess.Popen]
     address = f"tcp://127.0.0.1:{_free_port()}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     procs = []
-    for name, args in [("scheduler", ["scheduler", "--host", "127.0.0.1", "--port",
-                                      address.rsplit(":", 1)[1], "--no-dashboard"])] + [
-            (f"w{i}", ["worker", address, "--nthreads", "1", "--no-nanny", "--host",
-                       "127.0.0.1", "--no-dashboard", "--preload", "indexer.annotate.cluster"])
-            for i in range(workers)]:
+    for name, args in [
+        (
+            "scheduler",
+            [
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                address.rsplit(":", 1)[1],
+                "--no-dashboard",
+            ],
+        )
+    ] + [
+        (
+            f"w{i}",
+            [
+                "worker",
+                address,
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                "--preload",
+                "indexer.annotate.cluster",
+            ],
+        )
+        for i in range(workers)
+    ]:
         with open(logs / f"{name}.log", "w") as log:
-            procs.append(subprocess.Popen([dask, *args], stdout=log, stderr=subprocess.STDOUT,
-                                          env=env, stdin=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [dask, *args],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
     return address, procs
 
 
@@ -74,16 +106,18 @@ def main() -> None:
             if i == args.docs:
                 break
             dst.write(line)
-    cfg = Config().with_overrides(**{"store.path": str(tmp / "local"),
-                                     "search.query_encoder": "torch"})
+    cfg = Config().with_overrides(
+        **{"store.path": str(tmp / "local"), "search.query_encoder": "torch"}
+    )
     address, procs = start_cluster(args.workers, tmp)
     try:
         load_encoder(cfg.model)  # warm: both runs are timed with the model loaded
         t = time.perf_counter()
         local = run_index([str(corpus)], cfg)
         local_s = time.perf_counter() - t
-        dask_cfg = cfg.with_overrides(**{"store.path": str(tmp / "cluster"), "runner": "dask",
-                                         "dask.address": address})
+        dask_cfg = cfg.with_overrides(
+            **{"store.path": str(tmp / "cluster"), "runner": "dask", "dask.address": address}
+        )
         with Client(address, timeout=60) as client:
             client.wait_for_workers(args.workers, timeout=120)
             client.run(load_on_worker, dask_cfg)  # warm
@@ -102,10 +136,12 @@ def main() -> None:
     assert local["encoded"] == cluster["encoded"] == args.docs
     out = {
         "what": f"index {args.docs} SciFact abstracts, {cfg.model.name}, warm: local runner "
-                f"(torch {os.cpu_count()} threads) vs {args.workers} `dask worker --nthreads 1` "
-                "processes + scheduler on the same machine",
-        "cpu": cpu_name(), "machine": machine(),
-        "local_s": round(local_s, 2), "cluster_s": round(cluster_s, 2),
+        f"(torch {os.cpu_count()} threads) vs {args.workers} `dask worker --nthreads 1` "
+        "processes + scheduler on the same machine",
+        "cpu": cpu_name(),
+        "machine": machine(),
+        "local_s": round(local_s, 2),
+        "cluster_s": round(cluster_s, 2),
         "cluster_over_local": round(cluster_s / local_s, 3),
         "cluster": cluster["cluster"],
     }

@@ -30,8 +30,18 @@ BIN = Path(sys.executable).parent / "bertindex"
 
 
 def index_cmd(corpus: Path, store: Path, batch_size: int) -> list[str]:
-    return [str(BIN), "index", str(corpus), "--store", str(store), "--batch-size",
-            str(batch_size), "--collection", "scifact", "--json"]
+    return [
+        str(BIN),
+        "index",
+        str(corpus),
+        "--store",
+        str(store),
+        "--batch-size",
+        str(batch_size),
+        "--collection",
+        "scifact",
+        "--json",
+    ]
 
 
 def timed_run(cmd: list[str]) -> tuple[float, dict]:
@@ -52,8 +62,11 @@ def children_of(pid: int) -> list[int]:
 def alive(pids: list[int]) -> list[int]:
     import psutil
 
-    return [p for p in pids if psutil.pid_exists(p)
-            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    return [
+        p
+        for p in pids
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
 
 
 def search(store: Path, queries: list[str]) -> list[list[tuple[str, float]]] | None:
@@ -76,16 +89,21 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path)
-    parser.add_argument("--clean-seconds", type=float,
-                        help="reuse WORK/clean (indexed before) and its measured duration")
+    parser.add_argument(
+        "--clean-seconds",
+        type=float,
+        help="reuse WORK/clean (indexed before) and its measured duration",
+    )
     args = parser.parse_args()
     from indexer.config import Config
     from indexer.ops.consistency import check_store
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bertindex-crash-"))
     clean, crashed = work / "clean", work / "crashed"
-    queries = [json.loads(line)["text"] for line in
-               (args.corpus / "queries.jsonl").read_text().splitlines()[:50]]
+    queries = [
+        json.loads(line)["text"]
+        for line in (args.corpus / "queries.jsonl").read_text().splitlines()[:50]
+    ]
 
     if args.clean_seconds:
         clean_s = args.clean_seconds
@@ -99,8 +117,12 @@ def main() -> int:
     slice_s = clean_s / args.kills
     for i in range(args.kills):
         delay = rng.uniform(0.3, 1.0) * slice_s + 10.0  # + start-up (imports, model, API)
-        proc = subprocess.Popen(index_cmd(args.corpus, crashed, args.batch_size),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        proc = subprocess.Popen(
+            index_cmd(args.corpus, crashed, args.batch_size),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
         time.sleep(delay)
         kids = children_of(proc.pid)
         proc.send_signal(signal.SIGKILL)
@@ -111,8 +133,14 @@ def main() -> int:
             searchable = search(crashed, queries[:3]) is not None
         except Exception as exc:  # noqa: BLE001  no version published yet is the only acceptable reason
             searchable = f"{type(exc).__name__}: {exc}"
-        kills.append({"after_s": round(delay, 1), "exit": code,
-                      "orphans": alive(kids), "search_after_kill": searchable})
+        kills.append(
+            {
+                "after_s": round(delay, 1),
+                "exit": code,
+                "orphans": alive(kids),
+                "search_after_kill": searchable,
+            }
+        )
         print(f"kill {i + 1}: {kills[-1]}", file=sys.stderr)
     recover_s, recover_summary = timed_run(index_cmd(args.corpus, crashed, args.batch_size))
     rerun_s, rerun_summary = timed_run(index_cmd(args.corpus, crashed, args.batch_size))
@@ -122,16 +150,27 @@ def main() -> int:
     from indexer.ops.tolerance import same_ranking
 
     tol = a.tolerance  # the rules of indexer/ops/tolerance.py: near-ties may swap
-    same_results = all(not same_ranking(g, r, tol)
-                       for g, r in zip(search(crashed, queries), search(clean, queries)))
+    same_results = all(
+        not same_ranking(g, r, tol)
+        for g, r in zip(search(crashed, queries), search(clean, queries))
+    )
     report = {
-        "corpus": str(args.corpus), "documents": len(a.documents), "chunks": len(a.chunks),
-        "batch_size": args.batch_size, "clean_s": round(clean_s, 1), "kills": kills,
-        "recovery_run": {"s": round(recover_s, 1), "encoded": recover_summary["encoded"],
-                         "rebuilt": recover_summary["index"]["rebuilt"]},
+        "corpus": str(args.corpus),
+        "documents": len(a.documents),
+        "chunks": len(a.chunks),
+        "batch_size": args.batch_size,
+        "clean_s": round(clean_s, 1),
+        "kills": kills,
+        "recovery_run": {
+            "s": round(recover_s, 1),
+            "encoded": recover_summary["encoded"],
+            "rebuilt": recover_summary["index"]["rebuilt"],
+        },
         "unchanged_rerun": {"s": round(rerun_s, 1), "encoded": rerun_summary["encoded"]},
-        "problems_clean": a.problems, "problems_crashed": b.problems,
-        "differences": b.differences(a), "same_search_results": same_results,
+        "problems_clean": a.problems,
+        "problems_crashed": b.problems,
+        "differences": b.differences(a),
+        "same_search_results": same_results,
         "equal": not a.problems and not b.problems and not b.differences(a) and same_results,
     }
     print(json.dumps(report, indent=2))

@@ -41,8 +41,11 @@ DATA = ROOT.parent / "shared" / "data" / "tweeteval"
 
 EMOJI = ["😂", "🔥", "👍", "🙏", "😡", "❤️", "💯", "👀", "😭", "🇺🇸", "✅", "🚨"]
 FLOOR = 0.5  # lowest cosine swept
-FILES = [(task, split) for task in ("hate", "offensive", "sentiment")
-         for split in ("train", "val", "test")]
+FILES = [
+    (task, split)
+    for task in ("hate", "offensive", "sentiment")
+    for split in ("train", "val", "test")
+]
 
 
 def load_tweets(limit: int | None) -> tuple[list[str], list[str]]:
@@ -91,8 +94,19 @@ class Copier:
     def copy(self, text: str) -> tuple[str, list[str]]:
         """One copy and the edits made."""
         rng = self.rng
-        ops = [op for op, p in (("edit", 0.6), ("case", 0.3), ("punct", 0.4), ("tags", 0.4),
-                                ("url", 0.5), ("emoji", 0.4), ("rt", 0.5)) if rng.random() < p]
+        ops = [
+            op
+            for op, p in (
+                ("edit", 0.6),
+                ("case", 0.3),
+                ("punct", 0.4),
+                ("tags", 0.4),
+                ("url", 0.5),
+                ("emoji", 0.4),
+                ("rt", 0.5),
+            )
+            if rng.random() < p
+        ]
         if not ops:
             ops = [rng.choice(("edit", "case", "punct", "tags", "url", "emoji", "rt"))]
         out = text
@@ -101,8 +115,13 @@ class Copier:
         if "case" in ops:
             out = rng.choice((str.lower, str.upper, str.capitalize))(out)
         if "punct" in ops:
-            out = rng.choice((lambda s: re.sub(r"[.!?,;:]+", "", s), lambda s: s + "!!!",
-                              lambda s: s.replace(".", "!") + "..."))(out)
+            out = rng.choice(
+                (
+                    lambda s: re.sub(r"[.!?,;:]+", "", s),
+                    lambda s: s + "!!!",
+                    lambda s: s.replace(".", "!") + "...",
+                )
+            )(out)
         if "tags" in ops:
             if "#" in out and rng.random() < 0.5:
                 out = re.sub(r"#\w+", "", out, count=1)
@@ -130,14 +149,18 @@ def encode(texts: list[str], cache: Path, part: int = 4000) -> tuple[np.ndarray,
     cache.mkdir(parents=True, exist_ok=True)
     out = []
     for s in range(0, len(texts), part):
-        chunk = texts[s:s + part]
+        chunk = texts[s : s + part]
         key = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:16]
         path = cache / f"tweets-{key}.npy"
         if not path.is_file():
             t = time.perf_counter()
             np.save(path, encoder.encode_texts(chunk).astype(np.float32))
-            print(f"encoded {s + len(chunk)}/{len(texts)} ({time.perf_counter() - t:.0f}s, load "
-                  f"{os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+            print(
+                f"encoded {s + len(chunk)}/{len(texts)} ({time.perf_counter() - t:.0f}s, load "
+                f"{os.getloadavg()[0]:.1f})",
+                file=sys.stderr,
+                flush=True,
+            )
         out.append(np.load(path))
     return np.concatenate(out), encoder.provenance
 
@@ -146,7 +169,8 @@ def batches_of(vectors: np.ndarray, size: int = 65536):
     def gen():
         for s in range(0, len(vectors), size):
             ids = np.arange(s, min(s + size, len(vectors)), dtype=np.int64)
-            yield ids, ids, vectors[s:s + size]
+            yield ids, ids, vectors[s : s + size]
+
     return gen
 
 
@@ -171,9 +195,12 @@ def pair_scores(groups: np.ndarray, family: np.ndarray, half: np.ndarray, which:
         m = len(ms)
         predicted += m * (m - 1) // 2 + m * (sizes[g] - m)
         tp += sum(c * (c - 1) // 2 for c in Counter(family[ms].tolist()).values())
-    return {"precision": round(tp / predicted, 4) if predicted else 1.0,
-            "recall": round(tp / truth, 4) if truth else 1.0, "true_pairs": truth,
-            "predicted_pairs": predicted}
+    return {
+        "precision": round(tp / predicted, 4) if predicted else 1.0,
+        "recall": round(tp / truth, 4) if truth else 1.0,
+        "true_pairs": truth,
+        "predicted_pairs": predicted,
+    }
 
 
 def main() -> None:
@@ -194,8 +221,9 @@ def main() -> None:
     n0 = len(texts)
     orig_vectors, provenance = encode(texts, args.cache)
     # sources: tweets with no other original within cosine 0.8 and at least 3 words
-    loose = all_pairs(batches_of(orig_vectors), n0, orig_vectors.shape[1], 0.8, 8,
-                      (np.arange(n0), np.arange(n0)))
+    loose = all_pairs(
+        batches_of(orig_vectors), n0, orig_vectors.shape[1], 0.8, 8, (np.arange(n0), np.arange(n0))
+    )
     crowded = set(loose.a.tolist()) | set(loose.b.tolist())
     rng = random.Random(args.seed)
     eligible = [i for i in range(n0) if i not in crowded and len(word_set(texts[i])) >= 3]
@@ -219,8 +247,9 @@ def main() -> None:
 
     # -- the sweep on half A: candidate pairs once at the loosest threshold -----------------
     t = time.perf_counter()
-    cand = all_pairs(batches_of(vectors), n, vectors.shape[1], FLOOR, 32,
-                     (np.arange(n), np.arange(n)))
+    cand = all_pairs(
+        batches_of(vectors), n, vectors.shape[1], FLOOR, 32, (np.arange(n), np.arange(n))
+    )
     words = [word_set(x) for x in all_texts]
     jac = np.array([jaccard(words[a], words[b]) for a, b in zip(cand.a, cand.b)])
     shared = np.array([len(words[a] & words[b]) for a, b in zip(cand.a, cand.b)])
@@ -233,12 +262,20 @@ def main() -> None:
             text_ok = equal | ((jac >= min_j) & (shared >= MIN_SHARED_WORDS))
             keep = (cand.score >= threshold) & (text_ok if min_j > 0 else True)
             groups = group_all(docs, Pairs(cand.a[keep], cand.b[keep], cand.score[keep], n))
-            grid.append({"threshold": float(threshold), "min_jaccard": min_j,
-                         **pair_scores(groups, family, half, 0)})
+            grid.append(
+                {
+                    "threshold": float(threshold),
+                    "min_jaccard": min_j,
+                    **pair_scores(groups, family, half, 0),
+                }
+            )
     ok = [g for g in grid if g["precision"] >= args.goal_precision]
     best = max(ok or grid, key=lambda g: (g["recall"], g["precision"], g["threshold"]))
-    text_off = max((g for g in ok if g["min_jaccard"] == 0.0), default=None,
-                   key=lambda g: (g["recall"], g["threshold"]))
+    text_off = max(
+        (g for g in ok if g["min_jaccard"] == 0.0),
+        default=None,
+        key=lambda g: (g["recall"], g["threshold"]),
+    )
 
     # -- the product on everything, scored on half B ---------------------------------------
     from indexer.config import Config
@@ -252,12 +289,21 @@ def main() -> None:
         for s in range(0, n, 8192):
             part = range(s, min(n, s + 8192))
             doc_ids = store.documents.next_ids("doc_ids", len(part))
-            recs = [Record(ids[i] if i < n0 else f"copy-{i - n0}", all_texts[i], None, {}, "q", i)
-                    for i in part]
+            recs = [
+                Record(ids[i] if i < n0 else f"copy-{i - n0}", all_texts[i], None, {}, "q", i)
+                for i in part
+            ]
             rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, recs)]
             k = len(part)
-            store.documents.write_batch("tweets", rows, [], [], ChunkRows(
-                doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, vectors[s:s + k]), [], "bench")
+            store.documents.write_batch(
+                "tweets",
+                rows,
+                [],
+                [],
+                ChunkRows(doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, vectors[s : s + k]),
+                [],
+                "bench",
+            )
         first_doc = doc_ids[-1] - n + 1
     t = time.perf_counter()
     summary = run_dedup(cfg, "tweets", best["threshold"], 2, best["min_jaccard"], publish=False)
@@ -281,21 +327,36 @@ def main() -> None:
     from machine import machine
 
     report = {
-        "originals": n0, "sources": len(sources), "copies": len(copy_texts),
-        "copy_edits": dict(copy_ops), "half_a_families": int((half == 0).sum()),
+        "originals": n0,
+        "sources": len(sources),
+        "copies": len(copy_texts),
+        "copy_edits": dict(copy_ops),
+        "half_a_families": int((half == 0).sum()),
         "half_b_families": int((half == 1).sum()),
         "chosen": {"threshold": best["threshold"], "min_jaccard": best["min_jaccard"]},
-        "half_a_at_choice": chosen_on_a, "half_b": held_out,
+        "half_a_at_choice": chosen_on_a,
+        "half_b": held_out,
         "best_without_text_check_on_a": text_off,
-        "product_run": summary, "product_seconds": round(product_s, 1),
+        "product_run": summary,
+        "product_seconds": round(product_s, 1),
         "sweep_candidates_seconds": round(sweep_s, 1),
-        "real_waves": {"groups_2plus": len(waves),
-                       "groups_3plus": sum(c >= 3 for c in waves.values()),
-                       "tweets_in_waves": int(sum(waves.values())), "examples": examples},
-        "grid": grid, **machine(),
+        "real_waves": {
+            "groups_2plus": len(waves),
+            "groups_3plus": sum(c >= 3 for c in waves.values()),
+            "tweets_in_waves": int(sum(waves.values())),
+            "examples": examples,
+        },
+        "grid": grid,
+        **machine(),
     }
-    print(json.dumps({k: v for k, v in report.items() if k != "grid"}, indent=1,
-                     ensure_ascii=False, default=str))
+    print(
+        json.dumps(
+            {k: v for k, v in report.items() if k != "grid"},
+            indent=1,
+            ensure_ascii=False,
+            default=str,
+        )
+    )
     write_json(args.out, report, ensure_ascii=False, default=str)
     import shutil
 

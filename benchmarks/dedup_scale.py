@@ -9,7 +9,8 @@ noise (cosine ~0.7 to its centre, so unrelated documents are not copies of each 
 wave's words, so the word check passes for copies. Like `index_scale.py`, realistic geometry
 without encoding a million texts.
 
-    python benchmarks/dedup_scale.py --n 1000000 --add 1000 --out benchmarks/results/dedup_scale.json
+    python benchmarks/dedup_scale.py --n 1000000 --add 1000 --out
+    benchmarks/results/dedup_scale.json
 """
 
 from __future__ import annotations
@@ -51,8 +52,15 @@ def centres(cache: Path, limit: int = 20_000) -> tuple[np.ndarray, object]:
     return encoder.encode_texts(texts).astype(np.float32), encoder.provenance
 
 
-def write_docs(store, rng: np.random.Generator, prng: random.Random, start: int, n: int,
-               centre: np.ndarray, collection: str = "gen") -> None:
+def write_docs(
+    store,
+    rng: np.random.Generator,
+    prng: random.Random,
+    start: int,
+    n: int,
+    centre: np.ndarray,
+    collection: str = "gen",
+) -> None:
     """n generated documents (ids g{start}...), 1 % of them copies of earlier ones."""
     from indexer.ingest.readers import Record
     from indexer.store import ChunkRows, content_hash
@@ -72,8 +80,15 @@ def write_docs(store, rng: np.random.Generator, prng: random.Random, start: int,
         doc_ids = store.documents.next_ids("doc_ids", k)
         recs = [Record(f"g{s + j}", texts[j], None, {}, "gen", s + j + 1) for j in range(k)]
         rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, recs)]
-        store.documents.write_batch(collection, rows, [], [], ChunkRows(
-            doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, v), [], "gen")
+        store.documents.write_batch(
+            collection,
+            rows,
+            [],
+            [],
+            ChunkRows(doc_ids, [0] * k, [0] * k, [1] * k, [1] * k, v),
+            [],
+            "gen",
+        )
 
 
 def peak_rss_mb() -> float:
@@ -106,8 +121,7 @@ def child(store_dir: Path, step: str, add: int, cache: Path) -> None:
         out = {"step": "add", "seconds": round(time.perf_counter() - t, 1)}
     else:
         summary = run_dedup(cfg, "gen", rebuild=step == "full", publish=False)
-        out = {"step": step, "seconds": round(time.perf_counter() - t, 1),
-               "summary": summary}
+        out = {"step": step, "seconds": round(time.perf_counter() - t, 1), "summary": summary}
     out["peak_rss_mb"] = peak_rss_mb()
     out["rss_after_imports_mb"] = rss_before  # python, faiss, duckdb, pyarrow, scipy
     print(json.dumps(out, default=str), flush=True)
@@ -145,19 +159,35 @@ def main() -> None:
         report["generate_s"] = round(time.perf_counter() - t, 1)
     steps = []
     for step in ("full", "add", "incremental"):
-        done = subprocess.run([sys.executable, __file__, "--child", str(store_dir), step,
-                               "--add", str(args.add), "--cache", str(args.cache)],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                str(store_dir),
+                step,
+                "--add",
+                str(args.add),
+                "--cache",
+                str(args.cache),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode:
             raise SystemExit(done.stderr[-3000:])
         steps.append(json.loads(done.stdout.strip().splitlines()[-1]))
     report["steps"] = steps
     full, inc = steps[0], steps[2]
-    report["incremental_vs_full_searched"] = (inc["summary"]["searched"],
-                                              full["summary"]["searched"])
+    report["incremental_vs_full_searched"] = (
+        inc["summary"]["searched"],
+        full["summary"]["searched"],
+    )
     report["incremental_vs_full_seconds"] = (inc["seconds"], full["seconds"])
-    report["store_mb"] = round(sum(p.stat().st_size for p in store_dir.rglob("*")
-                                   if p.is_file()) / 2**20)
+    report["store_mb"] = round(
+        sum(p.stat().st_size for p in store_dir.rglob("*") if p.is_file()) / 2**20
+    )
     report |= machine()
     print(json.dumps(report, indent=1, default=str))
     write_json(args.out, report, default=str)

@@ -46,20 +46,61 @@ def main() -> None:
         t = time.perf_counter()
         words = WordSets(store.dedup.iter_texts(coll))
         t_words = time.perf_counter() - t
-        new = all_pairs(lambda: store.dedup.iter_first_vectors(coll), len(doc_ids), dim, 0.5, 32,
-                        chunk_doc, accept=partial(words.same, min_jaccard=0.6))
-        print("streamed", len(new.a), "pairs; words", round(t_words, 1), "s; total",
-              round(time.perf_counter() - t, 1), "s; peak", peak(), "MB", flush=True)
+        new = all_pairs(
+            lambda: store.dedup.iter_first_vectors(coll),
+            len(doc_ids),
+            dim,
+            0.5,
+            32,
+            chunk_doc,
+            accept=partial(words.same, min_jaccard=0.6),
+        )
+        print(
+            "streamed",
+            len(new.a),
+            "pairs; words",
+            round(t_words, 1),
+            "s; total",
+            round(time.perf_counter() - t, 1),
+            "s; peak",
+            peak(),
+            "MB",
+            flush=True,
+        )
         if args.old:
             t = time.perf_counter()
-            old = text_filter(store, all_pairs(lambda: store.dedup.iter_first_vectors(coll),
-                                               len(doc_ids), dim, 0.5, 32, chunk_doc), 0.6)
-            print("old", len(old.a), "pairs;", round(time.perf_counter() - t, 1), "s; peak",
-                  peak(), "MB")
-            same = (np.array_equal(old.a, new.a) and np.array_equal(old.b, new.b)
-                    and np.array_equal(old.score, new.score))
-            print("identical pairs and scores:", same, "groups identical:",
-                  np.array_equal(group_all(doc_ids, old), group_all(doc_ids, new)))
+            old = text_filter(
+                store,
+                all_pairs(
+                    lambda: store.dedup.iter_first_vectors(coll),
+                    len(doc_ids),
+                    dim,
+                    0.5,
+                    32,
+                    chunk_doc,
+                ),
+                0.6,
+            )
+            print(
+                "old",
+                len(old.a),
+                "pairs;",
+                round(time.perf_counter() - t, 1),
+                "s; peak",
+                peak(),
+                "MB",
+            )
+            same = (
+                np.array_equal(old.a, new.a)
+                and np.array_equal(old.b, new.b)
+                and np.array_equal(old.score, new.score)
+            )
+            print(
+                "identical pairs and scores:",
+                same,
+                "groups identical:",
+                np.array_equal(group_all(doc_ids, old), group_all(doc_ids, new)),
+            )
 
 
 if __name__ == "__main__":

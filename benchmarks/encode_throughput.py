@@ -8,7 +8,8 @@ Each dtype's row also gives its share of this machine's matmul limit: FLOPs per 
 docs/benchmarks.md counts them, `indexer.encode.limits.encode_flops`, no padding) times passages/s,
 over the matmul peak measured in the same run for that dtype; the JSON names the CPU, its ISA
 flags, libraries, threads and whether the CPU was emulated (`--emulate avx2`).
-Usage: python benchmarks/encode_throughput.py [--limit N] [--dtype fp32 bf16 int8] [--max-length 256]
+Usage: python benchmarks/encode_throughput.py [--limit N] [--dtype fp32 bf16 int8] [--max-length
+256]
        [--emulate avx2] [--out benchmarks/results/encode_throughput.json]
 """
 
@@ -74,11 +75,16 @@ def main() -> int:
     parser.add_argument("--dtype", nargs="+", default=["fp32", "bf16"])
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' default")
+    parser.add_argument(
+        "--st-batch-size", type=int, default=32, help="sentence-transformers' default"
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    parser.add_argument("--profile", action="store_true",
-                        help="also: CPU share per operator of each dtype, one stream on one "
-                             "thread, over the first 64 passages (torch profiler)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also: CPU share per operator of each dtype, one stream on one "
+        "thread, over the first 64 passages (torch profiler)",
+    )
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
@@ -100,46 +106,67 @@ def main() -> int:
     reference.max_seq_length = args.max_length
     warm = texts[:64]
     reference.encode(warm, batch_size=args.st_batch_size)
-    theirs, t_ref, c_ref = timed(lambda: reference.encode(
-        texts, batch_size=args.st_batch_size, normalize_embeddings=True))
+    theirs, t_ref, c_ref = timed(
+        lambda: reference.encode(texts, batch_size=args.st_batch_size, normalize_embeddings=True)
+    )
     ref_rate, ref_cpu = len(texts) / t_ref, len(texts) / c_ref
     print(f"passages {len(texts)}, max_length {args.max_length}, threads {args.threads}")
-    print(f"sentence-transformers fp32 (batch {args.st_batch_size}): {ref_rate:8.1f} passages/s  "
-          f"{ref_cpu:6.1f} per CPU-s")
+    print(
+        f"sentence-transformers fp32 (batch {args.st_batch_size}): {ref_rate:8.1f} passages/s  "
+        f"{ref_cpu:6.1f} per CPU-s"
+    )
     info = machine_info(["fp32", *args.dtype])
     peaks = info["matmul_peak_gflops"]
-    results = {"passages": len(texts), "max_length": args.max_length, "threads": args.threads,
-               "sentence_transformers_per_s": round(ref_rate, 1),
-               "sentence_transformers_per_cpu_s": round(ref_cpu, 2),
-               "auto_path": describe_path(ModelConfig(device="cpu", max_length=args.max_length)),
-               "machine": info}
+    results = {
+        "passages": len(texts),
+        "max_length": args.max_length,
+        "threads": args.threads,
+        "sentence_transformers_per_s": round(ref_rate, 1),
+        "sentence_transformers_per_cpu_s": round(ref_cpu, 2),
+        "auto_path": describe_path(ModelConfig(device="cpu", max_length=args.max_length)),
+        "machine": info,
+    }
     flops = None
     for dtype in args.dtype:
         encoder = Encoder(ModelConfig(dtype=dtype, device="cpu", max_length=args.max_length))
         encoder.encode_texts(warm)
         if flops is None:
             room = args.max_length - 2
-            flops = encode_flops(encoder.model.config,
-                                 [min(len(t), room) + 2 for t in encoder.tokenize(texts)])
+            flops = encode_flops(
+                encoder.model.config, [min(len(t), room) + 2 for t in encoder.tokenize(texts)]
+            )
             results["gflop_per_passage"] = round(flops / len(texts) / 1e9, 3)
-            results["sentence_transformers_fp32_limit_share"] = limit_share(flops, t_ref,
-                                                                            peaks["fp32"])
+            results["sentence_transformers_fp32_limit_share"] = limit_share(
+                flops, t_ref, peaks["fp32"]
+            )
         ours, t_ours, c_ours = timed(lambda: encoder.encode_texts(texts))  # noqa: B023
         rate, cpu_rate = len(texts) / t_ours, len(texts) / c_ours
         cos = float((ours * theirs).sum(axis=1).min())
         share = limit_share(flops, t_ours, peaks[dtype])
-        print(f"bertindex {dtype:>4}: {rate:8.1f} passages/s  ratio {rate / ref_rate:5.2f}  "
-              f"CPU-time ratio {cpu_rate / ref_cpu:5.2f}  min cosine {cos:.5f}  "
-              f"{share:.0%} of the {dtype} matmul peak ({peaks[dtype]} GFLOP/s)")
-        results[dtype] = {"per_s": round(rate, 1), "ratio": round(rate / ref_rate, 2),
-                          "cpu_time_ratio": round(cpu_rate / ref_cpu, 2),
-                          "min_cosine": round(cos, 5), "limit_share": share,
-                          "matmul_peak_gflops": peaks[dtype], "path": encoder.path.to_dict()}
+        print(
+            f"bertindex {dtype:>4}: {rate:8.1f} passages/s  ratio {rate / ref_rate:5.2f}  "
+            f"CPU-time ratio {cpu_rate / ref_cpu:5.2f}  min cosine {cos:.5f}  "
+            f"{share:.0%} of the {dtype} matmul peak ({peaks[dtype]} GFLOP/s)"
+        )
+        results[dtype] = {
+            "per_s": round(rate, 1),
+            "ratio": round(rate / ref_rate, 2),
+            "cpu_time_ratio": round(cpu_rate / ref_cpu, 2),
+            "min_cosine": round(cos, 5),
+            "limit_share": share,
+            "matmul_peak_gflops": peaks[dtype],
+            "path": encoder.path.to_dict(),
+        }
     if args.profile:
         results["profile_one_thread"] = {
-            dtype: profile(Encoder(ModelConfig(dtype=dtype, device="cpu", max_length=args.max_length,
-                                               streams=1)), texts[:64])
-            for dtype in args.dtype}
+            dtype: profile(
+                Encoder(
+                    ModelConfig(dtype=dtype, device="cpu", max_length=args.max_length, streams=1)
+                ),
+                texts[:64],
+            )
+            for dtype in args.dtype
+        }
         print(json.dumps(results["profile_one_thread"]))
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(results))

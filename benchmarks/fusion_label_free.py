@@ -38,8 +38,13 @@ PRIORS = (0.4, 0.5, 0.6, 0.7)  # the per-query rules' prior dense share
 
 
 def open_config(folder: Path, store_root: Path, depth: int) -> Config:
-    return Config().with_overrides(**{"store.path": str(store_root / f"store-{folder.name}"),
-                                      "search.candidates": depth, "search.tune_queries": 0})
+    return Config().with_overrides(
+        **{
+            "store.path": str(store_root / f"store-{folder.name}"),
+            "search.candidates": depth,
+            "search.tune_queries": 0,
+        }
+    )
 
 
 def rankings(folder: Path, store_root: Path, depth: int) -> dict:
@@ -67,15 +72,16 @@ def families() -> dict[str, dict[str, object]]:
     return {
         "dense": {"-": lambda dr, kr: dr},
         "keyword": {"-": lambda dr, kr: kr},
-        "fixed 0.6 (default before)": {"0.6": lambda dr, kr: fusion.weighted([dr, kr], [.6, .4])},
-        "fixed, LOCO-chosen": {str(w): (lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w]))
-                               for w in GRID},
+        "fixed 0.6 (default before)": {"0.6": lambda dr, kr: fusion.weighted([dr, kr], [0.6, 0.4])},
+        "fixed, LOCO-chosen": {
+            str(w): (lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w])) for w in GRID
+        },
         "rrf k60": {"-": lambda dr, kr: fusion.rrf([dr, kr], k=60)},
         "adaptive z, prior 0.5": {"0.5": lambda dr, kr: adaptive(dr, kr, 0.5)},
-        "adaptive z, LOCO prior": {str(p): (lambda dr, kr, p=p: adaptive(dr, kr, p))
-                                   for p in PRIORS},
-        "head gap, LOCO prior": {str(p): (lambda dr, kr, p=p: head_gap(dr, kr, p))
-                                 for p in PRIORS},
+        "adaptive z, LOCO prior": {
+            str(p): (lambda dr, kr, p=p: adaptive(dr, kr, p)) for p in PRIORS
+        },
+        "head gap, LOCO prior": {str(p): (lambda dr, kr, p=p: head_gap(dr, kr, p)) for p in PRIORS},
     }
 
 
@@ -85,8 +91,9 @@ def main() -> None:
     parser.add_argument("--store-root", type=Path, default=Path("/tmp/bertindex-fusion"))
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--seeds", default="0,1,2", help="seeds of the self-tuned rule's draw")
-    parser.add_argument("--out", type=Path,
-                        default=ROOT / "benchmarks/results/fusion_label_free.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks/results/fusion_label_free.json"
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     sets = {f.name: rankings(f, args.store_root, args.depth) for f in args.folders}
@@ -98,7 +105,8 @@ def main() -> None:
     self_tuned = {}
     for folder in args.folders:
         cfg = open_config(folder, args.store_root, args.depth).with_overrides(
-            **{"search.tune_queries": 400})
+            **{"search.tune_queries": 400}
+        )
         encoder = load_encoder(cfg.model)
         with Store(cfg.store.path, read_only=True) as store:
             runs = {}
@@ -106,11 +114,20 @@ def main() -> None:
                 runs[seed] = measure_dense_weight(store, cfg, encoder, seed).to_dict()
             runs["uncut"] = measure_dense_weight(store, cfg, encoder, seeds[0], cut=False).to_dict()
         self_tuned[folder.name] = runs
-        print(folder.name, "self-tuned", {k: v["dense_weight"] for k, v in runs.items()},
-              file=sys.stderr)
+        print(
+            folder.name,
+            "self-tuned",
+            {k: v["dense_weight"] for k, v in runs.items()},
+            file=sys.stderr,
+        )
 
-    report: dict = {"scored_split": "test", "tuning_split_of_other_sets": "train, else test",
-                    "depth": args.depth, "self_tuned": self_tuned, "sets": {}}
+    report: dict = {
+        "scored_split": "test",
+        "tuning_split_of_other_sets": "train, else test",
+        "depth": args.depth,
+        "self_tuned": self_tuned,
+        "sets": {},
+    }
     rules = families()
     for held in sets:
         side = scored[held]
@@ -118,19 +135,25 @@ def main() -> None:
         row = {}
         for family, params in rules.items():
             if len(params) == 1:
-                (param, fuse), = params.items()
+                ((param, fuse),) = params.items()
             else:  # chosen on the other collections' judged queries only
-                param = max(params, key=lambda p: sum(
-                    score(tuning[o], params[p])["ndcg@10"] for o in others))
+                param = max(
+                    params,
+                    key=lambda p: sum(score(tuning[o], params[p])["ndcg@10"] for o in others),
+                )
                 fuse = params[param]
             row[family] = {"param": param, **score(side, fuse)}
         for seed in seeds:
             w = self_tuned[held][seed]["dense_weight"]
-            row[f"self-tuned, seed {seed}"] = {"param": str(w), **score(
-                side, lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w]))}
+            row[f"self-tuned, seed {seed}"] = {
+                "param": str(w),
+                **score(side, lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w])),
+            }
         w = self_tuned[held]["uncut"]["dense_weight"]
-        row["self-tuned, sentence not cut"] = {"param": str(w), **score(
-            side, lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w]))}
+        row["self-tuned, sentence not cut"] = {
+            "param": str(w),
+            **score(side, lambda dr, kr, w=w: fusion.weighted([dr, kr], [w, 1 - w])),
+        }
         better = max(row["dense"]["ndcg@10"], row["keyword"]["ndcg@10"])
         for result in row.values():
             result["vs_better_half"] = round(result["ndcg@10"] - better, 4)

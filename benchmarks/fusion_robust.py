@@ -46,26 +46,32 @@ def rankings(folder: Path, store_root: Path, depth: int, cfg: Config | None = No
     cache = store_root / f"rankings-{folder.name}-{depth}.pkl"
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
-    cfg = cfg or Config().with_overrides(**{
-        "store.path": str(store_root / f"store-{folder.name}"), "search.candidates": depth})
+    cfg = cfg or Config().with_overrides(
+        **{"store.path": str(store_root / f"store-{folder.name}"), "search.candidates": depth}
+    )
     started = time.perf_counter()
     summary = run_index([str(folder)], cfg, collection=folder.name, fmt="beir")
-    print(f"{folder.name}: encoded {summary['encoded']} (unchanged "
-          f"{summary['skipped_unchanged']}) in {time.perf_counter() - started:.0f}s",
-          file=sys.stderr)
+    print(
+        f"{folder.name}: encoded {summary['encoded']} (unchanged "
+        f"{summary['skipped_unchanged']}) in {time.perf_counter() - started:.0f}s",
+        file=sys.stderr,
+    )
     encoder = load_encoder(cfg.model)
     out = {}
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store, encoder)
-        external = {d.doc_id: d.external_id
-                    for d in store.reads.fetch_documents(list(store.reads.document_hashes())).values()}
+        external = {
+            d.doc_id: d.external_id
+            for d in store.reads.fetch_documents(list(store.reads.document_hashes())).values()
+        }
         for split_file in sorted((folder / "qrels").glob("*.tsv")):
             queries, qrels = load_beir_queries(folder, split_file.stem)
             ids = list(queries)
             texts = [queries[q] for q in ids]
             vectors = encoder.encode_queries(texts)
-            dense = [[(m.doc_id, m.score) for m in r]
-                     for r in searcher.dense_ranked(vectors, depth)]
+            dense = [
+                [(m.doc_id, m.score) for m in r] for r in searcher.dense_ranked(vectors, depth)
+            ]
             keyword = searcher.keyword_ranked(texts, depth)
             out[split_file.stem] = (ids, {q: qrels[q] for q in ids}, dense, keyword, external)
     cache.write_bytes(pickle.dumps(out))
@@ -74,8 +80,9 @@ def rankings(folder: Path, store_root: Path, depth: int, cfg: Config | None = No
 
 def score(side, fuse) -> dict:
     ids, qrels, dense, keyword, external = side
-    run = {q: [external[d] for d, _ in fuse(dr, kr)[:100]]
-           for q, dr, kr in zip(ids, dense, keyword)}
+    run = {
+        q: [external[d] for d, _ in fuse(dr, kr)[:100]] for q, dr, kr in zip(ids, dense, keyword)
+    }
     return retrieval_scores(run, qrels)
 
 
@@ -111,8 +118,9 @@ def dense_leaning_choice(side, fuses: dict, family: str, samples: int = 2000) ->
     """The rule behind the default weight: among `family`'s weights, the most dense-leaning
     one whose paired-bootstrap 95 % interval of (its nDCG@10 - the best weight's) still
     reaches 0 on the tuning queries, i.e. not significantly worse than the optimum."""
-    names = sorted((n for n in fuses if n.startswith(family + "_w")),
-                   key=lambda n: float(n.rsplit("_w", 1)[1]))
+    names = sorted(
+        (n for n in fuses if n.startswith(family + "_w")), key=lambda n: float(n.rsplit("_w", 1)[1])
+    )
     scores = {n: per_query_ndcg(side, fuses[n]) for n in names}
     best = max(names, key=lambda n: scores[n].mean())
     rng = np.random.default_rng(0)
@@ -122,7 +130,9 @@ def dense_leaning_choice(side, fuses: dict, family: str, samples: int = 2000) ->
         diff = scores[n] - scores[best]
         low, high = np.percentile(diff[draws].mean(axis=1), [2.5, 97.5])
         intervals[n] = [round(float(diff.mean()), 4), round(float(low), 4), round(float(high), 4)]
-    chosen = max((n for n in names if intervals[n][2] >= 0), key=lambda n: float(n.rsplit("_w", 1)[1]))
+    chosen = max(
+        (n for n in names if intervals[n][2] >= 0), key=lambda n: float(n.rsplit("_w", 1)[1])
+    )
     return {"best": best, "chosen": chosen, "difference_to_best_and_95ci": intervals}
 
 
@@ -145,7 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--store-root", type=Path, default=Path("/tmp/bertindex-fusion"))
-    parser.add_argument("--tune", default="scifact:train", help="SET:SPLIT the weights are chosen on")
+    parser.add_argument(
+        "--tune", default="scifact:train", help="SET:SPLIT the weights are chosen on"
+    )
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/fusion_robust.json")
     args = parser.parse_args()
@@ -154,23 +166,36 @@ def main() -> None:
     sets = {folder.name: rankings(folder, args.store_root, args.depth) for folder in args.folders}
     tune_set, tune_split = args.tune.split(":")
     fuses = candidates()
-    tuned = {name: score(sets[tune_set][tune_split], fuse)["ndcg@10"]
-             for name, fuse in fuses.items()}
+    tuned = {
+        name: score(sets[tune_set][tune_split], fuse)["ndcg@10"] for name, fuse in fuses.items()
+    }
     families = {}
     for name, value in tuned.items():
         family = name.rsplit("_", 1)[0] if "_" in name else name
         if family not in families or value > tuned[families[family]]:
             families[family] = name
-    rule = {family: dense_leaning_choice(sets[tune_set][tune_split], fuses, family)
-            for family in ("minmax", "zscore")}
+    rule = {
+        family: dense_leaning_choice(sets[tune_set][tune_split], fuses, family)
+        for family in ("minmax", "zscore")
+    }
     default = SearchConfig()
-    report: dict = {"tuned_on": args.tune, "tuning_ndcg@10": tuned,
-                    "chosen_per_family": families, "dense_leaning_rule": rule,
-                    "default": {"fusion": default.fusion, "dense_weight": default.dense_weight,
-                                "rrf_k": default.rrf_k},
-                    "sets": {}}
-    default_name = (f"rrf_k{default.rrf_k}" if default.fusion == "rrf"
-                    else f"{default.fusion.replace('weighted', 'minmax')}_w{default.dense_weight}")
+    report: dict = {
+        "tuned_on": args.tune,
+        "tuning_ndcg@10": tuned,
+        "chosen_per_family": families,
+        "dense_leaning_rule": rule,
+        "default": {
+            "fusion": default.fusion,
+            "dense_weight": default.dense_weight,
+            "rrf_k": default.rrf_k,
+        },
+        "sets": {},
+    }
+    default_name = (
+        f"rrf_k{default.rrf_k}"
+        if default.fusion == "rrf"
+        else f"{default.fusion.replace('weighted', 'minmax')}_w{default.dense_weight}"
+    )
     for set_name, splits in sets.items():
         for split, side in splits.items():
             if (set_name, split) == (tune_set, tune_split):
@@ -178,12 +203,21 @@ def main() -> None:
             results = {name: score(side, fuse) for name, fuse in fuses.items()}
             best_half = max(results["dense"]["ndcg@10"], results["keyword"]["ndcg@10"])
             report["sets"][f"{set_name}:{split}"] = {
-                "queries": len(side[0]), "results": results,
-                "margin_vs_better_half": {name: round(r["ndcg@10"] - best_half, 4)
-                                          for name, r in results.items()}}
-            line = {n: results[n]["ndcg@10"] for n in
-                    ("dense", "keyword", *sorted(set(families.values()) - {"dense", "keyword"}))
-                    if n in results}
+                "queries": len(side[0]),
+                "results": results,
+                "margin_vs_better_half": {
+                    name: round(r["ndcg@10"] - best_half, 4) for name, r in results.items()
+                },
+            }
+            line = {
+                n: results[n]["ndcg@10"]
+                for n in (
+                    "dense",
+                    "keyword",
+                    *sorted(set(families.values()) - {"dense", "keyword"}),
+                )
+                if n in results
+            }
             if default_name in results:
                 line["default:" + default_name] = results[default_name]["ndcg@10"]
             print(set_name, split, json.dumps(line), file=sys.stderr)

@@ -21,7 +21,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("start", type=Path, help="FROM: the head at alpha 0")
     parser.add_argument("end", type=Path, help="TO: the head at alpha 1")
-    parser.add_argument("--data", required=True, help="classifier data with validation and test splits")
+    parser.add_argument(
+        "--data", required=True, help="classifier data with validation and test splits"
+    )
     parser.add_argument("--alphas", default="0.25,0.5,0.75")
     args = parser.parse_args()
 
@@ -40,11 +42,20 @@ def main() -> None:
         for alpha in (float(x) for x in args.alphas.split(",")):
             out = Path(tmp) / f"alpha-{alpha}"
             shutil.copytree(args.end, out)
-            mixed = {k: (alpha * b[k].float() + (1 - alpha) * a[k].float()).to(b[k].dtype)
-                     if b[k].is_floating_point() else b[k] for k in b}
+            mixed = {
+                k: (alpha * b[k].float() + (1 - alpha) * a[k].float()).to(b[k].dtype)
+                if b[k].is_floating_point()
+                else b[k]
+                for k in b
+            }
             save_file(mixed, out / "model.safetensors")
-            row = {"alpha": alpha, **{s: round(evaluate_head(out, data, s)["macro_f1"], 4)
-                                      for s in ("validation", "test")}}
+            row = {
+                "alpha": alpha,
+                **{
+                    s: round(evaluate_head(out, data, s)["macro_f1"], 4)
+                    for s in ("validation", "test")
+                },
+            }
             print(json.dumps(row), flush=True)
             rows.append(row)
     print(json.dumps({"from": str(args.start), "to": str(args.end), "rows": rows}))

@@ -9,7 +9,8 @@ truncated abstracts over its wall time: start-up, reading and writing included, 
 `--emulate avx2`: both processes run with the kernels limited to AVX2 and the CPU flags
 overridden (figures marked emulated).
 
-Usage: python benchmarks/index_end_to_end.py [--docs 1500] [--repeat 1] [--emulate avx2] [--dtype int8]
+Usage: python benchmarks/index_end_to_end.py [--docs 1500] [--repeat 1] [--emulate avx2] [--dtype
+int8]
        [--out benchmarks/results/index_end_to_end.json]
 """
 
@@ -44,8 +45,9 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=1500)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    parser.add_argument("--dtype", default=None,
-                        help="model.dtype for bertindex (default: the config's, auto)")
+    parser.add_argument(
+        "--dtype", default=None, help="model.dtype for bertindex (default: the config's, auto)"
+    )
     add_emulate_option(parser)
     args = parser.parse_args()
     reexec_emulated(args.emulate)
@@ -67,13 +69,37 @@ def main() -> int:
                 config = Path(tmp) / "config.yaml"
                 config.write_text(f"model:\n  dtype: {args.dtype}\n")
                 extra = ["--config", str(config)]
-            ours.append(run([str(BIN / "bertindex"), "index", str(corpus), "--store", str(store),
-                             "--max-length", "256", "--long-documents", "truncate", "--json",
-                             *extra]))
+            ours.append(
+                run(
+                    [
+                        str(BIN / "bertindex"),
+                        "index",
+                        str(corpus),
+                        "--store",
+                        str(store),
+                        "--max-length",
+                        "256",
+                        "--long-documents",
+                        "truncate",
+                        "--json",
+                        *extra,
+                    ]
+                )
+            )
             out = Path(tmp) / "reference"
             shutil.rmtree(out, ignore_errors=True)
-            theirs.append(run([sys.executable, str(ROOT / "benchmarks" / "reference_st_index.py"),
-                               str(corpus), str(out), "--max-length", "256"]))
+            theirs.append(
+                run(
+                    [
+                        sys.executable,
+                        str(ROOT / "benchmarks" / "reference_st_index.py"),
+                        str(corpus),
+                        str(out),
+                        "--max-length",
+                        "256",
+                    ]
+                )
+            )
     best_ours, best_theirs = min(ours), min(theirs)
     machine, path, flops = describe(args.docs, args.dtype)
     peak = machine["matmul_peak_gflops"][path["dtype"]]
@@ -83,17 +109,27 @@ def main() -> int:
     print(f"speed-up {best_theirs / best_ours:.2f}x")
     from indexer.encode.limits import limit_share
 
-    result = {"docs": args.docs, "bertindex_s": round(best_ours, 2),
-              "reference_s": round(best_theirs, 2), "speedup": round(best_theirs / best_ours, 2),
-              "runs": {"bertindex_s": [round(t, 2) for t in ours],
-                       "reference_s": [round(t, 2) for t in theirs]},
-              "encoder_path": path, "gflop_per_doc": round(flops / args.docs / 1e9, 3),
-              "bertindex_whole_process_limit_share": limit_share(flops, best_ours, peak),
-              "reference_whole_process_fp32_limit_share": limit_share(
-                  flops, best_theirs, machine["matmul_peak_gflops"]["fp32"]),
-              "machine": machine}
-    print(f"{result['bertindex_whole_process_limit_share']:.0%} of the {path['dtype']} matmul "
-          f"peak ({peak} GFLOP/s) over the whole bertindex process; path: {path['reason']}")
+    result = {
+        "docs": args.docs,
+        "bertindex_s": round(best_ours, 2),
+        "reference_s": round(best_theirs, 2),
+        "speedup": round(best_theirs / best_ours, 2),
+        "runs": {
+            "bertindex_s": [round(t, 2) for t in ours],
+            "reference_s": [round(t, 2) for t in theirs],
+        },
+        "encoder_path": path,
+        "gflop_per_doc": round(flops / args.docs / 1e9, 3),
+        "bertindex_whole_process_limit_share": limit_share(flops, best_ours, peak),
+        "reference_whole_process_fp32_limit_share": limit_share(
+            flops, best_theirs, machine["matmul_peak_gflops"]["fp32"]
+        ),
+        "machine": machine,
+    }
+    print(
+        f"{result['bertindex_whole_process_limit_share']:.0%} of the {path['dtype']} matmul "
+        f"peak ({peak} GFLOP/s) over the whole bertindex process; path: {path['reason']}"
+    )
     print(json.dumps(result))
     write_json(args.out, result)
     return 0

@@ -81,8 +81,9 @@ def fit_mixture(fit: np.ndarray, components: int, cache: Path, seed: int = 0):
         return z["weights"], z["means"], z["covariances"]
     from sklearn.mixture import GaussianMixture
 
-    gmm = GaussianMixture(components, covariance_type="full", reg_covar=1e-4, max_iter=30,
-                          random_state=seed).fit(fit)
+    gmm = GaussianMixture(
+        components, covariance_type="full", reg_covar=1e-4, max_iter=30, random_state=seed
+    ).fit(fit)
     np.savez(path, weights=gmm.weights_, means=gmm.means_, covariances=gmm.covariances_)
     return gmm.weights_, gmm.means_, gmm.covariances_
 
@@ -117,22 +118,36 @@ def recall_at_10(found: np.ndarray, truth: np.ndarray) -> float:
 
 def markdown(report: dict) -> str:
     """The README table rows of a report."""
-    rows = ["| method | parameter | recall@10 | p50 ms | p99 ms | build s | memory MB |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| method | parameter | recall@10 | p50 ms | p99 ms | build s | memory MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, m in report["methods"].items():
         param = next((f"{p}={m[p]}" for p in ("efSearch", "nprobe", "ef") if p in m), "-")
-        rows.append(f"| {name} | {param} | {m['recall@10']:.3f} | {m['p50_ms']:.2f} | "
-                    f"{m['p99_ms']:.2f} | {m['build_s']} | {m['memory_mb']} |")
+        rows.append(
+            f"| {name} | {param} | {m['recall@10']:.3f} | {m['p50_ms']:.2f} | "
+            f"{m['p99_ms']:.2f} | {m['build_s']} | {m['memory_mb']} |"
+        )
         if "at_tuned" in m:
             t = m["at_tuned"]
-            (p, v), = [(k, t[k]) for k in t if k in ("efSearch", "nprobe")]
-            rows.append(f"| {name}, as tuned on held vectors | {p}={v} | {t['recall@10']:.3f} | "
-                        f"{t['p50_ms']:.2f} | {t['p99_ms']:.2f} | (same index) | |")
+            ((p, v),) = [(k, t[k]) for k in t if k in ("efSearch", "nprobe")]
+            rows.append(
+                f"| {name}, as tuned on held vectors | {p}={v} | {t['recall@10']:.3f} | "
+                f"{t['p50_ms']:.2f} | {t['p99_ms']:.2f} | (same index) | |"
+            )
     return "\n".join(rows)
 
 
-def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries: np.ndarray,
-                  truth: np.ndarray, target: float, threads: int) -> dict:
+def measure_faiss(
+    spec: str,
+    config,
+    data: np.ndarray,
+    ids: np.ndarray,
+    queries: np.ndarray,
+    truth: np.ndarray,
+    target: float,
+    threads: int,
+) -> dict:
     """Build `spec` through `VectorIndex.build` (as `bertindex index` does: `auto` tunes on
     held database vectors), then find the smallest search parameter at which the real
     queries reach `target` and time single queries there (one thread)."""
@@ -142,15 +157,26 @@ def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries:
     from indexer.index.auto import estimate_bytes, smallest_reaching, tunable
     from indexer.index.vector import VectorIndex
 
-    prov = Provenance(model_name="synthetic", weights_hash="-", pooling="mean", normalize=True,
-                      max_length=256, dim=data.shape[1], dtype="fp32")
+    prov = Provenance(
+        model_name="synthetic",
+        weights_hash="-",
+        pooling="mean",
+        normalize=True,
+        max_length=256,
+        dim=data.shape[1],
+        dtype="fp32",
+    )
     faiss.omp_set_num_threads(threads)
     before = rss_mb()
     t = time.perf_counter()
     index = VectorIndex.build(spec, prov, config, data, ids)
     build = time.perf_counter() - t
-    out = {"spec": spec, "build_s": round(build, 1), "memory_mb": round(rss_mb() - before),
-           "memory_estimate_mb": round(estimate_bytes(spec, len(ids), data.shape[1]) / 2**20)}
+    out = {
+        "spec": spec,
+        "build_s": round(build, 1),
+        "memory_mb": round(rss_mb() - before),
+        "memory_estimate_mb": round(estimate_bytes(spec, len(ids), data.shape[1]) / 2**20),
+    }
     faiss.omp_set_num_threads(1)
     if tunable(spec) is not None:
         param, values = tunable(spec)
@@ -171,8 +197,12 @@ def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries:
             at_tuned = on_queries(tuned)
             index.tuning = dict(base, value=tuned)
             p50, p99 = latency(lambda q: index.search(q, 10), queries)
-            out["at_tuned"] = {param: tuned, "recall@10": round(at_tuned, 4),
-                               "p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
+            out["at_tuned"] = {
+                param: tuned,
+                "recall@10": round(at_tuned, 4),
+                "p50_ms": round(p50, 3),
+                "p99_ms": round(p99, 3),
+            }
         # the smallest value (doubling, then bisecting) at which the real queries reach the
         # target, as for hnswlib: the figure comparable with the other methods
         value, _ = smallest_reaching(on_queries, values, target)
@@ -182,8 +212,11 @@ def measure_faiss(spec: str, config, data: np.ndarray, ids: np.ndarray, queries:
     found = index.search(queries, 10)[1]
     p50, p99 = latency(lambda q: index.search(q, 10), queries)
     faiss.omp_set_num_threads(threads)
-    out |= {"recall@10": round(recall_at_10(found, truth), 4), "p50_ms": round(p50, 3),
-            "p99_ms": round(p99, 3)}
+    out |= {
+        "recall@10": round(recall_at_10(found, truth), 4),
+        "p50_ms": round(p50, 3),
+        "p99_ms": round(p99, 3),
+    }
     return out
 
 
@@ -195,16 +228,30 @@ def main() -> None:
     parser.add_argument("--components", type=int, default=16)
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--memory-budget-mb", type=float, default=None)
-    parser.add_argument("--flat-limit", type=int, default=100_000,
-                        help="index.flat_limit (0: see the approximate choice at any --n)")
-    parser.add_argument("--flat-queries", type=int, default=200,
-                        help="queries timed for exact search (each scans all --n vectors)")
-    parser.add_argument("--also", action="append", default=[], metavar="SPEC",
-                        help="also measure this FAISS factory string (e.g. HNSW32,Flat), "
-                             "its parameter raised on the queries like the others")
+    parser.add_argument(
+        "--flat-limit",
+        type=int,
+        default=100_000,
+        help="index.flat_limit (0: see the approximate choice at any --n)",
+    )
+    parser.add_argument(
+        "--flat-queries",
+        type=int,
+        default=200,
+        help="queries timed for exact search (each scans all --n vectors)",
+    )
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also measure this FAISS factory string (e.g. HNSW32,Flat), "
+        "its parameter raised on the queries like the others",
+    )
     parser.add_argument("--hnsw-m", type=int, default=32, help="hnswlib M")
-    parser.add_argument("--hnsw-ef-construction", type=int, default=100,
-                        help="hnswlib ef_construction")
+    parser.add_argument(
+        "--hnsw-ef-construction", type=int, default=100, help="hnswlib ef_construction"
+    )
     parser.add_argument("--skip-hnswlib", action="store_true")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/bertindex-real-embeddings.npy"))
     parser.add_argument("--out", type=Path, help="write the JSON report here too")
@@ -217,15 +264,24 @@ def main() -> None:
     from indexer.index.vector import resolve_spec
 
     threads = faiss.omp_get_max_threads()
-    report: dict = {"n": args.n, "target_recall@10": args.target, "build_threads": threads,
-                    "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+    report: dict = {
+        "n": args.n,
+        "target_recall@10": args.target,
+        "build_threads": threads,
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
     real = real_embeddings(args.real, args.cache)
-    queries, fit = real[: args.queries], real[args.queries:]
+    queries, fit = real[: args.queries], real[args.queries :]
     dim = real.shape[1]
     t = time.perf_counter()
     data = synthetic(fit_mixture(fit, args.components, args.cache), args.n)
-    report |= {"dim": dim, "real_fit": len(fit), "queries": len(queries),
-               "components": args.components, "gmm_seconds": round(time.perf_counter() - t, 1)}
+    report |= {
+        "dim": dim,
+        "real_fit": len(fit),
+        "queries": len(queries),
+        "components": args.components,
+        "gmm_seconds": round(time.perf_counter() - t, 1),
+    }
     ids = np.arange(1, args.n + 1, dtype=np.int64)
     print(f"data {data.shape} drawn in {report['gmm_seconds']}s", file=sys.stderr)
 
@@ -244,24 +300,39 @@ def main() -> None:
     faiss.omp_set_num_threads(1)
     p50, p99 = latency(lambda q: flat.search(q, 10), queries[: args.flat_queries])
     faiss.omp_set_num_threads(threads)
-    methods["faiss Flat (exact)"] = {"build_s": round(build, 1), "memory_mb": round(mem),
-                                     "recall@10": 1.0, "p50_ms": round(p50, 3),
-                                     "p99_ms": round(p99, 3)}
+    methods["faiss Flat (exact)"] = {
+        "build_s": round(build, 1),
+        "memory_mb": round(mem),
+        "recall@10": 1.0,
+        "p50_ms": round(p50, 3),
+        "p99_ms": round(p99, 3),
+    }
     flat.reset()
     flat = None
     print(json.dumps(methods), file=sys.stderr)
 
     # 2. auto: resolve + build + tune on held database vectors, as `bertindex index` does
-    cfg = IndexConfig(memory_budget_mb=args.memory_budget_mb, target_recall=args.target,
-                      flat_limit=args.flat_limit)
+    cfg = IndexConfig(
+        memory_budget_mb=args.memory_budget_mb,
+        target_recall=args.target,
+        flat_limit=args.flat_limit,
+    )
     spec = resolve_spec("auto", args.n, cfg, dim)
-    methods[f"auto ({spec})"] = measure_faiss(spec, cfg, data, ids, queries, truth,
-                                              args.target, threads)
+    methods[f"auto ({spec})"] = measure_faiss(
+        spec, cfg, data, ids, queries, truth, args.target, threads
+    )
     print(json.dumps(methods), file=sys.stderr)
     for other in args.also:  # 3. other FAISS specs, as `index.spec: SPEC`
-        methods[f"faiss {other}"] = measure_faiss(other, cfg.model_copy(update={"spec": other}),
-                                                  data, ids, queries, truth, args.target,
-                                                  threads)
+        methods[f"faiss {other}"] = measure_faiss(
+            other,
+            cfg.model_copy(update={"spec": other}),
+            data,
+            ids,
+            queries,
+            truth,
+            args.target,
+            threads,
+        )
         print(json.dumps(methods), file=sys.stderr)
 
     # 4. hnswlib, same vectors; ef raised until the same recall
@@ -289,9 +360,14 @@ def main() -> None:
         h.set_ef(ef)
         p50, p99 = latency(lambda q: h.knn_query(q, k=10), queries)
         methods[f"hnswlib M={m} efC={ef_construction}"] = {
-            "build_s": round(build, 1), "memory_mb": round(mem), "ef": ef,
-            "recall@10": round(curve[ef], 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
-            "queries_curve": {str(v): round(r, 4) for v, r in sorted(curve.items())}}
+            "build_s": round(build, 1),
+            "memory_mb": round(mem),
+            "ef": ef,
+            "recall@10": round(curve[ef], 4),
+            "p50_ms": round(p50, 3),
+            "p99_ms": round(p99, 3),
+            "queries_curve": {str(v): round(r, 4) for v, r in sorted(curve.items())},
+        }
     report["methods"] = methods
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report, indent=1)

@@ -33,8 +33,12 @@ from machine import write_json
 from indexer.core.machine import add_emulate_option, reexec_emulated
 
 DATA = ROOT.parent / "shared" / "data"
-GATES = {"min_cosine": 0.99, "scifact_ndcg@10": 0.005, "sts_spearman": 0.005,
-         "offensive_macro_f1": 0.01}
+GATES = {
+    "min_cosine": 0.99,
+    "scifact_ndcg@10": 0.005,
+    "sts_spearman": 0.005,
+    "offensive_macro_f1": 0.01,
+}
 
 
 def load_scifact(limit: int | None) -> tuple[list[str], list[str]]:
@@ -66,8 +70,12 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0, help="SciFact abstracts (0: all 5,183)")
     parser.add_argument("--speed-sample", type=int, default=500)
     parser.add_argument("--record", action="store_true")
-    parser.add_argument("--head-wait", type=int, default=0,
-                        help="seconds to wait for --head to appear (trained beside this run)")
+    parser.add_argument(
+        "--head-wait",
+        type=int,
+        default=0,
+        help="seconds to wait for --head to appear (trained beside this run)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     add_emulate_option(parser)
     args = parser.parse_args()
@@ -98,13 +106,13 @@ def main() -> int:
     tweets_dir = DATA / "tweeteval" / "offensive"
     tweets = (tweets_dir / "test_text.txt").read_text(encoding="utf-8").split("\n")
     labels = (tweets_dir / "test_labels.txt").read_text().split()
-    tweets = tweets[:len(labels)]
+    tweets = tweets[: len(labels)]
     gold_off = np.asarray([int(x) for x in labels])
 
     encoder = Encoder(ModelConfig(dtype="fp32", device="cpu", max_length=256))
     fp32_model = encoder.model
     int8_model = quantize_int8(fp32_model, args.variant, calibration=encoder.calibrate)
-    sample = docs[:args.speed_sample]
+    sample = docs[: args.speed_sample]
     speed: dict[str, float] = {}
 
     def timed_rate(name: str, model) -> None:
@@ -136,8 +144,10 @@ def main() -> int:
         a, b = encoder.encode_texts(left), encoder.encode_texts(right)
         vectors[name] = d
         tweet_vectors[name] = encoder.encode_texts(tweets)
-        metrics[name] = {"scifact_ndcg@10": retrieval_scores(run, qrels)["ndcg@10"],
-                         "sts_spearman": round(spearman((a * b).sum(axis=1), gold_sts), 5)}
+        metrics[name] = {
+            "scifact_ndcg@10": retrieval_scores(run, qrels)["ndcg@10"],
+            "sts_spearman": round(spearman((a * b).sum(axis=1), gold_sts), 5),
+        }
         print(name, metrics[name], flush=True)
     cos = (vectors["fp32"] * vectors["int8"]).sum(axis=1)
     print(f"min cosine {cos.min():.5f}, mean {cos.mean():.5f}", flush=True)
@@ -145,38 +155,65 @@ def main() -> int:
     while not (args.head / "config.json").is_file() and time.time() < deadline:
         time.sleep(10)  # a head still being trained beside this run
     if not (args.head / "config.json").is_file():
-        print(f"{args.head}: no head (config.json) found; train one with `bertindex train "
-              "classifier --data .../tweeteval/offensive --head-only --out DIR`", file=sys.stderr)
+        print(
+            f"{args.head}: no head (config.json) found; train one with `bertindex train "
+            "classifier --data .../tweeteval/offensive --head-only --out DIR`",
+            file=sys.stderr,
+        )
         return 1
     head = AutoModelForSequenceClassification.from_pretrained(args.head).eval()
     for name, t in tweet_vectors.items():
         with torch.inference_mode():
             pred = head_logits(head, torch.from_numpy(t)).argmax(dim=1).numpy()
         metrics[name]["offensive_macro_f1"] = round(macro_f1(gold_off, pred), 5)
-    gates = {"min_cosine": {"value": round(float(cos.min()), 5),
-                            "mean": round(float(cos.mean()), 5), "limit": GATES["min_cosine"],
-                            "passed": bool(cos.min() >= GATES["min_cosine"])}}
+    gates = {
+        "min_cosine": {
+            "value": round(float(cos.min()), 5),
+            "mean": round(float(cos.mean()), 5),
+            "limit": GATES["min_cosine"],
+            "passed": bool(cos.min() >= GATES["min_cosine"]),
+        }
+    }
     for key in ("scifact_ndcg@10", "sts_spearman", "offensive_macro_f1"):
         diff = metrics["int8"][key] - metrics["fp32"][key]
-        gates[key] = {"fp32": metrics["fp32"][key], "int8": metrics["int8"][key],
-                      "diff": round(diff, 5), "limit": GATES[key],
-                      "passed": bool(abs(diff) <= GATES[key])}
+        gates[key] = {
+            "fp32": metrics["fp32"][key],
+            "int8": metrics["int8"][key],
+            "diff": round(diff, 5),
+            "limit": GATES[key],
+            "passed": bool(abs(diff) <= GATES[key]),
+        }
     loads.append(os.getloadavg()[0])
     passed = all(g["passed"] for g in gates.values())
     isa = machine.isa_class()
-    entry = {"passed": passed, "gates": gates, "emulated": bool(machine.emulated()),
-             "speed": {k: round(v / speed["fp32"], 2) for k, v in speed.items()},
-             "passages_per_s": {k: round(v, 1) for k, v in speed.items()},
-             "abstracts": len(docs), "recorded": datetime.date.today().isoformat(),
-             "cpu_model": machine.cpu_model(), "load_average": [round(x, 2) for x in loads]}
-    result = {"variant": args.variant, "isa_class": isa, **entry,
-              "machine": limits.machine_info(["fp32", "int8", *(["bf16"] if "bf16" in speed else [])])}
+    entry = {
+        "passed": passed,
+        "gates": gates,
+        "emulated": bool(machine.emulated()),
+        "speed": {k: round(v / speed["fp32"], 2) for k, v in speed.items()},
+        "passages_per_s": {k: round(v, 1) for k, v in speed.items()},
+        "abstracts": len(docs),
+        "recorded": datetime.date.today().isoformat(),
+        "cpu_model": machine.cpu_model(),
+        "load_average": [round(x, 2) for x in loads],
+    }
+    result = {
+        "variant": args.variant,
+        "isa_class": isa,
+        **entry,
+        "machine": limits.machine_info(["fp32", "int8", *(["bf16"] if "bf16" in speed else [])]),
+    }
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     if args.record:
-        int8_check.write(int8_check.PACKAGED, {
-            "weights_hash": weights_hash(encoder.model_dir),
-            "model_name": encoder.provenance.model_name, "variant": args.variant,
-            "classes": {isa: entry}})
+        int8_check.write(
+            int8_check.PACKAGED,
+            {
+                "weights_hash": weights_hash(encoder.model_dir),
+                "model_name": encoder.provenance.model_name,
+                "variant": args.variant,
+                "classes": {isa: entry},
+            },
+        )
         print(f"recorded for {isa} in {int8_check.PACKAGED}")
     write_json(args.out, result)
     return 0

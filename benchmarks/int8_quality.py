@@ -62,12 +62,22 @@ def main() -> int:
         return out, time.perf_counter() - start
 
     reference, t_fp32 = timed()
-    rows = [{"path": "fp32", "per_s": round(len(seqs) / t_fp32, 1), "speed_vs_fp32": 1.0,
-             "min_cosine": 1.0, "mean_cosine": 1.0}]
+    rows = [
+        {
+            "path": "fp32",
+            "per_s": round(len(seqs) / t_fp32, 1),
+            "speed_vs_fp32": 1.0,
+            "min_cosine": 1.0,
+            "mean_cosine": 1.0,
+        }
+    ]
     info = machine_info(["fp32", "int8"] + ([] if args.skip_bf16 else ["bf16"]))
     rows[0]["limit_share"] = limit_share(flops, t_fp32, info["matmul_peak_gflops"]["fp32"])
-    print(f"passages {len(seqs)}, max_length {args.max_length}; fp32 {rows[0]['per_s']}/s "
-          f"({rows[0]['limit_share']:.0%} of the fp32 matmul peak)", flush=True)
+    print(
+        f"passages {len(seqs)}, max_length {args.max_length}; fp32 {rows[0]['per_s']}/s "
+        f"({rows[0]['limit_share']:.0%} of the fp32 matmul peak)",
+        flush=True,
+    )
     if not args.skip_bf16:
         bf16 = Encoder(ModelConfig(dtype="bf16", device="cpu", max_length=args.max_length))
         bf16.encode_ids(seqs[:32])
@@ -75,9 +85,15 @@ def main() -> int:
         vecs = bf16.encode_ids(seqs)
         t = time.perf_counter() - start
         cos = (vecs * reference).sum(axis=1)
-        rows.append({"path": "bf16", "per_s": round(len(seqs) / t, 1),
-                     "speed_vs_fp32": round(t_fp32 / t, 2), "min_cosine": round(float(cos.min()), 5),
-                     "mean_cosine": round(float(cos.mean()), 5)})
+        rows.append(
+            {
+                "path": "bf16",
+                "per_s": round(len(seqs) / t, 1),
+                "speed_vs_fp32": round(t_fp32 / t, 2),
+                "min_cosine": round(float(cos.min()), 5),
+                "mean_cosine": round(float(cos.mean()), 5),
+            }
+        )
         print(rows[-1], flush=True)
         del bf16
     for name in args.variants or list(VARIANTS):
@@ -87,10 +103,16 @@ def main() -> int:
         encoder.encode_ids(seqs[:32])
         vecs, t = timed()
         cos = (vecs * reference).sum(axis=1)
-        rows.append({"path": f"int8 {name}", "int8_layers": len(quantizable(fp32_model, variant)),
-                     "per_s": round(len(seqs) / t, 1), "speed_vs_fp32": round(t_fp32 / t, 2),
-                     "min_cosine": round(float(cos.min()), 5),
-                     "mean_cosine": round(float(cos.mean()), 5)})
+        rows.append(
+            {
+                "path": f"int8 {name}",
+                "int8_layers": len(quantizable(fp32_model, variant)),
+                "per_s": round(len(seqs) / t, 1),
+                "speed_vs_fp32": round(t_fp32 / t, 2),
+                "min_cosine": round(float(cos.min()), 5),
+                "mean_cosine": round(float(cos.mean()), 5),
+            }
+        )
         print(rows[-1], flush=True)
     result = {"passages": len(seqs), "max_length": args.max_length, "rows": rows, "machine": info}
     print(json.dumps(result))

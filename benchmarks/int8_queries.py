@@ -52,37 +52,53 @@ def measure(store_dir: str, folder: Path, config_path: Path | None) -> dict:
     texts = [queries[q] for q in ids]
     out: dict = {"store": store_dir, "data": str(folder), "queries": len(ids)}
     with Store(store_dir, read_only=True) as store:
-        searchers = {e: Searcher(config.with_overrides(**{"search.query_encoder": e}), store)
-                     for e in ENCODERS}
+        searchers = {
+            e: Searcher(config.with_overrides(**{"search.query_encoder": e}), store)
+            for e in ENCODERS
+        }
         vectors = {e: s.encode_queries(texts) for e, s in searchers.items()}
         cosine = (vectors["onnx"] * vectors["onnx-int8"]).sum(axis=1)
-        out["cosine"] = {"min": round(float(cosine.min()), 4), "mean": round(float(cosine.mean()), 5)}
+        out["cosine"] = {
+            "min": round(float(cosine.min()), 4),
+            "mean": round(float(cosine.mean()), 5),
+        }
         top: dict = {}
         for encoder, searcher in searchers.items():
             for mode in MODES:
                 hits = searcher.search_many(texts, 100, mode=mode, vectors=vectors[encoder])
                 run = {q: [h.id for h in h_] for q, h_ in zip(ids, hits)}
                 scores = retrieval_scores(run, {q: qrels[q] for q in ids})
-                out.setdefault(encoder, {})[mode] = {k: scores[k] for k in ("ndcg@10", "recall@100")}
+                out.setdefault(encoder, {})[mode] = {
+                    k: scores[k] for k in ("ndcg@10", "recall@100")
+                }
                 top[encoder, mode] = [run[q][:10] for q in ids]
         for mode in MODES:
             a, b = top["onnx", mode], top["onnx-int8", mode]
             out.setdefault("top10", {})[mode] = {
                 "identical": round(float(np.mean([x == y for x, y in zip(a, b)])), 3),
-                "overlap": round(float(np.mean([len(set(x) & set(y)) / max(1, len(x))
-                                                for x, y in zip(a, b)])), 3)}
+                "overlap": round(
+                    float(np.mean([len(set(x) & set(y)) / max(1, len(x)) for x, y in zip(a, b)])), 3
+                ),
+            }
             out.setdefault("ndcg@10_change", {})[mode] = round(
-                out["onnx-int8"][mode]["ndcg@10"] - out["onnx"][mode]["ndcg@10"], 5)
+                out["onnx-int8"][mode]["ndcg@10"] - out["onnx"][mode]["ndcg@10"], 5
+            )
         out["encode_p50_ms"] = encode_p50(searchers, texts[:300])
-        out["encode_speedup"] = round(out["encode_p50_ms"]["onnx"]
-                                      / out["encode_p50_ms"]["onnx-int8"], 2)
+        out["encode_speedup"] = round(
+            out["encode_p50_ms"]["onnx"] / out["encode_p50_ms"]["onnx-int8"], 2
+        )
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", dest="sets", action="append", required=True,
-                        help="STORE=BEIR_FOLDER: a store indexed from that folder")
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        required=True,
+        help="STORE=BEIR_FOLDER: a store indexed from that folder",
+    )
     parser.add_argument("--config", type=Path, default=ROOT / "config.yaml")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -92,8 +108,10 @@ def main() -> None:
         if missing(Path(folder), Path(folder).name):
             raise SystemExit(2)
         if not (Path(store_dir) / "store.duckdb").exists():
-            raise SystemExit(f"{store_dir}: no store; index {folder} into it first "
-                             f"(bertindex index {folder} --store {store_dir})")
+            raise SystemExit(
+                f"{store_dir}: no store; index {folder} into it first "
+                f"(bertindex index {folder} --store {store_dir})"
+            )
         report["sets"][Path(folder).name] = measure(store_dir, Path(folder), args.config)
         print(Path(folder).name, report["sets"][Path(folder).name], file=sys.stderr)
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -50,6 +50,7 @@ def tantivy_runs(docs, fields):
     def search(text):
         hits = searcher.search(ix.parse_query(query_terms(text), names), 100).hits
         return searcher.fast_field_values("pos", [a for _, a in hits])
+
     return build, search
 
 
@@ -59,8 +60,12 @@ def bm25s_runs(docs, k1=1.2, b=0.75):
 
     stemmer = Stemmer.Stemmer("english")
     t = time.perf_counter()
-    tokens = bm25s.tokenize([(d.get("title") or "") + " " + d["text"] for d in docs],
-                            stopwords="en", stemmer=stemmer, show_progress=False)
+    tokens = bm25s.tokenize(
+        [(d.get("title") or "") + " " + d["text"] for d in docs],
+        stopwords="en",
+        stemmer=stemmer,
+        show_progress=False,
+    )
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index(tokens, show_progress=False)
     build = time.perf_counter() - t
@@ -68,6 +73,7 @@ def bm25s_runs(docs, k1=1.2, b=0.75):
     def search(text):
         q = bm25s.tokenize([text], stopwords="en", stemmer=stemmer, show_progress=False)
         return retriever.retrieve(q, k=100, show_progress=False, n_threads=1)[0][0]
+
     return build, search
 
 
@@ -81,17 +87,26 @@ def duckdb_runs(docs):
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     con.execute(f"LOAD '{ext}'")
     con.execute("CREATE TABLE d (pos INTEGER, body VARCHAR)")
-    con.executemany("INSERT INTO d VALUES (?, ?)",
-                    [(i, (d.get("title") or "") + " " + d["text"]) for i, d in enumerate(docs)])
+    con.executemany(
+        "INSERT INTO d VALUES (?, ?)",
+        [(i, (d.get("title") or "") + " " + d["text"]) for i, d in enumerate(docs)],
+    )
     t = time.perf_counter()
-    con.execute("PRAGMA create_fts_index('d', 'pos', 'body', stemmer='english', "
-                "stopwords='english')")
+    con.execute(
+        "PRAGMA create_fts_index('d', 'pos', 'body', stemmer='english', stopwords='english')"
+    )
     build = time.perf_counter() - t
 
     def search(text):
-        return [r[0] for r in con.execute(
-            "SELECT pos, fts_main_d.match_bm25(pos, ?) s FROM d WHERE s IS NOT NULL "
-            "ORDER BY s DESC LIMIT 100", [text]).fetchall()]
+        return [
+            r[0]
+            for r in con.execute(
+                "SELECT pos, fts_main_d.match_bm25(pos, ?) s FROM d WHERE s IS NOT NULL "
+                "ORDER BY s DESC LIMIT 100",
+                [text],
+            ).fetchall()
+        ]
+
     return build, search
 
 
@@ -121,8 +136,10 @@ def main() -> None:
             times.append(time.perf_counter() - t)
             run[qid] = [ids[int(p)] for p in found]
         scores = retrieval_scores(run, {q: qrels[q] for q in queries})
-        print(f"{name}: nDCG@10 {scores['ndcg@10']:.4f} recall@100 {scores['recall@100']:.4f} "
-              f"build {build:.2f}s query p50 {1000 * np.median(times):.2f} ms")
+        print(
+            f"{name}: nDCG@10 {scores['ndcg@10']:.4f} recall@100 {scores['recall@100']:.4f} "
+            f"build {build:.2f}s query p50 {1000 * np.median(times):.2f} ms"
+        )
 
 
 if __name__ == "__main__":

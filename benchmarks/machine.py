@@ -19,11 +19,21 @@ def machine() -> dict:
     """{"cpu", "avx512", "cores", "load_average", "date", "commit"} of this run."""
     cpu = proc_cpuinfo().get("model name", "unknown")
     flags = sorted(f for f in proc_cpu_flags() if "avx512" in f)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False,
-                            capture_output=True, text=True).stdout.strip()
-    return {"cpu": cpu, "avx512": flags, "cores": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "cpu": cpu,
+        "avx512": flags,
+        "cores": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+    }
 
 
 def cpu_name() -> str:

@@ -34,11 +34,51 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-WORDS = ["the", "cat", "dog", "sat", "on", "mat", "rug", "sofa", "slept", "parse", "command",
-         "line", "arguments", "python", "file", "read", "write", "compress", "gzip", "data",
-         "search", "index", "vector", "query", "text", "document", "red", "blue", "green",
-         "apple", "banana", "pear", "river", "mountain", "sea", "city", "house", "car", "train",
-         "fast", "slow", "big", "small"]
+WORDS = [
+    "the",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "rug",
+    "sofa",
+    "slept",
+    "parse",
+    "command",
+    "line",
+    "arguments",
+    "python",
+    "file",
+    "read",
+    "write",
+    "compress",
+    "gzip",
+    "data",
+    "search",
+    "index",
+    "vector",
+    "query",
+    "text",
+    "document",
+    "red",
+    "blue",
+    "green",
+    "apple",
+    "banana",
+    "pear",
+    "river",
+    "mountain",
+    "sea",
+    "city",
+    "house",
+    "car",
+    "train",
+    "fast",
+    "slow",
+    "big",
+    "small",
+]
 
 
 def write_corpus(path: Path, records: int, seed: int = 0) -> None:
@@ -49,8 +89,9 @@ def write_corpus(path: Path, records: int, seed: int = 0) -> None:
             lines = []
             for i in range(start, min(records, start + 10_000)):
                 text = " ".join(rng.choices(WORDS, k=rng.randint(4, 12)))
-                lines.append(json.dumps({"id": f"r{i}", "text": f"{text} {i}",
-                                         "group": str(i % 13)}))
+                lines.append(
+                    json.dumps({"id": f"r{i}", "text": f"{text} {i}", "group": str(i % 13)})
+                )
             fh.write("\n".join(lines) + "\n")
 
 
@@ -69,11 +110,17 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
         write_corpus(corpus, records)
     store = work / f"store-{records}"
     shutil.rmtree(store, ignore_errors=True)
-    cfg = Config().with_overrides(**{
-        "model.name": model_dir, "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": 64, "long_documents.stride": 16, "store.path": str(store),
-        "index.spec": spec,
-    })
+    cfg = Config().with_overrides(
+        **{
+            "model.name": model_dir,
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": 64,
+            "long_documents.stride": 16,
+            "store.path": str(store),
+            "index.spec": spec,
+        }
+    )
     phases: dict = {}
 
     def write(store, config, added, removed, base_version=None):
@@ -88,15 +135,22 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
 
     started = time.perf_counter()
     summary = run_index([str(corpus)], cfg, batch_size=batch_size, steps=Steps(write=write))
-    print(json.dumps({
-        "records": records, "encoded": summary["encoded"], "chunks": summary["chunks"],
-        "rejected": summary["rejected"], "index": summary["index"]["spec"],
-        "seconds": round(time.perf_counter() - started, 1),
-        "corpus_mb": round(corpus.stat().st_size / 2**20, 1),
-        "store_mb": round((store / "store.duckdb").stat().st_size / 2**20, 1),
-        "index_mb": round(_index_bytes(store) / 2**20, 1),
-        **phases,
-    }))
+    print(
+        json.dumps(
+            {
+                "records": records,
+                "encoded": summary["encoded"],
+                "chunks": summary["chunks"],
+                "rejected": summary["rejected"],
+                "index": summary["index"]["spec"],
+                "seconds": round(time.perf_counter() - started, 1),
+                "corpus_mb": round(corpus.stat().st_size / 2**20, 1),
+                "store_mb": round((store / "store.duckdb").stat().st_size / 2**20, 1),
+                "index_mb": round(_index_bytes(store) / 2**20, 1),
+                **phases,
+            }
+        )
+    )
 
 
 def _index_bytes(store: Path) -> int:
@@ -111,8 +165,20 @@ def _maxrss_mb() -> float:
 
 def measure(records: int, model_dir: Path, work: Path, batch_size: int, spec: str) -> dict:
     """Run one size in a child process; its peak RSS comes from wait4 (that child only)."""
-    cmd = [sys.executable, __file__, "--child", str(records), "--model", str(model_dir),
-           "--work", str(work), "--batch-size", str(batch_size), "--spec", spec]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        str(records),
+        "--model",
+        str(model_dir),
+        "--work",
+        str(work),
+        "--batch-size",
+        str(batch_size),
+        "--spec",
+        spec,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -128,8 +194,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--batch-size", type=int, default=2048)
-    parser.add_argument("--spec", default="IVF1024,Flat",
-                        help="index.spec for every size (default: a compact IVF index)")
+    parser.add_argument(
+        "--spec",
+        default="IVF1024,Flat",
+        help="index.spec for every size (default: a compact IVF index)",
+    )
     parser.add_argument("--work", type=Path, help="keep corpora and stores here")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -153,11 +222,13 @@ def main() -> None:
             print(json.dumps(info), flush=True)
         base = results[0]["peak_rss_mb"]
         for info in results:
-            print(f"{info['records']:>9} records: peak RSS {info['peak_rss_mb']:8.1f} MB "
-                  f"({info['peak_rss_mb'] / base:.2f}x of {results[0]['records']}); peak before the "
-                  f"index write {info['peak_before_index_write_mb']} MB, after FAISS "
-                  f"{info['peak_after_faiss_mb']} MB; {info['seconds']} s, "
-                  f"index {info['index']} {info['index_mb']} MB")
+            print(
+                f"{info['records']:>9} records: peak RSS {info['peak_rss_mb']:8.1f} MB "
+                f"({info['peak_rss_mb'] / base:.2f}x of {results[0]['records']}); peak before the "
+                f"index write {info['peak_before_index_write_mb']} MB, after FAISS "
+                f"{info['peak_after_faiss_mb']} MB; {info['seconds']} s, "
+                f"index {info['index']} {info['index_mb']} MB"
+            )
         print(f"load: {os.getloadavg()[0]:.2f} (1-minute average at the end)")
     finally:
         if args.work is None:

@@ -60,36 +60,56 @@ def main() -> int:
         return 1
     started, load_before = time.time(), os.getloadavg()
     full = read_head_data("ner", CONLL / "eng.train", CONLL / "eng.testa", CONLL / "eng.testb")
-    splits = {"train": _sample(full.splits["train"], args.train_size, args.seed),
-              "validation": _sample(full.splits["validation"], args.val_size, args.seed),
-              "test": _sample(full.splits["test"], args.test_size, args.seed)}
+    splits = {
+        "train": _sample(full.splits["train"], args.train_size, args.seed),
+        "validation": _sample(full.splits["validation"], args.val_size, args.seed),
+        "test": _sample(full.splits["test"], args.test_size, args.seed),
+    }
     data = HeadData(full.task, full.label_names, splits, dict(full.sources))
     config = Config()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "head"
-        settings = TrainSettings("ner", resolve_model_path(DEFAULT_MODEL), out, head_only=True,
-                                 epochs=args.epochs, seed=args.seed)
+        settings = TrainSettings(
+            "ner",
+            resolve_model_path(DEFAULT_MODEL),
+            out,
+            head_only=True,
+            epochs=args.epochs,
+            seed=args.seed,
+        )
         receipt = train_head(data, settings)
         after = evaluate_raw_text(out, data, config)
         heads = load_heads([str(out)])
         heads[0].options = {"segmentation": "tokenizer"}  # the tokenizer's words, as before
         annotator = Annotator.for_config(heads, config)
-        before = score_raw_text(data.splits["test"], data.label_names,
-                                lambda texts: [a.entities for a in annotator.annotate(texts)])
-    figures = {"receipt_words": receipt["test"]["entity_f1"],
-               "receipt_raw_text": receipt["raw_text"]["entity_f1"],
-               "annotate_before": before["entity_f1"],
-               "annotate_after": after["entity_f1"]}
+        before = score_raw_text(
+            data.splits["test"],
+            data.label_names,
+            lambda texts: [a.entities for a in annotator.annotate(texts)],
+        )
+    figures = {
+        "receipt_words": receipt["test"]["entity_f1"],
+        "receipt_raw_text": receipt["raw_text"]["entity_f1"],
+        "annotate_before": before["entity_f1"],
+        "annotate_after": after["entity_f1"],
+    }
     result = {
         "figures": {k: round(v, 4) for k, v in figures.items()},
-        "test_sentences": len(data.splits["test"]), "train_sentences": len(splits["train"]),
-        "validation_sentences": len(splits["validation"]), "epochs": args.epochs,
-        "head_only": True, "annotate_dtype": annotator.dtype_name,
+        "test_sentences": len(data.splits["test"]),
+        "train_sentences": len(splits["train"]),
+        "validation_sentences": len(splits["validation"]),
+        "epochs": args.epochs,
+        "head_only": True,
+        "annotate_dtype": annotator.dtype_name,
         "gold_entities": after["gold_entities"],
-        "predicted_entities": {"before": before["predicted_entities"],
-                               "after": after["predicted_entities"]},
-        "minutes": round((time.time() - started) / 60, 2), "cpu": cpu_name(),
-        "load_average_before": [round(x, 2) for x in load_before], "machine": machine(),
+        "predicted_entities": {
+            "before": before["predicted_entities"],
+            "after": after["predicted_entities"],
+        },
+        "minutes": round((time.time() - started) / 60, 2),
+        "cpu": cpu_name(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "machine": machine(),
         "command": "python " + " ".join(sys.argv),
     }
     print(result["figures"], f"({result['minutes']} min, {result['cpu']})")

@@ -35,8 +35,10 @@ def main() -> None:
     faiss.write_index(index, str(out / "index.faiss"))
     con = duckdb.connect(str(out / "meta.duckdb"))
     con.execute("CREATE TABLE docs (row_id BIGINT, id VARCHAR, title VARCHAR, text VARCHAR)")
-    con.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)",
-                    [[i, str(r["_id"]), r.get("title"), r["text"]] for i, r in enumerate(rows)])
+    con.executemany(
+        "INSERT INTO docs VALUES (?, ?, ?, ?)",
+        [[i, str(r["_id"]), r.get("title"), r["text"]] for i, r in enumerate(rows)],
+    )
     con.close()
     print(f"indexed {len(rows)} documents")
 

@@ -31,7 +31,31 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 SOURCES = ["web", "app", "forum", "email", "partner"]
-WORDS = ["refund", "delivery", "late", "broken", "great", "love", "hate", "price", "support", "order", "account", "login", "password", "update", "crash", "slow", "fast", "thanks", "terrible", "awesome", "never", "again", "always"]
+WORDS = [
+    "refund",
+    "delivery",
+    "late",
+    "broken",
+    "great",
+    "love",
+    "hate",
+    "price",
+    "support",
+    "order",
+    "account",
+    "login",
+    "password",
+    "update",
+    "crash",
+    "slow",
+    "fast",
+    "thanks",
+    "terrible",
+    "awesome",
+    "never",
+    "again",
+    "always",
+]
 BATCH = 50_000
 
 
@@ -48,8 +72,10 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
     prng = random.Random(seed)
     start = datetime(2025, 1, 1)
     vocab = {"ORG": names("Org", 400), "PER": names("Person", 400), "LOC": names("Place", 200)}
-    zipf = {t: (1 / np.arange(1, len(v) + 1)) / (1 / np.arange(1, len(v) + 1)).sum()
-            for t, v in vocab.items()}
+    zipf = {
+        t: (1 / np.arange(1, len(v) + 1)) / (1 / np.arange(1, len(v) + 1)).sum()
+        for t, v in vocab.items()
+    }
     with Store(store_dir) as store:
         for s in range(0, docs, BATCH):
             n = min(BATCH, docs - s)
@@ -74,8 +100,9 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
                 records.append(Record(f"d{s + j}", text, None, meta, "gen", s + j + 1))
                 day = seconds[j] / 86400
                 p_neg = 0.2 + 0.3 * day / 365  # the negative share drifts up over the year
-                lab = rng.choice(["negative", "neutral", "positive"],
-                                 p=[p_neg, (1 - p_neg) / 2, (1 - p_neg) / 2])
+                lab = rng.choice(
+                    ["negative", "neutral", "positive"], p=[p_neg, (1 - p_neg) / 2, (1 - p_neg) / 2]
+                )
                 ents = []
                 for _ in range(int(rng.integers(0, 4))):
                     t = ("ORG", "PER", "LOC")[int(rng.integers(0, 3))]
@@ -83,25 +110,41 @@ def generate(store_dir: Path, docs: int, seed: int = 0) -> None:
                     if t == "ORG" and rng.random() < day / 365 * 0.1:
                         name = "Rising Corp"
                     ents.append(Entity(t, 0, len(name), name, 0.9, "ner"))
-                notes.append(Annotation(labels=[Label(str(lab), float(rng.uniform(0.4, 1.0)),
-                                                      "sentiment")], entities=ents))
+                notes.append(
+                    Annotation(
+                        labels=[Label(str(lab), float(rng.uniform(0.4, 1.0)), "sentiment")],
+                        entities=ents,
+                    )
+                )
             rows = [(d, rec, content_hash(rec)) for d, rec in zip(doc_ids, records)]
             empty = ChunkRows([], [], [], [], [], np.zeros((0, 4), np.float32))
             store.documents.write_batch("stream", rows, [], [], empty, [], "gen")
-            store.annotations.write([(d, rec.text, h) for d, rec, h in rows], notes,
-                              {"sentiment": "v1", "ner": "v1"})
+            store.annotations.write(
+                [(d, rec.text, h) for d, rec, h in rows], notes, {"sentiment": "v1", "ner": "v1"}
+            )
             print(f"generated {s + n} documents", file=sys.stderr, flush=True)
-        members = rng.permutation(np.arange(1, docs + 1))[:docs // 100]  # 1 % in waves
+        members = rng.permutation(np.arange(1, docs + 1))[: docs // 100]  # 1 % in waves
         wave, group = [], []
         at = 0
         while at < len(members):
-            piece = members[at:at + int(rng.integers(5, 51))]
+            piece = members[at : at + int(rng.integers(5, 51))]
             wave.extend(int(d) for d in piece)
             group.extend([int(piece.min())] * len(piece))
             at += len(piece)
-        store.dedup.write("stream", wave, group, {}, full=True, state={
-            "threshold": 0.9, "min_jaccard": 0.5, "min_size": 3, "neighbours": 32,
-            "summary": {"planted": len(wave)}})
+        store.dedup.write(
+            "stream",
+            wave,
+            group,
+            {},
+            full=True,
+            state={
+                "threshold": 0.9,
+                "min_jaccard": 0.5,
+                "min_size": 3,
+                "neighbours": 32,
+                "summary": {"planted": len(wave)},
+            },
+        )
 
 
 def main() -> None:
@@ -109,8 +152,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=100_000)
     ap.add_argument("--work", type=Path, help="keep the store here (reused when present)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--html", type=Path, help="also write the HTML page and a PNG screenshot "
-                    "of it to this path")
+    ap.add_argument(
+        "--html", type=Path, help="also write the HTML page and a PNG screenshot of it to this path"
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     from machine import machine
@@ -146,19 +190,40 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for _ in range(args.repeats):
         t = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "search.cli.main", "report", "--json",
-                               "--store", str(store_dir), "--time-field", "posted_at"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "search.cli.main",
+                "report",
+                "--json",
+                "--store",
+                str(store_dir),
+                "--time-field",
+                "posted_at",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         command.append(round(time.perf_counter() - t, 3))
         assert len(done.stdout.splitlines()) == len(lines)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import search.cli.main"], cwd=ROOT, env=env,
-                   check=True)
+    subprocess.run([sys.executable, "-c", "import search.cli.main"], cwd=ROOT, env=env, check=True)
     import_s = round(time.perf_counter() - t, 3)
-    out = {"docs": args.docs, "generate_s": gen_s, "buckets": len(lines),
-           "unknown": report["buckets"][-1]["documents"],
-           "json_in_process_s": in_process, "by_source_in_process_s": by_source,
-           "json_command_s": command, "cli_import_s": import_s, **machine()}
+    out = {
+        "docs": args.docs,
+        "generate_s": gen_s,
+        "buckets": len(lines),
+        "unknown": report["buckets"][-1]["documents"],
+        "json_in_process_s": in_process,
+        "by_source_in_process_s": by_source,
+        "json_command_s": command,
+        "cli_import_s": import_s,
+        **machine(),
+    }
     if args.html:
         from browser import console_errors, headless_chromium, screenshot
 

@@ -47,14 +47,21 @@ def main() -> None:
     from search.server import create_app
 
     config_path = "config.yaml" if Path("config.yaml").is_file() else None
-    cfg = load_config(config_path).with_overrides(**{"store.path": args.store,
-                                                     "search.rerank": args.head})
+    cfg = load_config(config_path).with_overrides(
+        **{"store.path": args.store, "search.rerank": args.head}
+    )
     queries, _ = load_beir_queries(Path(args.collection_folder), args.split)
     texts = list(queries.values())[: args.n]
     depths = [int(d) for d in args.depths.split(",")]
-    out = {"store": args.store, "head": args.head, "queries": len(texts), "k": 10,
-           "machine": machine(), "library": {},
-           "server": {}}
+    out = {
+        "store": args.store,
+        "head": args.head,
+        "queries": len(texts),
+        "k": 10,
+        "machine": machine(),
+        "library": {},
+        "server": {},
+    }
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store)
         started = time.perf_counter()
@@ -76,12 +83,17 @@ def main() -> None:
             reranked = timed(rerank=args.head, rerank_depth=depth)
             out["library"][f"depth_{depth}"] = {
                 "p50_ms": _p50(reranked),
-                "rerank_share": round(1 - statistics.median(plain) / statistics.median(reranked), 3)}
+                "rerank_share": round(
+                    1 - statistics.median(plain) / statistics.median(reranked), 3
+                ),
+            }
         client = TestClient(create_app(searcher))
 
         def served(**body) -> list[float]:
-            return [client.post("/search", json={"query": t, "k": 10, **body}).json()["took_ms"]
-                    / 1000 for t in texts]
+            return [
+                client.post("/search", json={"query": t, "k": 10, **body}).json()["took_ms"] / 1000
+                for t in texts
+            ]
 
         plain = served(rerank=False)
         out["server"]["hybrid_p50_ms"] = _p50(plain)
@@ -89,7 +101,10 @@ def main() -> None:
             reranked = served(rerank=True, rerank_depth=depth)
             out["server"][f"depth_{depth}"] = {
                 "p50_ms": _p50(reranked),
-                "rerank_share": round(1 - statistics.median(plain) / statistics.median(reranked), 3)}
+                "rerank_share": round(
+                    1 - statistics.median(plain) / statistics.median(reranked), 3
+                ),
+            }
     print(json.dumps(out, indent=1))
     write_json(Path(args.out) if args.out else None, out)
 

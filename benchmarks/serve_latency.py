@@ -84,15 +84,25 @@ def sequential(port: int, texts: list[str], k: int, mode: str, pid: int) -> dict
             rtt.append(time.perf_counter() - t)
             server.append(answer["took_ms"])
     conn.close()
-    return {"p50_ms": round(float(np.percentile(rtt, 50)) * 1000, 2),
-            "p99_ms": round(float(np.percentile(rtt, 99)) * 1000, 2),
-            "server_p50_ms": round(float(np.percentile(server, 50)), 2),
-            # CPU the server spent per query: what a quiet core would take, whatever the load
-            "server_cpu_ms_per_query": round(1000 * (cpu_seconds(pid) - cpu) / len(texts), 2)}
+    return {
+        "p50_ms": round(float(np.percentile(rtt, 50)) * 1000, 2),
+        "p99_ms": round(float(np.percentile(rtt, 99)) * 1000, 2),
+        "server_p50_ms": round(float(np.percentile(server, 50)), 2),
+        # CPU the server spent per query: what a quiet core would take, whatever the load
+        "server_cpu_ms_per_query": round(1000 * (cpu_seconds(pid) - cpu) / len(texts), 2),
+    }
 
 
-def load(port: int, texts: list[str], k: int, clients: int, requests: int, seconds: float,
-         pid: int, mode: str = "hybrid") -> dict:
+def load(
+    port: int,
+    texts: list[str],
+    k: int,
+    clients: int,
+    requests: int,
+    seconds: float,
+    pid: int,
+    mode: str = "hybrid",
+) -> dict:
     """`clients` threads, each on its own connection, until `requests` answers or `seconds`."""
     lock = threading.Lock()
     state = {"next": 0, "done": 0}
@@ -134,22 +144,40 @@ def load(port: int, texts: list[str], k: int, clients: int, requests: int, secon
     wall = time.perf_counter() - started
     cpu = cpu_seconds(pid) - cpu
     own = time.process_time() - own
-    return {"clients": clients, "server_cpu_ms_per_query": round(1000 * cpu / max(1, state["done"]), 2),
-            "server_cores_busy": round(cpu / wall, 2),
-            # the load generator runs on the same cores: what it took from the server
-            "client_cores_busy": round(own / wall, 2), "answered": state["done"], "errors": len(errors),
-            "first_errors": errors[:3], "seconds": round(wall, 2),
-            "queries_per_s": round(state["done"] / wall, 2),
-            "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 2) if latencies else None,
-            "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 2) if latencies else None}
+    return {
+        "clients": clients,
+        "server_cpu_ms_per_query": round(1000 * cpu / max(1, state["done"]), 2),
+        "server_cores_busy": round(cpu / wall, 2),
+        # the load generator runs on the same cores: what it took from the server
+        "client_cores_busy": round(own / wall, 2),
+        "answered": state["done"],
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "seconds": round(wall, 2),
+        "queries_per_s": round(state["done"] / wall, 2),
+        "p50_ms": round(float(np.percentile(latencies, 50)) * 1000, 2) if latencies else None,
+        "p99_ms": round(float(np.percentile(latencies, 99)) * 1000, 2) if latencies else None,
+    }
 
 
 def serve_and_measure(args, texts: list[str], encoder: str | None) -> dict:
     """Start a server with `search.query_encoder` = `encoder` (None: as the config says),
     measure sequential latency per mode and the load levels, stop it."""
-    env = dict(os.environ, PYTHONPATH=str(args.code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    command = [sys.executable, "-m", "search.cli.main", "serve", "--store", args.store,
-               "--host", HOST, "--port", str(args.port)]
+    env = dict(
+        os.environ, PYTHONPATH=str(args.code) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "search.cli.main",
+        "serve",
+        "--store",
+        args.store,
+        "--host",
+        HOST,
+        "--port",
+        str(args.port),
+    ]
     if args.workers:  # empty: a checkout from before --workers
         command += ["--workers", args.workers]
     config = None
@@ -168,13 +196,23 @@ def serve_and_measure(args, texts: list[str], encoder: str | None) -> dict:
             print(encoder or "", mode, out[mode], file=sys.stderr)
         levels = []
         for clients in (int(c) for c in args.clients.split(",") if c):
-            levels.append(load(args.port, texts, args.k, clients, args.load_requests,
-                               args.load_seconds, proc.pid))
+            levels.append(
+                load(
+                    args.port,
+                    texts,
+                    args.k,
+                    clients,
+                    args.load_requests,
+                    args.load_seconds,
+                    proc.pid,
+                )
+            )
             print(encoder or "", "load", levels[-1], file=sys.stderr)
         if levels:
             out["load"] = levels
-            out["throughput_ratio"] = round(levels[-1]["queries_per_s"]
-                                            / levels[0]["queries_per_s"], 2)
+            out["throughput_ratio"] = round(
+                levels[-1]["queries_per_s"] / levels[0]["queries_per_s"], 2
+            )
     finally:
         proc.terminate()
         proc.wait(10)
@@ -186,7 +224,9 @@ def serve_and_measure(args, texts: list[str], encoder: str | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
-    parser.add_argument("--queries", type=Path, default=ROOT.parent / "shared/data/scifact/queries.jsonl")
+    parser.add_argument(
+        "--queries", type=Path, default=ROOT.parent / "shared/data/scifact/queries.jsonl"
+    )
     parser.add_argument("-n", type=int, default=500, help="sequential queries per mode")
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--port", type=int, default=8799)
@@ -194,20 +234,37 @@ def main() -> None:
     parser.add_argument("--clients", default="1,16", help="client counts of the load test")
     parser.add_argument("--load-requests", type=int, default=600)
     parser.add_argument("--load-seconds", type=float, default=60)
-    parser.add_argument("--code", type=Path, default=ROOT,
-                        help="checkout whose server to start (e.g. an older one, for a before/after)")
-    parser.add_argument("--query-encoders", default="",
-                        help="comma-separated `search.query_encoder` values to measure in turn "
-                             "(default: whatever the config says)")
-    parser.add_argument("--workers", default="auto",
-                        help="`bertindex serve --workers`; empty for a checkout without it")
+    parser.add_argument(
+        "--code",
+        type=Path,
+        default=ROOT,
+        help="checkout whose server to start (e.g. an older one, for a before/after)",
+    )
+    parser.add_argument(
+        "--query-encoders",
+        default="",
+        help="comma-separated `search.query_encoder` values to measure in turn "
+        "(default: whatever the config says)",
+    )
+    parser.add_argument(
+        "--workers",
+        default="auto",
+        help="`bertindex serve --workers`; empty for a checkout without it",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     texts = [json.loads(line)["text"] for line in args.queries.open()]
     texts = (texts * (args.n // len(texts) + 1))[: max(args.n, args.load_requests)]
-    report: dict = {"code": str(args.code), "store": args.store, "queries": args.n, "k": args.k, "cpu": cpu_name(),
-                    "workers": args.workers, "load_before": os.getloadavg()}
+    report: dict = {
+        "code": str(args.code),
+        "store": args.store,
+        "queries": args.n,
+        "k": args.k,
+        "cpu": cpu_name(),
+        "workers": args.workers,
+        "load_before": os.getloadavg(),
+    }
     encoders = [e for e in args.query_encoders.split(",") if e]
     if not encoders:
         report.update(serve_and_measure(args, texts, None))

@@ -49,8 +49,14 @@ def _shard(args) -> dict:
     added = time.perf_counter() - t
     data.tofile(path)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"shard": i, "vectors": n, "generate_s": round(made, 1), "add_s": round(added, 1),
-            "bytes": int(data.nbytes), "peak_rss_mb": round(peak)}
+    return {
+        "shard": i,
+        "vectors": n,
+        "generate_s": round(made, 1),
+        "add_s": round(added, 1),
+        "bytes": int(data.nbytes),
+        "peak_rss_mb": round(peak),
+    }
 
 
 def main() -> None:
@@ -80,8 +86,17 @@ def main() -> None:
     template_path = args.tmp / "template.bin"
     template.tofile(template_path)
     size = -(-args.n // args.shards)
-    jobs = [(i, i * size, min(size, args.n - i * size), args.dim, str(template_path),
-             str(args.tmp / f"shard{i}.bin")) for i in range(args.shards)]
+    jobs = [
+        (
+            i,
+            i * size,
+            min(size, args.n - i * size),
+            args.dim,
+            str(template_path),
+            str(args.tmp / f"shard{i}.bin"),
+        )
+        for i in range(args.shards)
+    ]
     t = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
         shards = pool.map(_shard, jobs, chunksize=1)
@@ -95,12 +110,16 @@ def main() -> None:
     faiss.write_index(index, str(args.tmp / "merged.faiss"))
     out = {
         "what": f"{args.n:,} vectors, dim {args.dim}, {args.spec}, {args.shards} shards built "
-                f"{args.processes} processes at a time (1 thread each), merged in one",
-        "cpu": cpu_name(), "machine": machine(),
-        "train_s": round(train_s, 1), "shards_wall_s": round(build_s, 1),
+        f"{args.processes} processes at a time (1 thread each), merged in one",
+        "cpu": cpu_name(),
+        "machine": machine(),
+        "train_s": round(train_s, 1),
+        "shards_wall_s": round(build_s, 1),
         "merge_s": round(merge_s, 1),
-        "merge_peak_rss_mb": round(peak), "rss_before_merge_mb": round(rss_before),
-        "index_bytes": (args.tmp / "merged.faiss").stat().st_size, "shards": shards,
+        "merge_peak_rss_mb": round(peak),
+        "rss_before_merge_mb": round(rss_before),
+        "index_bytes": (args.tmp / "merged.faiss").stat().st_size,
+        "shards": shards,
     }
     for j in jobs:
         Path(j[5]).unlink()

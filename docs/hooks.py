@@ -29,6 +29,7 @@ MARKERS = {
 
 # --- MkDocs events ------------------------------------------------------------------------
 
+
 def on_config(config, **kwargs):
     """Import this checkout's packages (not an installed copy) for mkdocs-click and the config."""
     if str(ROOT) not in sys.path:
@@ -49,6 +50,7 @@ def on_page_content(html: str, page=None, config=None, files=None, **kwargs) -> 
 
 
 # --- configuration reference --------------------------------------------------------------
+
 
 def config_keys() -> list[tuple[str, str, object]]:
     """Every leaf key of the configuration as (dotted key, section model name, FieldInfo).
@@ -165,13 +167,16 @@ def config_reference_markdown() -> str:
             description = _cell(field.description or "")
             if bounds:
                 description = f"{description} ({bounds})" if description else f"({bounds})"
-            lines.append(f"| `{dotted}` | {_cell(_type_text(field.annotation))} | "
-                         f"{_cell(_default_text(field))} | {description} |")
+            lines.append(
+                f"| `{dotted}` | {_cell(_type_text(field.annotation))} | "
+                f"{_cell(_default_text(field))} | {description} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 # --- module map ---------------------------------------------------------------------------
+
 
 def modules() -> list[tuple[str, Path, str]]:
     """Every module of the packages as (dotted name, path, docstring's first paragraph)."""

@@ -18,8 +18,9 @@ from indexer.core.progress import ProgressArg
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
-def read_texts(paths: list[str], fmt: str, store: str | None, collection: str | None,
-               progress: ProgressArg) -> tuple[list[str], dict]:
+def read_texts(
+    paths: list[str], fmt: str, store: str | None, collection: str | None, progress: ProgressArg
+) -> tuple[list[str], dict]:
     """The texts and their provenance (I/O: retried)."""
     if paths:
         return corpus.read_file_texts(paths, fmt, progress)
@@ -27,15 +28,22 @@ def read_texts(paths: list[str], fmt: str, store: str | None, collection: str | 
 
 
 @task(cache_policy=NO_CACHE)
-def train(texts: list[str], provenance: dict, settings: AdaptSettings, progress: ProgressArg) -> dict:
+def train(
+    texts: list[str], provenance: dict, settings: AdaptSettings, progress: ProgressArg
+) -> dict:
     """The library's one adaptation path; not retried (a rerun resumes from its checkpoint)."""
     return adapt_run.adapt(texts, provenance, settings, progress)
 
 
 @flow(name="adapt_encoder", log_prints=False)
-def adapt_encoder(settings: AdaptSettings, paths: list[str] | None = None, fmt: str = "auto",
-                  store: str | None = None, collection: str | None = None,
-                  progress: ProgressArg = False) -> dict:
+def adapt_encoder(
+    settings: AdaptSettings,
+    paths: list[str] | None = None,
+    fmt: str = "auto",
+    store: str | None = None,
+    collection: str | None = None,
+    progress: ProgressArg = False,
+) -> dict:
     """Continue the encoder's masked-LM pretraining on `paths` (or the store's `collection`)
     and save it to `settings.out`; returns the receipt."""
     texts, provenance = read_texts(paths or [], fmt, store, collection, progress)

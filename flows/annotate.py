@@ -44,22 +44,34 @@ def load_annotator(head_args: list[str], config: Config) -> Annotator:
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def annotate_in_store(annotator: Annotator, config: Config, collection: str | None,
-                      progress: ProgressArg, on_cluster: Callable | None = None) -> dict:
+def annotate_in_store(
+    annotator: Annotator,
+    config: Config,
+    collection: str | None,
+    progress: ProgressArg,
+    on_cluster: Callable | None = None,
+) -> dict:
     """Annotate what is missing, then publish a snapshot with the new labels (`on_cluster`:
     the pass on the cluster's workers, `flows.cluster.annotate_pass`)."""
     return annotate_and_publish(annotator, config, collection, progress, annotate=on_cluster)
 
 
 @task(cache_policy=NONE)
-def annotate_to_file(annotator: Annotator, paths: list[str], out: str,
-                     progress: ProgressArg = False) -> dict:
+def annotate_to_file(
+    annotator: Annotator, paths: list[str], out: str, progress: ProgressArg = False
+) -> dict:
     return annotate_files(paths, annotator, Path(out), progress=progress)
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def index_file(path: str, config: Config, collection: str, progress: ProgressArg,
-               shared: SharedPass | None = None, client=None) -> dict:
+def index_file(
+    path: str,
+    config: Config,
+    collection: str,
+    progress: ProgressArg,
+    shared: SharedPass | None = None,
+    client=None,
+) -> dict:
     if client is not None:  # runner: dask
         return run_index_on_cluster(client, [path], config, collection, progress=progress)
     return index_in_process(path, config, collection, progress, shared)
@@ -80,36 +92,58 @@ def flow_steps(head_args: list[str], config: Config, client=None) -> Steps:
     inbox's encoding and the store pass's heads run on its workers."""
     if client is None:
         return Steps(load_annotator, annotate_in_store, annotate_to_file, index_file)
-    return Steps(load_annotator,
-                 functools.partial(annotate_in_store,
-                                   on_cluster=annotate_pass(client, head_args, config)),
-                 annotate_to_file, functools.partial(index_file, client=client))
+    return Steps(
+        load_annotator,
+        functools.partial(annotate_in_store, on_cluster=annotate_pass(client, head_args, config)),
+        annotate_to_file,
+        functools.partial(index_file, client=client),
+    )
 
 
 # `bertindex annotate` runs `annotate_flow`; a `schedules.annotate` entry of config.yaml runs
 # `annotate_scheduled` (`bertindex flows serve`), which re-reads the config file each run.
 @flow(name="annotate", log_prints=False)
-def annotate_flow(head_args: list[str], config: Config, collection: str | None = None,
-             paths: list[str] | None = None, out: str | None = None, inbox: str | None = None,
-             progress: ProgressArg = False) -> dict:
+def annotate_flow(
+    head_args: list[str],
+    config: Config,
+    collection: str | None = None,
+    paths: list[str] | None = None,
+    out: str | None = None,
+    inbox: str | None = None,
+    progress: ProgressArg = False,
+) -> dict:
     """Run heads over the store, files (`paths` + `out`) or an inbox folder; see the module."""
     with maybe_cluster(config) as client:
-        summary = run_annotate(head_args, config, collection, paths, out, inbox, progress,
-                               steps=flow_steps(head_args, config, client))
+        summary = run_annotate(
+            head_args,
+            config,
+            collection,
+            paths,
+            out,
+            inbox,
+            progress,
+            steps=flow_steps(head_args, config, client),
+        )
     return summary | after_annotate(config, stored=not paths)
 
 
 @flow(name="annotate_scheduled", log_prints=False)
-def annotate_scheduled(config_path: str | None, store_path: str, heads: list[str],
-                       inbox: str | None = None, collection: str | None = None) -> dict:
+def annotate_scheduled(
+    config_path: str | None,
+    store_path: str,
+    heads: list[str],
+    inbox: str | None = None,
+    collection: str | None = None,
+) -> dict:
     """Scheduled `annotate` (`schedules.annotate` in config.yaml): the inbox's new files
     through index → annotate, or without an inbox the stored documents that miss a head."""
     from indexer.config import load_config
 
     config = load_config(config_path).with_overrides(**{"store.path": store_path})
     with maybe_cluster(config) as client:
-        summary = run_annotate(heads, config, collection, inbox=inbox,
-                               steps=flow_steps(heads, config, client))
+        summary = run_annotate(
+            heads, config, collection, inbox=inbox, steps=flow_steps(heads, config, client)
+        )
     return summary | after_annotate(config, stored=True)
 
 
@@ -121,10 +155,17 @@ def after_annotate(config: Config, stored: bool) -> dict:
     return {"dedup": keep_dedup_current(config), "report": write_report(config)}
 
 
-def run_annotate(head_args: list[str], config: Config, collection: str | None = None,
-                 paths: list[str] | None = None, out: str | None = None,
-                 inbox: str | None = None, progress: ProgressArg = False, *,
-                 steps: Steps | None = None) -> dict:
+def run_annotate(
+    head_args: list[str],
+    config: Config,
+    collection: str | None = None,
+    paths: list[str] | None = None,
+    out: str | None = None,
+    inbox: str | None = None,
+    progress: ProgressArg = False,
+    *,
+    steps: Steps | None = None,
+) -> dict:
     """The flow's story, also callable without Prefect.
 
     Returns:
@@ -134,14 +175,23 @@ def run_annotate(head_args: list[str], config: Config, collection: str | None = 
     if sum(x is not None and x != [] for x in (paths, inbox)) > 1:
         raise InputError("give input files or --inbox DIR, not both")
     if paths and not out:
-        raise InputError("annotating files needs --out FILE.jsonl|parquet (the store is "
-                         "annotated when no files are given)")
+        raise InputError(
+            "annotating files needs --out FILE.jsonl|parquet (the store is "
+            "annotated when no files are given)"
+        )
     started = time.perf_counter()
     annotator = steps.load(head_args, config)
     loaded = time.perf_counter()
     if inbox is not None:
-        summary = run_inbox(Path(inbox), annotator, config, collection or "default", progress,
-                            index=steps.index_file, annotate=steps.annotate_store)
+        summary = run_inbox(
+            Path(inbox),
+            annotator,
+            config,
+            collection or "default",
+            progress,
+            index=steps.index_file,
+            annotate=steps.annotate_store,
+        )
     elif paths:
         summary = steps.annotate_files(annotator, paths, out, progress)
     else:

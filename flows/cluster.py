@@ -53,8 +53,9 @@ def cluster_client(config: Config) -> Iterator:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ConfigError("runner: dask needs the distributed extra: "
-                          "pip install 'bertindex[distributed]'") from None
+        raise ConfigError(
+            "runner: dask needs the distributed extra: pip install 'bertindex[distributed]'"
+        ) from None
     address = config.dask.address
     security = config.dask.security.security_kwargs()  # TLS (docs/guides/dask.md)
     if security:
@@ -62,23 +63,34 @@ def cluster_client(config: Config) -> Iterator:
 
         security = {"security": Security(**security)}
     if address is None:  # on loopback only: nothing else on the network may submit work
-        with LocalCluster(processes=True, threads_per_worker=1, host="127.0.0.1",
-                          dashboard_address=None, **security) as lc, \
-                Client(lc, set_as_default=False, **security) as client:
+        with (
+            LocalCluster(
+                processes=True,
+                threads_per_worker=1,
+                host="127.0.0.1",
+                dashboard_address=None,
+                **security,
+            ) as lc,
+            Client(lc, set_as_default=False, **security) as client,
+        ):
             yield client
         return
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, **security)
     except OSError as exc:
-        raise ConfigError(f"dask.address {address}: no Dask scheduler answers ({exc}); start "
-                          f"one (`dask scheduler`) or fix the address") from None
+        raise ConfigError(
+            f"dask.address {address}: no Dask scheduler answers ({exc}); start "
+            f"one (`dask scheduler`) or fix the address"
+        ) from None
     try:
         client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
     except TimeoutError:
         client.close()
-        raise ConfigError(f"dask.address {address}: the scheduler has no worker after "
-                          f"{CONNECT_TIMEOUT_S} s; start `dask worker {address} --nthreads 1` "
-                          "on each machine") from None
+        raise ConfigError(
+            f"dask.address {address}: the scheduler has no worker after "
+            f"{CONNECT_TIMEOUT_S} s; start `dask worker {address} --nthreads 1` "
+            "on each machine"
+        ) from None
     try:
         yield client
     finally:
@@ -161,11 +173,15 @@ class ClusterIndex:
             return _Ready(encode_texts_for_index([], config, self.encoder))
         ranges = split(len(texts), self.slots)
         pids = [f"{pid} [{start}:{end}]" for start, end in ranges]  # stable: file, rows, part
-        futures = [self.client.submit(encode_partition, sub, texts[start:end], config,
-                                      key=f"encode {sub} {self.run}")
-                   for sub, (start, end) in zip(pids, ranges)]
-        return _BatchFuture(pids, futures, [s for s, _ in ranges],
-                            [text_bytes(texts[s:e]) for s, e in ranges])
+        futures = [
+            self.client.submit(
+                encode_partition, sub, texts[start:end], config, key=f"encode {sub} {self.run}"
+            )
+            for sub, (start, end) in zip(pids, ranges)
+        ]
+        return _BatchFuture(
+            pids, futures, [s for s, _ in ranges], [text_bytes(texts[s:e]) for s, e in ranges]
+        )
 
     def build(self, spec: str, provenance, config, batches, count: int) -> VectorIndex:
         """A rebuilt vector index: IVF specs in shards on the workers (trained here once,
@@ -181,12 +197,14 @@ class ClusterIndex:
             if template is None:
                 template = self.client.scatter(trained, broadcast=True)
             self.index_build["shards"] += 1
-            return self.client.submit(fn, template, ids, vectors,
-                                      key=f"shard {self.index_build['shards']} {self.run}")
+            return self.client.submit(
+                fn, template, ids, vectors, key=f"shard {self.index_build['shards']} {self.run}"
+            )
 
         self.index_build = {"on": "workers", "shards": 0}
-        return build_in_shards(spec, provenance, config, batches, count, submit,
-                               in_flight=2 * self.slots)
+        return build_in_shards(
+            spec, provenance, config, batches, count, submit, in_flight=2 * self.slots
+        )
 
     def chunks(self, plan: BatchPlan, encoded) -> ChunkRows:
         """The batch's ChunkRows from its partitions (waits for them, checks each).
@@ -204,10 +222,20 @@ class ClusterIndex:
         return join(parts, encoded.starts, self.encoder.dim)
 
 
-def run_index_on_cluster(client, paths: list[str], config: Config, collection: str = "default",
-                         fmt: str = "auto", fields=None, batch_size: int = 2048,
-                         progress=False, *, on_missing: str = "keep", strict: bool = False,
-                         io: Steps | None = None) -> dict:
+def run_index_on_cluster(
+    client,
+    paths: list[str],
+    config: Config,
+    collection: str = "default",
+    fmt: str = "auto",
+    fields=None,
+    batch_size: int = 2048,
+    progress=False,
+    *,
+    on_missing: str = "keep",
+    strict: bool = False,
+    io: Steps | None = None,
+) -> dict:
     """`indexer.indexing.run.run_index` with every batch encoded on the cluster's workers.
 
     Args:
@@ -240,13 +268,31 @@ def run_index_on_cluster(client, paths: list[str], config: Config, collection: s
     def write(store, config, added, removed, base_version=None):
         return io.write(store, config, added, removed, base_version, cluster.build)
 
-    steps = Steps(load=cluster.load, encode=cluster.encode, commit=commit,
-                  delete_missing=io.delete_missing, write=write, submit=True,
-                  in_flight=cluster.in_flight)
-    summary = run_index(paths, config, collection, fmt, fields, batch_size, progress,
-                        on_missing=on_missing, strict=strict, steps=steps)
-    return summary | {"cluster": cluster.tally.summary() | {
-        "index": cluster.index_build, "writer": {k: round(v, 3) for k, v in writer.items()}}}
+    steps = Steps(
+        load=cluster.load,
+        encode=cluster.encode,
+        commit=commit,
+        delete_missing=io.delete_missing,
+        write=write,
+        submit=True,
+        in_flight=cluster.in_flight,
+    )
+    summary = run_index(
+        paths,
+        config,
+        collection,
+        fmt,
+        fields,
+        batch_size,
+        progress,
+        on_missing=on_missing,
+        strict=strict,
+        steps=steps,
+    )
+    return summary | {
+        "cluster": cluster.tally.summary()
+        | {"index": cluster.index_build, "writer": {k: round(v, 3) for k, v in writer.items()}}
+    }
 
 
 def annotate_pass(client, head_args: list[str], config: Config):
@@ -258,7 +304,8 @@ def annotate_pass(client, head_args: list[str], config: Config):
         return client.run(load_heads_on_worker, head_args, config)
 
     def run(store, annotator, collection=None, progress=False) -> dict:
-        return annotate_store_on_cluster(store, annotator, head_args, config, client.submit,
-                                         slots, prepare, collection, progress)
+        return annotate_store_on_cluster(
+            store, annotator, head_args, config, client.submit, slots, prepare, collection, progress
+        )
 
     return run

@@ -18,7 +18,8 @@ from prefect.cache_policies import NONE
 import flows  # noqa: F401  (Prefect settings first)
 from flows.cluster import cluster_client, run_index_on_cluster
 from flows.streams import keep_dedup_current
-from indexer.config import Config, SourceConfig
+from indexer.config import Config
+from indexer.config.flows import SourceConfig
 from indexer.core.progress import ProgressArg
 from indexer.errors import ConfigError
 from indexer.indexing.run import Steps, delete_missing, load_model, publish_indexes, run_index
@@ -33,8 +34,9 @@ def load_model_task(config: Config):
 
 
 @task(cache_policy=NONE)
-def encode_batch(texts: list[str], config: Config, encoder=None, progress: ProgressArg = False
-                 ) -> ChunkRows:
+def encode_batch(
+    texts: list[str], config: Config, encoder=None, progress: ProgressArg = False
+) -> ChunkRows:
     """Window and encode one batch's texts (no I/O; on a Dask worker with `runner: dask`,
     which loads the configured encoder once per worker process)."""
     return encode_texts_for_index(texts, config, encoder, progress=progress)
@@ -46,14 +48,16 @@ def commit(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> Bat
 
 
 @task(name="delete_missing", cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def delete_missing_task(store: Store, collection: str, seen: set[str]
-                        ) -> tuple[list[str], list[int]]:
+def delete_missing_task(
+    store: Store, collection: str, seen: set[str]
+) -> tuple[list[str], list[int]]:
     return delete_missing(store, collection, seen)
 
 
 @task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
-def write_index(store: Store, config: Config, added, removed, base_version=None,
-                build=None) -> dict:
+def write_index(
+    store: Store, config: Config, added, removed, base_version=None, build=None
+) -> dict:
     return publish_indexes(store, config, added, removed, base_version, build)
 
 
@@ -72,16 +76,41 @@ def index_corpus(
     """Index corpus files into the configured store and return the run summary
     (`indexer.indexing.run.run_index` has the arguments); `runner: dask` encodes on the
     Dask cluster and adds `cluster` (work per worker, bytes per document)."""
-    steps = Steps(load=load_model_task, encode=encode_batch, commit=commit,
-                  delete_missing=delete_missing_task, write=write_index)
+    steps = Steps(
+        load=load_model_task,
+        encode=encode_batch,
+        commit=commit,
+        delete_missing=delete_missing_task,
+        write=write_index,
+    )
     if config.runner == "dask":
         with cluster_client(config) as client:
-            summary = run_index_on_cluster(client, paths, config, collection, fmt, fields,
-                                           batch_size, progress, on_missing=on_missing,
-                                           strict=strict, io=steps)
+            summary = run_index_on_cluster(
+                client,
+                paths,
+                config,
+                collection,
+                fmt,
+                fields,
+                batch_size,
+                progress,
+                on_missing=on_missing,
+                strict=strict,
+                io=steps,
+            )
     else:
-        summary = run_index(paths, config, collection, fmt, fields, batch_size, progress,
-                            on_missing=on_missing, strict=strict, steps=steps)
+        summary = run_index(
+            paths,
+            config,
+            collection,
+            fmt,
+            fields,
+            batch_size,
+            progress,
+            on_missing=on_missing,
+            strict=strict,
+            steps=steps,
+        )
     summary["dedup"] = keep_dedup_current(config)
     return summary
 
@@ -91,16 +120,30 @@ def flow_for(config: Config):
     sends partitions to the cluster (`flows.cluster.cluster_client`, with `dask.security`),
     so no Prefect task runner and no Prefect on the workers."""
     if config.runner == "dask" and importlib.util.find_spec("distributed") is None:
-        raise ConfigError("runner: dask needs the distributed extra: "
-                          "pip install 'bertindex[distributed]'")
+        raise ConfigError(
+            "runner: dask needs the distributed extra: pip install 'bertindex[distributed]'"
+        )
     return index_corpus
 
 
 def index_source(config: Config, source: SourceConfig, progress: ProgressArg = False) -> dict:
     """Index one configured source (`sources:` in config.yaml) with the configured runner."""
-    fields = FieldMap(id_field=source.fields.id, text_field=source.fields.text,
-                      title_field=source.fields.title,
-                      metadata_fields=tuple(source.fields.metadata)
-                      if source.fields.metadata is not None else None)
-    return flow_for(config)(source.paths, config, source.collection, source.format, fields,
-                            source.batch_size, progress, source.on_missing, source.strict)
+    fields = FieldMap(
+        id_field=source.fields.id,
+        text_field=source.fields.text,
+        title_field=source.fields.title,
+        metadata_fields=tuple(source.fields.metadata)
+        if source.fields.metadata is not None
+        else None,
+    )
+    return flow_for(config)(
+        source.paths,
+        config,
+        source.collection,
+        source.format,
+        fields,
+        source.batch_size,
+        progress,
+        source.on_missing,
+        source.strict,
+    )

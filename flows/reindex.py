@@ -40,8 +40,12 @@ def run_reindex(config: Config, batch_size: int = 2048, progress: ProgressArg = 
     started = utc_now()
     summary = reindex_store(config, load_encoder(config.model), batch_size, progress)
     # recorded once the store holds the new generation (the switch replaced its file)
-    with Store(Path(config.store.path)) as store, \
-            store.runs.recorded_run("reindex", started=started) as run:
-        summary["keyword"] = sync_keyword_index(store, config.keyword.language)  # doc ids kept: the keyword index holds
+    with (
+        Store(Path(config.store.path)) as store,
+        store.runs.recorded_run("reindex", started=started) as run,
+    ):
+        summary["keyword"] = sync_keyword_index(
+            store, config.keyword.language
+        )  # doc ids kept: the keyword index holds
         run.summary = summary
     return summary

@@ -65,11 +65,26 @@ def warm_up_api(services: bool = False, database: str | None = None) -> None:
     if database and not os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL"):
         os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
         env["PREFECT_API_DATABASE_CONNECTION_URL"] = (
-            f"sqlite+aiosqlite:///{os.path.abspath(database)}")
+            f"sqlite+aiosqlite:///{os.path.abspath(database)}"
+        )
     _server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-        env=env, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "prefect.server.api.server:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+            "--lifespan",
+            "on",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C reaches the flow (which reports to the API), not the API
         preexec_fn=_die_with_parent,  # noqa: PLW1509  (prctl only; runs before exec)
     )
@@ -98,7 +113,9 @@ def wait_for_api(timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _server.poll() is not None:
-            raise RuntimeError(f"Prefect's temporary API server exited with code {_server.returncode}")
+            raise RuntimeError(
+                f"Prefect's temporary API server exited with code {_server.returncode}"
+            )
         try:
             with urllib.request.urlopen(f"{_url}/health", timeout=2) as response:
                 if response.status == 200:

@@ -20,7 +20,8 @@ from zoneinfo import ZoneInfo
 from prefect import flow
 
 import flows  # noqa: F401  (Prefect settings first)
-from indexer.config import Config, ScheduleConfig, load_config
+from indexer.config import Config, load_config
+from indexer.config.flows import ScheduleConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,9 @@ def _config(config_path: str | None, store_path: str) -> Config:
 
 
 @flow(name="index_sources", log_prints=False)
-def index_sources(config_path: str | None, store_path: str,
-                  sources: list[str] | None = None) -> dict:
+def index_sources(
+    config_path: str | None, store_path: str, sources: list[str] | None = None
+) -> dict:
     """Scheduled `index_corpus`: index each configured source (all, or the named ones) in turn.
 
     Returns:
@@ -107,14 +109,17 @@ def _flow_available(key: str) -> str | None:
             raise
         found = None
     if found is None:
-        return (f"the {key} flow is not part of this bertindex ({module}.{attr}(config_path, "
-                "store_path) missing); the schedule is valid and will run once that flow exists")
+        return (
+            f"the {key} flow is not part of this bertindex ({module}.{attr}(config_path, "
+            "store_path) missing); the schedule is valid and will run once that flow exists"
+        )
     return None
 
 
 def _absolute_head(arg: str) -> str:
     """A `--heads` argument with its directory made absolute (`NAME=DIR` keeps its name), as
-    `indexer.annotate.annotator.parse_head_arg` reads it, so that a served run finds the head from any
+    `indexer.annotate.annotator.parse_head_arg` reads it, so that a served run finds the head from
+    any
     working directory."""
     name, sep, path = arg.partition("=")
     if sep and name and not Path(arg).exists():
@@ -122,8 +127,9 @@ def _absolute_head(arg: str) -> str:
     return str(Path(arg).expanduser().resolve())
 
 
-def plan_deployments(config: Config, config_path: str | None, next_runs: int = 3,
-                     now: datetime | None = None) -> list[DeploymentPlan]:
+def plan_deployments(
+    config: Config, config_path: str | None, next_runs: int = 3, now: datetime | None = None
+) -> list[DeploymentPlan]:
     """The deployments `flows serve` registers for `config.schedules`, in a stable order."""
     now = now or datetime.now(timezone.utc)
     store_path = str(Path(config.store.path).resolve())
@@ -136,21 +142,31 @@ def plan_deployments(config: Config, config_path: str | None, next_runs: int = 3
         if key == "index_corpus":
             parameters["sources"] = schedule.sources
         if key == "annotate":
-            parameters |= {"heads": [_absolute_head(h) for h in schedule.heads or []],
-                           "inbox": str(Path(schedule.inbox).expanduser().resolve())
-                           if schedule.inbox else None,
-                           "collection": schedule.collection}
+            parameters |= {
+                "heads": [_absolute_head(h) for h in schedule.heads or []],
+                "inbox": str(Path(schedule.inbox).expanduser().resolve())
+                if schedule.inbox
+                else None,
+                "collection": schedule.collection,
+            }
         attr = FLOWS[key][1]
-        trigger = (f"cron {schedule.cron}" if schedule.cron else f"every {schedule.interval}s")
+        trigger = f"cron {schedule.cron}" if schedule.cron else f"every {schedule.interval}s"
         if schedule.timezone != "UTC":
             trigger += f" ({schedule.timezone})"
         skipped = _flow_available(key)
-        plans.append(DeploymentPlan(
-            name=key, flow=attr, trigger=trigger, active=schedule.active,
-            parameters=parameters, skipped=skipped,
-            next_runs=[] if skipped or not schedule.active
-            else next_run_times(schedule, next_runs, now),
-        ))
+        plans.append(
+            DeploymentPlan(
+                name=key,
+                flow=attr,
+                trigger=trigger,
+                active=schedule.active,
+                parameters=parameters,
+                skipped=skipped,
+                next_runs=[]
+                if skipped or not schedule.active
+                else next_run_times(schedule, next_runs, now),
+            )
+        )
     return plans
 
 
@@ -175,14 +191,22 @@ def build_deployments(config: Config, config_path: str | None):
         if schedule.cron:
             when = Cron(schedule.cron, timezone=schedule.timezone, active=schedule.active)
         else:
-            when = Interval(timedelta(seconds=schedule.interval), anchor_date=ANCHOR,
-                            timezone=schedule.timezone, active=schedule.active)
-        deployments.append(target.to_deployment(
-            name=plan.name, schedule=when, parameters=plan.parameters,
-            entrypoint_type=EntrypointType.MODULE_PATH,
-            description=f"bertindex schedule `{plan.name}` from {config_path or 'defaults'}",
-            tags=["bertindex"],
-        ))
+            when = Interval(
+                timedelta(seconds=schedule.interval),
+                anchor_date=ANCHOR,
+                timezone=schedule.timezone,
+                active=schedule.active,
+            )
+        deployments.append(
+            target.to_deployment(
+                name=plan.name,
+                schedule=when,
+                parameters=plan.parameters,
+                entrypoint_type=EntrypointType.MODULE_PATH,
+                description=f"bertindex schedule `{plan.name}` from {config_path or 'defaults'}",
+                tags=["bertindex"],
+            )
+        )
     return deployments, skipped
 
 

@@ -16,8 +16,9 @@ from indexer.review.training import add_reviewed
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
-def read_splits(task_name: str, data: str, validation: str | None, test: str | None,
-                fmt: str) -> HeadData:
+def read_splits(
+    task_name: str, data: str, validation: str | None, test: str | None, fmt: str
+) -> HeadData:
     """Read the splits from files (I/O: retried)."""
     return read_head_data(task_name, data, validation, test, fmt)
 

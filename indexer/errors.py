@@ -18,7 +18,8 @@ class ModelError(BertindexError):
 
 
 class ProvenanceMismatch(BertindexError):
-    """Stored vectors or an index were made by a different encoder set-up than the configured one."""
+    """Stored vectors or an index were made by a different encoder set-up than the configured
+    one."""
 
 
 class StoreError(BertindexError):

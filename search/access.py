@@ -7,12 +7,12 @@ FastAPI app. Each route declares the scope it needs where it is defined (`needs`
 Rules, in order: a Host that is not loopback, the address the request arrived on, the address
 `serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens
 (or `serve` minted a session token), every route but the open ones needs
-`Authorization: Bearer TOKEN`: none, an unknown one or an expired one gets 401, a token whose scope is below
-the route's gets 403; then a write (a route needing more than `read`), and on a server
-without tokens any route but the open ones, whose Origin is not the server's own (or that a
-browser marks `Sec-Fetch-Site: cross-site`) gets 403. The open routes are `/health` and the page shells (`/`, `/review` and
-their static files: package files with no store data; the pages then send the token with each
-call). A store without tokens on loopback answers as before: no token needed.
+`Authorization: Bearer TOKEN`: none, an unknown one or an expired one gets 401, a token whose scope
+is below the route's gets 403; then a write (a route needing more than `read`), and on a server
+without tokens any route but the open ones, whose Origin is not the server's own (or that a browser
+marks `Sec-Fetch-Site: cross-site`) gets 403. The open routes are `/health` and the page shells
+(`/`, `/review` and their static files: package files with no store data; the pages then send the
+token with each call). A store without tokens on loopback answers as before: no token needed.
 
 Tokens are read from the live store, again whenever its files change (at most once a
 second), so `token create` and `token revoke` count within a second on a running server; while
@@ -74,7 +74,7 @@ def host_name(header: str) -> str:
     """
     value = header.strip().lower()
     if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value[1:]
+        return value[1 : value.find("]")] if "]" in value else value[1:]
     if value.count(":") == 1:
         return value.split(":", 1)[0]
     return value
@@ -101,8 +101,13 @@ class TokenBook:
         write_lock: held while last use is written (the review page's writer lock).
     """
 
-    def __init__(self, store_dir: str | Path, session_hash: str | None = None,
-                 fallback: Sequence = (), write_lock: threading.Lock | None = None):
+    def __init__(
+        self,
+        store_dir: str | Path,
+        session_hash: str | None = None,
+        fallback: Sequence = (),
+        write_lock: threading.Lock | None = None,
+    ):
         self.store_dir = Path(store_dir)
         self.session_hash = session_hash
         self._lock = threading.Lock()
@@ -245,8 +250,11 @@ def route_table(app) -> dict[tuple[str, str], str]:
     table = {}
     for route in app.router.routes:
         dependant = getattr(route, "dependant", None)
-        declared = [d.call.needs for d in (dependant.dependencies if dependant else ())
-                    if hasattr(d.call, "needs")]
+        declared = [
+            d.call.needs
+            for d in (dependant.dependencies if dependant else ())
+            if hasattr(d.call, "needs")
+        ]
         for method in sorted(getattr(route, "methods", None) or ()):
             if declared and method != "HEAD":
                 table[(method, route.path)] = declared[0]
@@ -302,8 +310,9 @@ class AccessGuard:
         bound: the address `serve` bound (None: unknown, as in tests).
     """
 
-    def __init__(self, app, book: TokenBook, allowed_hosts: Iterable[str] = (),
-                 bound: str | None = None):
+    def __init__(
+        self, app, book: TokenBook, allowed_hosts: Iterable[str] = (), bound: str | None = None
+    ):
         self.app = app
         self.book = book
         self.scopes = route_table(app)
@@ -342,32 +351,42 @@ class AccessGuard:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
         raw_host = headers.get("host", "")
         if not self.host_allowed(host_name(raw_host), scope):
-            raise Forbidden(f"Host {raw_host!r} is not a name of this server: use "
-                            "http://127.0.0.1:PORT/, or add the name to server.allowed_hosts "
-                            "in config.yaml")
+            raise Forbidden(
+                f"Host {raw_host!r} is not a name of this server: use "
+                "http://127.0.0.1:PORT/, or add the name to server.allowed_hosts "
+                "in config.yaml"
+            )
         key, full = route_key(self.app, scope)
         needed = self.scopes.get(key, "read" if not full else "admin")  # unlisted: the strictest
         if needed != OPEN and self.book.required:
             auth = headers.get("authorization", "")
             kind, _, token = auth.partition(" ")
             if kind.lower() != "bearer" or not token.strip():
-                raise Unauthenticated("this server needs a token: send `Authorization: Bearer "
-                                      "TOKEN` (create one with `bertindex token create --scope "
-                                      "read --name NAME`)")
+                raise Unauthenticated(
+                    "this server needs a token: send `Authorization: Bearer "
+                    "TOKEN` (create one with `bertindex token create --scope "
+                    "read --name NAME`)"
+                )
             caller = self.book.check(token.strip())
             if caller is None:
-                raise Unauthenticated("the token is not accepted here (revoked, mistyped, or "
-                                      "for another store); `bertindex token list` names the "
-                                      "valid ones")
+                raise Unauthenticated(
+                    "the token is not accepted here (revoked, mistyped, or "
+                    "for another store); `bertindex token list` names the "
+                    "valid ones"
+                )
             if caller.expires_at is not None and caller.expires_at <= utc_now():
                 when = caller.expires_at.isoformat(timespec="seconds")
-                raise Unauthenticated(f"the token expired ({when}Z): ask for a new one "
-                                      "(`bertindex token create --expires ...`)")
+                raise Unauthenticated(
+                    f"the token expired ({when}Z): ask for a new one "
+                    "(`bertindex token create --expires ...`)"
+                )
             if not scope_allows(caller.scope, needed):
                 path = key[1] if key else scope["path"]
-                raise Forbidden(f"token {caller.name!r} has scope {caller.scope}; "
-                                f"{scope['method']} {path} needs {needed} (`bertindex token "
-                                f"create --scope {needed}`)")
+                raise Forbidden(
+                    f"token {caller.name!r} has scope {caller.scope}; "
+                    f"{scope['method']} {path} needs {needed} (`bertindex token "
+                    f"create --scope {needed}`)"
+                )
             scope.setdefault("state", {})["caller"] = caller
         # writes always; reads too on a server without tokens, where nothing else tells a
         # page of another site (a fetch, an <img>: no Origin, but Sec-Fetch-Site) from ours
@@ -375,8 +394,11 @@ class AccessGuard:
             origin = headers.get("origin")
             own = f"{scope.get('scheme', 'http')}://{raw_host.strip().lower()}"
             if origin is not None and origin.lower() != own:
-                raise Forbidden(f"Origin {origin!r} is not this server's ({own}): it answers "
-                                "its own pages only")
+                raise Forbidden(
+                    f"Origin {origin!r} is not this server's ({own}): it answers its own pages only"
+                )
             if headers.get("sec-fetch-site", "same-origin") in ("cross-site", "same-site"):
-                raise Forbidden(f"a request from another site (Sec-Fetch-Site) to {own}: it "
-                                "answers its own pages only")
+                raise Forbidden(
+                    f"a request from another site (Sec-Fetch-Site) to {own}: it "
+                    "answers its own pages only"
+                )

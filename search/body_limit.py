@@ -40,8 +40,10 @@ class BodyLimit:
         length = headers.get(b"content-length")
         refusal = None
         if b"transfer-encoding" in headers:
-            refusal = LengthRequired("send the body with a Content-Length header, not "
-                                     "Transfer-Encoding (chunked bodies are not read)")
+            refusal = LengthRequired(
+                "send the body with a Content-Length header, not "
+                "Transfer-Encoding (chunked bodies are not read)"
+            )
         elif length is None and scope["method"] in BODY_METHODS:
             refusal = LengthRequired("send a Content-Length header")
         elif length is not None and (not length.isdigit() or int(length) > self.max_bytes):

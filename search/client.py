@@ -46,11 +46,20 @@ def _origin(url: str) -> tuple:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
-def remote_search(url: str, query: str, k: int = 10, collection: str | None = None,
-                  where: Sequence[tuple[str, str]] = (), mode: str | None = None,
-                  timeout: float = 30.0, *, labels: Sequence[tuple[str, str]] = (),
-                  entities: Sequence[tuple[str, str | None]] = (),
-                  token: str | None = None, ca_cert: str | None = None) -> list[SearchHit]:
+def remote_search(
+    url: str,
+    query: str,
+    k: int = 10,
+    collection: str | None = None,
+    where: Sequence[tuple[str, str]] = (),
+    mode: str | None = None,
+    timeout: float = 30.0,
+    *,
+    labels: Sequence[tuple[str, str]] = (),
+    entities: Sequence[tuple[str, str | None]] = (),
+    token: str | None = None,
+    ca_cert: str | None = None,
+) -> list[SearchHit]:
     """Ask a running `bertindex serve` at `url` for the top-k documents of one query.
 
     Args:
@@ -73,33 +82,51 @@ def remote_search(url: str, query: str, k: int = 10, collection: str | None = No
         RemoteError: the server is unreachable, its certificate is not trusted, or it answered
             with an error.
     """
-    payload = {"query": query, "k": k, "collection": collection, "where": dict(where),
-               "mode": mode, "labels": [f"{h}={lb}" for h, lb in labels],
-               "entities": [t if x is None else f"{t}={x}" for t, x in entities]}
+    payload = {
+        "query": query,
+        "k": k,
+        "collection": collection,
+        "where": dict(where),
+        "mode": mode,
+        "labels": [f"{h}={lb}" for h, lb in labels],
+        "entities": [t if x is None else f"{t}={x}" for t, x in entities],
+    }
     data = json.dumps(payload).encode()
-    request = urllib.request.Request(url.rstrip("/") + "/search", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url.rstrip("/") + "/search",
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     if token:
         request.add_unredirected_header("Authorization", f"Bearer {token}")
     try:
         context = ssl.create_default_context(cafile=ca_cert)
     except OSError as exc:
         raise RemoteError(f"cannot read the CA file {ca_cert} ({exc})") from None
-    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context),
-                                         SameOriginAuth())
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=context), SameOriginAuth()
+    )
     try:
         with opener.open(request, timeout=timeout) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", "replace")[:DETAIL_CHARS]
-        hint = AUTH_HINTS.get(exc.code, "") if exc.code != 401 or not token else (
-            f"; the token given was refused: check ${TOKEN_ENV} / --token-file")
+        hint = (
+            AUTH_HINTS.get(exc.code, "")
+            if exc.code != 401 or not token
+            else (f"; the token given was refused: check ${TOKEN_ENV} / --token-file")
+        )
         raise RemoteError(f"server {url} answered {exc.code}: {detail}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, ssl.SSLCertVerificationError):
-            raise RemoteError(f"cannot verify {url}'s certificate ({reason.verify_message}); "
-                              f"give its CA with --ca-cert FILE or ${CA_CERT_ENV}") from None
-        raise RemoteError(f"cannot reach {url} ({exc}); start a server with `bertindex serve "
-                          "--store DIR` or drop --server") from None
+            raise RemoteError(
+                f"cannot verify {url}'s certificate ({reason.verify_message}); "
+                f"give its CA with --ca-cert FILE or ${CA_CERT_ENV}"
+            ) from None
+        raise RemoteError(
+            f"cannot reach {url} ({exc}); start a server with `bertindex serve "
+            "--store DIR` or drop --server"
+        ) from None
     return [SearchHit.from_dict(h) for h in answer["hits"]]

@@ -6,8 +6,8 @@ The checks that run before any route (`search.access`, `search.body_limit`) refu
 
 A remote caller is never told who holds the store's writer lock (`StoreBusy` names the pid
 and command line): it gets BUSY_DETAIL, and the detail is logged here at INFO; the CLI prints
-the full message locally. Exceptions outside the map (a bug) stay FastAPI's plain 500. Imports no web framework at
-module level: the CLI loads `search.body_limit` at start.
+the full message locally. Exceptions outside the map (a bug) stay FastAPI's plain 500. Imports no
+web framework at module level: the CLI loads `search.body_limit` at start.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from indexer.errors import BertindexError, InputError, StoreBusy, StoreError
 
 log = logging.getLogger(__name__)
 
-BUSY_DETAIL = ("the store is being written by another bertindex process; try again in a "
-               "moment")
+BUSY_DETAIL = "the store is being written by another bertindex process; try again in a moment"
 RETRY_HINT = " (try again in a moment)"  # ends the detail of a 409
 
 
@@ -83,8 +82,9 @@ def error_response(exc: Exception):
         detail = BUSY_DETAIL
     else:
         detail = str(exc) + (RETRY_HINT if status == 409 else "")
-    return JSONResponse({"detail": detail}, status_code=status,
-                        headers=getattr(exc, "headers", None))
+    return JSONResponse(
+        {"detail": detail}, status_code=status, headers=getattr(exc, "headers", None)
+    )
 
 
 def install(app) -> None:

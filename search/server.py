@@ -7,8 +7,8 @@ Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /se
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
 the configured size, POST bodies without a Content-Length and chunked ones are refused before
-they are read (`search.body_limit`). Queries run side by side on a thread pool: each thread queries the
-read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB release
+they are read (`search.body_limit`). Queries run side by side on a thread pool: each thread queries
+the read-only store through its own DuckDB cursor, and onnxruntime, torch, FAISS and DuckDB release
 the GIL while they compute. Searches do not write to the store (the review page does, one short
 write each).
 """
@@ -45,11 +45,14 @@ MAX_NAME_CHARS = 200  # a collection, metadata field or value, label or entity f
 MAX_FILTERS = 50  # entries of `where`, `labels`, `entities`
 SearchMode = SearchConfig.model_fields["mode"].annotation  # the config's list of modes
 # the page's files (package data); nothing else under static/ is served
-STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css",
-                "token.js": "text/javascript"}  # token.js: both pages' token handling
+STATIC_FILES = {
+    "app.js": "text/javascript",
+    "app.css": "text/css",
+    "token.js": "text/javascript",
+}  # token.js: both pages' token handling
 PAGE_HEADERS = {  # the page runs only its own script: injected markup could not execute
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self' data:; object-src 'none'; base-uri 'none'",
+    "img-src 'self' data:; object-src 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
 }
@@ -64,18 +67,31 @@ class Filters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     collection: str | None = Field(None, max_length=MAX_NAME_CHARS)
-    where: dict[Name, Name] = Field(default_factory=dict, max_length=MAX_FILTERS,
-                                    description="metadata field -> value; all must match")
-    labels: list[Name] = Field(default_factory=list, max_length=MAX_FILTERS,
-                               description="`HEAD=LABEL` from `bertindex annotate`; all must match")
-    entities: list[Name] = Field(default_factory=list, max_length=MAX_FILTERS,
-                                 description="`TYPE` or `TYPE=TEXT`; all must match")
+    where: dict[Name, Name] = Field(
+        default_factory=dict,
+        max_length=MAX_FILTERS,
+        description="metadata field -> value; all must match",
+    )
+    labels: list[Name] = Field(
+        default_factory=list,
+        max_length=MAX_FILTERS,
+        description="`HEAD=LABEL` from `bertindex annotate`; all must match",
+    )
+    entities: list[Name] = Field(
+        default_factory=list,
+        max_length=MAX_FILTERS,
+        description="`TYPE` or `TYPE=TEXT`; all must match",
+    )
 
     def parsed(self) -> dict:
         """Keyword arguments for `Searcher.search` / `store.filters.facet_counts` (InputError on a
         malformed label or entity string)."""
-        return {"collection": self.collection, "where": list(self.where.items()),
-                "labels": parse_labels(self.labels), "entities": parse_entities(self.entities)}
+        return {
+            "collection": self.collection,
+            "where": list(self.where.items()),
+            "labels": parse_labels(self.labels),
+            "entities": parse_entities(self.entities),
+        }
 
 
 class SearchRequest(Filters):
@@ -86,12 +102,18 @@ class SearchRequest(Filters):
     offset: int = Field(0, ge=0, le=MAX_K, description="skip this many hits (the next page)")
     mode: SearchMode | None = None
     annotations: bool = Field(False, description="add each hit's labels and entities")
-    highlight: bool = Field(False, description="add each hit's matching window and the spans "
-                                               "of it that hold query words")
-    rerank: bool | None = Field(None, description="reorder the top hits with the server's pair "
-                                "head (`search.rerank`); None: as the server's config")
-    rerank_depth: int | None = Field(None, ge=1, le=MAX_K, description="hits the reranker "
-                                     "reorders (None: `search.rerank_depth`)")
+    highlight: bool = Field(
+        False,
+        description="add each hit's matching window and the spans of it that hold query words",
+    )
+    rerank: bool | None = Field(
+        None,
+        description="reorder the top hits with the server's pair "
+        "head (`search.rerank`); None: as the server's config",
+    )
+    rerank_depth: int | None = Field(
+        None, ge=1, le=MAX_K, description="hits the reranker reorders (None: `search.rerank_depth`)"
+    )
 
 
 def thread_pinner(threads: int | None) -> Callable[[], None]:
@@ -124,9 +146,15 @@ def thread_pinner(threads: int | None) -> Callable[[], None]:
     return pin
 
 
-def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
-               threads: int | None = None, *, bound: str | None = None,
-               session_hash: str | None = None, undo_key: str | None = None):
+def create_app(
+    searcher: Searcher,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    threads: int | None = None,
+    *,
+    bound: str | None = None,
+    session_hash: str | None = None,
+    undo_key: str | None = None,
+):
     """The FastAPI application serving `searcher`.
 
     Args:
@@ -149,8 +177,13 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
 
     # no /docs, /redoc or /openapi.json: the first two load scripts from a CDN, and every
     # route is described in docs/guides/server.md (search.access.route_table lists them)
-    app = FastAPI(title="bertindex", description="Search one bertindex store.", docs_url=None,
-                  redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="bertindex",
+        description="Search one bertindex store.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     install_error_map(app)
     app.state.searcher = searcher
     store = searcher.store
@@ -165,15 +198,17 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
     @app.get("/", include_in_schema=False, dependencies=[needs(OPEN)])
     def page() -> Response:
         """The search page."""
-        return Response(_static("index.html"), media_type="text/html; charset=utf-8",
-                        headers=PAGE_HEADERS)
+        return Response(
+            _static("index.html"), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS
+        )
 
     @app.get("/static/{name}", include_in_schema=False, dependencies=[needs(OPEN)])
     def static(name: str) -> Response:
         if name not in STATIC_FILES:
             raise HTTPException(status_code=404, detail=f"no file {name!r}")
-        return Response(_static(name), media_type=STATIC_FILES[name] + "; charset=utf-8",
-                        headers=PAGE_HEADERS)
+        return Response(
+            _static(name), media_type=STATIC_FILES[name] + "; charset=utf-8", headers=PAGE_HEADERS
+        )
 
     @app.get("/health", dependencies=[needs(OPEN)])
     def health() -> dict:
@@ -182,10 +217,14 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         Open to anyone who reaches the server, so nothing about the store: no path, no
         counts."""
         settings = searcher.config.search
-        return {"status": "ok", "version": __version__,
-                "index_version": searcher.index.version if searcher.index is not None else None,
-                "mode": settings.mode, "rerank": bool(settings.rerank),
-                "rerank_depth": settings.rerank_depth}
+        return {
+            "status": "ok",
+            "version": __version__,
+            "index_version": searcher.index.version if searcher.index is not None else None,
+            "mode": settings.mode,
+            "rerank": bool(settings.rerank),
+            "rerank_depth": settings.rerank_depth,
+        }
 
     @app.post("/search", dependencies=[needs("read")])
     def search(request: SearchRequest) -> Response:  # a plain def: FastAPI runs it on its pool
@@ -197,12 +236,19 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
         filters = request.parsed()
         check_rerank(request, searcher.config.search)
         with serial:
-            hits = searcher.search(request.query, request.k + request.offset,
-                                   mode=request.mode, **filters,
-                                   rerank=None if request.rerank else request.rerank,
-                                   rerank_depth=request.rerank_depth)[request.offset:]
-            found = (store.annotations.by_document([(h.collection, h.id) for h in hits])
-                     if request.annotations else {})
+            hits = searcher.search(
+                request.query,
+                request.k + request.offset,
+                mode=request.mode,
+                **filters,
+                rerank=None if request.rerank else request.rerank,
+                rerank_depth=request.rerank_depth,
+            )[request.offset :]
+            found = (
+                store.annotations.by_document([(h.collection, h.id) for h in hits])
+                if request.annotations
+                else {}
+            )
         out = []
         for hit in hits:
             row = hit.to_dict()
@@ -210,11 +256,15 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
                 row.update(found.get((hit.collection, hit.id), {"labels": [], "entities": []}))
             if request.highlight:
                 row["window"], row["highlights"] = excerpt(
-                    hit.text[hit.chunk_start:hit.chunk_end], request.query)
+                    hit.text[hit.chunk_start : hit.chunk_end], request.query
+                )
             out.append(row)
-        body = {"hits": out, "offset": request.offset,
-                "mode": request.mode or searcher.config.search.mode,
-                "took_ms": round(1000 * (time.perf_counter() - started), 3)}
+        body = {
+            "hits": out,
+            "offset": request.offset,
+            "mode": request.mode or searcher.config.search.mode,
+            "took_ms": round(1000 * (time.perf_counter() - started), 3),
+        }
         # serialised here: FastAPI's own path (jsonable_encoder, then a response model check)
         # cost 0.5 ms of a 10 ms query and held the GIL other queries wait for
         return Response(json.dumps(body), media_type="application/json")
@@ -230,7 +280,9 @@ def create_app(searcher: Searcher, max_body_bytes: int = MAX_BODY_BYTES,
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
     add_review_routes(app, store.path, write_lock, undo_key)  # /review (search/review_page.py)
-    book = TokenBook(store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock)
+    book = TokenBook(
+        store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock
+    )
     guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
     return BodyLimit(guard, max_body_bytes)
 
@@ -239,15 +291,17 @@ def check_rerank(request: SearchRequest, settings: SearchConfig) -> None:
     """Refuse a rerank the server cannot or will not do: no reranker configured, or a depth
     above `search.rerank_max_depth` (a client must not choose the CPU a request costs)."""
     if request.rerank and not settings.rerank:
-        raise InputError("this server has no reranker: set search.rerank in its "
-                         "config.yaml to a pair head (`bertindex train rerank`)")
+        raise InputError(
+            "this server has no reranker: set search.rerank in its "
+            "config.yaml to a pair head (`bertindex train rerank`)"
+        )
     cap = settings.rerank_max_depth
     if request.rerank_depth is not None and request.rerank_depth > cap:
-        raise InputError(f"rerank_depth {request.rerank_depth} is above this server's cap "
-                         f"(search.rerank_max_depth: {cap})")
+        raise InputError(
+            f"rerank_depth {request.rerank_depth} is above this server's cap "
+            f"(search.rerank_max_depth: {cap})"
+        )
 
 
 def _static(name: str) -> bytes:
     return resources.files("search").joinpath("static", name).read_bytes()
-
-

@@ -68,14 +68,18 @@ def open_app(settings: ServeSettings):
     from search.server import create_app
 
     faiss.omp_set_num_threads(settings.threads)
-    config = load_config(settings.config_path).with_overrides(
-        **{"store.path": settings.store_path})
+    config = load_config(settings.config_path).with_overrides(**{"store.path": settings.store_path})
     store = Store(config.store.path, read_only=True)
     try:
         store.set_threads(settings.threads)
-        return create_app(Searcher(config, store), settings.max_body_bytes, settings.threads,
-                          bound=settings.host, session_hash=settings.session_hash,
-                          undo_key=settings.undo_key)
+        return create_app(
+            Searcher(config, store),
+            settings.max_body_bytes,
+            settings.threads,
+            bound=settings.host,
+            session_hash=settings.session_hash,
+            undo_key=settings.undo_key,
+        )
     except BaseException:
         store.close()
         raise
@@ -119,8 +123,11 @@ def _loaded_bytes(searcher: Searcher) -> int:
     total = 0
     index = searcher.index
     if index is not None:
-        folder = (version_dir(searcher.store.path, index.version) if index.version
-                  else searcher.store.path)
+        folder = (
+            version_dir(searcher.store.path, index.version)
+            if index.version
+            else searcher.store.path
+        )
         total += sum(f.stat().st_size for f in folder.glob("*.faiss"))
     model_file = getattr(searcher.encoder, "model_file", None)
     if model_file is not None:
@@ -137,9 +144,14 @@ def _available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
-          announce: Callable[[str], None] = lambda message: None,
-          tls: tuple[str, str] | None = None) -> None:
+def serve(
+    settings: ServeSettings,
+    host: str,
+    port: int,
+    workers: int | str = 1,
+    announce: Callable[[str], None] = lambda message: None,
+    tls: tuple[str, str] | None = None,
+) -> None:
     """Serve until stopped: one process, or `workers` processes on one socket.
 
     The settings are checked in this process first (store, index, model), so a bad store
@@ -161,8 +173,10 @@ def serve(settings: ServeSettings, host: str, port: int, workers: int | str = 1,
     app = open_app(settings)
     count = worker_count(workers, app)
     scheme = "https" if tls else "http"
-    announce(f"serving {settings.store_path} on {scheme}://{host}:{port}"
-             + (f" ({count} processes)" if count > 1 else ""))
+    announce(
+        f"serving {settings.store_path} on {scheme}://{host}:{port}"
+        + (f" ({count} processes)" if count > 1 else "")
+    )
     options = {"host": host, "port": port, "log_level": "warning", "access_log": False}
     if tls:
         options.update(ssl_certfile=tls[0], ssl_keyfile=tls[1])

@@ -27,11 +27,17 @@ def tiny_config(tiny_model_dir, tmp_path):
     """
     from indexer.config import Config
 
-    return Config().with_overrides(**{
-        "model.name": str(tiny_model_dir), "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": 16, "long_documents.stride": 4, "store.path": str(tmp_path / "store"),
-        "search.query_encoder": "torch",
-    })
+    return Config().with_overrides(
+        **{
+            "model.name": str(tiny_model_dir),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": 16,
+            "long_documents.stride": 4,
+            "store.path": str(tmp_path / "store"),
+            "search.query_encoder": "torch",
+        }
+    )
 
 
 @pytest.fixture
@@ -39,11 +45,25 @@ def small_corpus(tmp_path) -> Path:
     rows = [
         {"id": "a1", "text": "the cat sat on the mat", "kind": "pet", "lang": "en"},
         {"id": "a2", "text": "the dog slept on the sofa", "kind": "pet", "lang": "en"},
-        {"id": "b1", "text": "parse command line arguments in python", "kind": "code", "lang": "en"},
-        {"id": "b2", "text": "compress a file with gzip and write data", "kind": "code", "lang": "en"},
-        {"id": "c1", "text": "red apple green pear blue river big mountain small city fast train "
-         "slow car the sea house on a rug banana query vector index search text document data",
-         "kind": "long", "lang": "xx"},
+        {
+            "id": "b1",
+            "text": "parse command line arguments in python",
+            "kind": "code",
+            "lang": "en",
+        },
+        {
+            "id": "b2",
+            "text": "compress a file with gzip and write data",
+            "kind": "code",
+            "lang": "en",
+        },
+        {
+            "id": "c1",
+            "text": "red apple green pear blue river big mountain small city fast train "
+            "slow car the sea house on a rug banana query vector index search text document data",
+            "kind": "long",
+            "lang": "xx",
+        },
     ]
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -63,8 +83,11 @@ def serve_flows(monkeypatch):
     served = {}
     monkeypatch.setattr(flows.runtime, "warm_up_api", lambda services=False, database=None: None)
     monkeypatch.setattr(flows.runtime, "wait_for_api", lambda: None)
-    monkeypatch.setattr(flows.schedules, "serve_deployments",
-                        lambda deployments, limit: served.update(d=deployments, limit=limit))
+    monkeypatch.setattr(
+        flows.schedules,
+        "serve_deployments",
+        lambda deployments, limit: served.update(d=deployments, limit=limit),
+    )
 
     def serve(config: Path) -> tuple[list, int]:
         result = CliRunner().invoke(main, ["flows", "serve", "--config", str(config)])
@@ -77,7 +100,8 @@ def serve_flows(monkeypatch):
 @pytest.fixture(scope="session")
 def prefect_api():
     """One temporary Prefect API for the whole session: starting one costs 8-16 s, so every
-    test that runs a flow shares it (tests/search/cli/test_cli.py, tests/flows, tests/indexer/annotate)."""
+    test that runs a flow shares it (tests/search/cli/test_cli.py, tests/flows,
+    tests/indexer/annotate)."""
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
@@ -107,15 +131,21 @@ def heads(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("heads")
     torch.manual_seed(1)
     clf = BertForSequenceClassification.from_pretrained(
-        tiny_model_dir, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+        tiny_model_dir, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1}
+    )
     ner = BertForTokenClassification.from_pretrained(
-        tiny_model_dir, num_labels=5, id2label=dict(enumerate(NER_LABELS)),
-        label2id={n: i for i, n in enumerate(NER_LABELS)})
+        tiny_model_dir,
+        num_labels=5,
+        id2label=dict(enumerate(NER_LABELS)),
+        label2id={n: i for i, n in enumerate(NER_LABELS)},
+    )
     with torch.no_grad():
         ner.classifier.weight.zero_()
         ner.classifier.bias.copy_(torch.tensor([0.0, 5.0, 0.0, 0.0, 0.0]))  # always B-LOC
-    return {"clf": save_head(clf, tiny_model_dir, root / "clf"),
-            "ner": save_head(ner, tiny_model_dir, root / "ner")}
+    return {
+        "clf": save_head(clf, tiny_model_dir, root / "clf"),
+        "ner": save_head(ner, tiny_model_dir, root / "ner"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +157,19 @@ def pair_bert(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("pair-bert")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]
-    BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True
-                      ).save_pretrained(path)
+    BertTokenizerFast(
+        vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True
+    ).save_pretrained(path)
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                         num_attention_heads=4, intermediate_size=37)).save_pretrained(path)
+    BertModel(
+        BertConfig(
+            vocab_size=len(vocab),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+        )
+    ).save_pretrained(path)
     return path
 
 
@@ -143,9 +181,11 @@ def toy_head(pair_bert, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("pair")
     train, val = toy_pairs(192, seed=1), toy_pairs(48, seed=2)
-    data = read_head_data("pair", write_jsonl(tmp / "train.jsonl", train),
-                          write_jsonl(tmp / "val.jsonl", val))
-    settings = TrainSettings(task="pair", base=pair_bert, out=tmp / "head", epochs=16, lr=3e-3,
-                             batch_size=16, threads=1)
+    data = read_head_data(
+        "pair", write_jsonl(tmp / "train.jsonl", train), write_jsonl(tmp / "val.jsonl", val)
+    )
+    settings = TrainSettings(
+        task="pair", base=pair_bert, out=tmp / "head", epochs=16, lr=3e-3, batch_size=16, threads=1
+    )
     receipt = train_head(data, settings)
     return tmp / "head", receipt, val

@@ -31,7 +31,9 @@ class Sequences:
     """Token sequences with the model's special tokens, and what may be chosen for masking."""
 
     ids: list[np.ndarray] = field(default_factory=list)  # int32 per sequence
-    words: list[np.ndarray] = field(default_factory=list)  # word number per position, -1 on specials
+    words: list[np.ndarray] = field(
+        default_factory=list
+    )  # word number per position, -1 on specials
     candidates: list[np.ndarray] = field(default_factory=list)  # bool: not a special token
 
     def __len__(self) -> int:
@@ -45,8 +47,11 @@ class Sequences:
         return int(self.lengths.sum()) if self.ids else 0
 
     def take(self, index) -> Sequences:
-        return Sequences([self.ids[i] for i in index], [self.words[i] for i in index],
-                         [self.candidates[i] for i in index])
+        return Sequences(
+            [self.ids[i] for i in index],
+            [self.words[i] for i in index],
+            [self.candidates[i] for i in index],
+        )
 
 
 @dataclass
@@ -58,8 +63,9 @@ class Corpus:
     provenance: dict
 
 
-def read_file_texts(paths: list[str], fmt: str = "auto", progress: ProgressArg = False
-                    ) -> tuple[list[str], dict]:
+def read_file_texts(
+    paths: list[str], fmt: str = "auto", progress: ProgressArg = False
+) -> tuple[list[str], dict]:
     """Every document's text (title and body, as the indexer encodes it) of the corpus files.
 
     Returns:
@@ -88,18 +94,33 @@ def read_file_texts(paths: list[str], fmt: str = "auto", progress: ProgressArg =
         for r in rejected[:5]:
             write_line(f"{r.source}, row {r.row}: {r.reason}", progress)
         rejected_total += len(rejected)
-        sources.append({"path": str(path), "bytes": path.stat().st_size,
-                        "sha256_first_mib": _head_digest(path), "documents": count,
-                        "rejected": len(rejected),
-                        "rejected_first": [f"row {r.row}: {r.reason}" for r in rejected[:5]]})
-        write_line(f"read {count:,} documents from {path}"
-                   + (f" ({len(rejected)} rows rejected)" if rejected else ""), progress)
+        sources.append(
+            {
+                "path": str(path),
+                "bytes": path.stat().st_size,
+                "sha256_first_mib": _head_digest(path),
+                "documents": count,
+                "rejected": len(rejected),
+                "rejected_first": [f"row {r.row}: {r.reason}" for r in rejected[:5]],
+            }
+        )
+        write_line(
+            f"read {count:,} documents from {path}"
+            + (f" ({len(rejected)} rows rejected)" if rejected else ""),
+            progress,
+        )
     if not texts:
-        raise InputError(f"no text read from {', '.join(map(str, paths))}: every row was "
-                         "rejected or the files are empty (see the lines above)")
-    return texts, {"kind": "files", "files": sources, "documents": len(texts),
-                   "rejected": rejected_total,
-                   "skipped": [f"{r.source}: {r.reason}" for r in skipped]}
+        raise InputError(
+            f"no text read from {', '.join(map(str, paths))}: every row was "
+            "rejected or the files are empty (see the lines above)"
+        )
+    return texts, {
+        "kind": "files",
+        "files": sources,
+        "documents": len(texts),
+        "rejected": rejected_total,
+        "skipped": [f"{r.source}: {r.reason}" for r in skipped],
+    }
 
 
 def read_store_texts(store_path: Path, collection: str) -> tuple[list[str], dict]:
@@ -111,15 +132,26 @@ def read_store_texts(store_path: Path, collection: str) -> tuple[list[str], dict
     from indexer.store import Store
 
     with Store(store_path, read_only=True) as store:
-        pairs = [(int(i), t) for ids, texts in store.dedup.iter_texts(collection) for i, t in zip(ids, texts)]
+        pairs = [
+            (int(i), t)
+            for ids, texts in store.dedup.iter_texts(collection)
+            for i, t in zip(ids, texts)
+        ]
         if not pairs:
             names = ", ".join(c["collection"] for c in store.counts.collections()) or "none"
-            raise InputError(f"{store_path}: collection '{collection}' holds no documents "
-                             f"(collections: {names}); pass --collection with one of them")
+            raise InputError(
+                f"{store_path}: collection '{collection}' holds no documents "
+                f"(collections: {names}); pass --collection with one of them"
+            )
     pairs.sort()
-    return [t for _, t in pairs], {"kind": "store", "store": str(store_path),
-                                   "collection": collection, "documents": len(pairs),
-                                   "first_doc_id": pairs[0][0], "last_doc_id": pairs[-1][0]}
+    return [t for _, t in pairs], {
+        "kind": "store",
+        "store": str(store_path),
+        "collection": collection,
+        "documents": len(pairs),
+        "first_doc_id": pairs[0][0],
+        "last_doc_id": pairs[-1][0],
+    }
 
 
 def _head_digest(path: Path) -> str:
@@ -127,8 +159,9 @@ def _head_digest(path: Path) -> str:
         return hashlib.sha256(fh.read(1 << 20)).hexdigest()
 
 
-def tokenize(tokenizer, texts: list[str], max_length: int, prefix: tuple[int, ...],
-             suffix: tuple[int, ...]) -> tuple[Sequences, list[int]]:
+def tokenize(
+    tokenizer, texts: list[str], max_length: int, prefix: tuple[int, ...], suffix: tuple[int, ...]
+) -> tuple[Sequences, list[int]]:
     """Each text as one or more sequences of at most `max_length` tokens, the tokenizer's
     framing (`model_facts.special_tokens`: `prefix` ids before, `suffix` ids after) around
     each window, as the indexer frames its windows. A special token's id inside a text (a
@@ -140,8 +173,10 @@ def tokenize(tokenizer, texts: list[str], max_length: int, prefix: tuple[int, ..
     out, origin = Sequences(), []
     width = max_length - len(prefix) - len(suffix)
     if width < 1:
-        raise InputError(f"--max-length {max_length} leaves no room for text beside the "
-                         f"model's {len(prefix) + len(suffix)} special tokens; raise it")
+        raise InputError(
+            f"--max-length {max_length} leaves no room for text beside the "
+            f"model's {len(prefix) + len(suffix)} special tokens; raise it"
+        )
     head, tail = list(prefix), list(suffix)
     special_ids = np.asarray(sorted(set(tokenizer.all_special_ids)), dtype=np.int32)
     none = [-1] * len(head), [-1] * len(tail)
@@ -155,19 +190,28 @@ def tokenize(tokenizer, texts: list[str], max_length: int, prefix: tuple[int, ..
             for w in range(0, len(ids), width):
                 piece = ids[w : w + width]
                 out.ids.append(np.asarray(head + piece + tail, dtype=np.int32))
-                out.words.append(np.asarray(none[0] + word_ids[w : w + width] + none[1],
-                                            dtype=np.int32))
+                out.words.append(
+                    np.asarray(none[0] + word_ids[w : w + width] + none[1], dtype=np.int32)
+                )
                 chosen = np.ones(len(piece) + len(head) + len(tail), dtype=bool)
                 chosen[: len(head)] = False
-                chosen[len(chosen) - len(tail):] = False
+                chosen[len(chosen) - len(tail) :] = False
                 chosen &= ~np.isin(out.ids[-1], special_ids)
                 out.candidates.append(chosen)
                 origin.append(start + j)
     return out, origin
 
 
-def build_corpus(texts: list[str], provenance: dict, tokenizer, max_length: int, specials,
-                 held_out: float, seed: int, progress: ProgressArg = False) -> Corpus:
+def build_corpus(
+    texts: list[str],
+    provenance: dict,
+    tokenizer,
+    max_length: int,
+    specials,
+    held_out: float,
+    seed: int,
+    progress: ProgressArg = False,
+) -> Corpus:
     """Tokenise the texts and hold out a seeded share of whole documents (at most
     MAX_HELD_OUT sequences, at least one when there are two documents or more)."""
     sequences, origin = tokenize(tokenizer, texts, max_length, specials.prefix, specials.suffix)
@@ -190,14 +234,22 @@ def build_corpus(texts: list[str], provenance: dict, tokenizer, max_length: int,
     if not train_index:
         raise InputError("every sequence is held out; give more text or a smaller --held-out")
     corpus = Corpus(sequences.take(train_index), sequences.take(held_index), dict(provenance))
-    corpus.provenance.update({
-        "sequences": len(sequences), "tokens": sequences.tokens(),
-        "train_sequences": len(corpus.train), "train_tokens": corpus.train.tokens(),
-        "held_out_documents": len(held_docs), "held_out_sequences": len(corpus.held_out),
-        "held_out_tokens": corpus.held_out.tokens(), "held_out_share": held_out,
-        "max_length": max_length,
-    })
-    write_line(f"{documents:,} documents -> {len(sequences):,} sequences, "
-               f"{sequences.tokens():,} tokens ({len(corpus.held_out):,} sequences held out)",
-               progress)
+    corpus.provenance.update(
+        {
+            "sequences": len(sequences),
+            "tokens": sequences.tokens(),
+            "train_sequences": len(corpus.train),
+            "train_tokens": corpus.train.tokens(),
+            "held_out_documents": len(held_docs),
+            "held_out_sequences": len(corpus.held_out),
+            "held_out_tokens": corpus.held_out.tokens(),
+            "held_out_share": held_out,
+            "max_length": max_length,
+        }
+    )
+    write_line(
+        f"{documents:,} documents -> {len(sequences):,} sequences, "
+        f"{sequences.tokens():,} tokens ({len(corpus.held_out):,} sequences held out)",
+        progress,
+    )
     return corpus

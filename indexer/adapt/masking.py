@@ -34,10 +34,13 @@ class MaskRule:
     def describe(self) -> dict:
         """The rule as the receipt records it."""
         keep = round(1 - self.replace_mask - self.replace_random, 6)
-        return {**asdict(self), "keep": keep,
-                "never_chosen": "special tokens and padding",
-                "random_from": "the vocabulary less its special tokens",
-                "loss_on": "chosen positions only"}
+        return {
+            **asdict(self),
+            "keep": keep,
+            "never_chosen": "special tokens and padding",
+            "random_from": "the vocabulary less its special tokens",
+            "loss_on": "chosen positions only",
+        }
 
 
 def word_starts(word_ids: list[list[int | None]], length: int) -> torch.Tensor:
@@ -51,9 +54,15 @@ def word_starts(word_ids: list[list[int | None]], length: int) -> torch.Tensor:
     return out
 
 
-def mask_tokens(input_ids: torch.Tensor, candidates: torch.Tensor, mask_id: int,
-                random_ids: torch.Tensor, rule: MaskRule, generator: torch.Generator,
-                words: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_tokens(
+    input_ids: torch.Tensor,
+    candidates: torch.Tensor,
+    mask_id: int,
+    random_ids: torch.Tensor,
+    rule: MaskRule,
+    generator: torch.Generator,
+    words: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply `rule` to a batch.
 
     Args:
@@ -79,7 +88,9 @@ def mask_tokens(input_ids: torch.Tensor, candidates: torch.Tensor, mask_id: int,
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))
     draw = torch.rand(shape, generator=generator)
     to_mask = chosen & (draw < rule.replace_mask)
-    to_random = chosen & (draw >= rule.replace_mask) & (draw < rule.replace_mask + rule.replace_random)
+    to_random = (
+        chosen & (draw >= rule.replace_mask) & (draw < rule.replace_mask + rule.replace_random)
+    )
     inputs = input_ids.clone()
     inputs[to_mask] = mask_id
     picks = torch.randint(len(random_ids), shape, generator=generator)
@@ -87,8 +98,9 @@ def mask_tokens(input_ids: torch.Tensor, candidates: torch.Tensor, mask_id: int,
     return inputs, labels
 
 
-def _choose_words(words: torch.Tensor, candidates: torch.Tensor, prob: float,
-                  generator: torch.Generator) -> torch.Tensor:
+def _choose_words(
+    words: torch.Tensor, candidates: torch.Tensor, prob: float, generator: torch.Generator
+) -> torch.Tensor:
     """Choose each (row, word) with probability `prob`; every candidate subword of a chosen
     word is chosen."""
     top = int(words.max().item()) + 1 if words.numel() else 0

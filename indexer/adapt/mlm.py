@@ -53,8 +53,10 @@ def load_mlm(base: Path, seed: int):
     prefix = model.base_model_prefix
     backbone_missing = [k for k in missing if k.startswith(prefix + ".") and "pooler" not in k]
     if backbone_missing:
-        raise ModelError(f"{base}: the encoder's weights {backbone_missing[:3]} are missing; "
-                         "is it an encoder directory?")
+        raise ModelError(
+            f"{base}: the encoder's weights {backbone_missing[:3]} are missing; "
+            "is it an encoder directory?"
+        )
     head_file = Path(base) / HEAD_FILE
     tied = _tie(model)
     if head_file.is_file():
@@ -63,13 +65,19 @@ def load_mlm(base: Path, seed: int):
         state = load_file(str(head_file))
         result = model.load_state_dict(state, strict=False)
         if result.unexpected_keys:
-            raise ModelError(f"{head_file}: weights {result.unexpected_keys[:3]} do not fit "
-                             f"{type(model).__name__}; remove the file to start a fresh head")
+            raise ModelError(
+                f"{head_file}: weights {result.unexpected_keys[:3]} do not fit "
+                f"{type(model).__name__}; remove the file to start a fresh head"
+            )
         how = "loaded"
     else:
         how = "fresh" if missing else "the model's own"
-    return model, {"head": how, "tied": tied, "class": type(model).__name__,
-                   "missing_at_load": missing}
+    return model, {
+        "head": how,
+        "tied": tied,
+        "class": type(model).__name__,
+        "missing_at_load": missing,
+    }
 
 
 def _tie(model) -> bool:
@@ -134,8 +142,10 @@ def save_adapted(model, tokenizer, base: Path, out: Path, receipt: dict) -> None
         raise ModelError(f"cannot load {base} as an encoder to save into: {exc}") from None
     result = encoder.load_state_dict(model.base_model.state_dict(), strict=False)
     if result.unexpected_keys or [k for k in result.missing_keys if "pooler" not in k]:
-        raise ModelError(f"the adapted weights do not fit {type(encoder).__name__}: missing "
-                         f"{result.missing_keys[:3]}, unexpected {result.unexpected_keys[:3]}")
+        raise ModelError(
+            f"the adapted weights do not fit {type(encoder).__name__}: missing "
+            f"{result.missing_keys[:3]}, unexpected {result.unexpected_keys[:3]}"
+        )
     encoder.save_pretrained(out)
     tokenizer.save_pretrained(out)
     for name in ST_FILES:
@@ -146,11 +156,22 @@ def save_adapted(model, tokenizer, base: Path, out: Path, receipt: dict) -> None
             shutil.copytree(folder, out / folder.name, dirs_exist_ok=True)
     embeddings = model.get_input_embeddings().weight
     prefix = model.base_model_prefix + "."
-    head = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()
-            if not k.startswith(prefix) and v.data_ptr() != embeddings.data_ptr()}
+    head = {
+        k: v.detach().contiguous().clone()
+        for k, v in model.state_dict().items()
+        if not k.startswith(prefix) and v.data_ptr() != embeddings.data_ptr()
+    }
     save_file(head, str(out / HEAD_FILE))
-    (out / HEAD_INFO).write_text(json.dumps({
-        "class": type(model).__name__, "tied_to_word_embeddings": _tie(model),
-        "note": "the masked-LM head of `bertindex adapt`; AutoModel ignores this file, "
-                "`bertindex adapt` loads it back", "receipt": "adapt-receipt.json"}, indent=2))
+    (out / HEAD_INFO).write_text(
+        json.dumps(
+            {
+                "class": type(model).__name__,
+                "tied_to_word_embeddings": _tie(model),
+                "note": "the masked-LM head of `bertindex adapt`; AutoModel ignores this file, "
+                "`bertindex adapt` loads it back",
+                "receipt": "adapt-receipt.json",
+            },
+            indent=2,
+        )
+    )
     log.info("saved the adapted encoder to %s", out)

@@ -85,14 +85,16 @@ class AdaptSettings:
         """What a checkpoint must match to be resumed: the settings that shape the run and
         the data's size."""
         keep: dict[str, object] = {
-            k: str(v) for k, v in asdict(self).items()
-            if k not in ("out", "threads", "checkpoint_seconds", "checkpoint_steps")}
+            k: str(v)
+            for k, v in asdict(self).items()
+            if k not in ("out", "threads", "checkpoint_seconds", "checkpoint_steps")
+        }
         keep["data"] = [corpus.provenance.get("documents"), corpus.provenance.get("tokens")]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def check_out(out: Path) -> str:
-    """"new", or "resume" (a checkpoint and no receipt).
+    """ "new", or "resume" (a checkpoint and no receipt).
 
     Raises:
         InputError: `out` holds a finished adaptation, or other files.
@@ -102,12 +104,16 @@ def check_out(out: Path) -> str:
     if not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory; give a new one")
     if (out / RECEIPT).is_file():
-        raise InputError(f"--out {out}: holds a finished adaptation ({RECEIPT}); give a new "
-                         "directory (or remove it to run again)")
+        raise InputError(
+            f"--out {out}: holds a finished adaptation ({RECEIPT}); give a new "
+            "directory (or remove it to run again)"
+        )
     if (out / CHECKPOINT).is_file():
         return "resume"
-    raise InputError(f"--out {out}: exists and holds neither an adaptation in progress "
-                     f"({CHECKPOINT}) nor is empty; give a new or empty directory")
+    raise InputError(
+        f"--out {out}: exists and holds neither an adaptation in progress "
+        f"({CHECKPOINT}) nor is empty; give a new or empty directory"
+    )
 
 
 def _collate(seqs: Sequences, index, pad_id: int, whole_word: bool):
@@ -132,18 +138,22 @@ class _Masker:
 
     def __init__(self, tokenizer, rule: MaskRule, where: str):
         if tokenizer.mask_token_id is None:
-            raise ModelError(f"{where}: the tokenizer has no mask token; masked-LM "
-                             "adaptation needs one ([MASK], <mask>)")
+            raise ModelError(
+                f"{where}: the tokenizer has no mask token; masked-LM "
+                "adaptation needs one ([MASK], <mask>)"
+            )
         self.mask_id = int(tokenizer.mask_token_id)
         specials = set(tokenizer.all_special_ids)
-        self.random_ids = torch.tensor([i for i in range(len(tokenizer)) if i not in specials],
-                                       dtype=torch.long)
+        self.random_ids = torch.tensor(
+            [i for i in range(len(tokenizer)) if i not in specials], dtype=torch.long
+        )
         self.rule = rule
 
     def batch(self, seqs: Sequences, index, pad_id: int, generator: torch.Generator) -> dict:
         ids, mask, cand, words = _collate(seqs, index, pad_id, self.rule.whole_word)
-        inputs, labels = mask_tokens(ids, cand, self.mask_id, self.random_ids, self.rule,
-                                     generator, words)
+        inputs, labels = mask_tokens(
+            ids, cand, self.mask_id, self.random_ids, self.rule, generator, words
+        )
         return {"input_ids": inputs, "attention_mask": mask, "labels": labels}
 
 
@@ -151,8 +161,9 @@ def _step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**63 - 1)
 
 
-def _score(model, seqs: Sequences, masker: _Masker, pad_id: int, seed: int, head,
-           token_types: bool) -> dict:
+def _score(
+    model, seqs: Sequences, masker: _Masker, pad_id: int, seed: int, head, token_types: bool
+) -> dict:
     """Held-out loss and masked-token accuracy, with the same masks every call."""
     if not len(seqs):
         return {"loss": None, "accuracy": None, "masked": 0}
@@ -167,8 +178,11 @@ def _score(model, seqs: Sequences, masker: _Masker, pad_id: int, seed: int, head
             total += float(loss) * n
             correct += int(right)
             count += n
-    return {"loss": round(total / count, 6) if count else None,
-            "accuracy": round(correct / count, 6) if count else None, "masked": count}
+    return {
+        "loss": round(total / count, 6) if count else None,
+        "accuracy": round(correct / count, 6) if count else None,
+        "masked": count,
+    }
 
 
 @dataclass
@@ -225,18 +239,32 @@ class _Run:
     state: TrainState = field(default_factory=TrainState)
 
     def held_out_scores(self) -> dict:
-        return _score(self.model, self.corpus.held_out, self.masker, self.pad_id,
-                      self.settings.seed, self.head, self.token_types)
+        return _score(
+            self.model,
+            self.corpus.held_out,
+            self.masker,
+            self.pad_id,
+            self.settings.seed,
+            self.head,
+            self.token_types,
+        )
 
     def checkpoint(self) -> None:
-        save_atomic({"fingerprint": self.fingerprint, "model": self.model.state_dict(),
-                     "trainer": self.trainer.state_dict(), "state": asdict(self.state)},
-                    self.out / CHECKPOINT)
+        save_atomic(
+            {
+                "fingerprint": self.fingerprint,
+                "model": self.model.state_dict(),
+                "trainer": self.trainer.state_dict(),
+                "state": asdict(self.state),
+            },
+            self.out / CHECKPOINT,
+        )
         crash_point("adapt.after_checkpoint")
 
 
-def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
-          progress: ProgressArg = False) -> dict:
+def adapt(
+    texts: list[str], provenance: dict, settings: AdaptSettings, progress: ProgressArg = False
+) -> dict:
     """Continue masked-LM pretraining of `settings.base` on `texts` and save the result to
     `settings.out` (see the module). Resumes from `settings.out`'s checkpoint when one is
     there.
@@ -258,11 +286,20 @@ def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
     else:
         out.mkdir(parents=True, exist_ok=True)
         before = run.held_out_scores()
-        run.state.history.append({"epoch": 0, "steps": 0, "tokens": 0,
-                                  "held_out_loss": before["loss"],
-                                  "held_out_accuracy": before["accuracy"]})
-        write_line(f"before training: held-out loss {before['loss']}, masked-token accuracy "
-                   f"{before['accuracy']} ({run.head_info['head']} head)", run.mode)
+        run.state.history.append(
+            {
+                "epoch": 0,
+                "steps": 0,
+                "tokens": 0,
+                "held_out_loss": before["loss"],
+                "held_out_accuracy": before["accuracy"],
+            }
+        )
+        write_line(
+            f"before training: held-out loss {before['loss']}, masked-token accuracy "
+            f"{before['accuracy']} ({run.head_info['head']} head)",
+            run.mode,
+        )
     stop = _train(run)
     receipt = _receipt(run, stop)
     save_adapted(run.model, run.tokenizer, Path(settings.base), out, receipt)
@@ -273,8 +310,9 @@ def adapt(texts: list[str], provenance: dict, settings: AdaptSettings,
     return receipt
 
 
-def _prepare(texts: list[str], provenance: dict, settings: AdaptSettings, out: Path,
-             mode: str) -> _Run:
+def _prepare(
+    texts: list[str], provenance: dict, settings: AdaptSettings, out: Path, mode: str
+) -> _Run:
     """Load the tokenizer and masked LM, build the corpus and the trainer for the run."""
     from transformers import AutoTokenizer
 
@@ -289,33 +327,62 @@ def _prepare(texts: list[str], provenance: dict, settings: AdaptSettings, out: P
     check_length(settings.max_length, usable_length(model, tokenizer), "--max-length", where)
     specials = special_tokens(tokenizer, where)
     masker = _Masker(tokenizer, settings.rule, where)
-    corpus = build_corpus(texts, provenance, tokenizer, settings.max_length, specials,
-                          settings.held_out, settings.seed, mode)
+    corpus = build_corpus(
+        texts,
+        provenance,
+        tokenizer,
+        settings.max_length,
+        specials,
+        settings.held_out,
+        settings.seed,
+        mode,
+    )
     steps_per_epoch = -(-len(corpus.train.lengths) // settings.batch_size)
     total = steps_per_epoch * settings.epochs
     if settings.max_tokens:
         per_step = corpus.train.tokens() / steps_per_epoch
         total = min(total, max(1, math.ceil(settings.max_tokens / per_step)))
     params = [p for p in model.parameters() if p.requires_grad]
-    trainer = Trainer(params, settings.lr, Schedule(int(settings.warmup_ratio * total), total),
-                      dtype)
-    return _Run(settings, out, mode, threads, dtype, tokenizer, model, head_info, masker, corpus,
-                specials.pad_id, head_logits(model), takes_token_types(model.base_model),
-                settings.fingerprint(corpus), trainer, total)
+    trainer = Trainer(
+        params, settings.lr, Schedule(int(settings.warmup_ratio * total), total), dtype
+    )
+    return _Run(
+        settings,
+        out,
+        mode,
+        threads,
+        dtype,
+        tokenizer,
+        model,
+        head_info,
+        masker,
+        corpus,
+        specials.pad_id,
+        head_logits(model),
+        takes_token_types(model.base_model),
+        settings.fingerprint(corpus),
+        trainer,
+        total,
+    )
 
 
 def _resume(run: _Run) -> None:
     """Load the checkpoint of an interrupted run with the same settings and data."""
     saved = torch.load(run.out / CHECKPOINT, weights_only=False)
     if saved.get("fingerprint") != run.fingerprint or "state" not in saved:
-        raise InputError(f"--out {run.out}: its checkpoint is of another run (other settings "
-                         "or data); give the same options and data to resume, or a new --out")
+        raise InputError(
+            f"--out {run.out}: its checkpoint is of another run (other settings "
+            "or data); give the same options and data to resume, or a new --out"
+        )
     run.model.load_state_dict(saved["model"])
     run.trainer.load_state_dict(saved["trainer"])
     run.state = TrainState(**saved["state"])
     run.state.resumed.append({"at_step": run.state.step, "tokens": run.state.tokens})
-    write_line(f"resuming {run.out} at step {run.state.step:,}/{run.total:,} "
-               f"({run.state.tokens:,} tokens trained on)", run.mode)
+    write_line(
+        f"resuming {run.out} at step {run.state.step:,}/{run.total:,} "
+        f"({run.state.tokens:,} tokens trained on)",
+        run.mode,
+    )
 
 
 def _train(run: _Run) -> str:
@@ -333,7 +400,7 @@ def _train(run: _Run) -> str:
         rng = np.random.default_rng([settings.seed, state.epoch])
         batches = training_batches(run.corpus.train.lengths, settings.batch_size, rng)
         run.model.train()
-        for index in batches[state.batch:]:
+        for index in batches[state.batch :]:
             _step(run, index)
             bar.set_postfix(f"loss {state.epoch_mean_loss:.4f}, {state.epoch_rate:,.0f} tokens/s")
             bar.update()
@@ -341,8 +408,9 @@ def _train(run: _Run) -> str:
                 if state.batch < len(batches):
                     stop = "max_tokens"
                 break
-            due = (settings.checkpoint_steps and state.step % settings.checkpoint_steps == 0) \
-                or time.monotonic() - last_checkpoint >= settings.checkpoint_seconds
+            due = (
+                settings.checkpoint_steps and state.step % settings.checkpoint_steps == 0
+            ) or time.monotonic() - last_checkpoint >= settings.checkpoint_seconds
             if due:
                 run.checkpoint()
                 last_checkpoint = time.monotonic()
@@ -359,8 +427,9 @@ def _step(run: _Run, index) -> None:
     started = time.perf_counter()
     step_seed = _step_seed(run.settings.seed, state.step + 1)
     torch.manual_seed(step_seed)  # dropout
-    batch = run.masker.batch(run.corpus.train, index, run.pad_id,
-                             torch.Generator().manual_seed(step_seed))
+    batch = run.masker.batch(
+        run.corpus.train, index, run.pad_id, torch.Generator().manual_seed(step_seed)
+    )
     with run.trainer.autocast():
         loss, _, n = mlm_loss(run.model, batch, run.head, run.token_types)
     value = run.trainer.step(loss, f"adapt step {state.step + 1}")
@@ -380,17 +449,24 @@ def _end_epoch(run: _Run, n_batches: int) -> None:
     """Score the held-out slice, record the epoch (or the part of it the horizon allowed)."""
     state = run.state
     scores = run.held_out_scores()
-    entry = {"epoch": state.epoch, "steps": state.step, "tokens": state.tokens,
-             "fraction_of_epoch": round(state.batch / n_batches, 4),
-             "train_loss": round(state.epoch_mean_loss, 6),
-             "held_out_loss": scores["loss"], "held_out_accuracy": scores["accuracy"],
-             "train_seconds": round(state.epoch_seconds, 2),
-             "tokens_per_second": round(state.epoch_rate, 1)}
+    entry = {
+        "epoch": state.epoch,
+        "steps": state.step,
+        "tokens": state.tokens,
+        "fraction_of_epoch": round(state.batch / n_batches, 4),
+        "train_loss": round(state.epoch_mean_loss, 6),
+        "held_out_loss": scores["loss"],
+        "held_out_accuracy": scores["accuracy"],
+        "train_seconds": round(state.epoch_seconds, 2),
+        "tokens_per_second": round(state.epoch_rate, 1),
+    }
     state.history.append(entry)
-    write_line(f"epoch {state.epoch}/{run.settings.epochs}: train loss {entry['train_loss']:.4f}, "
-               f"held-out loss {scores['loss']}, masked-token accuracy {scores['accuracy']}, "
-               f"{entry['tokens_per_second']:,.0f} tokens/s, elapsed {clock(state.seconds)}",
-               run.mode)
+    write_line(
+        f"epoch {state.epoch}/{run.settings.epochs}: train loss {entry['train_loss']:.4f}, "
+        f"held-out loss {scores['loss']}, masked-token accuracy {scores['accuracy']}, "
+        f"{entry['tokens_per_second']:,.0f} tokens/s, elapsed {clock(state.seconds)}",
+        run.mode,
+    )
     state.next_epoch()
 
 
@@ -404,12 +480,20 @@ def _receipt(run: _Run, stop: str) -> dict:
         "head": run.head_info,
         "masking": settings.rule.describe(),
         "data": run.corpus.provenance,
-        "settings": {"epochs": settings.epochs, "max_tokens": settings.max_tokens,
-                     "max_length": settings.max_length, "batch_size": settings.batch_size,
-                     "lr": settings.lr, "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-                     "warmup_ratio": settings.warmup_ratio,
-                     "schedule": run.trainer.schedule.describe(),
-                     "seed": settings.seed, "dtype": run.dtype, "held_out": settings.held_out},
+        "settings": {
+            "epochs": settings.epochs,
+            "max_tokens": settings.max_tokens,
+            "max_length": settings.max_length,
+            "batch_size": settings.batch_size,
+            "lr": settings.lr,
+            "weight_decay": WEIGHT_DECAY,
+            "grad_clip": GRAD_CLIP,
+            "warmup_ratio": settings.warmup_ratio,
+            "schedule": run.trainer.schedule.describe(),
+            "seed": settings.seed,
+            "dtype": run.dtype,
+            "held_out": settings.held_out,
+        },
         "stopped": stop,
         "steps": state.step,
         "tokens_seen": state.tokens,

@@ -105,8 +105,19 @@ def load_heads(args: Sequence[str]) -> list[Head]:
             raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is required")
         key = _backbone_key(model) if _splits(kind, model) else f"solo:{name}"
         labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-        heads.append(Head(name, path, head_version(path), kind, labels, model, tokenizer, key,
-                          options=kind.saved_options(model.config, str(path))))
+        heads.append(
+            Head(
+                name,
+                path,
+                head_version(path),
+                kind,
+                labels,
+                model,
+                tokenizer,
+                key,
+                options=kind.saved_options(model.config, str(path)),
+            )
+        )
     return heads
 
 
@@ -147,8 +158,9 @@ class _Group:
             # transformers wraps `to` with functools.wraps, which its stubs read as unbound
             first.to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, embed: bool = False
-                ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    def forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, embed: bool = False
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """One batch: fp32 logits per head, (batch, labels) or (batch, seq, labels), and with
         `embed` the index's pooled embedding (batch, dim) from the same pass.
 
@@ -162,8 +174,10 @@ class _Group:
             batch = forward_inputs(head.model, ids, attention)  # token types only where taken
             return [head.kind.logits(head.model, batch).float()], vectors
         top = self.embed if embed else None
-        out = self.backbone(**forward_inputs(self.backbone, ids, attention),
-                            output_hidden_states=top is not None and top.layers)
+        out = self.backbone(
+            **forward_inputs(self.backbone, ids, attention),
+            output_hidden_states=top is not None and top.layers,
+        )
         if top is not None:
             vectors = top(out, mask)
         hidden = out.last_hidden_state.float()  # (batch, seq, hidden)
@@ -182,8 +196,10 @@ class _EmbeddingTop:
 
     def __call__(self, out, mask: torch.Tensor) -> torch.Tensor:
         states = types.SimpleNamespace(
-            last_hidden_state=out.last_hidden_state, hidden_states=out.hidden_states,
-            pooler_output=None if self.pooler is None else self.pooler(out.last_hidden_state))
+            last_hidden_state=out.last_hidden_state,
+            hidden_states=out.hidden_states,
+            pooler_output=None if self.pooler is None else self.pooler(out.last_hidden_state),
+        )
         vectors = pool(states, mask, self.pooling)
         return l2_normalize(vectors) if self.normalize else vectors
 
@@ -191,11 +207,21 @@ class _EmbeddingTop:
 def _same_backbone(backbone, model) -> bool:
     """True when a head group's backbone (pooler dropped) is `model` without its pooler: the
     same architecture and exactly the same tensors, in the same dtype."""
-    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "hidden_act", "layer_norm_eps", "position_embedding_type", "vocab_size",
-            "max_position_embeddings", "type_vocab_size")
+    keys = (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "layer_norm_eps",
+        "position_embedding_type",
+        "vocab_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+    )
     if type(backbone) is not type(model) or any(
-            getattr(backbone.config, k, None) != getattr(model.config, k, None) for k in keys):
+        getattr(backbone.config, k, None) != getattr(model.config, k, None) for k in keys
+    ):
         return False
     mine = backbone.state_dict()
     theirs = {k: v for k, v in model.state_dict().items() if not k.startswith("pooler.")}
@@ -208,8 +234,12 @@ def _tokenizer_key(tokenizer) -> tuple:
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     spec.pop("padding", None)
     spec.pop("truncation", None)
-    return (json.dumps(spec, sort_keys=True), tokenizer.cls_token_id, tokenizer.sep_token_id,
-            tokenizer.pad_token_id)
+    return (
+        json.dumps(spec, sort_keys=True),
+        tokenizer.cls_token_id,
+        tokenizer.sep_token_id,
+        tokenizer.pad_token_id,
+    )
 
 
 class Annotator:
@@ -235,10 +265,19 @@ class Annotator:
     window where that token sits farthest from a window edge.
     """
 
-    def __init__(self, heads: list[Head], dtype: str = "auto", device: str = "auto",
-                 max_length: int = 256, stride: int = 64, batch_tokens: int = 16384,
-                 chunk_texts: int = 4096, max_batch: int | None = None,
-                 max_waste: float | None = 0.05, streams: int | None = None):
+    def __init__(
+        self,
+        heads: list[Head],
+        dtype: str = "auto",
+        device: str = "auto",
+        max_length: int = 256,
+        stride: int = 64,
+        batch_tokens: int = 16384,
+        chunk_texts: int = 4096,
+        max_batch: int | None = None,
+        max_waste: float | None = 0.05,
+        streams: int | None = None,
+    ):
         if not heads:
             raise ModelError("no heads to run; give at least one with --heads DIR")
         self.heads = heads
@@ -256,16 +295,28 @@ class Annotator:
         self.max_waste = max_waste
         self.streams = max(1, streams or default_streams(self.device))
         self.embed_group: _Group | None = None  # set by share_embedding
-        log.info("%d head(s) in %d backbone pass(es) per batch, %s on %s, %d stream(s)",
-                 len(heads), len(self.groups), dtype_name(self.dtype), self.device, self.streams)
+        log.info(
+            "%d head(s) in %d backbone pass(es) per batch, %s on %s, %d stream(s)",
+            len(heads),
+            len(self.groups),
+            dtype_name(self.dtype),
+            self.device,
+            self.streams,
+        )
 
     @classmethod
     def for_config(cls, heads: list[Head], config) -> Annotator:
         """An Annotator with the encoder settings of a `Config` (dtype, device, windows, token
         budget): what `bertindex annotate` and `eval head --input raw-text` run."""
         m = config.model
-        return cls(heads, dtype=m.dtype, device=m.device, max_length=m.max_length,
-                   stride=config.long_documents.stride, batch_tokens=m.batch_tokens)
+        return cls(
+            heads,
+            dtype=m.dtype,
+            device=m.device,
+            max_length=m.max_length,
+            stride=config.long_documents.stride,
+            batch_tokens=m.batch_tokens,
+        )
 
     @property
     def dtype_name(self) -> str:
@@ -278,7 +329,7 @@ class Annotator:
         """One Annotation per text, in input order (`chunk_texts` at a time, the next chunk
         tokenised while the current one runs)."""
         step = self.chunk_texts
-        parts = (texts[i:i + step] for i in range(0, len(texts), step))
+        parts = (texts[i : i + step] for i in range(0, len(texts), step))
         return [a for part in self.annotate_chunks(parts) for a in part]
 
     def annotate_chunks(self, chunks: Iterable[Sequence[str]]) -> Iterator[list[Annotation]]:
@@ -320,22 +371,31 @@ class Annotator:
         """
         docs = config.long_documents
         if encoder.document_prefix:
-            return ("model.document_prompt is set: the index's windows start with it, the "
-                    "heads' do not")
+            return (
+                "model.document_prompt is set: the index's windows start with it, the heads' do not"
+            )
         if docs.mode != "chunk":
-            return ("long_documents.mode is truncate: the index keeps each text's first window "
-                    "while the heads read them all")
+            return (
+                "long_documents.mode is truncate: the index keeps each text's first window "
+                "while the heads read them all"
+            )
         if (self.max_length, self.stride) != (encoder.config.max_length, docs.stride):
-            return (f"the heads read windows of {self.max_length} tokens with stride "
-                    f"{self.stride}, the index {encoder.config.max_length} with stride "
-                    f"{docs.stride}")
+            return (
+                f"the heads read windows of {self.max_length} tokens with stride "
+                f"{self.stride}, the index {encoder.config.max_length} with stride "
+                f"{docs.stride}"
+            )
         path = getattr(encoder, "path", None)
         if path is not None and path.dtype == "int8":
-            return (f"the index encodes in int8, the heads run in {self.dtype_name}: the "
-                    "index's vectors come from its own pass")
+            return (
+                f"the index encodes in int8, the heads run in {self.dtype_name}: the "
+                "index's vectors come from its own pass"
+            )
         if (self.device, self.dtype) != (encoder.device, encoder.dtype):
-            return (f"the heads run in {self.dtype_name} on {self.device}, the index in "
-                    f"{dtype_name(encoder.dtype)} on {encoder.device}")
+            return (
+                f"the heads run in {self.dtype_name} on {self.device}, the index in "
+                f"{dtype_name(encoder.dtype)} on {encoder.device}"
+            )
         key = None
         for g in self.groups:
             if not g.split or not _same_backbone(g.backbone, encoder.model):
@@ -345,8 +405,10 @@ class Annotator:
                 g.embed = _EmbeddingTop(encoder, config.model.pooling, config.model.normalize)
                 self.embed_group = g
                 return None
-        return ("no head-only head on the index's encoder among the heads (a fully fine-tuned "
-                "head has other backbone weights)")
+        return (
+            "no head-only head on the index's encoder among the heads (a fully fine-tuned "
+            "head has other backbone weights)"
+        )
 
     def annotate_and_embed(self, texts: Sequence[str]) -> tuple[list[Annotation], ChunkRows]:
         """Annotations of `texts` plus the index's chunks of them, from one backbone pass per
@@ -357,8 +419,9 @@ class Annotator:
             `indexer.indexing.steps.encode_documents` gives them).
         """
         if self.embed_group is None:
-            raise ModelError("the index's embedding is not shared with these heads; call "
-                             "share_embedding first")
+            raise ModelError(
+                "the index's embedding is not shared with these heads; call share_embedding first"
+            )
         return self._run(texts, self._tokenize_all(texts), embed=True)
 
     # -- internals ---------------------------------------------------------------------
@@ -366,9 +429,15 @@ class Annotator:
         """Per group: the fast tokenizer's encodings (no special tokens, offsets, no truncation)."""
         out = []
         for g in self.groups:
-            enc = g.tokenizer(list(texts), add_special_tokens=False, truncation=False,
-                              return_offsets_mapping=True, return_attention_mask=False,
-                              return_token_type_ids=False, verbose=False)
+            enc = g.tokenizer(
+                list(texts),
+                add_special_tokens=False,
+                truncation=False,
+                return_offsets_mapping=True,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+                verbose=False,
+            )
             out.append(enc)
         return out
 
@@ -380,16 +449,18 @@ class Annotator:
         with stream_map(self.streams) as run_all:
             for g, enc in zip(self.groups, encodings):
                 # windows: (text index, token start, token end)
-                windows = [(i, s, e) for i, ids in enumerate(enc["input_ids"])
-                           for s, e in window_spans(len(ids), room, self.stride, "chunk")]
+                windows = [
+                    (i, s, e)
+                    for i, ids in enumerate(enc["input_ids"])
+                    for s, e in window_spans(len(ids), room, self.stride, "chunk")
+                ]
                 lengths = [e - s + 2 for _, s, e in windows]
                 top = g.embed if embed and g is self.embed_group else None
                 want = top is not None
                 outputs: list[list] = [[None] * len(windows) for _ in g.heads]  # per head, window
                 vectors = np.zeros((len(windows), top.dim), np.float32) if top is not None else None
                 batches = self._batches(lengths)
-                step = functools.partial(self._forward, g, enc["input_ids"], windows, lengths,
-                                         want)
+                step = functools.partial(self._forward, g, enc["input_ids"], windows, lengths, want)
                 for positions, (outs, vecs) in zip(batches, run_all(step, batches)):
                     if vectors is not None and vecs is not None:
                         vectors[positions] = vecs.numpy()
@@ -398,16 +469,18 @@ class Annotator:
                             _, s, e = windows[w]
                             kept[w] = h.kind.window_output(out[row], e - s)
                 for h, kept in zip(g.heads, outputs):
-                    per_text = h.kind.annotate(h.name, h.labels, texts, enc, windows, kept,
-                                               **h.options)
+                    per_text = h.kind.annotate(
+                        h.name, h.labels, texts, enc, windows, kept, **h.options
+                    )
                     for result, found in zip(results, per_text):
                         result.add(found)
                 if vectors is not None:
                     chunks = _chunk_rows(texts, enc["offset_mapping"], windows, vectors)
         return (results, chunks) if embed else results
 
-    def _forward(self, g: _Group, token_ids, windows, lengths, embed: bool,
-                 positions: list[int]) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    def _forward(
+        self, g: _Group, token_ids, windows, lengths, embed: bool, positions: list[int]
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """Pad one batch of windows ([CLS] window [SEP]) and run it; outputs on the CPU."""
         tok = g.tokenizer
         cls_id, sep_id, pad_id = tok.cls_token_id, tok.sep_token_id, tok.pad_token_id or 0
@@ -427,7 +500,10 @@ class Annotator:
         planned = plan_batches(lengths, self.batch_tokens, self.max_waste)
         if not self.max_batch:
             return planned
-        return [b[i:i + self.max_batch] for b in planned for i in range(0, len(b), self.max_batch)]
+        return [
+            b[i : i + self.max_batch] for b in planned for i in range(0, len(b), self.max_batch)
+        ]
+
 
 def _chunk_rows(texts: Sequence[str], offsets, windows, vectors: np.ndarray) -> ChunkRows:
     """The index's chunks of a shared pass: each window's ordinal and character span, as

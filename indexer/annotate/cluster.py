@@ -97,8 +97,9 @@ def _tables(annotations: list[Annotation]) -> dict[str, pa.Table]:
     return tables
 
 
-def annotate_partition(pid: str, texts: list[str], head_args: Sequence[str], config: Config
-                       ) -> AnnotatedPartition:
+def annotate_partition(
+    pid: str, texts: list[str], head_args: Sequence[str], config: Config
+) -> AnnotatedPartition:
     """Run the heads over one partition's texts on this process (a cluster worker); the
     heads and their encoder are loaded once per process.
 
@@ -114,9 +115,12 @@ def annotate_partition(pid: str, texts: list[str], head_args: Sequence[str], con
     annotator = _worker_annotator(tuple(head_args), config)
     found = annotator.annotate(texts)
     crash_point("partition.before_return")
-    return AnnotatedPartition(pid, _tables(found), annotator.versions(),
-                              Work(worker_name(), len(texts), sum(len(t) for t in texts),
-                                   time.process_time() - cpu))
+    return AnnotatedPartition(
+        pid,
+        _tables(found),
+        annotator.versions(),
+        Work(worker_name(), len(texts), sum(len(t) for t in texts), time.process_time() - cpu),
+    )
 
 
 def partition_rows(todo: int, slots: int) -> int:
@@ -125,11 +129,17 @@ def partition_rows(todo: int, slots: int) -> int:
     return max(MIN_ROWS, min(MAX_ROWS, math.ceil(todo / max(1, slots * PER_SLOT))))
 
 
-def annotate_store_on_cluster(store: Store, annotator: Annotator, head_args: Sequence[str],
-                              config: Config, submit: Callable, slots: int,
-                              prepare: Callable[[], dict[str, dict]],
-                              collection: str | None = None, progress: ProgressArg = False
-                              ) -> dict:
+def annotate_store_on_cluster(
+    store: Store,
+    annotator: Annotator,
+    head_args: Sequence[str],
+    config: Config,
+    submit: Callable,
+    slots: int,
+    prepare: Callable[[], dict[str, dict]],
+    collection: str | None = None,
+    progress: ProgressArg = False,
+) -> dict:
     """`indexer.annotate.store_pass.annotate_store` with the heads run on cluster workers.
 
     Partitions are ranges of the pending doc ids; up to two per worker thread run ahead of
@@ -156,7 +166,8 @@ def annotate_store_on_cluster(store: Store, annotator: Annotator, head_args: Seq
         if found != versions:
             raise ModelError(
                 f"worker {worker} loaded heads {found}, the writer has {versions}; put the "
-                "same head directories at the same paths on every worker")
+                "same head directories at the same paths on every worker"
+            )
     tally = WorkTally()
     rows = partition_rows(len(todo), slots)
     run = uuid.uuid4().hex[:8]
@@ -174,7 +185,8 @@ def annotate_store_on_cluster(store: Store, annotator: Annotator, head_args: Seq
             raise ModelError(
                 f"worker {part.work.worker} ran heads {part.versions} on partition {pid}, the "
                 f"writer has {versions}; put the same head directories at the same paths on "
-                "every worker")
+                "every worker"
+            )
         batch = part.annotations(len(docs))
         store.annotations.write(docs, batch, versions)
         tally.add(part.work, sent, part.nbytes())
@@ -185,14 +197,22 @@ def annotate_store_on_cluster(store: Store, annotator: Annotator, head_args: Seq
     for docs in store.annotations.iter_doc_texts(todo, rows):
         pid = f"{collection or 'all'} docs {docs[0][0]}-{docs[-1][0]}"
         texts = [t for _, t, _ in docs]
-        future = submit(annotate_partition, pid, texts, list(head_args), config,
-                        key=f"annotate {pid} {run}")
+        future = submit(
+            annotate_partition, pid, texts, list(head_args), config, key=f"annotate {pid} {run}"
+        )
         pending.append((pid, docs, text_bytes(texts), future))
         while len(pending) > 2 * slots:
             settle()
     while pending:
         settle()
     bar.close()
-    return {"documents": total, "annotated": len(todo), "skipped": total - len(todo),
-            "labels": n_labels, "entities": n_entities, "heads": versions,
-            "dtype": annotator.dtype_name, "cluster": tally.summary()}
+    return {
+        "documents": total,
+        "annotated": len(todo),
+        "skipped": total - len(todo),
+        "labels": n_labels,
+        "entities": n_entities,
+        "heads": versions,
+        "dtype": annotator.dtype_name,
+        "cluster": tally.summary(),
+    }

@@ -22,18 +22,24 @@ from indexer.records.annotations import RESULT_TYPES, Annotation, Result
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
-PARQUET_SCHEMA = pa.schema([
-    ("id", pa.string()), ("title", pa.string()), ("text", pa.string()),
-    ("metadata", pa.string()),  # JSON: the input's other columns
-    # one list column per result type: `labels`, `entities`
-    *((rt.field, pa.list_(rt.out_struct)) for rt in RESULT_TYPES),
-])
+PARQUET_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("title", pa.string()),
+        ("text", pa.string()),
+        ("metadata", pa.string()),  # JSON: the input's other columns
+        # one list column per result type: `labels`, `entities`
+        *((rt.field, pa.list_(rt.out_struct)) for rt in RESULT_TYPES),
+    ]
+)
 
 
 def annotation_fields(a: Annotation, versions: dict[str, str]) -> dict:
     """One JSON-ready list per result type (`labels`, `entities`) of one text."""
-    return {rt.field: [x.out_row(_head_version(x, versions)) for x in found]
-            for rt, found in a.results().items()}
+    return {
+        rt.field: [x.out_row(_head_version(x, versions)) for x in found]
+        for rt, found in a.results().items()
+    }
 
 
 def _head_version(result: Result, versions: dict[str, str]) -> str:
@@ -43,9 +49,15 @@ def _head_version(result: Result, versions: dict[str, str]) -> str:
     return versions[result.head]
 
 
-def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
-                   fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048,
-                   progress: ProgressArg = False) -> dict:
+def annotate_files(
+    paths: Sequence[str | Path],
+    annotator: Annotator,
+    out: Path,
+    fmt: str = "auto",
+    fields: FieldMap | None = None,
+    batch_size: int = 2048,
+    progress: ProgressArg = False,
+) -> dict:
     """Write every good record of `paths` with its labels and entities to `out`, in order.
 
     Args:
@@ -76,16 +88,24 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
     parquet = out.name.endswith(".parquet")
     bar = Progress(None, "annotating", "record", progress)
     try:
-        writer = pq.ParquetWriter(tmp, PARQUET_SCHEMA) if parquet else open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+        # closed in the finally below, whichever it is
+        if parquet:
+            writer = pq.ParquetWriter(tmp, PARQUET_SCHEMA)
+        else:
+            writer = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
         try:
             for annotations in annotator.annotate_chunks(texts()):
                 records = buffered.popleft()
-                rows = [_row(r, annotation_fields(a, versions), parquet)
-                        for r, a in zip(records, annotations)]
+                rows = [
+                    _row(r, annotation_fields(a, versions), parquet)
+                    for r, a in zip(records, annotations)
+                ]
                 if isinstance(writer, pq.ParquetWriter):
                     writer.write_table(pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA))
                 else:
-                    writer.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+                    writer.write(
+                        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+                    )
                 count += len(rows)
                 bar.update(len(rows))
         finally:
@@ -95,17 +115,29 @@ def annotate_files(paths: Sequence[str | Path], annotator: Annotator, out: Path,
     finally:
         if tmp.exists():
             tmp.unlink()
-    return {"read": count + len(rejected), "annotated": count, "rejected": len(rejected),
-            "rejections": [{"source": r.source, "row": r.row, "id": r.external_id,
-                            "reason": r.reason} for r in rejected[:100]],
-            "out": str(out), "heads": versions, "dtype": annotator.dtype_name}
+    return {
+        "read": count + len(rejected),
+        "annotated": count,
+        "rejected": len(rejected),
+        "rejections": [
+            {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
+            for r in rejected[:100]
+        ],
+        "out": str(out),
+        "heads": versions,
+        "dtype": annotator.dtype_name,
+    }
 
 
 def _row(record: Record, annotation: dict, parquet: bool) -> dict:
     if parquet:
-        return {"id": record.external_id, "title": record.title, "text": record.text,
-                "metadata": json.dumps(record.metadata, ensure_ascii=False, default=str),
-                **annotation}
+        return {
+            "id": record.external_id,
+            "title": record.title,
+            "text": record.text,
+            "metadata": json.dumps(record.metadata, ensure_ascii=False, default=str),
+            **annotation,
+        }
     row = {"id": record.external_id}
     if record.title is not None:
         row["title"] = record.title

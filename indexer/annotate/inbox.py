@@ -51,11 +51,17 @@ class SharedPass:
     def commit(self, plan: BatchPlan, encoded, store: Store, run_id: str) -> BatchResult:
         annotations, chunks = encoded
         result = commit_batch(plan, chunks, store, run_id)
-        same = [(doc, a) for doc, a in zip(plan.to_encode, annotations)
-                if document_text(doc[1]) == doc[1].text]
+        same = [
+            (doc, a)
+            for doc, a in zip(plan.to_encode, annotations)
+            if document_text(doc[1]) == doc[1].text
+        ]
         if same:
-            store.annotations.write([(d, r.text, h) for (d, r, h), _ in same],
-                                    [a for _, a in same], self.annotator.versions())
+            store.annotations.write(
+                [(d, r.text, h) for (d, r, h), _ in same],
+                [a for _, a in same],
+                self.annotator.versions(),
+            )
         self.annotated += len(same)
         return result
 
@@ -63,15 +69,21 @@ class SharedPass:
         return IndexSteps(encode=self.encode, commit=self.commit)
 
 
-def index_file(path: str, config: Config, collection: str, progress: ProgressArg,
-               shared: SharedPass | None = None) -> dict:
+def index_file(
+    path: str,
+    config: Config,
+    collection: str,
+    progress: ProgressArg,
+    shared: SharedPass | None = None,
+) -> dict:
     """Index one inbox file in this process (with the shared pass's steps when there is one)."""
     steps = shared.index_steps() if shared is not None else None
     return run_index([path], config, collection, progress=progress, steps=steps)
 
 
-def annotate_store(annotator: Annotator, config: Config, collection: str | None,
-                   progress: ProgressArg) -> dict:
+def annotate_store(
+    annotator: Annotator, config: Config, collection: str | None, progress: ProgressArg
+) -> dict:
     """Annotate what the store misses and publish a snapshot, in this process."""
     return annotate_and_publish(annotator, config, collection, progress)
 
@@ -95,9 +107,18 @@ def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         if entry.name.startswith(".") or corpus_format(entry) is None:
             continue
         if not within(entry, folder):
-            refused.append((entry, "refused: " + escape_reason(
-                entry, folder, "the inbox folder",
-                fix="copy the file into the inbox instead of linking to it")))
+            refused.append(
+                (
+                    entry,
+                    "refused: "
+                    + escape_reason(
+                        entry,
+                        folder,
+                        "the inbox folder",
+                        fix="copy the file into the inbox instead of linking to it",
+                    ),
+                )
+            )
             continue
         target = real(entry) if entry.is_symlink() else entry
         if target.is_file() and real(target) not in seen:
@@ -107,9 +128,16 @@ def inbox_entries(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return found, refused
 
 
-def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: str,
-              progress: ProgressArg = False, *, index: Callable = index_file,
-              annotate: Callable = annotate_store) -> dict:
+def run_inbox(
+    folder: Path,
+    annotator: Annotator,
+    config: Config,
+    collection: str,
+    progress: ProgressArg = False,
+    *,
+    index: Callable = index_file,
+    annotate: Callable = annotate_store,
+) -> dict:
     """Index and annotate each file of the inbox not yet 'done' in the ledger.
 
     Args:
@@ -125,8 +153,7 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
     """
     run_id = new_run_id()  # the ledger rows of this inbox pass
     files, rejections = [], []
-    totals = {"read": 0, "rejected": 0, "annotated": 0, "skipped_files": 0,
-              "refused_files": 0}
+    totals = {"read": 0, "rejected": 0, "annotated": 0, "skipped_files": 0, "refused_files": 0}
     shared: SharedPass | None = None
     separate: str | None = None  # why the index runs its own pass
     if config.roots.data is not None and not within(folder, config.roots.data):
@@ -139,41 +166,72 @@ def run_inbox(folder: Path, annotator: Annotator, config: Config, collection: st
         rejections.append({"source": str(entry), "row": 0, "id": None, "reason": reason})
     for path in accepted:
         digest = file_hash(path)
-        with Store(Path(config.store.path)) as store:
-            status = store.annotations.ledger_status(digest)
-            if status == "done":
-                totals["skipped_files"] += 1
-                files.append({"path": str(path), "content_hash": digest, "status": "skipped"})
-                continue
-            store.annotations.ledger_start(digest, str(path), run_id)  # committed before the work
+        status = _claim(config, digest, path, run_id)
+        if status == "done":
+            totals["skipped_files"] += 1
+            files.append({"path": str(path), "content_hash": digest, "status": "skipped"})
+            continue
         crash_point("inbox.after_start")
-        if config.runner == "dask" and separate is None:  # the workers encode, not this process
-            separate = "runner: dask: the workers index the file, then run the heads"
         if shared is None and separate is None:  # decided once, at the first file to index
-            separate = annotator.share_embedding(load_encoder(config.model), config)
-            if separate is None:
-                shared = SharedPass(annotator)
-                log.info("inbox: one encoder pass per batch gives the vectors and the labels")
-            else:
-                log.info("inbox: the index and the heads run separate passes: %s", separate)
+            shared, separate = _choose_pass(annotator, config)
         before = shared.annotated if shared is not None else 0
         indexed = index(str(path), config, collection, progress, shared)
         in_pass = (shared.annotated if shared is not None else 0) - before
-        annotated = annotate(annotator, config, collection, progress)
-        count = in_pass + annotated["annotated"]
-        rows = indexed["read"]
-        with Store(Path(config.store.path)) as store:
-            store.annotations.ledger_done(digest, rows, {"index": {k: indexed[k] for k in (
-                "read", "encoded", "skipped_unchanged", "rejected", "chunks")},
-                "annotated": count})
-        totals["read"] += rows
+        count = in_pass + annotate(annotator, config, collection, progress)["annotated"]
+        _finish_file(config, digest, indexed, count)
+        totals["read"] += indexed["read"]
         totals["rejected"] += indexed["rejected"]
         totals["annotated"] += count
         rejections.extend(indexed["rejections"])
-        files.append({"path": str(path), "content_hash": digest, "rows": rows,
-                      "rejected": indexed["rejected"], "annotated": count,
-                      "status": "redone" if status == "started" else "done"})
-    return totals | {"files": files, "rejections": rejections[:100],
-                     "heads": annotator.versions(), "dtype": annotator.dtype_name,
-                     "collection": collection, "shared_pass": shared is not None,
-                     "separate_pass_reason": separate}
+        files.append(
+            {
+                "path": str(path),
+                "content_hash": digest,
+                "rows": indexed["read"],
+                "rejected": indexed["rejected"],
+                "annotated": count,
+                "status": "redone" if status == "started" else "done",
+            }
+        )
+    return totals | {
+        "files": files,
+        "rejections": rejections[:100],
+        "heads": annotator.versions(),
+        "dtype": annotator.dtype_name,
+        "collection": collection,
+        "shared_pass": shared is not None,
+        "separate_pass_reason": separate,
+    }
+
+
+def _claim(config: Config, digest: str, path: Path, run_id: str) -> str | None:
+    """The file's ledger status before this pass; unless done, it is marked started (committed
+    before the work, so a killed pass redoes it)."""
+    with Store(Path(config.store.path)) as store:
+        status = store.annotations.ledger_status(digest)
+        if status != "done":
+            store.annotations.ledger_start(digest, str(path), run_id)
+    return status
+
+
+def _choose_pass(annotator: Annotator, config: Config) -> tuple[SharedPass | None, str | None]:
+    """One encoder pass for the vectors and the labels (a SharedPass), or why not."""
+    if config.runner == "dask":  # the workers encode, not this process
+        return None, "runner: dask: the workers index the file, then run the heads"
+    separate = annotator.share_embedding(load_encoder(config.model), config)
+    if separate is None:
+        log.info("inbox: one encoder pass per batch gives the vectors and the labels")
+        return SharedPass(annotator), None
+    log.info("inbox: the index and the heads run separate passes: %s", separate)
+    return None, separate
+
+
+def _finish_file(config: Config, digest: str, indexed: dict, annotated: int) -> None:
+    """Mark the file done in the ledger, with what its index run and the heads did."""
+    keys = ("read", "encoded", "skipped_unchanged", "rejected", "chunks")
+    with Store(Path(config.store.path)) as store:
+        store.annotations.ledger_done(
+            digest,
+            indexed["read"],
+            {"index": {k: indexed[k] for k in keys}, "annotated": annotated},
+        )

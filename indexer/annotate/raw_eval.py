@@ -15,8 +15,9 @@ from indexer.heads.registry import capabilities
 from indexer.heads.tagger.raw_text import RAW_TEXT_NOTE, score_raw_text
 
 
-def evaluate_raw_text(model_dir: str | Path, data: HeadData, config: Config,
-                      split: str = "test") -> dict:
+def evaluate_raw_text(
+    model_dir: str | Path, data: HeadData, config: Config, split: str = "test"
+) -> dict:
     """Score the tagger in `model_dir` on `data.splits[split]` as raw text.
 
     Args:
@@ -28,20 +29,28 @@ def evaluate_raw_text(model_dir: str | Path, data: HeadData, config: Config,
         {"split", "examples", "metric", "input": "raw-text", "segmentation", "entity_f1", ...}.
     """
     if not capabilities(data.task).scores_spans:
-        raise InputError(f"--input raw-text scores NER heads; the data were read for "
-                         f"'{data.task}' (score a classifier with --input words)")
+        raise InputError(
+            f"--input raw-text scores NER heads; the data were read for "
+            f"'{data.task}' (score a classifier with --input words)"
+        )
     if split not in data.splits:
         raise InputError(f"no '{split}' split in the data; have {', '.join(data.splits)}")
     heads = load_heads([str(model_dir)])
     head = heads[0]
     if not head.kind.capabilities.scores_spans:
-        raise InputError(f"{model_dir} is a {head.kind.name} head; --input raw-text is for NER "
-                         "heads")
+        raise InputError(
+            f"{model_dir} is a {head.kind.name} head; --input raw-text is for NER heads"
+        )
     annotator = Annotator.for_config(heads, config)
 
     def run(texts: list[str]):
         return [a.entities for a in annotator.annotate(texts)]
 
     scores = score_raw_text(data.splits[split], data.label_names, run)
-    return {"split": split, "metric": head.kind.metric, "note": RAW_TEXT_NOTE,
-            "segmentation": head.options.get("segmentation"), **scores}
+    return {
+        "split": split,
+        "metric": head.kind.metric,
+        "note": RAW_TEXT_NOTE,
+        "segmentation": head.options.get("segmentation"),
+        **scores,
+    }

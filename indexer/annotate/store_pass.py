@@ -17,8 +17,13 @@ from indexer.indexing.steps import sync_vector_index
 from indexer.store import Store
 
 
-def annotate_store(store: Store, annotator: Annotator, collection: str | None = None,
-                   batch_rows: int = 4096, progress: ProgressArg = False) -> dict:
+def annotate_store(
+    store: Store,
+    annotator: Annotator,
+    collection: str | None = None,
+    batch_rows: int = 4096,
+    progress: ProgressArg = False,
+) -> dict:
     """Annotate every document that misses one of the annotator's heads at its version.
 
     Already annotated documents (same head version, same text) are skipped, so a second run
@@ -44,13 +49,20 @@ def annotate_store(store: Store, annotator: Annotator, collection: str | None = 
         n_entities += sum(len(a.entities) for a in batch)
         bar.update(len(docs))
     bar.close()
-    return {"documents": total, "annotated": len(todo), "skipped": total - len(todo),
-            "labels": n_labels, "entities": n_entities, "heads": versions,
-            "dtype": annotator.dtype_name}
+    return {
+        "documents": total,
+        "annotated": len(todo),
+        "skipped": total - len(todo),
+        "labels": n_labels,
+        "entities": n_entities,
+        "heads": versions,
+        "dtype": annotator.dtype_name,
+    }
 
 
-def pending_work(store: Store, annotator: Annotator, collection: str | None = None
-                 ) -> tuple[dict[str, str], list[int], int]:
+def pending_work(
+    store: Store, annotator: Annotator, collection: str | None = None
+) -> tuple[dict[str, str], list[int], int]:
     """Record the annotator's heads, drop orphaned annotations, and list what is missing.
 
     Returns:
@@ -58,15 +70,25 @@ def pending_work(store: Store, annotator: Annotator, collection: str | None = No
     """
     versions = annotator.versions()
     # the review loop validates imported labels against these
-    store.reviews.record_heads([(h.name, h.kind.name, h.labels, str(h.path), h.version)
-                       for h in annotator.heads])
+    store.reviews.record_heads(
+        [(h.name, h.kind.name, h.labels, str(h.path), h.version) for h in annotator.heads]
+    )
     store.annotations.remove_orphans()
-    return versions, store.annotations.pending_doc_ids(versions, collection), store.counts.documents(collection)
+    return (
+        versions,
+        store.annotations.pending_doc_ids(versions, collection),
+        store.counts.documents(collection),
+    )
 
 
-def annotate_and_publish(annotator: Annotator, config: Config, collection: str | None = None,
-                         progress: ProgressArg = False, *, annotate: Callable | None = None
-                         ) -> dict:
+def annotate_and_publish(
+    annotator: Annotator,
+    config: Config,
+    collection: str | None = None,
+    progress: ProgressArg = False,
+    *,
+    annotate: Callable | None = None,
+) -> dict:
     """Annotate what is missing in the configured store as one `annotate` run, then publish a
     snapshot with the new labels.
 

@@ -1,1 +1,2 @@
-"""Plumbing every package may use: shared enumerations, crash points, fsync, progress, time, the machine's facts."""
+"""Plumbing every package may use: shared enumerations, crash points, fsync, progress, time, the
+machine's facts."""

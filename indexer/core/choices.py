@@ -42,8 +42,9 @@ TokenScope = Literal["read", "review", "admin"]
 Segmentation = Literal["whitespace", "tokenizer"]
 
 # `keyword.language`: the BM25 analyzer's stemmer (indexer.index.keyword); `none`: no stemming
-KeywordLanguage = Literal["english", "italian", "german", "french", "spanish", "portuguese",
-                          "dutch", "none"]
+KeywordLanguage = Literal[
+    "english", "italian", "german", "french", "spanish", "portuguese", "dutch", "none"
+]
 
 # `eval head --input`: a tagger's split as its pre-split words, or joined by spaces as raw text
 EvalInput = Literal["words", "raw-text"]

@@ -13,27 +13,24 @@ _hits: dict[str, int] = {}
 
 # Where the writer can be killed with visible consequences, in the order a run reaches them.
 POINTS = (
-    "batch.before_commit",   # inside a batch's DuckDB transaction, rows inserted, not committed
-    "batch.after_commit",    # batch committed, FAISS index not yet updated
+    "batch.before_commit",  # inside a batch's DuckDB transaction, rows inserted, not committed
+    "batch.after_commit",  # batch committed, FAISS index not yet updated
     # inside a delete transaction (`on_missing: delete`, `bertindex delete`)
     "delete.before_commit",
-    "snapshot.partial",      # half of the read-only store snapshot copied
-    "index.before_rename",   # new index version written to its temporary folder
+    "snapshot.partial",  # half of the read-only store snapshot copied
+    "index.before_rename",  # new index version written to its temporary folder
     "index.before_pointer",  # version folder in place, CURRENT still names the old one
     "index.before_cleanup",  # CURRENT switched, old versions not yet removed
-    "run.before_record",     # everything done except the run's final record
-    "reindex.before_swap",   # new generation encoded and published, store file not replaced
+    "run.before_record",  # everything done except the run's final record
+    "reindex.before_swap",  # new generation encoded and published, store file not replaced
     "reindex.before_pointer",  # store file replaced, CURRENT still names the old version
 )
 # Where `bertindex adapt` can be killed (tests/indexer/adapt/test_adapt.py: a resume equals an
-# unbroken run).
-ADAPT_POINTS = (
-    "adapt.after_checkpoint",  # a checkpoint written, training about to go on
-)
-# Where a cluster worker (not the writer) can be killed.
-WORKER_POINTS = (
-    "partition.before_return",  # a partition encoded or annotated, its result not yet sent
-)
+# unbroken run): a checkpoint written, training about to go on.
+ADAPT_POINTS = ("adapt.after_checkpoint",)
+# Where a cluster worker (not the writer) can be killed: a partition encoded or annotated, its
+# result not yet sent.
+WORKER_POINTS = ("partition.before_return",)
 
 
 def crash_point(name: str) -> None:

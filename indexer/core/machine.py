@@ -19,24 +19,47 @@ from importlib import metadata
 from pathlib import Path
 
 FEATURES_ENV = "BERTINDEX_CPU_FEATURES"
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni",
-             "amx_tile", "amx_bf16", "amx_int8")
+ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # Environment that limits every kernel library torch uses to one ISA, plus the flags override.
 EMULATE = {
     "avx2": {
-        "ATEN_CPU_CAPABILITY": "avx2",          # torch's own vectorised kernels
-        "ONEDNN_MAX_CPU_ISA": "AVX2",           # oneDNN (bf16 matmuls, some fp32 paths)
-        "MKL_ENABLE_INSTRUCTIONS": "AVX2",      # MKL sgemm
-        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",   # FBGEMM (int8 dynamic linear)
+        "ATEN_CPU_CAPABILITY": "avx2",  # torch's own vectorised kernels
+        "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN (bf16 matmuls, some fp32 paths)
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # MKL sgemm
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",  # FBGEMM (int8 dynamic linear)
         FEATURES_ENV: "sse4_2,avx,avx2,fma,f16c",
-    },
+    }
 }
-LIMIT_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
-             "FBGEMM_ENABLE_INSTRUCTIONS")
-LIBRARIES = ("torch", "transformers", "tokenizers", "faiss-cpu", "faiss-gpu", "onnxruntime",
-             "numpy", "sentence-transformers", "duckdb")
+LIMIT_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "FBGEMM_ENABLE_INSTRUCTIONS",
+)
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "faiss-cpu",
+    "faiss-gpu",
+    "onnxruntime",
+    "numpy",
+    "sentence-transformers",
+    "duckdb",
+)
 
 
 def proc_cpuinfo() -> dict[str, str]:
@@ -65,8 +88,9 @@ def cpu_flags() -> tuple[set[str], str]:
     """(ISA flags, where they came from): `BERTINDEX_CPU_FEATURES` when set, else /proc/cpuinfo."""
     override = os.environ.get(FEATURES_ENV)
     if override is not None:
-        return {f.strip().lower() for f in re.split(r"[,\s]+", override) if f.strip()}, \
-            f"{FEATURES_ENV}={override}"
+        return {
+            f.strip().lower() for f in re.split(r"[,\s]+", override) if f.strip()
+        }, f"{FEATURES_ENV}={override}"
     return proc_cpu_flags(), "/proc/cpuinfo"
 
 
@@ -126,11 +150,13 @@ def library_versions(names: Iterable[str] = LIBRARIES) -> dict[str, str]:
 def thread_counts() -> dict:
     import torch
 
-    return {"cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity") else None,
-            "torch_threads": torch.get_num_threads(),
-            "torch_interop_threads": torch.get_num_interop_threads(),
-            **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}}
+    return {
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        **{k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+    }
 
 
 def set_threads(threads: int | None = None) -> int:
@@ -154,9 +180,13 @@ def set_threads(threads: int | None = None) -> int:
 
 
 def add_emulate_option(parser) -> None:
-    parser.add_argument("--emulate", choices=sorted(EMULATE), default=None,
-                        help="re-run this script with the kernels limited to this ISA and the "
-                             "CPU flags overridden (figures are marked emulated)")
+    parser.add_argument(
+        "--emulate",
+        choices=sorted(EMULATE),
+        default=None,
+        help="re-run this script with the kernels limited to this ISA and the "
+        "CPU flags overridden (figures are marked emulated)",
+    )
 
 
 def reexec_emulated(target: str | None) -> None:

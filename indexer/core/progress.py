@@ -85,9 +85,17 @@ class Progress:
     `every_s` seconds, plus a closing line when the job ran long enough to have written one.
     """
 
-    def __init__(self, total: int | None, desc: str, unit: str = "item", mode: ProgressArg = "off",
-                 every_s: float = LINE_EVERY_S, stream: TextIO | None = None, leave: bool = False,
-                 clock_fn=time.monotonic):
+    def __init__(
+        self,
+        total: int | None,
+        desc: str,
+        unit: str = "item",
+        mode: ProgressArg = "off",
+        every_s: float = LINE_EVERY_S,
+        stream: TextIO | None = None,
+        leave: bool = False,
+        clock_fn=time.monotonic,
+    ):
         self.total, self.desc, self.unit = total, desc, unit
         self.mode = as_mode(mode) if total != 0 else "off"
         self.every_s, self.stream = every_s, stream
@@ -100,8 +108,14 @@ class Progress:
         if self.mode == "bar":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True,
-                             file=stream if stream is not None else sys.stderr)
+            self._bar = tqdm(
+                total=total,
+                desc=desc,
+                unit=unit,
+                leave=leave,
+                dynamic_ncols=True,
+                file=stream if stream is not None else sys.stderr,
+            )
 
     def set_postfix(self, text: str) -> None:
         """A short note shown after the counts (e.g. `loss 0.1234`)."""
@@ -145,6 +159,8 @@ class Progress:
         elif self.mode == "lines" and self.lines:
             elapsed = self._now() - self.started
             rate = self.done / elapsed if elapsed > 0 else 0.0
-            self._write(f"{self.desc}: done, {self.done:,} {self.unit} in {clock(elapsed)} "
-                        f"({_rate(rate, self.unit)})")
+            self._write(
+                f"{self.desc}: done, {self.done:,} {self.unit} in {clock(elapsed)} "
+                f"({_rate(rate, self.unit)})"
+            )
         self.mode = "off"

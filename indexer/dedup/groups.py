@@ -46,37 +46,54 @@ class DedupParams:
     neighbours: int
 
     @classmethod
-    def from_config(cls, config: Config, threshold: float | None = None,
-                    min_size: int | None = None, min_jaccard: float | None = None) -> DedupParams:
+    def from_config(
+        cls,
+        config: Config,
+        threshold: float | None = None,
+        min_size: int | None = None,
+        min_jaccard: float | None = None,
+    ) -> DedupParams:
         """The configured `dedup` section with the given overrides, checked.
 
         Raises:
             InputError: naming the bad value and the valid range.
         """
         d = config.dedup
-        params = cls(threshold=d.threshold if threshold is None else float(threshold),
-                     min_jaccard=d.min_jaccard if min_jaccard is None else float(min_jaccard),
-                     min_size=d.min_size if min_size is None else int(min_size),
-                     neighbours=d.neighbours)
+        params = cls(
+            threshold=d.threshold if threshold is None else float(threshold),
+            min_jaccard=d.min_jaccard if min_jaccard is None else float(min_jaccard),
+            min_size=d.min_size if min_size is None else int(min_size),
+            neighbours=d.neighbours,
+        )
         if not 0 < params.threshold <= 1:
-            raise InputError(f"--threshold {params.threshold} is outside (0, 1]: give the cosine "
-                             "above which two documents are copies, e.g. 0.9")
+            raise InputError(
+                f"--threshold {params.threshold} is outside (0, 1]: give the cosine "
+                "above which two documents are copies, e.g. 0.9"
+            )
         if not 0 <= params.min_jaccard <= 1:
             raise InputError(f"--min-jaccard {params.min_jaccard} is outside [0, 1]")
         if params.min_size < 2:
-            raise InputError(f"--min-size {params.min_size} must be at least 2 (a wave is two "
-                             "or more documents)")
+            raise InputError(
+                f"--min-size {params.min_size} must be at least 2 (a wave is two or more documents)"
+            )
         return params
 
     def same_grouping(self, state: dict) -> bool:
         """True when a stored grouping was made with the same pair rule (min_size only lists)."""
-        return (abs(state["threshold"] - self.threshold) < 1e-12
-                and abs(state["min_jaccard"] - self.min_jaccard) < 1e-12
-                and state["neighbours"] == self.neighbours)
+        return (
+            abs(state["threshold"] - self.threshold) < 1e-12
+            and abs(state["min_jaccard"] - self.min_jaccard) < 1e-12
+            and state["neighbours"] == self.neighbours
+        )
 
     def state(self, summary: dict) -> dict:
-        return {"threshold": self.threshold, "min_jaccard": self.min_jaccard,
-                "min_size": self.min_size, "neighbours": self.neighbours, "summary": summary}
+        return {
+            "threshold": self.threshold,
+            "min_jaccard": self.min_jaccard,
+            "min_size": self.min_size,
+            "neighbours": self.neighbours,
+            "summary": summary,
+        }
 
 
 class UnionFind:
@@ -113,9 +130,11 @@ def check_store(path: Path, collection: str) -> None:
         StoreError: naming the folder and what to do.
     """
     if (path / REBUILDING_DIR).exists():
-        raise StoreError(f"store {path} is being rebuilt by `bertindex reindex` "
-                         f"({path / REBUILDING_DIR} exists); nothing was changed: run dedup on "
-                         f"collection '{collection}' once the reindex has finished")
+        raise StoreError(
+            f"store {path} is being rebuilt by `bertindex reindex` "
+            f"({path / REBUILDING_DIR} exists); nothing was changed: run dedup on "
+            f"collection '{collection}' once the reindex has finished"
+        )
 
 
 TEXT_CHUNK = 1_000_000  # pairs checked at a time
@@ -131,16 +150,18 @@ def text_filter(store: Store, pairs: Pairs, min_jaccard: float) -> Pairs:
     if min_jaccard <= 0 or not len(pairs.a):
         return pairs
     ends = np.unique(np.concatenate([pairs.a, pairs.b]))
-    words = {d: tuple(sys.intern(w) for w in word_set(t))
-             for d, t in store.dedup.texts_of(ends).items()}
+    words = {
+        d: tuple(sys.intern(w) for w in word_set(t)) for d, t in store.dedup.texts_of(ends).items()
+    }
     keep = np.zeros(len(pairs.a), dtype=bool)
     empty = ()
     for start in range(0, len(pairs.a), TEXT_CHUNK):
-        a = pairs.a[start:start + TEXT_CHUNK].tolist()
-        b = pairs.b[start:start + TEXT_CHUNK].tolist()
-        keep[start:start + len(a)] = [
-            same_words(frozenset(words.get(x, empty)), frozenset(words.get(y, empty)),
-                       min_jaccard) for x, y in zip(a, b)]
+        a = pairs.a[start : start + TEXT_CHUNK].tolist()
+        b = pairs.b[start : start + TEXT_CHUNK].tolist()
+        keep[start : start + len(a)] = [
+            same_words(frozenset(words.get(x, empty)), frozenset(words.get(y, empty)), min_jaccard)
+            for x, y in zip(a, b)
+        ]
     return Pairs(pairs.a[keep], pairs.b[keep], pairs.score[keep], pairs.searched)
 
 
@@ -165,8 +186,9 @@ def group_all(doc_ids: np.ndarray, pairs: Pairs) -> np.ndarray:
     return lowest[component]
 
 
-def group_new(new_docs: np.ndarray, pairs: Pairs, group_of: dict[int, int]
-              ) -> tuple[np.ndarray, dict[int, int]]:
+def group_new(
+    new_docs: np.ndarray, pairs: Pairs, group_of: dict[int, int]
+) -> tuple[np.ndarray, dict[int, int]]:
     """Place new documents into the stored groups.
 
     Args:
@@ -196,9 +218,15 @@ def group_new(new_docs: np.ndarray, pairs: Pairs, group_of: dict[int, int]
     return groups, regroup
 
 
-def run_dedup(config: Config, collection: str = "default", threshold: float | None = None,
-              min_size: int | None = None, min_jaccard: float | None = None,
-              rebuild: bool = False, publish: bool = True) -> dict:
+def run_dedup(
+    config: Config,
+    collection: str = "default",
+    threshold: float | None = None,
+    min_size: int | None = None,
+    min_jaccard: float | None = None,
+    rebuild: bool = False,
+    publish: bool = True,
+) -> dict:
     """Group a collection's near-duplicates, or place its new documents into its groups.
 
     Args:
@@ -219,16 +247,19 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
     path = Path(config.store.path)
     check_store(path, collection)
     if not (path / "store.duckdb").is_file():
-        raise StoreError(f"no store at {path}; index something first with "
-                         f"`bertindex index PATH --store {path}`")
+        raise StoreError(
+            f"no store at {path}; index something first with `bertindex index PATH --store {path}`"
+        )
     started = time.perf_counter()
     begun = utc_now()
     with Store(path) as store:
         n_vectors = store.dedup.collection_vector_count(collection)
         if n_vectors == 0:
             known = ", ".join(c["collection"] for c in store.counts.collections()) or "none"
-            raise StoreError(f"collection '{collection}' has no stored vectors in {path}; "
-                             f"nothing was changed (collections: {known})")
+            raise StoreError(
+                f"collection '{collection}' has no stored vectors in {path}; "
+                f"nothing was changed (collections: {known})"
+            )
         base = store.data_version()
         with store.runs.recorded_run("dedup", started=begun) as run:
             summary = _group(store, config, collection, params, rebuild)
@@ -242,8 +273,9 @@ def run_dedup(config: Config, collection: str = "default", threshold: float | No
     return summary
 
 
-def _group(store: Store, config: Config, collection: str, params: DedupParams,
-           rebuild: bool) -> dict:
+def _group(
+    store: Store, config: Config, collection: str, params: DedupParams, rebuild: bool
+) -> dict:
     base = store.data_version()
     state = store.dedup.state(collection)
     doc_ids, chunk_ids = store.dedup.first_chunks(collection)
@@ -251,8 +283,9 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
     chunk_doc = (chunk_ids[order], doc_ids[order])
     new_docs, new_chunks = store.dedup.first_chunks(collection, pending_only=True)
     seen = store.dedup.seen_first_chunks(collection)
-    reason, index = _full_reason(store, config, params, state, rebuild, len(new_docs),
-                                 len(seen), base)
+    reason, index = _full_reason(
+        store, config, params, state, rebuild, len(new_docs), len(seen), base
+    )
     if reason:
         accept = None
         if params.min_jaccard > 0:  # checked query batch by query batch, not on all pairs
@@ -261,38 +294,67 @@ def _group(store: Store, config: Config, collection: str, params: DedupParams,
         provenance = store.vectors.provenance()
         if provenance is None:  # the collection's vectors are stored, and with them this
             raise StoreError(f"{store.path}: the stored vectors have no provenance")
-        pairs = all_pairs(lambda: store.dedup.iter_first_vectors(collection, STREAM_ROWS), len(doc_ids),
-                          provenance.dim, params.threshold, params.neighbours,
-                          chunk_doc, accept=accept)
+        pairs = all_pairs(
+            lambda: store.dedup.iter_first_vectors(collection, STREAM_ROWS),
+            len(doc_ids),
+            provenance.dim,
+            params.threshold,
+            params.neighbours,
+            chunk_doc,
+            accept=accept,
+        )
         regroup: dict[int, int] = {}
         groups = group_all(doc_ids, pairs)
         written = doc_ids
     else:
         new_order = np.argsort(new_chunks)
         new_docs, new_chunks = new_docs[new_order], new_chunks[new_order]
-        pairs = new_pairs(new_chunks, seen, index, params.threshold, params.neighbours,
-                          chunk_doc, store.vectors.fetch)
+        pairs = new_pairs(
+            new_chunks,
+            seen,
+            index,
+            params.threshold,
+            params.neighbours,
+            chunk_doc,
+            store.vectors.fetch,
+        )
         pairs = text_filter(store, pairs, params.min_jaccard)
         new = set(new_docs.tolist())
         old = {int(d) for d in np.concatenate([pairs.a, pairs.b]).tolist() if int(d) not in new}
         group_of = store.dedup.groups_of(old)
         groups, regroup = group_new(new_docs, pairs, group_of)
         written = new_docs
-    summary = {"collection": collection, "mode": "full" if reason else "incremental",
-               "reason": reason or "new or changed documents only",
-               "documents": len(doc_ids), "placed": len(written),
-               "searched": int(pairs.searched), "pairs": len(pairs.a),
-               "threshold": params.threshold, "min_jaccard": params.min_jaccard,
-               "min_size": params.min_size}
-    store.dedup.write(collection, written, groups, regroup, full=bool(reason),
-                      state=params.state(summary))
+    summary = {
+        "collection": collection,
+        "mode": "full" if reason else "incremental",
+        "reason": reason or "new or changed documents only",
+        "documents": len(doc_ids),
+        "placed": len(written),
+        "searched": int(pairs.searched),
+        "pairs": len(pairs.a),
+        "threshold": params.threshold,
+        "min_jaccard": params.min_jaccard,
+        "min_size": params.min_size,
+    }
+    store.dedup.write(
+        collection, written, groups, regroup, full=bool(reason), state=params.state(summary)
+    )
     summary["groups"], summary["grouped_documents"] = store.dedup.group_counts(
-        collection, params.min_size)
+        collection, params.min_size
+    )
     return summary
 
 
-def _full_reason(store: Store, config: Config, params: DedupParams, state: dict | None,
-                 rebuild: bool, n_new: int, n_seen: int, base: int):
+def _full_reason(
+    store: Store,
+    config: Config,
+    params: DedupParams,
+    state: dict | None,
+    rebuild: bool,
+    n_new: int,
+    n_seen: int,
+    base: int,
+):
     """Why the whole collection must be grouped again (None when only new documents need
     placing), and the published index to place them with."""
     if rebuild:
@@ -300,11 +362,14 @@ def _full_reason(store: Store, config: Config, params: DedupParams, state: dict 
     if state is None or n_seen == 0:
         return "first grouping of the collection", None
     if not params.same_grouping(state):
-        return (f"threshold/text check changed (stored {state['threshold']}/"
-                f"{state['min_jaccard']}, now {params.threshold}/{params.min_jaccard})"), None
+        return (
+            f"threshold/text check changed (stored {state['threshold']}/"
+            f"{state['min_jaccard']}, now {params.threshold}/{params.min_jaccard})"
+        ), None
     if n_new > min(INCREMENTAL_LIMIT, n_seen):
-        return (f"{n_new} new documents, more than the {n_seen} grouped "
-                f"(or {INCREMENTAL_LIMIT})"), None
+        return (
+            f"{n_new} new documents, more than the {n_seen} grouped (or {INCREMENTAL_LIMIT})"
+        ), None
     if n_new == 0:
         return None, None
     from indexer.index.vector import VectorIndex
@@ -335,6 +400,7 @@ def keep_current(config: Config) -> dict:
     for collection, state in states.items():
         if state is None:  # every collection listed was grouped, with its parameters kept
             raise StoreError(f"{path}: collection '{collection}' has no dedup state")
-        out[collection] = run_dedup(config, collection, state["threshold"], state["min_size"],
-                                    state["min_jaccard"])
+        out[collection] = run_dedup(
+            config, collection, state["threshold"], state["min_size"], state["min_jaccard"]
+        )
     return out

@@ -2,12 +2,12 @@
 is cosine), each pair's cosine recomputed exactly from the stored float32 vectors.
 
 `all_pairs`: a whole collection, through a FAISS index built here (exact `Flat` up to
-FLAT_LIMIT documents, `IVF…,SQ8` above: 1 byte a dimension, candidates then rescored from the float32 vectors in
-one more streamed pass) and k nearest neighbours of every document; an `accept` check (the
-word check) drops candidates query batch by query batch, so memory holds the accepted pairs,
-not k per document. `new_pairs`: only documents not grouped yet, against the published search index
-(restricted to the collection's grouped documents) and against each other: the work grows
-with the new documents, not with the collection.
+FLAT_LIMIT documents, `IVF…,SQ8` above: 1 byte a dimension, candidates then rescored from the
+float32 vectors in one more streamed pass) and k nearest neighbours of every document; an `accept`
+check (the word check) drops candidates query batch by query batch, so memory holds the accepted
+pairs, not k per document. `new_pairs`: only documents not grouped yet, against the published search
+index (restricted to the collection's grouped documents) and against each other: the work grows with
+the new documents, not with the collection.
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ def _gather(batches: VectorBatches, wanted: np.ndarray) -> np.ndarray:
     return out if out is not None else np.zeros((0, 0), np.float32)
 
 
-def _exact_pairs(a: np.ndarray, b: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray]
-                 ) -> np.ndarray:
+def _exact_pairs(
+    a: np.ndarray, b: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
     """Exact cosines of chunk pairs (a[i], b[i]), the vectors of both ends looked up once."""
     if not len(a):
         return np.zeros(0, np.float32)
@@ -83,8 +84,9 @@ def _exact_pairs(a: np.ndarray, b: np.ndarray, vectors_of: Callable[[np.ndarray]
     ia, ib = np.searchsorted(ends, a), np.searchsorted(ends, b)
     out = np.empty(len(a), np.float32)
     for s in range(0, len(a), PAIR_CHUNK):  # (PAIR_CHUNK, dim) rows at a time, not all pairs
-        out[s:s + PAIR_CHUNK] = np.einsum("ij,ij->i", vectors[ia[s:s + PAIR_CHUNK]],
-                                          vectors[ib[s:s + PAIR_CHUNK]])
+        out[s : s + PAIR_CHUNK] = np.einsum(
+            "ij,ij->i", vectors[ia[s : s + PAIR_CHUNK]], vectors[ib[s : s + PAIR_CHUNK]]
+        )
     return out
 
 
@@ -92,8 +94,9 @@ def _ivf_index(dim: int, n: int, sample: np.ndarray) -> faiss.IndexIVF:
     nlist = int(min(MAX_LISTS, max(64, 4 * math.sqrt(n))))
     nlist = min(nlist, max(1, len(sample) // 16))  # at least 16 training vectors a list
     quantizer = faiss.IndexFlatIP(dim)
-    index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit,
-                                          faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexIVFScalarQuantizer(
+        quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+    )
     index.cp.niter = KMEANS_ITERATIONS
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     index.nprobe = min(NPROBE, nlist)
@@ -123,13 +126,24 @@ def _add_sized(index: faiss.IndexIVF, batches: VectorBatches) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         chunk_ids = np.ascontiguousarray(chunk_ids, dtype=np.int64)
         assigned = np.ascontiguousarray(lists[np.searchsorted(ids, chunk_ids)])
-        index.add_core(len(vectors), faiss.swig_ptr(vectors), faiss.swig_ptr(chunk_ids),
-                       faiss.swig_ptr(assigned))
+        index.add_core(
+            len(vectors),
+            faiss.swig_ptr(vectors),
+            faiss.swig_ptr(chunk_ids),
+            faiss.swig_ptr(assigned),
+        )
 
 
-def all_pairs(batches: VectorBatches, n: int, dim: int, threshold: float, k: int,
-              chunk_doc: tuple[np.ndarray, np.ndarray], seed: int = 0,
-              accept: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Pairs:
+def all_pairs(
+    batches: VectorBatches,
+    n: int,
+    dim: int,
+    threshold: float,
+    k: int,
+    chunk_doc: tuple[np.ndarray, np.ndarray],
+    seed: int = 0,
+    accept: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> Pairs:
     """Every pair of a collection's documents with cosine >= threshold among each document's
     k nearest neighbours.
 
@@ -170,8 +184,8 @@ def all_pairs(batches: VectorBatches, n: int, dim: int, threshold: float, k: int
     out_a, out_b, out_s = [], [], []
     for _, chunk_ids, vectors in batches():
         for start in range(0, len(chunk_ids), QUERY_BATCH):
-            own = chunk_ids[start:start + QUERY_BATCH]
-            scores, found = index.search(vectors[start:start + QUERY_BATCH], kk)
+            own = chunk_ids[start : start + QUERY_BATCH]
+            scores, found = index.search(vectors[start : start + QUERY_BATCH], kk)
             hit = (found >= 0) & (found != own[:, None]) & (scores >= threshold - slack)
             rows, cols = np.nonzero(hit)
             a, b, s = own[rows], found[rows, cols], scores[rows, cols]
@@ -190,9 +204,15 @@ def all_pairs(batches: VectorBatches, n: int, dim: int, threshold: float, k: int
     return Pairs(docs[np.searchsorted(keys, a)], docs[np.searchsorted(keys, b)], s, searched=n)
 
 
-def new_pairs(new_chunks: np.ndarray, seen_chunks: np.ndarray, search_index, threshold: float,
-              k: int, chunk_doc: tuple[np.ndarray, np.ndarray],
-              fetch: Callable[[np.ndarray], np.ndarray]) -> Pairs:
+def new_pairs(
+    new_chunks: np.ndarray,
+    seen_chunks: np.ndarray,
+    search_index,
+    threshold: float,
+    k: int,
+    chunk_doc: tuple[np.ndarray, np.ndarray],
+    fetch: Callable[[np.ndarray], np.ndarray],
+) -> Pairs:
     """Pairs of not-yet-grouped documents with each other and with grouped ones.
 
     Args:
@@ -211,8 +231,8 @@ def new_pairs(new_chunks: np.ndarray, seen_chunks: np.ndarray, search_index, thr
     if search_index is not None and len(seen_chunks):
         kk = min(k, len(seen_chunks))
         for start in range(0, len(new_chunks), QUERY_BATCH):
-            own = new_chunks[start:start + QUERY_BATCH]
-            _, found = search_index.search(queries[start:start + QUERY_BATCH], kk, seen_chunks)
+            own = new_chunks[start : start + QUERY_BATCH]
+            _, found = search_index.search(queries[start : start + QUERY_BATCH], kk, seen_chunks)
             rows, cols = np.nonzero(found >= 0)
             out_a.append(own[rows])
             out_b.append(found[rows, cols])
@@ -221,15 +241,18 @@ def new_pairs(new_chunks: np.ndarray, seen_chunks: np.ndarray, search_index, thr
         local.add_with_ids(queries, new_chunks)
         kk = min(k + 1, len(new_chunks))
         for start in range(0, len(new_chunks), QUERY_BATCH):
-            own = new_chunks[start:start + QUERY_BATCH]
-            _, found = local.search(queries[start:start + QUERY_BATCH], kk)
+            own = new_chunks[start : start + QUERY_BATCH]
+            _, found = local.search(queries[start : start + QUERY_BATCH], kk)
             rows, cols = np.nonzero((found >= 0) & (found != own[:, None]))
             out_a.append(own[rows])
             out_b.append(found[rows, cols])
     if not out_a:
         return Pairs.empty(len(new_chunks))
-    a, b, _ = _dedupe(np.concatenate(out_a), np.concatenate(out_b),
-                      np.zeros(sum(len(x) for x in out_a), np.float32))
+    a, b, _ = _dedupe(
+        np.concatenate(out_a),
+        np.concatenate(out_b),
+        np.zeros(sum(len(x) for x in out_a), np.float32),
+    )
 
     def vectors_of(ends: np.ndarray) -> np.ndarray:
         is_new = np.isin(ends, new_chunks)
@@ -242,5 +265,9 @@ def new_pairs(new_chunks: np.ndarray, seen_chunks: np.ndarray, search_index, thr
     s = _exact_pairs(a, b, vectors_of)  # cosines from the stored float32 vectors
     keep = s >= threshold
     keys, docs = chunk_doc
-    return Pairs(docs[np.searchsorted(keys, a[keep])], docs[np.searchsorted(keys, b[keep])],
-                 s[keep], searched=len(new_chunks))
+    return Pairs(
+        docs[np.searchsorted(keys, a[keep])],
+        docs[np.searchsorted(keys, b[keep])],
+        s[keep],
+        searched=len(new_chunks),
+    )

@@ -29,19 +29,16 @@ from indexer.encode.policy import choose_device, choose_path, default_streams, l
 from indexer.encode.pooling import l2_normalize, pool
 from indexer.encode.quantize import DEFAULT_VARIANT, quantize_int8
 from indexer.errors import ModelError
-from indexer.records.provenance import (
-    Provenance,
-    model_display_name,
-    weights_hash,
-)
+from indexer.records.provenance import Provenance, model_display_name, weights_hash
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024  # sequences per forward pass, whatever the token budget allows
 
 
-def plan_batches(lengths: Sequence[int], batch_tokens: int,
-                 max_waste: float | None = None) -> list[list[int]]:
+def plan_batches(
+    lengths: Sequence[int], batch_tokens: int, max_waste: float | None = None
+) -> list[list[int]]:
     """Group sequence positions into batches, longest first, under a padded-token budget.
 
     A batch holds positions of similar length; its padded size (count × longest) stays within
@@ -61,8 +58,11 @@ def plan_batches(lengths: Sequence[int], batch_tokens: int,
     current: list[int] = []
     for i in order:
         longest = lengths[current[0]] if current else lengths[i]
-        if current and ((len(current) + 1) * longest > batch_tokens or len(current) >= MAX_BATCH
-                        or (max_waste is not None and lengths[i] < longest * (1 - max_waste))):
+        if current and (
+            (len(current) + 1) * longest > batch_tokens
+            or len(current) >= MAX_BATCH
+            or (max_waste is not None and lengths[i] < longest * (1 - max_waste))
+        ):
             batches.append(current)
             current = []
         current.append(i)
@@ -83,8 +83,12 @@ def stream_map(streams: int) -> Iterator[Callable]:
         yield map
         return
     per_stream = max(1, torch.get_num_threads() // streams)
-    with ThreadPoolExecutor(streams, thread_name_prefix="forward",
-                            initializer=torch.set_num_threads, initargs=(per_stream,)) as pool:
+    with ThreadPoolExecutor(
+        streams,
+        thread_name_prefix="forward",
+        initializer=torch.set_num_threads,
+        initargs=(per_stream,),
+    ) as pool:
         yield pool.map
 
 
@@ -107,8 +111,9 @@ class Encoder:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, use_fast=True)
             # sdpa where the model class supports it (MPNet, DeBERTa-v2 do not: eager)
-            self.model, self.attention = load_transformer(self.model_dir, AutoModel,
-                                                          dtype=self.dtype)
+            self.model, self.attention = load_transformer(
+                self.model_dir, AutoModel, dtype=self.dtype
+            )
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot load model from {self.model_dir}: {exc}") from None
         if not self.tokenizer.is_fast:
@@ -124,12 +129,15 @@ class Encoder:
         self.pad_id = self.specials.pad_id
         self.left_pad = self.specials.padding_side == "left"
         if self.left_pad and config.pooling in ("cls", "pooler"):
-            raise ModelError(f"{self.model_dir}: the tokenizer pads on the left, so position 0 "
-                             f"is padding and model.pooling {config.pooling} would read it; "
-                             "set model.pooling to mean")
+            raise ModelError(
+                f"{self.model_dir}: the tokenizer pads on the left, so position 0 "
+                f"is padding and model.pooling {config.pooling} would read it; "
+                "set model.pooling to mean"
+            )
         if self.path.dtype == "int8":
-            self.model = quantize_int8(self.model, self.path.variant or DEFAULT_VARIANT,
-                                       calibration=self.calibrate)
+            self.model = quantize_int8(
+                self.model, self.path.variant or DEFAULT_VARIANT, calibration=self.calibrate
+            )
         hidden = self.model.config.hidden_size
         self.dim = hidden * 4 if config.pooling == "last4" else hidden
         self.provenance = Provenance(
@@ -145,11 +153,15 @@ class Encoder:
             attention=self.attention,
         )
         # the document prompt's tokens, put after [CLS] in every window (`make_windows`)
-        self.document_prefix = (self.tokenize([config.document_prompt])[0]
-                                if config.document_prompt else [])
+        self.document_prefix = (
+            self.tokenize([config.document_prompt])[0] if config.document_prompt else []
+        )
         log.info(
             "encoder %s on %s in %s (dim %d): %s",
-            self.provenance.model_name, self.device, self.provenance.dtype, self.dim,
+            self.provenance.model_name,
+            self.device,
+            self.provenance.dtype,
+            self.dim,
             self.path.reason,
         )
 
@@ -164,7 +176,7 @@ class Encoder:
         room = self.config.max_length - 2
         seqs = [self.wrap(ids[:room]) for ids in self.tokenize(texts)]
         for start in range(0, len(seqs), 16):
-            ids, mask = self.pad(seqs[start:start + 16])
+            ids, mask = self.pad(seqs[start : start + 16])
             model(**self.inputs(ids.to(self.device), mask.to(self.device)))
 
     def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,7 +222,9 @@ class Encoder:
         return [self.cls_id, *ids, self.sep_id]
 
     # -- forward ------------------------------------------------------------------------
-    def encode_ids(self, sequences: Sequence[Sequence[int]], progress: ProgressArg = False) -> np.ndarray:
+    def encode_ids(
+        self, sequences: Sequence[Sequence[int]], progress: ProgressArg = False
+    ) -> np.ndarray:
         """Encode token id sequences that already carry their special tokens.
 
         Args:
@@ -224,8 +238,12 @@ class Encoder:
             out[positions] = vectors
         return out
 
-    def token_states(self, sequences: Sequence[Sequence[int]], keep: Sequence[Sequence[int]] | None = None,
-                     progress: ProgressArg = False) -> list[np.ndarray]:
+    def token_states(
+        self,
+        sequences: Sequence[Sequence[int]],
+        keep: Sequence[Sequence[int]] | None = None,
+        progress: ProgressArg = False,
+    ) -> list[np.ndarray]:
         """The last layer's token states, batched like `encode_ids` (no pooling).
 
         Args:
@@ -234,6 +252,7 @@ class Encoder:
         Returns:
             One (tokens kept, hidden) float32 array per sequence, in input order.
         """
+
         def states(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
             return self.model(
                 **self.inputs(ids, None if bool(mask.all()) else mask)
@@ -288,8 +307,9 @@ class Encoder:
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         need_layers = self.config.pooling == "last4"
         # A batch without padding needs no mask, which lets SDPA take its fused kernel.
-        outputs = self.model(**self.inputs(ids, None if bool(mask.all()) else mask),
-                             output_hidden_states=need_layers)
+        outputs = self.model(
+            **self.inputs(ids, None if bool(mask.all()) else mask), output_hidden_states=need_layers
+        )
         vectors = pool(outputs, mask, self.config.pooling)  # (batch, dim) float32
         return l2_normalize(vectors) if self.config.normalize else vectors
 

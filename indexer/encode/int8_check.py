@@ -36,8 +36,9 @@ class Verdict:
         """int8 ran at least `MARGIN` faster than `dtype` in the recorded check (a smaller gain
         is within what a shared machine's noise and int8's calibration at load eat)."""
         speed = self.speed or {}
-        return bool(speed.get("int8") and speed.get(dtype)
-                    and speed["int8"] >= speed[dtype] * MARGIN)
+        return bool(
+            speed.get("int8") and speed.get(dtype) and speed["int8"] >= speed[dtype] * MARGIN
+        )
 
 
 def _records(path: Path) -> list[dict]:
@@ -71,14 +72,24 @@ def verdict(record: dict | None, isa_class: str) -> Verdict:
     variant = record.get("variant")
     if entry is None:
         known = ", ".join(sorted(record.get("classes") or {})) or "none"
-        return Verdict(False, f"no int8 check recorded for ISA class {isa_class} (recorded: {known})",
-                       variant)
+        return Verdict(
+            False, f"no int8 check recorded for ISA class {isa_class} (recorded: {known})", variant
+        )
     if not entry.get("passed"):
         failed = [k for k, g in (entry.get("gates") or {}).items() if not g.get("passed")]
-        return Verdict(False, f"int8 check failed on {isa_class} ({', '.join(failed) or 'gates'})",
-                       variant, entry.get("speed"))
-    return Verdict(True, f"int8 check ({variant}) passed on {isa_class}"
-                   + (" (emulated)" if entry.get("emulated") else ""), variant, entry.get("speed"))
+        return Verdict(
+            False,
+            f"int8 check failed on {isa_class} ({', '.join(failed) or 'gates'})",
+            variant,
+            entry.get("speed"),
+        )
+    return Verdict(
+        True,
+        f"int8 check ({variant}) passed on {isa_class}"
+        + (" (emulated)" if entry.get("emulated") else ""),
+        variant,
+        entry.get("speed"),
+    )
 
 
 def write(path: Path, record: dict) -> None:

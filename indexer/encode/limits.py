@@ -20,8 +20,9 @@ from indexer.core.machine import (
 )
 
 
-def matmul_peak(dtype: str = "fp32", m: int = 4096, k: int = 384, n: int = 1536,
-                seconds: float = 0.6) -> float:
+def matmul_peak(
+    dtype: str = "fp32", m: int = 4096, k: int = 384, n: int = 1536, seconds: float = 0.6
+) -> float:
     """GFLOP/s of this machine's matmul in `dtype` (fp32, bf16 or int8) on all torch threads.
 
     The shape is a BERT-small linear layer over a batch of tokens (tokens x hidden @ hidden x

@@ -45,9 +45,11 @@ def resolve_class(auto_class, config):
     try:
         return mapping[type(config)]
     except (KeyError, TypeError):
-        raise ModelError(f"{auto_class.__name__} has no model for model_type "
-                         f"{getattr(config, 'model_type', '?')!r}; use a directory of an encoder "
-                         "family transformers knows (docs/guides/own-model.md)") from None
+        raise ModelError(
+            f"{auto_class.__name__} has no model for model_type "
+            f"{getattr(config, 'model_type', '?')!r}; use a directory of an encoder "
+            "family transformers knows (docs/guides/own-model.md)"
+        ) from None
 
 
 def load_transformer(model_dir: str | Path, auto_class=None, **kwargs):
@@ -67,7 +69,8 @@ def load_transformer(model_dir: str | Path, auto_class=None, **kwargs):
     auto_class = auto_class or AutoModel
     config = AutoConfig.from_pretrained(model_dir)
     attention = kwargs.pop("attn_implementation", None) or attention_for(
-        resolve_class(auto_class, config))
+        resolve_class(auto_class, config)
+    )
     model = auto_class.from_pretrained(model_dir, attn_implementation=attention, **kwargs)
     return model, attention
 
@@ -130,26 +133,36 @@ def usable_length(model, tokenizer) -> Length:
     positions = getattr(config, "max_position_embeddings", None)
     limit, why = None, ""
     if getattr(config, "relative_attention", False) and not getattr(
-            config, "position_biased_input", True):
+        config, "position_biased_input", True
+    ):
         why = f"{name} uses relative attention only"
     elif positions is not None:
-        embedding = getattr(getattr(model.base_model, "embeddings", None), "position_embeddings",
-                            None)
+        embedding = getattr(
+            getattr(model.base_model, "embeddings", None), "position_embeddings", None
+        )
         offset = getattr(embedding, "padding_idx", None)
         offset = 0 if offset is None else offset + 1  # position ids start at padding_idx + 1
         limit = positions - offset
-        why = (f"{positions} position embeddings less {name}'s padding offset {offset}" if offset
-               else f"{name}'s {positions} position embeddings")
+        why = (
+            f"{positions} position embeddings less {name}'s padding offset {offset}"
+            if offset
+            else f"{name}'s {positions} position embeddings"
+        )
     tok_limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(tok_limit, int) and 0 < tok_limit < TOKENIZER_NO_LIMIT and (
-            limit is None or tok_limit < limit):
+    if (
+        isinstance(tok_limit, int)
+        and 0 < tok_limit < TOKENIZER_NO_LIMIT
+        and (limit is None or tok_limit < limit)
+    ):
         limit = tok_limit
         why = f"the tokenizer's model_max_length {tok_limit}" + (f" ({why})" if why else "")
     if limit is None:
         if positions is None:
-            raise ModelError(f"{name}: neither its config (max_position_embeddings) nor its "
-                             "tokenizer (model_max_length) names a length limit; set "
-                             "model_max_length in tokenizer_config.json")
+            raise ModelError(
+                f"{name}: neither its config (max_position_embeddings) nor its "
+                "tokenizer (model_max_length) names a length limit; set "
+                "model_max_length in tokenizer_config.json"
+            )
         limit, why = positions, f"{why}; the tokenizer names none, so max_position_embeddings"
     return Length(int(limit), why)
 
@@ -161,8 +174,10 @@ def check_length(asked: int, length: Length, what: str, where: str) -> None:
         ModelError: `what` (the option or key) `asked` exceeds `length.limit`.
     """
     if asked > length.limit:
-        raise ModelError(f"{what} {asked} exceeds the usable length of {where}: {length.limit} "
-                         f"tokens ({length.why}); set {what} to at most {length.limit}")
+        raise ModelError(
+            f"{what} {asked} exceeds the usable length of {where}: {length.limit} "
+            f"tokens ({length.why}); set {what} to at most {length.limit}"
+        )
 
 
 @dataclass(frozen=True)
@@ -198,16 +213,21 @@ def special_tokens(tokenizer, where: str) -> Specials:
     """
     plain = tokenizer(SENTINEL_TEXT, add_special_tokens=False)["input_ids"]
     framed = tokenizer(SENTINEL_TEXT, add_special_tokens=True)["input_ids"]
-    start = next((i for i in range(len(framed) - len(plain) + 1)
-                  if framed[i:i + len(plain)] == plain), None)
+    start = next(
+        (i for i in range(len(framed) - len(plain) + 1) if framed[i : i + len(plain)] == plain),
+        None,
+    )
     if start is None or not plain:
-        raise ModelError(f"{where}: cannot find how the tokenizer frames a text "
-                         f"({plain} -> {framed})")
-    prefix, suffix = tuple(framed[:start]), tuple(framed[start + len(plain):])
+        raise ModelError(
+            f"{where}: cannot find how the tokenizer frames a text ({plain} -> {framed})"
+        )
+    prefix, suffix = tuple(framed[:start]), tuple(framed[start + len(plain) :])
     if len(prefix) != 1 or len(suffix) != 1:
-        raise ModelError(f"{where}: the tokenizer frames one text with {len(prefix)} token(s) "
-                         f"before and {len(suffix)} after ({framed}); bertindex needs one of "
-                         "each ([CLS] … [SEP], <s> … </s>)")
+        raise ModelError(
+            f"{where}: the tokenizer frames one text with {len(prefix)} token(s) "
+            f"before and {len(suffix)} after ({framed}); bertindex needs one of "
+            "each ([CLS] … [SEP], <s> … </s>)"
+        )
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = 0

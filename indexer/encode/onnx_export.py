@@ -59,8 +59,9 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         if encoder.dtype != torch.float32 or encoder.device.type != "cpu":
             from transformers import AutoModel
 
-            model, _ = load_transformer(encoder.model_dir, AutoModel, dtype=torch.float32,
-                                        attn_implementation="eager")
+            model, _ = load_transformer(
+                encoder.model_dir, AutoModel, dtype=torch.float32, attn_implementation="eager"
+            )
             model.eval()
         kind = output_kind(encoder.config.pooling)
         # eval: the exporter puts the module back in the mode it found it in, dropout included
@@ -68,28 +69,42 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         ids = torch.tensor([[encoder.cls_id, encoder.pad_id, encoder.pad_id, encoder.sep_id]] * 2)
         mask = torch.ones_like(ids)
         mask[1, 2:] = 0
-        axes = {"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
-                "output": {0: "batch"} if kind == "pooler" else {0: "batch", 1: "tokens"}}
+        axes = {
+            "input_ids": {0: "batch", 1: "tokens"},
+            "attention_mask": {0: "batch", 1: "tokens"},
+            "output": {0: "batch"} if kind == "pooler" else {0: "batch", 1: "tokens"},
+        }
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer notes on shapes; the test checks padding
-            torch.onnx.export(wrapper, (ids, mask), str(tmp / MODEL_FILE),
-                              input_names=["input_ids", "attention_mask"],
-                              output_names=["output"], dynamic_axes=axes, opset_version=OPSET,
-                              dynamo=False)
+            torch.onnx.export(
+                wrapper,
+                (ids, mask),
+                str(tmp / MODEL_FILE),
+                input_names=["input_ids", "attention_mask"],
+                output_names=["output"],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
         encoder.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))
         info = {
-            "provenance": {k: getattr(encoder.provenance, k)
-                           for k in ("model_name", "weights_hash", "pooling", "dim")},
+            "provenance": {
+                k: getattr(encoder.provenance, k)
+                for k in ("model_name", "weights_hash", "pooling", "dim")
+            },
             "output": kind,
             # the usable length (`model_facts.usable_length`), not the raw position count
             "max_positions": encoder.length.limit,
-            "cls_id": encoder.cls_id, "sep_id": encoder.sep_id, "pad_id": encoder.pad_id,
+            "cls_id": encoder.cls_id,
+            "sep_id": encoder.sep_id,
+            "pad_id": encoder.pad_id,
             "padding_side": encoder.specials.padding_side,
             "sha256": file_sha256(tmp / MODEL_FILE),
             "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
             # the weights it came from: a search trusts the hash while these are unchanged
             "weights": {"dir": str(encoder.model_dir), "files": weight_stats(encoder.model_dir)},
-            "opset": OPSET, "torch": torch.__version__,
+            "opset": OPSET,
+            "torch": torch.__version__,
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         for name in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE):
@@ -106,18 +121,24 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
 
 def _record(store_dir: Path, folder: Path, info: dict) -> dict:
     st = (folder / MODEL_FILE).stat()
-    return {"path": str((folder / MODEL_FILE).relative_to(store_dir)), "sha256": info["sha256"],
-            "tokenizer_sha256": info["tokenizer_sha256"],
-            # a search hashes the file again only when these changed (hashing costs 0.1 s)
-            "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {
+        "path": str((folder / MODEL_FILE).relative_to(store_dir)),
+        "sha256": info["sha256"],
+        "tokenizer_sha256": info["tokenizer_sha256"],
+        # a search hashes the file again only when these changed (hashing costs 0.1 s)
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
 
 
 def _valid_record(store_dir: Path, folder: Path) -> dict | None:
     """The record of an earlier, intact export in `folder`; None when there is none."""
     try:
         info = json.loads((folder / INFO_FILE).read_text())
-        if (file_sha256(folder / MODEL_FILE) != info["sha256"]
-                or file_sha256(folder / TOKENIZER_FILE) != info["tokenizer_sha256"]):
+        if (
+            file_sha256(folder / MODEL_FILE) != info["sha256"]
+            or file_sha256(folder / TOKENIZER_FILE) != info["tokenizer_sha256"]
+        ):
             return None
     except (OSError, ValueError, KeyError):
         return None
@@ -135,8 +156,10 @@ def _wrapper_class():
             self.model, self.kind = model, kind
 
         def forward(self, input_ids, attention_mask):
-            out = self.model(**forward_inputs(self.model, input_ids, attention_mask),
-                             output_hidden_states=self.kind == "last4")
+            out = self.model(
+                **forward_inputs(self.model, input_ids, attention_mask),
+                output_hidden_states=self.kind == "last4",
+            )
             if self.kind == "pooler":
                 return out.pooler_output  # (batch, hidden)
             if self.kind == "last4":
@@ -150,8 +173,9 @@ def _export_wrapper(model, kind: OutputKind):
     return _wrapper_class()(model, kind)
 
 
-def export_for_index(store_dir: str | Path, config: Config, provenance: Provenance,
-                     encoder=None) -> dict | None:
+def export_for_index(
+    store_dir: str | Path, config: Config, provenance: Provenance, encoder=None
+) -> dict | None:
     """The ONNX export an index version records: reused when intact, else made now.
 
     None (and a warning) when `search.query_encoder` is `torch`, the configured model is not
@@ -177,13 +201,19 @@ def export_for_index(store_dir: str | Path, config: Config, provenance: Provenan
                 encoder = load_encoder(config.model)
             diffs = encoder.provenance.mismatches(provenance, EXPORT_KEYS)
             if diffs:
-                log.warning("no ONNX query encoder exported: the configured model is not the "
-                            "stored vectors' (%s)", "; ".join(diffs))
+                log.warning(
+                    "no ONNX query encoder exported: the configured model is not the "
+                    "stored vectors' (%s)",
+                    "; ".join(diffs),
+                )
                 return None
             record = export_encoder(encoder, store_dir)
     except Exception as exc:  # noqa: BLE001 - an optional artefact: indexing goes on
-        log.warning("ONNX export of the query encoder failed (%s: %s); searches will load "
-                    "torch", type(exc).__name__, str(exc)[:200])
+        log.warning(
+            "ONNX export of the query encoder failed (%s: %s); searches will load torch",
+            type(exc).__name__,
+            str(exc)[:200],
+        )
         return None
     if config.search.query_encoder == "onnx-int8":
         try:

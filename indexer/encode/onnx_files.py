@@ -32,6 +32,7 @@ def int8_files(reduce_range: bool) -> tuple[str, str]:
     weights."""
     return (INT8_7BIT_FILE, INT8_7BIT_INFO_FILE) if reduce_range else (INT8_FILE, INT8_INFO_FILE)
 
+
 # what the exported graph returns (`encoder.json` "output"): the last layer's token states
 # (batch, tokens, hidden), the pooler output (batch, hidden), or the last four layers' token
 # states concatenated (batch, tokens, 4 * hidden)

@@ -61,18 +61,28 @@ def int8_twin(model_file: Path, sha256: str, reduce_range: bool | None = None) -
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         root.setLevel(logging.ERROR)  # the quantiser's advice to pre-process, on the root logger
-        quantize_dynamic(model_file, tmp, weight_type=QuantType.QInt8, per_channel=True,
-                         reduce_range=reduce_range)
-        info = {"source_sha256": sha256, "sha256": file_sha256(tmp),
-                "scheme": "onnxruntime quantize_dynamic: int8 MatMul weights per output "
-                          "channel, inputs per tensor",
-                "weight_bits": 7 if reduce_range else 8}
+        quantize_dynamic(
+            model_file,
+            tmp,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=reduce_range,
+        )
+        info = {
+            "source_sha256": sha256,
+            "sha256": file_sha256(tmp),
+            "scheme": "onnxruntime quantize_dynamic: int8 MatMul weights per output "
+            "channel, inputs per tensor",
+            "weight_bits": 7 if reduce_range else 8,
+        }
         tmp.with_suffix(".json").write_text(json.dumps(info, indent=2))
         os.replace(tmp, target)  # the same bytes whoever wins a race: deterministic
         os.replace(tmp.with_suffix(".json"), info_file)
     except Exception as exc:  # noqa: BLE001 - onnx/onnxruntime/OS errors alike
-        raise Unavailable(f"cannot make the int8 twin of {model_file} in {folder} "
-                          f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise Unavailable(
+            f"cannot make the int8 twin of {model_file} in {folder} "
+            f"({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     finally:
         root.setLevel(level)
         for leftover in (tmp, tmp.with_suffix(".json")):

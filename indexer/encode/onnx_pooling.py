@@ -17,8 +17,9 @@ from indexer.encode.onnx_files import OutputKind
 POOLING_MODES: tuple[PoolingMode, ...] = get_args(PoolingMode)
 
 
-def pool_output(output: np.ndarray, mask: np.ndarray, kind: OutputKind, pooling: str,
-                normalize: bool) -> np.ndarray:
+def pool_output(
+    output: np.ndarray, mask: np.ndarray, kind: OutputKind, pooling: str, normalize: bool
+) -> np.ndarray:
     """One vector per row from an export's output, as the torch encoder pools it.
 
     Args:

@@ -35,8 +35,15 @@ class OnnxEncoder:
     int8 twin (`int8=True` in `open`) only approximately (docs/guides/fast-queries.md).
     """
 
-    def __init__(self, folder: Path, info: dict, config: ModelConfig, model_file: Path,
-                 provenance: Provenance, threads: int | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        info: dict,
+        config: ModelConfig,
+        model_file: Path,
+        provenance: Provenance,
+        threads: int | None = None,
+    ):
         from tokenizers import Tokenizer
 
         self.folder, self.info, self.config = folder, info, config
@@ -66,8 +73,9 @@ class OnnxEncoder:
         # the same 2 cores; benchmarks/serve_latency.py, 2026-12-01)
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
-        return ort.InferenceSession(str(self.model_file), options,
-                                    providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(
+            str(self.model_file), options, providers=["CPUExecutionProvider"]
+        )
 
     @contextlib.contextmanager
     def _pick_session(self):
@@ -87,8 +95,14 @@ class OnnxEncoder:
                 self._running -= 1
 
     @classmethod
-    def open(cls, store_dir: str | Path, record: dict | None, config: ModelConfig,
-             stored: Provenance | None, int8: bool = False) -> OnnxEncoder:
+    def open(
+        cls,
+        store_dir: str | Path,
+        record: dict | None,
+        config: ModelConfig,
+        stored: Provenance | None,
+        int8: bool = False,
+    ) -> OnnxEncoder:
         """The export an index version names, checked against it and the stored vectors.
 
         Args:
@@ -111,38 +125,52 @@ class OnnxEncoder:
         model_file = store_dir / str(record.get("path", ""))
         folder = model_file.parent
         if folder.parent.resolve() != (store_dir / ENCODERS_DIR).resolve():
-            raise Unavailable(f"the index version names {model_file}, outside "
-                              f"{store_dir / ENCODERS_DIR}")
+            raise Unavailable(
+                f"the index version names {model_file}, outside {store_dir / ENCODERS_DIR}"
+            )
         try:
             info = json.loads((folder / INFO_FILE).read_text())
             st = model_file.stat()
-            if ([st.st_size, st.st_mtime_ns] != [record.get("size"), record.get("mtime_ns")]
-                    and file_sha256(model_file) != record.get("sha256")):
-                raise Unavailable(f"{model_file} differs from the sha256 its index version "
-                                  "records")
+            if [st.st_size, st.st_mtime_ns] != [
+                record.get("size"),
+                record.get("mtime_ns"),
+            ] and file_sha256(model_file) != record.get("sha256"):
+                raise Unavailable(f"{model_file} differs from the sha256 its index version records")
             if file_sha256(folder / TOKENIZER_FILE) != record.get("tokenizer_sha256"):
-                raise Unavailable(f"{folder / TOKENIZER_FILE} differs from the sha256 its "
-                                  "index version records")
+                raise Unavailable(
+                    f"{folder / TOKENIZER_FILE} differs from the sha256 its index version records"
+                )
         except (OSError, ValueError, KeyError) as exc:
             raise Unavailable(f"{folder}: {type(exc).__name__}: {exc}") from None
         exported = info["provenance"]
         if stored is not None:
-            diffs = [f"{k}: {exported[k]!r} != {getattr(stored, k)!r}" for k in EXPORT_KEYS
-                     if exported[k] != getattr(stored, k)]
+            diffs = [
+                f"{k}: {exported[k]!r} != {getattr(stored, k)!r}"
+                for k in EXPORT_KEYS
+                if exported[k] != getattr(stored, k)
+            ]
             if diffs:
-                raise Unavailable(f"{model_file} was exported from another encoder than the "
-                                  f"stored vectors' (export != store: {'; '.join(diffs)})")
+                raise Unavailable(
+                    f"{model_file} was exported from another encoder than the "
+                    f"stored vectors' (export != store: {'; '.join(diffs)})"
+                )
         if config.max_length > info["max_positions"]:
-            raise ModelError(f"model.max_length {config.max_length} exceeds the usable length "
-                             f"of the exported model: {info['max_positions']} tokens; set "
-                             f"model.max_length to at most {info['max_positions']}")
+            raise ModelError(
+                f"model.max_length {config.max_length} exceeds the usable length "
+                f"of the exported model: {info['max_positions']} tokens; set "
+                f"model.max_length to at most {info['max_positions']}"
+            )
         provenance = Provenance(
             model_name=exported["model_name"],
             weights_hash=_configured_weights_hash(config, info),
-            pooling=config.pooling, normalize=config.normalize, max_length=config.max_length,
+            pooling=config.pooling,
+            normalize=config.normalize,
+            max_length=config.max_length,
             dim=exported["dim"],
-            dtype="int8" if int8 else "fp32", document_prompt=config.document_prompt,
-            query_prompt=config.query_prompt, attention="onnx",
+            dtype="int8" if int8 else "fp32",
+            document_prompt=config.document_prompt,
+            query_prompt=config.query_prompt,
+            attention="onnx",
         )
         if int8:
             model_file = int8_twin(model_file, record["sha256"])
@@ -160,18 +188,21 @@ class OnnxEncoder:
         out = np.zeros((len(seqs), self.dim), dtype=np.float32)
         order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
         for start in range(0, len(order), QUERY_BATCH):
-            rows = order[start:start + QUERY_BATCH]
+            rows = order[start : start + QUERY_BATCH]
             width = len(seqs[rows[0]])
             ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
-                span = slice(width - len(seqs[i]), width) if self.left_pad else slice(0, len(seqs[i]))
+                span = (
+                    slice(width - len(seqs[i]), width) if self.left_pad else slice(0, len(seqs[i]))
+                )
                 ids[r, span] = seqs[i]
                 mask[r, span] = 1
             with self._pick_session() as session:
                 (states,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
-            out[rows] = pool_output(states, mask, self.info["output"], self.config.pooling,
-                                    self.config.normalize)
+            out[rows] = pool_output(
+                states, mask, self.info["output"], self.config.pooling, self.config.normalize
+            )
         return out
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
@@ -185,7 +216,6 @@ def _configured_weights_hash(config: ModelConfig, info: dict) -> str:
     the one it was exported from with the same weight files (size, mtime), else hashed now."""
     model_dir = resolve_model_path(config.name)
     recorded = info.get("weights") or {}
-    if (str(model_dir) == recorded.get("dir")
-            and weight_stats(model_dir) == recorded.get("files")):
+    if str(model_dir) == recorded.get("dir") and weight_stats(model_dir) == recorded.get("files"):
         return info["provenance"]["weights_hash"]
     return weights_hash(model_dir)

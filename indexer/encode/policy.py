@@ -25,8 +25,11 @@ from indexer.errors import ModelError
 log = logging.getLogger(__name__)
 
 # the dtypes a model is loaded in (int8 is loaded in fp32, then quantised)
-TORCH_DTYPES: dict[Dtype, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
-                                          "fp16": torch.float16}
+TORCH_DTYPES: dict[Dtype, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 DTYPE_CHOICES: tuple[DtypeChoice, ...] = get_args(DtypeChoice)
 
 
@@ -82,8 +85,9 @@ class EncoderPath:
         return asdict(self)
 
 
-def choose_path(dtype: DtypeChoice | str, device: torch.device,
-                model_dir: Path | None = None) -> EncoderPath:
+def choose_path(
+    dtype: DtypeChoice | str, device: torch.device, model_dir: Path | None = None
+) -> EncoderPath:
     """The encoder path for `model.dtype` on this device (and, for int8, this model).
 
     `auto` on CUDA: bf16 where supported, else fp16. On a CPU: int8 where the model has a
@@ -107,28 +111,39 @@ def choose_path(dtype: DtypeChoice | str, device: torch.device,
         record = int8_check.find(model_dir) if model_dir is not None else None
         verdict = int8_check.verdict(record, machine.isa_class())
         if not verdict.passed:
-            log.warning("int8 on this model: %s; vectors may differ from fp32 more than the "
-                        "quality gates allow", verdict.why)
-        return EncoderPath("int8", f"configured; {verdict.why}",
-                           verdict.variant or DEFAULT_VARIANT)
+            log.warning(
+                "int8 on this model: %s; vectors may differ from fp32 more than the "
+                "quality gates allow",
+                verdict.why,
+            )
+        return EncoderPath("int8", f"configured; {verdict.why}", verdict.variant or DEFAULT_VARIANT)
     if dtype != "auto":
         if dtype not in TORCH_DTYPES:
             raise ModelError(f"unknown model.dtype {dtype!r}; one of {', '.join(DTYPE_CHOICES)}")
         return EncoderPath(dtype, "configured")
     if device.type == "cuda":
         bf16 = torch.cuda.is_bf16_supported()
-        return EncoderPath("bf16" if bf16 else "fp16",
-                           "auto on CUDA: " + ("bf16 supported" if bf16 else "no bf16, fp16"))
+        return EncoderPath(
+            "bf16" if bf16 else "fp16",
+            "auto on CUDA: " + ("bf16 supported" if bf16 else "no bf16, fp16"),
+        )
     flags, source = machine.cpu_flags()
     native = [f for f in machine.BF16_FLAGS if f in flags]
     fallback: Dtype = "bf16" if native else "fp32"
-    why = (f"auto on CPU: native bf16 ({', '.join(native)})" if native
-           else "auto on CPU: no native bf16 (no avx512_bf16/amx_bf16)") + f" per {source}"
+    why = (
+        f"auto on CPU: native bf16 ({', '.join(native)})"
+        if native
+        else "auto on CPU: no native bf16 (no avx512_bf16/amx_bf16)"
+    ) + f" per {source}"
     if model_dir is not None:
         verdict = int8_check.verdict(int8_check.find(model_dir), machine.isa_class())
         if verdict.passed and verdict.faster_than(fallback):
-            return EncoderPath("int8", f"{why}; int8 check passed and faster than {fallback} "
-                               f"on {machine.isa_class()} ({verdict.why})", verdict.variant)
+            return EncoderPath(
+                "int8",
+                f"{why}; int8 check passed and faster than {fallback} "
+                f"on {machine.isa_class()} ({verdict.why})",
+                verdict.variant,
+            )
         why += f"; int8 not chosen: {verdict.why if not verdict.passed else 'not faster'}"
     return EncoderPath(fallback, why)
 
@@ -143,10 +158,16 @@ def describe_path(config: ModelConfig) -> dict:
         model_dir = None
     path = choose_path(config.dtype, device, model_dir)
     flags, source = machine.cpu_flags()
-    return {**path.to_dict(), "configured": config.dtype, "device": device.type,
-            "cpu_model": machine.cpu_model(), "isa_class": machine.isa_class(),
-            "isa_flags": sorted(f for f in machine.ISA_FLAGS if f in flags),
-            "isa_source": source, "emulated": machine.emulated()}
+    return {
+        **path.to_dict(),
+        "configured": config.dtype,
+        "device": device.type,
+        "cpu_model": machine.cpu_model(),
+        "isa_class": machine.isa_class(),
+        "isa_flags": sorted(f for f in machine.ISA_FLAGS if f in flags),
+        "isa_source": source,
+        "emulated": machine.emulated(),
+    }
 
 
 def choose_dtype(dtype: DtypeChoice | str, device: torch.device) -> torch.dtype:

@@ -36,7 +36,9 @@ def cls_pool(hidden: torch.Tensor) -> torch.Tensor:
     return hidden[:, 0].to(torch.float32)
 
 
-def last4_pool(hidden_states: tuple[torch.Tensor, ...], attention_mask: torch.Tensor) -> torch.Tensor:
+def last4_pool(
+    hidden_states: tuple[torch.Tensor, ...], attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Mean over the attention mask of each of the last four layers, concatenated.
 
     Args:

@@ -5,10 +5,10 @@ stores each chosen `nn.Linear`'s weights as int8 (per output channel or per tens
 quantises its input per tensor at run time. `Int8Linear` (the `per-token` variants) scales
 inputs per token and weights per output channel and multiplies with `torch._int_mm`,
 optionally after SmoothQuant-style smoothing from a calibration run. Everything else
-(embeddings, attention, layer norms, GELU, pooling) stays fp32. Which layers may be quantised without losing quality
-is a property of the model, so a variant is chosen by measurement (`benchmarks/int8_quality.py`)
-and `dtype: auto` only picks int8 for a model whose check record says it passed
-(`INT8_CHECK_FILE` beside the model, see `indexer.encode.int8_check`).
+(embeddings, attention, layer norms, GELU, pooling) stays fp32. Which layers may be quantised
+without losing quality is a property of the model, so a variant is chosen by measurement
+(`benchmarks/int8_quality.py`) and `dtype: auto` only picks int8 for a model whose check record says
+it passed (`INT8_CHECK_FILE` beside the model, see `indexer.encode.int8_check`).
 """
 
 from __future__ import annotations
@@ -42,18 +42,21 @@ class Int8Variant:
         return any(re.search(p, module_name) for p in self.keep_fp32)
 
 
-FFN_OUT = r"layer\.\d+\.output\.dense$"         # BertOutput: the FFN's second linear (after GELU)
-ATTN_OUT = r"attention\.output\.dense$"         # BertSelfOutput
+FFN_OUT = r"layer\.\d+\.output\.dense$"  # BertOutput: the FFN's second linear (after GELU)
+ATTN_OUT = r"attention\.output\.dense$"  # BertSelfOutput
 POOLER = r"^pooler\."
 
 VARIANTS = {
-    v.name: v for v in (
+    v.name: v
+    for v in (
         Int8Variant("all-per-tensor", (POOLER,), per_channel=False),
         Int8Variant("all", (POOLER,)),
         Int8Variant("keep-ffn-out", (POOLER, FFN_OUT)),
         Int8Variant("keep-ffn-attn-out", (POOLER, FFN_OUT, ATTN_OUT)),
         Int8Variant("keep-first-last", (POOLER, r"layer\.0\.", r"layer\.{last}\.")),
-        Int8Variant("keep-ffn-out-first-last", (POOLER, FFN_OUT, r"layer\.0\.", r"layer\.{last}\.")),
+        Int8Variant(
+            "keep-ffn-out-first-last", (POOLER, FFN_OUT, r"layer\.0\.", r"layer\.{last}\.")
+        ),
         Int8Variant("per-token", (POOLER,), per_token=True),
         Int8Variant("per-token-keep-ffn-out", (POOLER, FFN_OUT), per_token=True),
         Int8Variant("smooth", (POOLER,), per_token=True, smooth=0.5),
@@ -66,20 +69,28 @@ DEFAULT_VARIANT = "smooth"  # the variant that passed the gates (docs/guides/cpu
 def _resolve(variant: Int8Variant, model: nn.Module) -> Int8Variant:
     """Fill `{last}` with the model's last layer index."""
     layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
-    return Int8Variant(variant.name, tuple(p.replace("{last}", str(max(layers - 1, 0)))
-                                           for p in variant.keep_fp32), variant.per_channel,
-                       variant.per_token, variant.smooth)
+    return Int8Variant(
+        variant.name,
+        tuple(p.replace("{last}", str(max(layers - 1, 0))) for p in variant.keep_fp32),
+        variant.per_channel,
+        variant.per_token,
+        variant.smooth,
+    )
 
 
 def quantizable(model: nn.Module, variant: Int8Variant) -> list[str]:
     """Names of the linear layers this variant turns into int8."""
     variant = _resolve(variant, model)
-    return [name for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and not variant.kept(name)]
+    return [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and not variant.kept(name)
+    ]
 
 
-def quantize_int8(model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT,
-                  calibration=None) -> nn.Module:
+def quantize_int8(
+    model: nn.Module, variant: Int8Variant | str = DEFAULT_VARIANT, calibration=None
+) -> nn.Module:
     """A dynamically quantised copy of an fp32 model (the original is left untouched).
 
     Args:
@@ -135,8 +146,13 @@ class Int8Linear(nn.Module):
     weight_t: torch.Tensor
     weight_scale: torch.Tensor
 
-    def __init__(self, linear: nn.Linear, act_amax: torch.Tensor | None = None,
-                 alpha: float = 0.5, weight_levels: int | None = None):
+    def __init__(
+        self,
+        linear: nn.Linear,
+        act_amax: torch.Tensor | None = None,
+        alpha: float = 0.5,
+        weight_levels: int | None = None,
+    ):
         super().__init__()
         if weight_levels is None:
             from indexer.core.machine import has_vnni
@@ -152,12 +168,20 @@ class Int8Linear(nn.Module):
             inv_smooth = 1.0 / smooth
         self.register_buffer("inv_smooth", inv_smooth)
         scale = weight.abs().amax(dim=1).clamp(min=1e-8) / weight_levels
-        self.register_buffer("weight_t", torch.round(weight / scale[:, None])
-                             .clamp(-weight_levels, weight_levels)
-                             .to(torch.int8).t().contiguous())
+        self.register_buffer(
+            "weight_t",
+            torch.round(weight / scale[:, None])
+            .clamp(-weight_levels, weight_levels)
+            .to(torch.int8)
+            .t()
+            .contiguous(),
+        )
         self.register_buffer("weight_scale", scale)
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().float(),
-                                                                  requires_grad=False)
+        self.bias = (
+            None
+            if linear.bias is None
+            else nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+        )
         self.out_features = linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -182,6 +206,7 @@ def input_amax(model: nn.Module, names: list[str], calibration) -> dict[str, tor
         def record(_module, args):
             seen = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0).float()
             amax[name] = torch.maximum(amax[name], seen) if name in amax else seen
+
         return record
 
     for name in names:
@@ -195,8 +220,9 @@ def input_amax(model: nn.Module, names: list[str], calibration) -> dict[str, tor
     return amax
 
 
-def _per_token(model: nn.Module, names: list[str], amax: dict | None = None,
-               alpha: float | None = None) -> nn.Module:
+def _per_token(
+    model: nn.Module, names: list[str], amax: dict | None = None, alpha: float | None = None
+) -> nn.Module:
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model

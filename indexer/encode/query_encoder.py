@@ -59,14 +59,23 @@ def load_query_encoder(config: Config, store, index) -> QueryEncoder:
         try:
             if index is None:
                 raise Unavailable(f"the store {store.path} has no index version yet")
-            encoder = OnnxEncoder.open(store.path, index.query_encoder, config.model,
-                                       store.vectors.provenance(), int8=mode == "onnx-int8")
+            encoder = OnnxEncoder.open(
+                store.path,
+                index.query_encoder,
+                config.model,
+                store.vectors.provenance(),
+                int8=mode == "onnx-int8",
+            )
         except Unavailable as exc:
-            fix = (f"index into --store {store.path} again to export it (unchanged documents "
-                   "are skipped)")
+            fix = (
+                f"index into --store {store.path} again to export it (unchanged documents "
+                "are skipped)"
+            )
             if mode != "auto":
-                raise ModelError(f"search.query_encoder is {mode} but {exc}; {fix}, or set "
-                                 "search.query_encoder to auto") from None
+                raise ModelError(
+                    f"search.query_encoder is {mode} but {exc}; {fix}, or set "
+                    "search.query_encoder to auto"
+                ) from None
             log.warning("%s: encoding the query with torch (slower start); %s", exc, fix)
         else:
             store.vectors.check_provenance(encoder.provenance, QUERY_KEYS)

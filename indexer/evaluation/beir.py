@@ -44,8 +44,10 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             if number == 1 and len(row) >= 3 and not _is_int(score):
                 continue  # the header line
             if len(row) < 3 or not _is_int(score):
-                raise InputError(f"{path}:{number}: expected `query-id<TAB>corpus-id<TAB>score` "
-                                 f"with an integer score, got {chr(9).join(row)[:80]!r}")
+                raise InputError(
+                    f"{path}:{number}: expected `query-id<TAB>corpus-id<TAB>score` "
+                    f"with an integer score, got {chr(9).join(row)[:80]!r}"
+                )
             qrels.setdefault(row[0].strip(), {})[row[1].strip()] = int(score)
     return qrels
 
@@ -58,14 +60,20 @@ def _is_int(text: str) -> bool:
     return True
 
 
-def load_beir_queries(folder: Path, split: str = "test") -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+def load_beir_queries(
+    folder: Path, split: str = "test"
+) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     """Queries that have judgements in `qrels/<split>.tsv`, and those judgements."""
     qrels_path = folder / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
-        raise InputError(f"{qrels_path} not found; a BEIR folder holds corpus.jsonl, "
-                         "queries.jsonl and qrels/<split>.tsv")
+        raise InputError(
+            f"{qrels_path} not found; a BEIR folder holds corpus.jsonl, "
+            "queries.jsonl and qrels/<split>.tsv"
+        )
     qrels = read_qrels(qrels_path)
-    queries_path = next((p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.is_file()), None)
+    queries_path = next(
+        (p for p in (folder / "queries.jsonl", folder / "queries.jsonl.gz") if p.is_file()), None
+    )
     if queries_path is None:
         raise InputError(f"{folder}: queries.jsonl not found")
     rows = read_labelled_jsonl(queries_path).items[UNSPLIT]  # the one JSONL reader
@@ -73,11 +81,19 @@ def load_beir_queries(folder: Path, split: str = "test") -> tuple[dict[str, str]
     return queries, qrels
 
 
-def evaluate_beir(config: Config, folder: Path, split: str = "test", *,
-                  modes: tuple[str, ...] = (), collection: str | None = None,
-                  rerank: str | None = None, rerank_depth: int | None = None,
-                  max_queries: int | None = None, store: str | None = None,
-                  progress: ProgressArg = False) -> dict:
+def evaluate_beir(
+    config: Config,
+    folder: Path,
+    split: str = "test",
+    *,
+    modes: tuple[str, ...] = (),
+    collection: str | None = None,
+    rerank: str | None = None,
+    rerank_depth: int | None = None,
+    max_queries: int | None = None,
+    store: str | None = None,
+    progress: ProgressArg = False,
+) -> dict:
     """Index a BEIR folder's corpus into a store and score each search mode on its judged
     queries (`bertindex eval beir`).
 
@@ -98,32 +114,57 @@ def evaluate_beir(config: Config, folder: Path, split: str = "test", *,
     depth = rerank_depth or config.search.rerank_depth
     with tempfile.TemporaryDirectory(prefix="bertindex-beir-") as tmp:
         cfg = config.with_overrides(**{"store.path": store or tmp})
-        summary = run_index([str(folder)], cfg, collection=collection or folder.name,
-                            fmt="beir", progress=progress)
+        summary = run_index(
+            [str(folder)], cfg, collection=collection or folder.name, fmt="beir", progress=progress
+        )
         encoder = load_encoder(cfg.model)
         with Store(cfg.store.path, read_only=True) as opened:
             searcher = Searcher(cfg, opened, encoder)
             ids = list(queries)[:max_queries]
             scorer = searcher.reranker(rerank) if rerank else None
-            per_mode, timing = _score_modes(searcher, [queries[q] for q in ids], ids,
-                                            {q: qrels[q] for q in ids}, modes or MODES,
-                                            scorer, depth)
+            per_mode, timing = _score_modes(
+                searcher,
+                [queries[q] for q in ids],
+                ids,
+                {q: qrels[q] for q in ids},
+                modes or MODES,
+                scorer,
+                depth,
+            )
             tuning = opened.vectors.fusion_tuning()
             fused = cfg.search.model_dump() | {
                 "dense_weight_used": searcher.dense_weight,
-                "tuning": tuning.to_dict() if tuning is not None else None}
-    scores = {"modes": per_mode, "queries": len(ids), "documents": summary["read"],
-              "chunks": summary["chunks"], "max_length": cfg.model.max_length,
-              "long_documents": cfg.long_documents.mode, "dtype": encoder.provenance.dtype,
-              "fusion": fused}
+                "tuning": tuning.to_dict() if tuning is not None else None,
+            }
+    scores = {
+        "modes": per_mode,
+        "queries": len(ids),
+        "documents": summary["read"],
+        "chunks": summary["chunks"],
+        "max_length": cfg.model.max_length,
+        "long_documents": cfg.long_documents.mode,
+        "dtype": encoder.provenance.dtype,
+        "fusion": fused,
+    }
     if scorer is not None:
-        scores["rerank"] = {"head": str(rerank), "depth": depth,
-                            "max_length": scorer.max_length, "timing": timing}
+        scores["rerank"] = {
+            "head": str(rerank),
+            "depth": depth,
+            "max_length": scorer.max_length,
+            "timing": timing,
+        }
     return scores
 
 
-def _score_modes(searcher: Searcher, texts: list[str], ids: list[str], qrels: dict,
-                 modes: tuple[str, ...], scorer, depth: int) -> tuple[dict, dict]:
+def _score_modes(
+    searcher: Searcher,
+    texts: list[str],
+    ids: list[str],
+    qrels: dict,
+    modes: tuple[str, ...],
+    scorer,
+    depth: int,
+) -> tuple[dict, dict]:
     """({mode: scores, and `MODE+rerank` with a scorer}, {mode: the reranking's timing}): the
     queries are encoded once, their time shared by every mode's first stage."""
     started = time.perf_counter()
@@ -141,9 +182,11 @@ def _score_modes(searcher: Searcher, texts: list[str], ids: list[str], qrels: di
         reranked = [rerank_hits(t, hits, scorer, depth) for t, hits in zip(texts, results)]
         seconds = time.perf_counter() - started
         per_mode[f"{mode}+rerank"] = retrieval_scores(_run(ids, reranked), qrels)
-        timing[mode] = {"first_stage_s_per_query": round(first / len(ids), 4),
-                        "rerank_s_per_query": round(seconds / len(ids), 4),
-                        "rerank_share": round(seconds / (seconds + first), 3)}
+        timing[mode] = {
+            "first_stage_s_per_query": round(first / len(ids), 4),
+            "rerank_s_per_query": round(seconds / len(ids), 4),
+            "rerank_share": round(seconds / (seconds + first), 3),
+        }
     return per_mode, timing
 
 

@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 
-def retrieval_scores(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict:
+def retrieval_scores(
+    run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]
+) -> dict:
     """nDCG@10, recall@100 and MRR@10 averaged over the judged queries.
 
     Args:

@@ -51,5 +51,8 @@ def evaluate_sts(config: Config, path: Path) -> dict:
     if not config.model.normalize:
         a = a / np.linalg.norm(a, axis=1, keepdims=True)
         b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return {"spearman": round(spearman((a * b).sum(axis=1), gold), 5), "pairs": len(gold),
-            "dtype": encoder.provenance.dtype}
+    return {
+        "spearman": round(spearman((a * b).sum(axis=1), gold), 5),
+        "pairs": len(gold),
+        "dtype": encoder.provenance.dtype,
+    }

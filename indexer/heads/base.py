@@ -36,8 +36,9 @@ class Example:
 ExampleT = TypeVar("ExampleT", bound=Example)
 
 
-def examples_of(example_type: type[ExampleT], examples: Sequence[Example],
-                refusal: str) -> list[ExampleT]:
+def examples_of(
+    example_type: type[ExampleT], examples: Sequence[Example], refusal: str
+) -> list[ExampleT]:
     """`examples` as one head type's examples: a split read for that type holds no other, and
     a split of another type's items is refused with `refusal`.
 
@@ -196,14 +197,20 @@ class HeadType(ABC, Generic[ExampleT]):
         """Example `i`'s rows of its `logits` output (padding and non-scored tokens dropped)."""
 
     @abstractmethod
-    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[ExampleT],
-              encoded: Encoded, label_names: Sequence[str]) -> dict:
+    def score(
+        self,
+        logits: Sequence[torch.Tensor],
+        examples: Sequence[ExampleT],
+        encoded: Encoded,
+        label_names: Sequence[str],
+    ) -> dict:
         """Metrics (`metric` among them) of per-example logits against the examples' labels;
         a type adds its options as keyword parameters (a tagger's `decode`, what a pair head's
         `score_options` give)."""
 
-    def validation_loss(self, logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
-                        model=None) -> float:
+    def validation_loss(
+        self, logits: Sequence[torch.Tensor], targets: Sequence[torch.Tensor], model=None
+    ) -> float:
         """Mean cross-entropy of per-example logits ((C,) or (rows, C)) against their
         `feature_targets` (the tie-break of `--epochs auto`); `model` for types whose loss
         reads its config."""
@@ -211,21 +218,29 @@ class HeadType(ABC, Generic[ExampleT]):
 
         width = logits[0].shape[-1]
         x = torch.cat([t.reshape(-1, width) for t in logits]).float()
-        return float(torch.nn.functional.cross_entropy(x, torch.cat([t.reshape(-1) for t in targets])))
+        return float(
+            torch.nn.functional.cross_entropy(x, torch.cat([t.reshape(-1) for t in targets]))
+        )
 
     def receipt_fields(self, validation: dict | None, test: dict | None) -> dict:
         """Extra top-level fields of this type's run receipt."""
         return {}
 
-    def score_options(self, model, examples: Sequence[ExampleT],
-                      head: Path | None = None) -> dict:
+    def score_options(self, model, examples: Sequence[ExampleT], head: Path | None = None) -> dict:
         """Options of `score` a saved head's config asks for on these examples (a blended
         pair head's cosines); {} for none. `head`: the directory holding what the config
         names (the head's own, or where training keeps it before saving)."""
         return {}
 
-    def blend(self, model, splits: dict, logits: dict, label_names: list[str],
-              encoder: Path | None, encoder_name: str | None) -> dict | None:
+    def blend(
+        self,
+        model,
+        splits: dict,
+        logits: dict,
+        label_names: list[str],
+        encoder: Path | None,
+        encoder_name: str | None,
+    ) -> dict | None:
         """After training: mix the head's score with another signal by a weight chosen on
         validation, kept on `model.config` (a pair head's bi-encoder cosine); the receipt's
         `blend` record, None for none. The record's `options` (split -> `score` options) are
@@ -237,16 +252,18 @@ class HeadType(ABC, Generic[ExampleT]):
         head)."""
         return False
 
-    def baseline(self, splits: dict, label_names: list[str], seed: int,
-                 base: Path | None = None) -> dict | None:
+    def baseline(
+        self, splits: dict, label_names: list[str], seed: int, base: Path | None = None
+    ) -> dict | None:
         """A baseline on the same splits (None: none for this type); `base` is the encoder
         the head was trained from (a pair head scores its bi-encoder cosine)."""
         return None
 
     # -- predict and annotate ---------------------------------------------------------------
     @abstractmethod
-    def predict(self, texts: Sequence[str], enc, offsets, logits: torch.Tensor,
-                label_names: list[str]) -> list:
+    def predict(
+        self, texts: Sequence[str], enc, offsets, logits: torch.Tensor, label_names: list[str]
+    ) -> list:
         """Results of one padded batch of whole texts: one result, or one list of results,
         per text. A type adds its options as keyword parameters (a tagger's `decode` and
         `segmentation`).
@@ -266,9 +283,15 @@ class HeadType(ABC, Generic[ExampleT]):
         """What to keep of one window's logits ([CLS] + `n_tokens` + [SEP])."""
 
     @abstractmethod
-    def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
-                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray]
-                 ) -> list[list]:
+    def annotate(
+        self,
+        head: str,
+        label_names: list[str],
+        texts: Sequence[str],
+        enc,
+        windows: Sequence[tuple[int, int, int]],
+        outputs: Sequence[np.ndarray],
+    ) -> list[list]:
         """Per text, its results from the windows' `window_output`s. A type whose
         `saved_options` are not empty takes them as keyword parameters.
 

@@ -82,7 +82,9 @@ def read_head_data(
     label_names = _label_list(task, primary.label_names, raws)
     out = HeadData(task=task, label_names=label_names)
     for split, raw in raws.items():
-        out.splits[split] = [_to_example(task, i, item, label_names, raw.source) for i, item in raw.items[split]]
+        out.splits[split] = [
+            _to_example(task, i, item, label_names, raw.source) for i, item in raw.items[split]
+        ]
         out.sources[split] = raw.source
         if not out.splits[split]:
             raise InputError(f"{raw.source}: the '{split}' split has no examples")
@@ -108,8 +110,10 @@ def _read_any(path: Path, fmt: str, task: Task) -> Labelled:
     kind = labelled_format(path, fmt)
     if kind.name not in head_type(task).formats:
         readers = [k.name for k in head_types() if kind.name in k.formats]
-        raise InputError(f"{path}: format '{kind.name}' holds no {task} items; use "
-                         f"{' or '.join(f'train {r}' for r in readers)} (or pass --format)")
+        raise InputError(
+            f"{path}: format '{kind.name}' holds no {task} items; use "
+            f"{' or '.join(f'train {r}' for r in readers)} (or pass --format)"
+        )
     guessed = fmt == AUTO and path.suffix.lower() == ".json"
     try:
         raw = read_labelled(path, kind.name)
@@ -123,8 +127,10 @@ def _read_any(path: Path, fmt: str, task: Task) -> Labelled:
     return raw
 
 
-_JSON_LINES = ("a .json file is read as JSON Lines, one item a line; a JSON document of "
-               "label_names and splits is read with --format splits")
+_JSON_LINES = (
+    "a .json file is read as JSON Lines, one item a line; a JSON document of "
+    "label_names and splits is read with --format splits"
+)
 
 
 # ---- labels -------------------------------------------------------------------------
@@ -142,11 +148,15 @@ def _label_list(task: Task, names: list[str] | None, raws: dict[str, Labelled]) 
         for split_items in raw.items.values():
             for item_id, item in split_items:
                 where = f"{raw.source}, {item_id}"
-                reason = kind.missing_label(item) if isinstance(item, dict) else "expected an object"
+                reason = (
+                    kind.missing_label(item) if isinstance(item, dict) else "expected an object"
+                )
                 if reason:
                     raise InputError(f"{where}: {reason}")
                 values = kind.item_labels(item, where)
-                seen.update(v for v in values if isinstance(v, (str, int)) and not isinstance(v, bool))
+                seen.update(
+                    v for v in values if isinstance(v, (str, int)) and not isinstance(v, bool)
+                )
     if any(isinstance(v, int) for v in seen) and not all(isinstance(v, int) for v in seen):
         raise InputError("labels mix integers and names; use one kind, or give label_names")
     return kind.label_names_from(seen)

@@ -19,8 +19,13 @@ from indexer.heads.inference import model_logits, pad_id_of, score_logits
 from indexer.heads.predict import load_model_dir
 
 
-def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", batch_size: int = 64,
-                  decode: str = "bio") -> dict:
+def evaluate_head(
+    model_dir: str | Path,
+    data: HeadData,
+    split: str = "test",
+    batch_size: int = 64,
+    decode: str = "bio",
+) -> dict:
     """Score the head in `model_dir` on `data.splits[split]`.
 
     Args:
@@ -31,7 +36,9 @@ def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", ba
     """
     kind, model, tokenizer = load_model_dir(model_dir)
     if kind.name != data.task:
-        raise InputError(f"{model_dir} is a {kind.name} head but the data were read for {data.task}")
+        raise InputError(
+            f"{model_dir} is a {kind.name} head but the data were read for {data.task}"
+        )
     if split not in data.splits:
         raise InputError(f"no '{split}' split in the data; have {', '.join(data.splits)}")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
@@ -45,7 +52,9 @@ def evaluate_head(model_dir: str | Path, data: HeadData, split: str = "test", ba
     return {"split": split, "examples": len(examples), "metric": kind.metric, **options, **scores}
 
 
-def _relabel(kind: HeadType, example: Example, data_names: list[str], model_names: list[str]) -> Example:
+def _relabel(
+    kind: HeadType, example: Example, data_names: list[str], model_names: list[str]
+) -> Example:
     """`example` with its label ids (field `kind.label_key`: one id or a tuple) re-indexed from
     the data's label list to the head's."""
     lookup = {name: i for i, name in enumerate(model_names)}
@@ -53,7 +62,9 @@ def _relabel(kind: HeadType, example: Example, data_names: list[str], model_name
     def one(label_id: int) -> int:
         name = data_names[label_id]
         if name not in lookup:
-            raise InputError(f"{example.id}: label '{name}' is not one of the head's labels {model_names}")
+            raise InputError(
+                f"{example.id}: label '{name}' is not one of the head's labels {model_names}"
+            )
         return lookup[name]
 
     value = getattr(example, kind.label_key)

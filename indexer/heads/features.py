@@ -38,8 +38,7 @@ class Encoded:
         return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self))
 
 
-def check_lengths(splits: dict[str, Encoded], max_length: int, limit: int = MAX_POSITIONS
-                  ) -> None:
+def check_lengths(splits: dict[str, Encoded], max_length: int, limit: int = MAX_POSITIONS) -> None:
     """Refuse examples longer than `max_length` tokens in any split, before any training.
 
     `limit`: the model's usable length, the most `--max-length` can be raised to.
@@ -58,7 +57,10 @@ def check_lengths(splits: dict[str, Encoded], max_length: int, limit: int = MAX_
             continue
         counts.append(f"{too_long.size} {split}")
         longest = max(longest, int(lengths.max()))
-        shown += [f"{encoded.ids[i]} ({lengths[i]} tokens)" for i in too_long[: SHOW_TOO_LONG - len(shown)]]
+        shown += [
+            f"{encoded.ids[i]} ({lengths[i]} tokens)"
+            for i in too_long[: SHOW_TOO_LONG - len(shown)]
+        ]
     if not counts:
         return
     total = sum(int(c.split()[0]) for c in counts)
@@ -80,7 +82,9 @@ def sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def training_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+def training_batches(
+    lengths: np.ndarray, batch_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Shuffled batches of similar lengths: shuffle, sort within pools, shuffle the batches.
 
     Every index appears exactly once per epoch.
@@ -95,8 +99,9 @@ def training_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Genera
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def collate(encoded: Encoded, index: Sequence[int] | np.ndarray, pad_id: int,
-            with_labels: bool = True) -> dict:
+def collate(
+    encoded: Encoded, index: Sequence[int] | np.ndarray, pad_id: int, with_labels: bool = True
+) -> dict:
     """Right-padded tensors for the examples at `index`.
 
     Returns:
@@ -122,7 +127,9 @@ def collate(encoded: Encoded, index: Sequence[int] | np.ndarray, pad_id: int,
         if isinstance(first, list):
             labels = torch.full((len(rows), width), -100, dtype=torch.long)  # -100: padding
             for j, i in enumerate(index):
-                labels[j, : len(encoded.labels[i])] = torch.tensor(encoded.labels[i], dtype=torch.long)
+                labels[j, : len(encoded.labels[i])] = torch.tensor(
+                    encoded.labels[i], dtype=torch.long
+                )
         else:  # a class id, or a float target (a regression head)
             dtype = torch.float32 if isinstance(first, float) else torch.long
             labels = torch.tensor([encoded.labels[i] for i in index], dtype=dtype)

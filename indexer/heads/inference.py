@@ -20,8 +20,9 @@ def pad_id_of(tokenizer) -> int:
 
 
 @torch.inference_mode()
-def model_logits(kind: HeadType, model, encoded: Encoded, pad_id: int, batch_size: int
-                 ) -> list[torch.Tensor]:
+def model_logits(
+    kind: HeadType, model, encoded: Encoded, pad_id: int, batch_size: int
+) -> list[torch.Tensor]:
     """Per-example fp32 logits of a full `AutoModelFor...` head (put in eval mode), from
     length-sorted batches, in input order.
 
@@ -40,8 +41,14 @@ def model_logits(kind: HeadType, model, encoded: Encoded, pad_id: int, batch_siz
     return out  # type: ignore[return-value]
 
 
-def score_logits(kind: HeadType, logits: Sequence[torch.Tensor], examples: Sequence[Example],
-                 encoded: Encoded, label_names: Sequence[str], **options) -> dict:
+def score_logits(
+    kind: HeadType,
+    logits: Sequence[torch.Tensor],
+    examples: Sequence[Example],
+    encoded: Encoded,
+    label_names: Sequence[str],
+    **options,
+) -> dict:
     """The head type's metrics of these logits against the examples' labels.
 
     Args:

@@ -66,8 +66,9 @@ def merge_subwords(word_ids: Sequence[int | None], offsets) -> list[list[int]]:
     return words
 
 
-def word_spans(words: Sequence[Sequence], tags: Sequence[str], probs: Sequence[float],
-               text: str) -> list[tuple[str, int, int, str, float]]:
+def word_spans(
+    words: Sequence[Sequence], tags: Sequence[str], probs: Sequence[float], text: str
+) -> list[tuple[str, int, int, str, float]]:
     """BIO spans over tagged words as (type, start_char, end_char, text, mean word prob)."""
     out = []
     for kind, a, b in bio_spans(list(tags)):

@@ -95,7 +95,6 @@ def span_f1(gold_set: set[tuple], pred_set: set[tuple]) -> dict:
     }
 
 
-
 def _average_ranks(x) -> np.ndarray:
     """1-based ranks of `x`, ties sharing their average rank."""
     x = np.asarray(x, dtype=np.float64)
@@ -126,5 +125,8 @@ def correlations(gold: Sequence[float] | np.ndarray, pred: Sequence[float] | np.
             return 0.0
         return float(np.corrcoef(a, b)[0, 1])
 
-    return {"spearman": corr(_average_ranks(gold), _average_ranks(pred)),
-            "pearson": corr(gold, pred), "pairs": len(gold)}
+    return {
+        "spearman": corr(_average_ranks(gold), _average_ranks(pred)),
+        "pearson": corr(gold, pred),
+        "pairs": len(gold),
+    }

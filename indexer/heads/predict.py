@@ -30,7 +30,9 @@ def load_model_dir(path: str | Path) -> tuple[HeadType, Any, Any]:
 
     path = Path(path)
     if not (path / "config.json").is_file():
-        raise ModelError(f"{path}: not a model directory (no config.json); give a --out of 'bertindex train'")
+        raise ModelError(
+            f"{path}: not a model directory (no config.json); give a --out of 'bertindex train'"
+        )
     try:
         kind = head_type_of(AutoConfig.from_pretrained(path))
         model, _ = load_transformer(path, kind.model_class())  # sdpa where the class has it
@@ -75,13 +77,17 @@ class Predictor:
             enc = self._encode(chunk)
             offsets = enc.pop("offset_mapping")  # (B, L, 2)
             logits = self.kind.logits(self.model, drop_unused_inputs(self.model, enc))
-            out.extend(self.kind.predict(chunk, enc, offsets, logits, self.labels,
-                                         **{**self.options, **options}))
+            out.extend(
+                self.kind.predict(
+                    chunk, enc, offsets, logits, self.labels, **{**self.options, **options}
+                )
+            )
         return out
 
     def _encode(self, texts: list[str]):
-        enc = self.tokenizer(texts, padding=True, truncation=False, return_tensors="pt",
-                             return_offsets_mapping=True)
+        enc = self.tokenizer(
+            texts, padding=True, truncation=False, return_tensors="pt", return_offsets_mapping=True
+        )
         lengths = enc["attention_mask"].sum(1)
         too_long = (lengths > self.max_positions).nonzero().flatten().tolist()
         if too_long:

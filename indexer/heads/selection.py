@@ -76,7 +76,8 @@ class EpochSelection:
             self.best_score, self.best_loss, self.best_epoch = score, loss, epoch
             if self.keeps_state:
                 self.best_state = copy.deepcopy(
-                    {k: v.detach() for k, v in model.state_dict().items()})
+                    {k: v.detach() for k, v in model.state_dict().items()}
+                )
             if self.averaging:
                 self.tail, self.tail_epochs = weights_sum(None, model), [epoch]
         elif self.averaging and self.tail is not None:
@@ -96,8 +97,14 @@ class EpochSelection:
         return [(list(e), t) for e, t in unique.items()]
 
 
-def keep_average(model, candidates: list[tuple[list[int], dict]], selection: EpochSelection,
-                 score_validation, metric: str, mode: str) -> dict:
+def keep_average(
+    model,
+    candidates: list[tuple[list[int], dict]],
+    selection: EpochSelection,
+    score_validation,
+    metric: str,
+    mode: str,
+) -> dict:
     """Score on validation the mean of the weights of each candidate run of epochs (all but
     the first epoch; the best epoch and those after it), load the best of them, and keep it
     only when it beats the best epoch's score; else the model is left for the caller to load
@@ -114,20 +121,28 @@ def keep_average(model, candidates: list[tuple[list[int], dict]], selection: Epo
     Returns:
         {"epochs", "validation", "kept", "tried": [{"epochs", "validation"}]} for the receipt.
     """
-    best_state, best_epoch, best_score = (selection.best_state, selection.best_epoch,
-                                          selection.best_score)
+    best_state, best_epoch, best_score = (
+        selection.best_state,
+        selection.best_epoch,
+        selection.best_score,
+    )
     if best_state is None:
         raise ValueError("keep_average needs the best epoch's weights (keeps_state)")
     tried, best_mean = [], None
     for epochs, total in candidates:
-        averaged = {k: (total[k] / len(epochs)).to(v.dtype) if k in total else v
-                    for k, v in best_state.items()}
+        averaged = {
+            k: (total[k] / len(epochs)).to(v.dtype) if k in total else v
+            for k, v in best_state.items()
+        }
         model.load_state_dict(averaged)
         model.eval()
         score = float(score_validation())
         tried.append({"epochs": epochs, "validation": score})
-        write_line(f"mean of the weights of epochs {epochs[0]}-{epochs[-1]}: validation "
-                   f"{metric} {score:.4f}", mode)
+        write_line(
+            f"mean of the weights of epochs {epochs[0]}-{epochs[-1]}: validation "
+            f"{metric} {score:.4f}",
+            mode,
+        )
         if best_mean is None or score > best_mean[1]:
             best_mean = (averaged, score, epochs)
     if best_mean is None:
@@ -136,7 +151,11 @@ def keep_average(model, candidates: list[tuple[list[int], dict]], selection: Epo
     kept = score > best_score
     if kept:
         model.load_state_dict(averaged)
-    write_line(f"keeping the mean of epochs {epochs[0]}-{epochs[-1]} ({score:.4f}) over epoch "
-               f"{best_epoch} ({best_score:.4f})" if kept else
-               f"keeping epoch {best_epoch} ({best_score:.4f})", mode)
+    write_line(
+        f"keeping the mean of epochs {epochs[0]}-{epochs[-1]} ({score:.4f}) over epoch "
+        f"{best_epoch} ({best_score:.4f})"
+        if kept
+        else f"keeping epoch {best_epoch} ({best_score:.4f})",
+        mode,
+    )
     return {"epochs": epochs, "validation": score, "kept": kept, "tried": tried}

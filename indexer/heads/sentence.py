@@ -29,22 +29,29 @@ def head_pooling(config) -> str:
     """`cls` or `mean` from a model config (`cls` when the key is absent)."""
     pooling = getattr(config, POOLING_KEY, None) or "cls"
     if pooling not in POOLINGS:
-        raise ModelError(f"config.json has {POOLING_KEY}={pooling!r}; expected one of {', '.join(POOLINGS)}")
+        raise ModelError(
+            f"config.json has {POOLING_KEY}={pooling!r}; expected one of {', '.join(POOLINGS)}"
+        )
     return pooling
 
 
 def check_mean_head(model) -> None:
     """Raise ModelError unless `model` has the parts a mean-pooled head needs."""
     base = getattr(model, "base_model", None)
-    if (getattr(base, "pooler", None) is None or getattr(model, "classifier", None) is None
-            or getattr(model, "dropout", None) is None):
+    if (
+        getattr(base, "pooler", None) is None
+        or getattr(model, "classifier", None) is None
+        or getattr(model, "dropout", None) is None
+    ):
         raise ModelError(
             f"{POOLING_KEY}=mean needs a BERT-style sequence classifier (base model with a pooler, "
             f"dropout, classifier); {type(model).__name__} is not one"
         )
 
 
-def sentence_features(hidden: torch.Tensor, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+def sentence_features(
+    hidden: torch.Tensor, mask: torch.Tensor | None, pooling: str
+) -> torch.Tensor:
     """(batch, seq, hidden) token states -> (batch, hidden) fp32 features for the head.
 
     `mask` None means no padding. `cls`: the first token; `mean`: L2-normalised masked mean.

@@ -28,7 +28,8 @@ from indexer.heads.schedule import (
 DEFAULT_LR = 2e-5  # the seeds' recipe: a fixed --epochs
 AUTO_LR = 5e-5  # --epochs auto (benchmarks/small_data_heads.py; docs/guides/heads.md)
 DEFAULT_HEAD_ONLY_LR = 1e-3  # a freshly initialised head alone moves little at 2e-5
-FEATURE_BATCH_TOKENS = 2048  # --head-only feature pass: padded tokens per batch (benchmarks/head_feature_budget.py)
+# --head-only feature pass: padded tokens per batch (benchmarks/head_feature_budget.py)
+FEATURE_BATCH_TOKENS = 2048
 FEATURE_MAX_WASTE = 0.05  # and at most 5 % padding per sequence
 
 
@@ -39,7 +40,8 @@ class TrainSettings:
     exactly that many (the seeds' recipe). `lr` None: AUTO_LR with auto epochs, DEFAULT_LR
     (the seeds' 2e-5) with a fixed count, DEFAULT_HEAD_ONLY_LR with `head_only`. `batch_size`
     None: chosen by data size with auto epochs (`schedule.auto_batch_size`), else the head
-    type's `default_batch_size` (32, 8 for a tagger). `max_length` "auto": the smallest multiple of 32 that fits every example."""
+    type's `default_batch_size` (32, 8 for a tagger). `max_length` "auto": the smallest multiple of
+    32 that fits every example."""
 
     task: str
     base: Path
@@ -64,13 +66,18 @@ class TrainSettings:
     def __post_init__(self) -> None:
         _ = self.sentence_pooling  # refuses --pooling mean for NER before any work
         if self.probe_epochs and self.head_only:
-            raise InputError("--probe-epochs warms the head before a full fine-tune; it has no "
-                             "meaning with --head-only (use --epochs)")
+            raise InputError(
+                "--probe-epochs warms the head before a full fine-tune; it has no "
+                "meaning with --head-only (use --epochs)"
+            )
         if self.epochs != "auto" and (not isinstance(self.epochs, int) or self.epochs < 1):
             raise InputError(f"epochs must be 'auto' or a whole number >= 1, not {self.epochs!r}")
-        if self.max_length != "auto" and (not isinstance(self.max_length, int)
-                                          or not 8 <= self.max_length <= MAX_POSITIONS):
-            raise InputError(f"max length must be 'auto' or 8..{MAX_POSITIONS}, not {self.max_length!r}")
+        if self.max_length != "auto" and (
+            not isinstance(self.max_length, int) or not 8 <= self.max_length <= MAX_POSITIONS
+        ):
+            raise InputError(
+                f"max length must be 'auto' or 8..{MAX_POSITIONS}, not {self.max_length!r}"
+            )
         if self.patience < 1 or self.max_epochs < 1:
             raise InputError("patience and max epochs must be >= 1")
 
@@ -84,8 +91,9 @@ class TrainSettings:
             return EpochRule(self.max_epochs, self.patience)
         return EpochRule(int(self.epochs))
 
-    def resolve(self, encoded: dict[str, Encoded], length: Length | None = None
-                ) -> tuple[TrainSettings, dict]:
+    def resolve(
+        self, encoded: dict[str, Encoded], length: Length | None = None
+    ) -> tuple[TrainSettings, dict]:
         """These settings with `batch_size` and `max_length` made concrete for this data.
 
         Args:
@@ -99,9 +107,11 @@ class TrainSettings:
         """
         limit = min(MAX_POSITIONS, length.limit) if length is not None else MAX_POSITIONS
         if self.max_length != "auto" and self.max_length > limit:
-            raise InputError(f"--max-length {self.max_length} exceeds the usable length of "
-                             f"{self.base}: {limit} tokens ({length.why if length else ''}); "
-                             f"give at most {limit}, or leave it auto")
+            raise InputError(
+                f"--max-length {self.max_length} exceeds the usable length of "
+                f"{self.base}: {limit} tokens ({length.why if length else ''}); "
+                f"give at most {limit}, or leave it auto"
+            )
         if self.max_length == "auto":
             max_length, length_rule = auto_max_length(encoded, limit)
         else:
@@ -112,9 +122,11 @@ class TrainSettings:
             batch_size, batch_rule = self.batch_size, "given"
         elif self.auto_epochs:
             batch_size = auto_batch_size(n_train, self.kind.default_batch_size)
-            batch_rule = (f"auto: {n_train:,} training examples -> {batch_size} (largest power of "
-                          f"two up to {self.kind.default_batch_size} keeping >= {STEPS_PER_EPOCH} "
-                          "steps an epoch)")
+            batch_rule = (
+                f"auto: {n_train:,} training examples -> {batch_size} (largest power of "
+                f"two up to {self.kind.default_batch_size} keeping >= {STEPS_PER_EPOCH} "
+                "steps an epoch)"
+            )
         else:
             batch_size = self.kind.default_batch_size
             batch_rule = f"the {self.task} default with a fixed --epochs"

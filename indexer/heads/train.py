@@ -9,9 +9,9 @@ best epoch, whose state is kept; the test split is only scored at the end. Runs 
 dtype bf16 the training forward and backward run under bf16 autocast, while weights,
 optimizer state and every score stay fp32. `--head-only` runs the frozen backbone once through
 the index encoder (`indexer.encode.encoder`: length-sorted batches under a token budget, bf16
-weights where the CPU has them) and trains the head on those cached features. What differs between a classifier and a tagger (model
-class, loss, head layers, features, metric) is the head type's (`heads.base.HeadType`). Does not read
-files (see `data`).
+weights where the CPU has them) and trains the head on those cached features. What differs between a
+classifier and a tagger (model class, loss, head layers, features, metric) is the head type's
+(`heads.base.HeadType`). Does not read files (see `data`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from indexer.core.machine import set_threads
 from indexer.core.progress import Mode, ProgressArg, as_mode, clock, write_line
 from indexer.encode.model_facts import load_transformer, usable_length
 from indexer.errors import InputError, ModelError
-from indexer.heads.base import examples_of
 from indexer.heads.data import HeadData, require_splits
 from indexer.heads.features import Encoded, collate, training_batches
 from indexer.heads.inference import model_logits, pad_id_of, score_logits
@@ -48,11 +47,11 @@ from indexer.heads.settings import (
     FEATURE_MAX_WASTE,
     TrainSettings,
 )
+from indexer.heads.split_scores import blend_head, raw_text_split, score_split
 from indexer.training.schedule import plan_schedule
 from indexer.training.trainer import Trainer, autocast, run_epoch
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -65,10 +64,12 @@ class FitResult:
     stop_message: str = ""
     schedule: str = ""
     seconds: float = 0.0
-    cpu_seconds: float = 0.0  # this process's CPU time (all threads): steadier than wall time when shared
+    # this process's CPU time (all threads): steadier than wall time when shared
+    cpu_seconds: float = 0.0
     feature_seconds: float = 0.0
     # auto epochs: the better of two means of the weights (epochs 2 on; the best epoch on),
-    # scored on validation, kept when it beats the best epoch (`heads.selection.keep_average`'s record)
+    # scored on validation, kept when it beats the best epoch
+    # (`heads.selection.keep_average`'s record)
     average: dict | None = None
 
 
@@ -91,10 +92,12 @@ def load_base(settings: TrainSettings, label_names: list[str]):
     kind = settings.kind
     try:
         # e.g. a tagger's byte-level BPE gets a prefix space for its pre-split words
-        tokenizer = kind.prepare_tokenizer(AutoTokenizer.from_pretrained(settings.base),
-                                           str(settings.base))
+        tokenizer = kind.prepare_tokenizer(
+            AutoTokenizer.from_pretrained(settings.base), str(settings.base)
+        )
         model, _ = load_transformer(
-            settings.base, kind.model_class(),
+            settings.base,
+            kind.model_class(),
             num_labels=len(label_names),
             id2label=dict(enumerate(label_names)),
             label2id={name: i for i, name in enumerate(label_names)},
@@ -124,10 +127,18 @@ def feature_encoder(settings: TrainSettings, batch_tokens: int = FEATURE_BATCH_T
     from indexer.encode.encoder import Encoder
 
     pooling = settings.sentence_pooling or "cls"  # NER reads token states, not a pooled vector
-    config = ModelConfig(name=str(settings.base), pooling=pooling, normalize=pooling == "mean",
-                         max_length=max(8, settings.max_length) if isinstance(settings.max_length, int)
-                         else MAX_POSITIONS, batch_tokens=batch_tokens,
-                         max_waste=FEATURE_MAX_WASTE, device="cpu", dtype=settings.dtype)
+    config = ModelConfig(
+        name=str(settings.base),
+        pooling=pooling,
+        normalize=pooling == "mean",
+        max_length=max(8, settings.max_length)
+        if isinstance(settings.max_length, int)
+        else MAX_POSITIONS,
+        batch_tokens=batch_tokens,
+        max_waste=FEATURE_MAX_WASTE,
+        device="cpu",
+        dtype=settings.dtype,
+    )
     return Encoder(config)
 
 
@@ -147,8 +158,10 @@ def _head_only_steps(model, train: Encoded, val: Encoded, settings: TrainSetting
     model.eval()
     t0 = time.perf_counter()
     encoder = feature_encoder(settings)
-    feats = {name: kind.backbone_features(encoder, enc)
-             for name, enc in (("train", train), ("validation", val))}
+    feats = {
+        name: kind.backbone_features(encoder, enc)
+        for name, enc in (("train", train), ("validation", val))
+    }
     del encoder
     seconds = time.perf_counter() - t0
     labels = kind.feature_targets(train)  # one label per feature row
@@ -169,8 +182,14 @@ def _head_only_steps(model, train: Encoded, val: Encoded, settings: TrainSetting
     return modules, step_loss, val_logits, seconds
 
 
-def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings: TrainSettings,
-        progress: ProgressArg = False) -> FitResult:
+def fit(
+    model,
+    tokenizer,
+    data: HeadData,
+    encoded: dict[str, Encoded],
+    settings: TrainSettings,
+    progress: ProgressArg = False,
+) -> FitResult:
     """Train by `settings.epoch_rule`, score validation after each epoch, load the best
     epoch's state.
 
@@ -196,12 +215,20 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
     mode = as_mode(progress)
 
     if settings.caches_features:
-        modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(model, train, val, settings)
+        modules, step_loss, val_logits, result.feature_seconds = _head_only_steps(
+            model, train, val, settings
+        )
         probe = not settings.head_only
-        stage = Stage(model, modules, step_loss, val_logits, np.ones(len(train), dtype=np.int64),
-                      rule=EpochRule(settings.probe_epochs) if probe else settings.epoch_rule,
-                      lr=DEFAULT_HEAD_ONLY_LR if probe else settings.learning_rate,
-                      name="probe" if probe else None)
+        stage = Stage(
+            model,
+            modules,
+            step_loss,
+            val_logits,
+            np.ones(len(train), dtype=np.int64),
+            rule=EpochRule(settings.probe_epochs) if probe else settings.epoch_rule,
+            lr=DEFAULT_HEAD_ONLY_LR if probe else settings.learning_rate,
+            name="probe" if probe else None,
+        )
         train_epochs(stage, data, val, settings, rng, result, mode)
     if not settings.head_only:
         for p in model.parameters():
@@ -213,11 +240,17 @@ def fit(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], settings:
                 return settings.kind.loss(model, collate(train, index, pad_id))
 
         def full_val_logits() -> list[torch.Tensor]:
-            return model_logits(settings.kind, model, val, pad_id,
-                                settings.resolved_batch_size * 2)
+            return model_logits(settings.kind, model, val, pad_id, settings.resolved_batch_size * 2)
 
-        stage = Stage(model, [model], full_loss, full_val_logits, train.lengths,
-                      rule=settings.epoch_rule, lr=settings.learning_rate)
+        stage = Stage(
+            model,
+            [model],
+            full_loss,
+            full_val_logits,
+            train.lengths,
+            rule=settings.epoch_rule,
+            lr=settings.learning_rate,
+        )
         train_epochs(stage, data, val, settings, rng, result, mode)
     model.eval()
     for p in model.parameters():
@@ -251,8 +284,15 @@ class Stage:
     name: str | None = None
 
 
-def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSettings, rng,
-                 result: FitResult, mode: Mode) -> None:
+def train_epochs(
+    stage: Stage,
+    data: HeadData,
+    val: Encoded,
+    settings: TrainSettings,
+    rng,
+    result: FitResult,
+    mode: Mode,
+) -> None:
     """AdamW (`indexer.training.Trainer`) over the parameters that require grad, epochs by
     `stage.rule`, validation after each; the main stage's kept weights are loaded at the end
     (the best epoch's, or a mean of epochs that scored higher)."""
@@ -262,8 +302,11 @@ def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSett
     steps_per_epoch = -(-len(stage.lengths) // batch_size)
     ratio = AUTO_WARMUP_RATIO if rule.patience is not None else WARMUP_RATIO
     trainer = Trainer(params, stage.lr, plan_schedule(steps_per_epoch, rule.limit, ratio))
-    selection = EpochSelection(averaging=rule.patience is not None and stage.name is None,
-                               keeps_state=stage.name is None, ties=rule.patience is not None)
+    selection = EpochSelection(
+        averaging=rule.patience is not None and stage.name is None,
+        keeps_state=stage.name is None,
+        ties=rule.patience is not None,
+    )
     name = f"{stage.name} " if stage.name else ""
     of = f"/{rule.limit}" if rule.patience is None else f" (max {rule.limit})"
     val_targets = kind.feature_targets(val)  # per example, the label ids of its logits' rows
@@ -275,8 +318,14 @@ def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSett
         for module in stage.modules:
             module.train()
         batches = training_batches(stage.lengths, batch_size, rng)
-        epoch_loss = run_epoch(trainer, batches, stage.step_loss, f"{name}epoch {epoch}{of}",
-                               mode, where=f"{name}epoch {epoch}")
+        epoch_loss = run_epoch(
+            trainer,
+            batches,
+            stage.step_loss,
+            f"{name}epoch {epoch}{of}",
+            mode,
+            where=f"{name}epoch {epoch}",
+        )
         train_seconds = time.perf_counter() - t0
         stage.model.eval()
         logits = stage.val_logits()
@@ -284,24 +333,48 @@ def train_epochs(stage: Stage, data: HeadData, val: Encoded, settings: TrainSett
         score = scores[kind.metric]
         val_loss = kind.validation_loss(logits, val_targets, stage.model)
         selection.observe(epoch, score, val_loss, stage.model)
-        entry = {"epoch": epoch, "train_loss": round(epoch_loss.mean, 6),
-                 "validation": {kind.metric: score}, "validation_loss": round(val_loss, 6),
-                 "lr_end": trainer.lr, "train_seconds": round(train_seconds, 2),
-                 "seconds": round(time.perf_counter() - t0, 2)}
+        entry = {
+            "epoch": epoch,
+            "train_loss": round(epoch_loss.mean, 6),
+            "validation": {kind.metric: score},
+            "validation_loss": round(val_loss, 6),
+            "lr_end": trainer.lr,
+            "train_seconds": round(train_seconds, 2),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
         if stage.name:
             entry["stage"] = stage.name
         result.history.append(entry)
         reason = rule.stop_after(epoch, selection.mark_epoch)
-        _report_epoch(f"{name}epoch {epoch}{of}", epoch, epoch_loss.mean, score, selection,
-                      rule, reason, time.perf_counter() - started, kind.metric, mode)
+        _report_epoch(
+            f"{name}epoch {epoch}{of}",
+            epoch,
+            epoch_loss.mean,
+            score,
+            selection,
+            rule,
+            reason,
+            time.perf_counter() - started,
+            kind.metric,
+            mode,
+        )
     if stage.name is None:
         result.schedule = trainer.schedule.describe()
         _keep_chosen(stage, selection, epoch, reason, data, val, settings, result, mode)
 
 
-def _report_epoch(label: str, epoch: int, loss: float, score: float,
-                  selection: EpochSelection, rule: EpochRule, reason: str | None,
-                  elapsed: float, metric: str, mode: str) -> None:
+def _report_epoch(
+    label: str,
+    epoch: int,
+    loss: float,
+    score: float,
+    selection: EpochSelection,
+    rule: EpochRule,
+    reason: str | None,
+    elapsed: float,
+    metric: str,
+    mode: str,
+) -> None:
     """One line per epoch: losses, scores, the best so far and how long the run may go on."""
     per_epoch = elapsed / epoch
     fewest, most = rule.remaining(epoch, selection.mark_epoch)
@@ -310,128 +383,69 @@ def _report_epoch(label: str, epoch: int, loss: float, score: float,
     elif fewest == most:
         eta = f"ETA {clock(most * per_epoch)}"
     else:
-        eta = (f"ETA {clock(fewest * per_epoch)} if it stops at epoch {epoch + fewest}, "
-               f"at most {clock(most * per_epoch)}")
-    write_line(f"{label}: train loss {loss:.4f}, validation {metric} {score:.4f}, best "
-               f"{selection.best_score:.4f} (epoch {selection.best_epoch}), elapsed "
-               f"{clock(elapsed)}, {eta}", mode)
+        eta = (
+            f"ETA {clock(fewest * per_epoch)} if it stops at epoch {epoch + fewest}, "
+            f"at most {clock(most * per_epoch)}"
+        )
+    write_line(
+        f"{label}: train loss {loss:.4f}, validation {metric} {score:.4f}, best "
+        f"{selection.best_score:.4f} (epoch {selection.best_epoch}), elapsed "
+        f"{clock(elapsed)}, {eta}",
+        mode,
+    )
     log.info("%s: loss %.4f, validation %s %.4f", label, loss, metric, score)
 
 
-def _keep_chosen(stage: Stage, selection: EpochSelection, epoch: int, reason: str,
-                 data: HeadData, val: Encoded, settings: TrainSettings, result: FitResult,
-                 mode: str) -> None:
+def _keep_chosen(
+    stage: Stage,
+    selection: EpochSelection,
+    epoch: int,
+    reason: str,
+    data: HeadData,
+    val: Encoded,
+    settings: TrainSettings,
+    result: FitResult,
+    mode: str,
+) -> None:
     """Record why the main stage stopped and load the weights it keeps."""
     kind, rule, model = settings.kind, stage.rule, stage.model
     best_score, best_epoch = selection.best_score, selection.best_epoch
     result.best_score, result.best_epoch = best_score, best_epoch
     result.epochs_run, result.stop_reason = epoch, reason
     if reason == "patience":
-        result.stop_message = (f"stopped early after epoch {epoch}: validation {kind.metric} has "
-                               f"not improved by {MIN_DELTA} since epoch {selection.mark_epoch} "
-                               f"({rule.patience} epochs); keeping epoch {best_epoch} "
-                               f"({best_score:.4f})")
+        result.stop_message = (
+            f"stopped early after epoch {epoch}: validation {kind.metric} has "
+            f"not improved by {MIN_DELTA} since epoch {selection.mark_epoch} "
+            f"({rule.patience} epochs); keeping epoch {best_epoch} "
+            f"({best_score:.4f})"
+        )
     elif reason == "max_epochs":
-        result.stop_message = (f"reached --max-epochs {rule.limit} (validation {kind.metric} "
-                               f"still improving within the last {rule.patience} epochs); "
-                               f"keeping epoch {best_epoch} ({best_score:.4f})")
+        result.stop_message = (
+            f"reached --max-epochs {rule.limit} (validation {kind.metric} "
+            f"still improving within the last {rule.patience} epochs); "
+            f"keeping epoch {best_epoch} ({best_score:.4f})"
+        )
     else:
-        result.stop_message = (f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
-                               f"{best_epoch} ({best_score:.4f})")
+        result.stop_message = (
+            f"ran the {rule.limit} epoch(s) asked for; keeping epoch "
+            f"{best_epoch} ({best_score:.4f})"
+        )
     write_line(result.stop_message, mode)
     means = selection.means()
     if means:
-        def score_validation() -> float:
-            return score_logits(kind, stage.val_logits(), data.splits["validation"], val,
-                                data.label_names)[kind.metric]
 
-        result.average = keep_average(model, means, selection, score_validation, kind.metric,
-                                      mode)
+        def score_validation() -> float:
+            return score_logits(
+                kind, stage.val_logits(), data.splits["validation"], val, data.label_names
+            )[kind.metric]
+
+        result.average = keep_average(model, means, selection, score_validation, kind.metric, mode)
         if result.average["kept"]:
             return
     # a mean scored and not kept left its weights in the model: the best epoch's come back
     # even when it was the last
     if selection.best_state is not None and (best_epoch != epoch or result.average is not None):
         model.load_state_dict(selection.best_state)
-
-
-def score_split(model, tokenizer, data: HeadData, encoded: dict[str, Encoded], split: str,
-                batch_size: int = 64, logits: list | None = None, options: dict | None = None
-                ) -> dict:
-    """Score the current model on one split (full metrics; `logits`: already computed;
-    `options`: the head type's `score` options, e.g. a blend's cosines)."""
-    kind = head_type(data.task)
-    if logits is None:
-        logits = model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
-    return score_logits(kind, logits, data.splits[split], encoded[split], data.label_names,
-                        **(options or {}))
-
-
-def blend_head(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
-               settings: TrainSettings, scratch: Path, batch_size: int = 64
-               ) -> tuple[dict | None, dict, dict[str, Path]]:
-    """The head type's blend after training (`HeadType.blend`; a regression pair head with a
-    bi-encoder: the base, or with `settings.blend` "tuned" one fine-tuned here on the train
-    pairs, in `scratch`), unless `settings.blend` is "off".
-
-    Returns:
-        (the receipt's `blend` record or None, split -> logits of validation and test, folders
-        to save inside the head: name -> directory).
-    """
-    from indexer.config import DEFAULT_MODEL, resolve_model_path
-
-    kind = settings.kind
-    logits = {split: model_logits(kind, model, encoded[split], pad_id_of(tokenizer), batch_size)
-              for split in ("validation", "test") if split in data.splits}
-    if settings.blend == "off":
-        return None, logits, {}
-    folders: dict[str, Path] = {}
-    tuned = None
-    if settings.blend == "tuned" and kind.blend_tunes(model):
-        from indexer.heads.pair.bi_encoder import BI_ENCODER_DIR, tune_bi_encoder
-        from indexer.heads.pair.head_type import PairExample, gold_scores, score_range
-
-        low, high = score_range(model.config)
-        train = examples_of(PairExample, data.splits["train"],
-                            "--blend tuned tunes a bi-encoder on pair items")
-        folder = scratch / BI_ENCODER_DIR
-        tuned = tune_bi_encoder(settings.base, [e.text_a for e in train],
-                                [e.text_b for e in train],
-                                [(s - low) / (high - low) for s in gold_scores(train)], folder,
-                                seed=settings.seed, bf16=settings.dtype == "bf16")
-        folders[BI_ENCODER_DIR] = folder
-        encoder, name = folder, BI_ENCODER_DIR
-    else:
-        try:
-            packaged = resolve_model_path(DEFAULT_MODEL) == Path(settings.base).resolve()
-        except ModelError:
-            packaged = False
-        encoder = Path(settings.base)
-        name = DEFAULT_MODEL if packaged else str(Path(settings.base).resolve())
-    record = kind.blend(model, data.splits, logits, data.label_names, encoder, name)
-    if record is not None and tuned is not None:
-        record["bi_encoder"] = tuned
-    if record is None or not record.get("weight"):
-        folders = {}  # the head alone: nothing to keep
-    return record, logits, folders
-
-
-def raw_text_split(model, tokenizer, data: HeadData, kind, where: str) -> dict | None:
-    """A tagger's test split (else validation) scored as raw text through `predict`, which
-    gives the entities `annotate` stores (`indexer.heads.tagger.raw_text`): the receipt's
-    `raw_text`. None for other head types; {"skipped": why} when a text is too long."""
-    from indexer.heads.predict import Predictor
-    from indexer.heads.tagger.raw_text import RAW_TEXT_NOTE, score_raw_text
-
-    if not kind.capabilities.scores_spans:
-        return None
-    split = "test" if "test" in data.splits else "validation"
-    predictor = Predictor(kind, model.eval(), tokenizer, where)
-    try:
-        scores = score_raw_text(data.splits[split], data.label_names, predictor.predict)
-    except InputError as exc:  # a joined text longer than the model's positions
-        return {"split": split, "skipped": str(exc)}
-    return {"split": split, "note": RAW_TEXT_NOTE, **predictor.options, **scores}
 
 
 def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = False) -> dict:
@@ -449,7 +463,9 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
         the baseline warning (also logged) when the head does not beat the baseline.
     """
     if data.task != settings.task:
-        raise InputError(f"the data were read for '{data.task}', the settings say '{settings.task}'")
+        raise InputError(
+            f"the data were read for '{data.task}', the settings say '{settings.task}'"
+        )
     require_splits(data, "train", "validation")
     check_out_dir(Path(settings.out))
     threads = set_threads(settings.threads)
@@ -463,37 +479,86 @@ def train_head(data: HeadData, settings: TrainSettings, progress: ProgressArg = 
     fitted = fit(model, tokenizer, data, encoded, settings, progress=progress)
     scratch = Path(tempfile.mkdtemp(prefix="bertindex-blend-"))
     try:
-        return _finish(model, tokenizer, data, encoded, settings, fitted, threads, choices,
-                       progress, scratch)
+        return _finish(
+            model, tokenizer, data, encoded, settings, fitted, threads, choices, progress, scratch
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _finish(model, tokenizer, data: HeadData, encoded: dict[str, Encoded],
-            settings: TrainSettings, fitted: FitResult, threads: int, choices: dict, progress,
-            scratch: Path) -> dict:
+def _finish(
+    model,
+    tokenizer,
+    data: HeadData,
+    encoded: dict[str, Encoded],
+    settings: TrainSettings,
+    fitted: FitResult,
+    threads: int,
+    choices: dict,
+    progress,
+    scratch: Path,
+) -> dict:
     """After `fit`: blend, score validation and test, baseline, receipt, save."""
     if settings.blend == "tuned" and settings.kind.blend_tunes(model):
         write_line("fine-tuning the bi-encoder of the blend on the train pairs", progress)
     blend, logits, folders = blend_head(model, tokenizer, data, encoded, settings, scratch)
     options = blend.pop("options", {}) if blend is not None else {}
     if blend is not None:
-        write_line(f"blend with the bi-encoder: weight {blend['weight']} (validation "
-                   f"{blend['alone']:.4f} alone -> {blend['validation']:.4f})", progress)
-    validation = score_split(model, tokenizer, data, encoded, "validation",
-                             logits=logits["validation"], options=options.get("validation"))
-    test = (score_split(model, tokenizer, data, encoded, "test", logits=logits["test"],
-                        options=options.get("test")) if "test" in data.splits else None)
+        write_line(
+            f"blend with the bi-encoder: weight {blend['weight']} (validation "
+            f"{blend['alone']:.4f} alone -> {blend['validation']:.4f})",
+            progress,
+        )
+    validation = score_split(
+        model,
+        tokenizer,
+        data,
+        encoded,
+        "validation",
+        logits=logits["validation"],
+        options=options.get("validation"),
+    )
+    test = (
+        score_split(
+            model,
+            tokenizer,
+            data,
+            encoded,
+            "test",
+            logits=logits["test"],
+            options=options.get("test"),
+        )
+        if "test" in data.splits
+        else None
+    )
     raw_text = raw_text_split(model, tokenizer, data, settings.kind, str(settings.out))
-    baseline = settings.kind.baseline(data.splits, data.label_names, settings.seed, base=settings.base)
+    baseline = settings.kind.baseline(
+        data.splits, data.label_names, settings.seed, base=settings.base
+    )
     metric = settings.kind.metric
-    warning = baseline_warning(metric, validation[metric], baseline, len(data.splits["validation"]),
-                               {"auto_epochs": settings.auto_epochs,
-                                "head_only": settings.head_only or not settings.kind.head_only})
+    warning = baseline_warning(
+        metric,
+        validation[metric],
+        baseline,
+        len(data.splits["validation"]),
+        {
+            "auto_epochs": settings.auto_epochs,
+            "head_only": settings.head_only or not settings.kind.head_only,
+        },
+    )
     if warning:
         log.warning("%s", warning["message"])
-    receipt = build_receipt(settings, data, fitted, validation, test, baseline, threads, choices,
-                            [warning] if warning else [])
+    receipt = build_receipt(
+        settings,
+        data,
+        fitted,
+        validation,
+        test,
+        baseline,
+        threads,
+        choices,
+        [warning] if warning else [],
+    )
     if raw_text is not None:
         receipt["raw_text"] = raw_text
     if blend is not None:

@@ -115,8 +115,9 @@ def _graph_bytes(m: int) -> int:
 
 def _pq_sizes(dim: int) -> list[int]:
     """PQ sub-quantiser counts dividing `dim`, most precise first, at least 8."""
-    return [m for m in (dim // 2, dim // 4, dim // 8, dim // 16, dim // 32)
-            if m >= 8 and dim % m == 0]
+    return [
+        m for m in (dim // 2, dim // 4, dim // 8, dim // 16, dim // 32) if m >= 8 and dim % m == 0
+    ]
 
 
 def tunable(spec: str) -> tuple[str, list[int]] | None:
@@ -141,8 +142,7 @@ def tunable(spec: str) -> tuple[str, list[int]] | None:
 TRAIN_LIMIT = 256 * 256  # other trained codes (PQ, SQ): FAISS trains PQ on at most this many
 
 
-def training_rows(count: int, spec: str, per_list: int = 64, seed: int = 0
-                  ) -> np.ndarray | None:
+def training_rows(count: int, spec: str, per_list: int = 64, seed: int = 0) -> np.ndarray | None:
     """Sorted positions (seeded draw) of the vectors to train `spec` on; None: all `count`.
 
     k-means cost grows with lists × training points; 64 points a list keeps 1M vectors with
@@ -167,16 +167,19 @@ def training_rows(count: int, spec: str, per_list: int = 64, seed: int = 0
 Batches = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 
 
-def gather_rows(batches: Batches, rows: np.ndarray | None, dim: int
-                ) -> tuple[np.ndarray, np.ndarray]:
+def gather_rows(
+    batches: Batches, rows: np.ndarray | None, dim: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(ids, vectors) at sorted positions `rows` (None: all) of the (ids, vectors) batches,
     in one pass, holding only those rows."""
     if rows is None:
         parts = list(batches())
         if not parts:
             return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
-        return (np.concatenate([np.asarray(i, np.int64) for i, _ in parts]),
-                np.ascontiguousarray(np.concatenate([v for _, v in parts]), dtype=np.float32))
+        return (
+            np.concatenate([np.asarray(i, np.int64) for i, _ in parts]),
+            np.ascontiguousarray(np.concatenate([v for _, v in parts]), dtype=np.float32),
+        )
     ids = np.empty(len(rows), np.int64)
     out = np.empty((len(rows), dim), np.float32)
     start = 0
@@ -197,8 +200,12 @@ def exact_neighbours(queries: np.ndarray, batches: Batches, k: int) -> np.ndarra
         top = min(k, len(ids))
         if top == 0:
             continue
-        d, pos = faiss.knn(queries, np.ascontiguousarray(vectors, dtype=np.float32), top,
-                           metric=faiss.METRIC_INNER_PRODUCT)
+        d, pos = faiss.knn(
+            queries,
+            np.ascontiguousarray(vectors, dtype=np.float32),
+            top,
+            metric=faiss.METRIC_INNER_PRODUCT,
+        )
         found = np.where(pos >= 0, np.asarray(ids, np.int64)[np.maximum(pos, 0)], -1)
         d, found = np.concatenate([best_d, d], 1), np.concatenate([best_i, found], 1)
         order = np.argsort(-d, axis=1, kind="stable")[:, :k]
@@ -227,24 +234,42 @@ def search_params(param: str, value: int, selector=None, k_factor: int | None = 
     if k_factor is None:
         return params
     outer = faiss.IndexRefineSearchParameters(  # type: ignore[call-arg]
-        k_factor=float(k_factor), base_index_params=params)
+        k_factor=float(k_factor), base_index_params=params
+    )
     outer.keep = (params, selector)  # type: ignore[attr-defined]  # C++ holds raw pointers to both
     return outer
 
 
-def tune(index: faiss.Index, spec: str, vectors: np.ndarray, ids: np.ndarray,
-         target: float = 0.95, sample: int = 1000, seed: int = 0,
-         k_factor: int | None = None, headroom: float = 1.0) -> dict:
+def tune(
+    index: faiss.Index,
+    spec: str,
+    vectors: np.ndarray,
+    ids: np.ndarray,
+    target: float = 0.95,
+    sample: int = 1000,
+    seed: int = 0,
+    k_factor: int | None = None,
+    headroom: float = 1.0,
+) -> dict:
     """`tune_batches` over vectors held in memory (`vectors` (n, dim), `ids` (n,))."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     ids = np.asarray(ids, dtype=np.int64)
-    return tune_batches(index, spec, lambda: [(ids, vectors)], len(ids), target, sample, seed,
-                        k_factor, headroom)
+    return tune_batches(
+        index, spec, lambda: [(ids, vectors)], len(ids), target, sample, seed, k_factor, headroom
+    )
 
 
-def tune_batches(index: faiss.Index, spec: str, batches: Batches, count: int,
-                 target: float = 0.95, sample: int = 1000, seed: int = 0,
-                 k_factor: int | None = None, headroom: float = 1.0) -> dict:
+def tune_batches(
+    index: faiss.Index,
+    spec: str,
+    batches: Batches,
+    count: int,
+    target: float = 0.95,
+    sample: int = 1000,
+    seed: int = 0,
+    k_factor: int | None = None,
+    headroom: float = 1.0,
+) -> dict:
     """The smallest nprobe/efSearch whose recall@10 against exact search reaches `target`.
 
     Queries are `sample` of the indexed vectors (seeded draw). Each query's own id is left out
@@ -286,31 +311,51 @@ def tune_batches(index: faiss.Index, spec: str, batches: Batches, count: int,
 
     def recall(value: int) -> float:
         if value not in curve:
-            _, found = index.search(queries, k, params=search_params(param, value,
-                                                                     k_factor=k_factor))
-            curve[value] = float(np.mean([
-                len(t & set(_top10_others(f, o))) / max(len(t), 1)
-                for f, t, o in zip(found, truth, own)
-            ]))
+            _, found = index.search(
+                queries, k, params=search_params(param, value, k_factor=k_factor)
+            )
+            curve[value] = float(
+                np.mean(
+                    [
+                        len(t & set(_top10_others(f, o))) / max(len(t), 1)
+                        for f, t, o in zip(found, truth, own)
+                    ]
+                )
+            )
         return curve[value]
 
     smallest, reached = smallest_reaching(recall, values, target)
     if not reached:
-        log.warning("index %s reaches recall@10 %.3f at %s=%d, below the target %.2f: the "
-                    "memory budget forces coarse codes; raise index.memory_budget_mb or lower "
-                    "index.target_recall", spec, curve[smallest], param, smallest, target)
-    best = min(values[-1], int(np.ceil(smallest * max(headroom, 1.0) - 1e-9))) if reached else smallest
+        log.warning(
+            "index %s reaches recall@10 %.3f at %s=%d, below the target %.2f: the "
+            "memory budget forces coarse codes; raise index.memory_budget_mb or lower "
+            "index.target_recall",
+            spec,
+            curve[smallest],
+            param,
+            smallest,
+            target,
+        )
+    best = (
+        min(values[-1], int(np.ceil(smallest * max(headroom, 1.0) - 1e-9))) if reached else smallest
+    )
     return {
-        "param": param, "value": int(best), "recall@10": round(recall(best), 4),
-        "target": target, "reached": reached, "sample": len(rows),
+        "param": param,
+        "value": int(best),
+        "recall@10": round(recall(best), 4),
+        "target": target,
+        "reached": reached,
+        "sample": len(rows),
         "seconds": round(time.perf_counter() - started, 3),
         "curve": {str(v): round(r, 4) for v, r in sorted(curve.items())},
-        "smallest": int(smallest), "headroom": headroom,
+        "smallest": int(smallest),
+        "headroom": headroom,
     } | ({} if k_factor is None else {"k_factor": k_factor})
 
 
-def smallest_reaching(recall: Callable[[int], float], values: list[int], target: float
-                      ) -> tuple[int, bool]:
+def smallest_reaching(
+    recall: Callable[[int], float], values: list[int], target: float
+) -> tuple[int, bool]:
     """The smallest parameter value whose `recall(value)` reaches `target`, and whether any did.
 
     Walks `values` (ascending, e.g. doubling) until one reaches the target, then bisects
@@ -338,8 +383,7 @@ def _top10_others(row: np.ndarray, own_id: int) -> list[int]:
     return [int(i) for i in row if i >= 0 and i != own_id][:10]
 
 
-def build_on_gpu(index: faiss.Index, sample: np.ndarray | None, batches: Batches
-                 ) -> faiss.Index:
+def build_on_gpu(index: faiss.Index, sample: np.ndarray | None, batches: Batches) -> faiss.Index:
     """Train (on `sample`) and fill (from the (ids, vectors) `batches`) an IVF index on every
     visible GPU, then bring it back to the CPU.
 
@@ -352,6 +396,7 @@ def build_on_gpu(index: faiss.Index, sample: np.ndarray | None, batches: Batches
             raise ValueError("an untrained index needs a training sample")
         gpu.train(sample)
     for ids, vectors in batches():
-        gpu.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32),
-                         np.asarray(ids, dtype=np.int64))
+        gpu.add_with_ids(
+            np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
+        )
     return faiss.index_gpu_to_cpu(gpu)

@@ -16,8 +16,9 @@ Ranked = Sequence[tuple[int, float]]  # (id, score), best first
 FALLBACK_DENSE_WEIGHT = 0.6
 
 
-def rrf(rankings: Sequence[Ranked], k: int = 60, weights: Sequence[float] | None = None
-        ) -> list[tuple[int, float]]:
+def rrf(
+    rankings: Sequence[Ranked], k: int = 60, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
     """Reciprocal rank fusion: score(d) = Σ_lists weight / (k + rank of d), rank from 1.
 
     Args:
@@ -47,6 +48,7 @@ def weighted(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple
     Returns:
         (id, fused score), best first, every id of every list once.
     """
+
     def span(scores: list[float]) -> float:
         return max(scores) - min(scores)
 
@@ -66,6 +68,7 @@ def zscore(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple[i
     Returns:
         (id, fused score), best first, every id of every list once.
     """
+
     def std(scores: list[float]) -> float:
         mean = sum(scores) / len(scores)
         return (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
@@ -73,8 +76,9 @@ def zscore(rankings: Sequence[Ranked], weights: Sequence[float]) -> list[tuple[i
     return _scaled_sum(rankings, weights, std)
 
 
-def _scaled_sum(rankings: Sequence[Ranked], weights: Sequence[float],
-                scale: Callable[[list[float]], float]) -> list[tuple[int, float]]:
+def _scaled_sum(
+    rankings: Sequence[Ranked], weights: Sequence[float], scale: Callable[[list[float]], float]
+) -> list[tuple[int, float]]:
     """Σ_lists weight · (s - min) / scale(list's scores); a list whose scale is 0 gives 1."""
     if len(weights) != len(rankings):
         raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")

@@ -55,17 +55,20 @@ def tokenizer_name(language: str) -> str:
     keeps diacritics, which tell Vietnamese words apart (`ma`, `má`, `mà` are three words).
     """
     if language not in LANGUAGES:
-        raise ConfigError(f"keyword.language '{language}' is unknown; choose one of "
-                          f"{', '.join(LANGUAGES)}")
+        raise ConfigError(
+            f"keyword.language '{language}' is unknown; choose one of {', '.join(LANGUAGES)}"
+        )
     return "en_stem" if language == DEFAULT_LANGUAGE else f"bertindex_{language}"
 
 
 def _analyzer(language: str) -> tantivy.TextAnalyzer:
     """The analyzer `tokenizer_name` describes (for `english`, the steps of the built-in
     `en_stem`, which the index itself uses)."""
-    builder = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-               .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
-               .filter(tantivy.Filter.lowercase()))
+    builder = (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
+        .filter(tantivy.Filter.lowercase())
+    )
     if language != "none":
         builder = builder.filter(tantivy.Filter.stemmer(language))
     if language not in ("none", DEFAULT_LANGUAGE):
@@ -128,17 +131,21 @@ class KeywordIndex:
         new = not self.exists(self.folder)
         self.language = language if new else recorded_language(self.folder)
         if self.language not in LANGUAGES:
-            raise VectorIndexError(f"{self.folder / LANGUAGE_FILE} names language "
-                                   f"'{self.language}', which this bertindex does not know "
-                                   f"({', '.join(LANGUAGES)}); delete the folder and re-run "
-                                   "`bertindex index` to rebuild it")
+            raise VectorIndexError(
+                f"{self.folder / LANGUAGE_FILE} names language "
+                f"'{self.language}', which this bertindex does not know "
+                f"({', '.join(LANGUAGES)}); delete the folder and re-run "
+                "`bertindex index` to rebuild it"
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         self.schema = _schema(self.language)
         try:
             self.index = tantivy.Index(self.schema, path=str(self.folder), reuse=True)
         except (OSError, ValueError) as exc:
-            raise VectorIndexError(f"cannot open keyword index {self.folder} ({exc}); delete the "
-                              "folder and re-run `bertindex index` to rebuild it") from None
+            raise VectorIndexError(
+                f"cannot open keyword index {self.folder} ({exc}); delete the "
+                "folder and re-run `bertindex index` to rebuild it"
+            ) from None
         if self.language != DEFAULT_LANGUAGE:  # custom analyzers live in the process only
             self.index.register_tokenizer(tokenizer_name(self.language), _analyzer(self.language))
         if new and self.language != DEFAULT_LANGUAGE:
@@ -168,8 +175,9 @@ class KeywordIndex:
     def num_docs(self) -> int:
         return int(self.searcher.num_docs)
 
-    def search(self, text: str, k: int, allowed_doc_ids: np.ndarray | None = None
-               ) -> list[tuple[int, float]]:
+    def search(
+        self, text: str, k: int, allowed_doc_ids: np.ndarray | None = None
+    ) -> list[tuple[int, float]]:
         """Top-k (doc id, BM25 score) for a free-text query, best first.
 
         Args:
@@ -189,10 +197,12 @@ class KeywordIndex:
             allowed = tantivy.Query.term_set_query(
                 self.schema, "doc_id", [int(d) for d in allowed_doc_ids]
             )
-            query = tantivy.Query.boolean_query([
-                (tantivy.Occur.Must, query),
-                (tantivy.Occur.Must, tantivy.Query.const_score_query(allowed, 0.0)),
-            ])
+            query = tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Must, query),
+                    (tantivy.Occur.Must, tantivy.Query.const_score_query(allowed, 0.0)),
+                ]
+            )
         searcher = self.searcher
         hits = searcher.search(query, k, count=False).hits
         if not hits:
@@ -200,8 +210,10 @@ class KeywordIndex:
         values = searcher.fast_field_values("doc_id", [address for _, address in hits])
         doc_ids = [d for d in values if d is not None]
         if len(doc_ids) < len(values):
-            raise VectorIndexError(f"keyword index {self.folder} holds a document without its "
-                                   "doc_id; delete the folder and re-run `bertindex index`")
+            raise VectorIndexError(
+                f"keyword index {self.folder} holds a document without its "
+                "doc_id; delete the folder and re-run `bertindex index`"
+            )
         return [(int(d), float(score)) for (score, _), d in zip(hits, doc_ids)]
 
     # -- writes ------------------------------------------------------------------------
@@ -211,7 +223,9 @@ class KeywordIndex:
         if not path.is_file():
             return {}
         table = pq.read_table(path)
-        return dict(zip(table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist()))
+        return dict(
+            zip(table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist())
+        )
 
     def manifest_rows(self) -> int:
         """Documents the manifest lists (0 when there is none); VectorIndexError when unreadable."""
@@ -244,8 +258,9 @@ class KeywordIndex:
             for doc_id in deletes:
                 writer.delete_documents_by_term("doc_id", doc_id)
             for doc in docs:
-                writer.add_document(tantivy.Document(doc_id=doc.doc_id, title=doc.title or "",
-                                                     body=doc.text))
+                writer.add_document(
+                    tantivy.Document(doc_id=doc.doc_id, title=doc.title or "", body=doc.text)
+                )
             writer.commit()
             writer.wait_merging_threads()
         except BaseException:
@@ -274,8 +289,11 @@ class KeywordIndex:
         cannot hold them unless its count disagrees with the manifest (a rebuild).
         """
         upsert = np.concatenate([change.new, change.changed])
-        docs = (doc for start in range(0, len(upsert), _WRITE_BATCH)
-                for doc in store.reads.documents_text(upsert[start:start + _WRITE_BATCH].tolist()))
+        docs = (
+            doc
+            for start in range(0, len(upsert), _WRITE_BATCH)
+            for doc in store.reads.documents_text(upsert[start : start + _WRITE_BATCH].tolist())
+        )
         self._write(np.concatenate([change.changed, change.gone]).tolist(), docs)
         self._write_manifest(store)
 
@@ -298,22 +316,28 @@ def sync_keyword_index(store: Store, language: str = DEFAULT_LANGUAGE) -> dict:
     folder = Path(store.path) / KEYWORD_DIR
     rebuilt = False
     version_file = folder / "SCHEMA_VERSION"
-    if folder.exists() and (not KeywordIndex.exists(folder)
-                            or version_file.read_text().strip() != SCHEMA_VERSION):
+    if folder.exists() and (
+        not KeywordIndex.exists(folder) or version_file.read_text().strip() != SCHEMA_VERSION
+    ):
         log.warning("keyword index %s is incomplete or outdated; rebuilding it", folder)
         shutil.rmtree(folder)
         rebuilt = True
     elif folder.exists() and recorded_language(folder) != language:
-        log.warning("keyword index %s was built for %s, keyword.language is %s; rebuilding it",
-                    folder, recorded_language(folder), language)
+        log.warning(
+            "keyword index %s was built for %s, keyword.language is %s; rebuilding it",
+            folder,
+            recorded_language(folder),
+            language,
+        )
         shutil.rmtree(folder)
         rebuilt = True
     try:
         index = KeywordIndex(folder, create=True, language=language)
         listed = index.manifest_rows()
         if index.num_docs != listed:
-            raise VectorIndexError(f"keyword index holds {index.num_docs} documents, its manifest "
-                              f"{listed}")
+            raise VectorIndexError(
+                f"keyword index holds {index.num_docs} documents, its manifest {listed}"
+            )
     except VectorIndexError as exc:
         log.warning("%s; rebuilding the keyword index from the store", exc)
         shutil.rmtree(folder, ignore_errors=True)
@@ -322,5 +346,10 @@ def sync_keyword_index(store: Store, language: str = DEFAULT_LANGUAGE) -> dict:
     change = index.diff(store)
     if not change.empty:
         index.apply(store, change)
-    return {"documents": change.documents, "added": len(change.new),
-            "updated": len(change.changed), "removed": len(change.gone), "rebuilt": rebuilt}
+    return {
+        "documents": change.documents,
+        "added": len(change.new),
+        "updated": len(change.changed),
+        "removed": len(change.gone),
+        "rebuilt": rebuilt,
+    }

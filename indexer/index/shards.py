@@ -38,7 +38,9 @@ def unmergeable(spec: str) -> str | None:
     if parsed.codes.fast_scan:
         return f"{spec} stores fast-scan PQ blocks, which merge_from does not merge"
     if parsed.refine is not None or parsed.id_map:
-        return f"{spec} wraps its lists (IDMap or a rescoring stage), which merge_from does not merge"
+        return (
+            f"{spec} wraps its lists (IDMap or a rescoring stage), which merge_from does not merge"
+        )
     return None
 
 
@@ -69,8 +71,9 @@ def add_to_shard(template: np.ndarray, ids: np.ndarray, vectors: np.ndarray) -> 
         The shard, serialised.
     """
     index = faiss.deserialize_index(template)
-    index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32),
-                       np.ascontiguousarray(ids, dtype=np.int64))
+    index.add_with_ids(
+        np.ascontiguousarray(vectors, dtype=np.float32), np.ascontiguousarray(ids, dtype=np.int64)
+    )
     return faiss.serialize_index(index)
 
 
@@ -97,8 +100,15 @@ def _append(index: faiss.Index, shard: np.ndarray) -> None:
     index.ntotal = lists.ntotal  # a pre-transform wrapper counts for itself
 
 
-def build_in_shards(spec: str, provenance: Provenance, config: IndexConfig, batches: Batches,
-                    count: int, submit: Callable, in_flight: int = 4) -> VectorIndex:
+def build_in_shards(
+    spec: str,
+    provenance: Provenance,
+    config: IndexConfig,
+    batches: Batches,
+    count: int,
+    submit: Callable,
+    in_flight: int = 4,
+) -> VectorIndex:
     """`VectorIndex.build_from_batches` with the adding done by `submit`ted shard tasks, one
     per batch of vectors, and the shards merged here; same training sample, same result.
 
@@ -121,8 +131,9 @@ def build_in_shards(spec: str, provenance: Provenance, config: IndexConfig, batc
     if count == 0:
         raise VectorIndexError(f"index.spec '{spec}' must be trained, and there are no vectors")
     rows = training_rows(count, spec, 64 if config.spec == "auto" else 256)
-    template = train_shard_template(spec, provenance.dim, gather_rows(batches, rows,
-                                                                      provenance.dim)[1])
+    template = train_shard_template(
+        spec, provenance.dim, gather_rows(batches, rows, provenance.dim)[1]
+    )
     index = faiss.deserialize_index(template)
     pending = []
     for ids, vectors in batches():
@@ -133,7 +144,14 @@ def build_in_shards(spec: str, provenance: Provenance, config: IndexConfig, batc
         _append(index, future.result())
     out = VectorIndex(index, spec, provenance, config)
     if config.spec == "auto" and tunable(spec) is not None:
-        out.tuning = tune_batches(out.index, spec, batches, count, config.target_recall,
-                                  config.tune_sample, k_factor=out._k_factor(),
-                                  headroom=config.tune_headroom)
+        out.tuning = tune_batches(
+            out.index,
+            spec,
+            batches,
+            count,
+            config.target_recall,
+            config.tune_sample,
+            k_factor=out._k_factor(),
+            headroom=config.tune_headroom,
+        )
     return out

@@ -58,8 +58,9 @@ def has_gpu() -> bool:
     return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
 
 
-def resolve_spec(spec: str, n_vectors: int, config: IndexConfig | None = None,
-                 dim: int | None = None) -> str:
+def resolve_spec(
+    spec: str, n_vectors: int, config: IndexConfig | None = None, dim: int | None = None
+) -> str:
     """The FAISS factory string for `index.spec`; `auto` picks by collection size and memory
     budget (`indexer.index.auto.choose_spec`; the index section's defaults without `config`).
 
@@ -91,8 +92,15 @@ class VectorIndex:
         config: search parameters (nprobe, efSearch).
     """
 
-    def __init__(self, index: faiss.Index, spec: str, provenance: Provenance, config: IndexConfig,
-                 data_version: int | None = None, version: str | None = None):
+    def __init__(
+        self,
+        index: faiss.Index,
+        spec: str,
+        provenance: Provenance,
+        config: IndexConfig,
+        data_version: int | None = None,
+        version: str | None = None,
+    ):
         self.index = index
         self.spec = spec
         self.provenance = provenance
@@ -107,17 +115,23 @@ class VectorIndex:
         self.query_encoder: dict | None = None
 
     @classmethod
-    def build(cls, spec: str, provenance: Provenance, config: IndexConfig,
-              vectors: np.ndarray, ids: np.ndarray) -> VectorIndex:
+    def build(
+        cls,
+        spec: str,
+        provenance: Provenance,
+        config: IndexConfig,
+        vectors: np.ndarray,
+        ids: np.ndarray,
+    ) -> VectorIndex:
         """Create an index from `vectors` (n, dim) float32 with chunk `ids` (n,) int64."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         ids = np.asarray(ids, dtype=np.int64)
-        return cls.build_from_batches(spec, provenance, config, lambda: [(ids, vectors)],
-                                      len(ids))
+        return cls.build_from_batches(spec, provenance, config, lambda: [(ids, vectors)], len(ids))
 
     @classmethod
-    def build_from_batches(cls, spec: str, provenance: Provenance, config: IndexConfig,
-                           batches: Batches, count: int) -> VectorIndex:
+    def build_from_batches(
+        cls, spec: str, provenance: Provenance, config: IndexConfig, batches: Batches, count: int
+    ) -> VectorIndex:
         """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
         holding them all: one pass gathers the training sample (`auto.training_rows`),
         one adds the batches, and `auto` tuning makes two more (queries, exact truth).
@@ -133,7 +147,9 @@ class VectorIndex:
         try:
             index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:
-            raise VectorIndexError(f"index.spec '{spec}' is not a FAISS factory string: {exc}") from None
+            raise VectorIndexError(
+                f"index.spec '{spec}' is not a FAISS factory string: {exc}"
+            ) from None
         if not index.is_trained and count == 0:
             raise VectorIndexError(f"index.spec '{spec}' must be trained, and there are no vectors")
         sample = None
@@ -151,9 +167,16 @@ class VectorIndex:
                 out.add(vectors, ids)
         del sample
         if config.spec == "auto" and tunable(spec) is not None and count:
-            out.tuning = tune_batches(out.index, spec, batches, count, config.target_recall,
-                                      config.tune_sample, k_factor=out._k_factor(),
-                                      headroom=config.tune_headroom)
+            out.tuning = tune_batches(
+                out.index,
+                spec,
+                batches,
+                count,
+                config.target_recall,
+                config.tune_sample,
+                k_factor=out._k_factor(),
+                headroom=config.tune_headroom,
+            )
         return out
 
     @functools.cached_property
@@ -178,8 +201,10 @@ class VectorIndex:
             ids = np.asarray(ids, dtype=np.int64)
             if len(self.deleted) and np.isin(ids, self.deleted).any():
                 again = ids[np.isin(ids, self.deleted)][:5].tolist()
-                raise VectorIndexError(f"ids {again} were deleted from this {self.spec} index and are "
-                                  "added again; rebuild it with `bertindex index` on the store")
+                raise VectorIndexError(
+                    f"ids {again} were deleted from this {self.spec} index and are "
+                    "added again; rebuild it with `bertindex index` on the store"
+                )
             self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> bool:
@@ -302,8 +327,13 @@ class VectorIndex:
         return params
 
     # -- files --------------------------------------------------------------------------
-    def save(self, store_dir: Path, data_version: int | None = None,
-             extra: Callable[[Path], None] | None = None, switch: bool = True) -> str:
+    def save(
+        self,
+        store_dir: Path,
+        data_version: int | None = None,
+        extra: Callable[[Path], None] | None = None,
+        switch: bool = True,
+    ) -> str:
         """Write a new version atomically and point CURRENT at it; returns the version.
 
         Args:
@@ -323,10 +353,16 @@ class VectorIndex:
         tmp.mkdir()
         index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
         faiss.write_index(index, str(tmp / INDEX_FILE))
-        info = {"spec": self.spec, "ntotal": self.ntotal, "provenance": self.provenance.to_dict(),
-                "data_version": data_version, "tuning": self.tuning,
-                "memory_bytes": (tmp / INDEX_FILE).stat().st_size,
-                "deleted": len(self.deleted), "query_encoder": self.query_encoder}
+        info = {
+            "spec": self.spec,
+            "ntotal": self.ntotal,
+            "provenance": self.provenance.to_dict(),
+            "data_version": data_version,
+            "tuning": self.tuning,
+            "memory_bytes": (tmp / INDEX_FILE).stat().st_size,
+            "deleted": len(self.deleted),
+            "query_encoder": self.query_encoder,
+        }
         if len(self.deleted):
             np.save(tmp / DELETED_FILE, self.deleted)
             fsync_file(tmp / DELETED_FILE)
@@ -349,8 +385,14 @@ class VectorIndex:
         return version
 
     @classmethod
-    def load(cls, store_dir: Path, config: IndexConfig, expected: Provenance | None = None,
-             keys: Sequence[str] = (), version: str | None = None) -> VectorIndex | None:
+    def load(
+        cls,
+        store_dir: Path,
+        config: IndexConfig,
+        expected: Provenance | None = None,
+        keys: Sequence[str] = (),
+        version: str | None = None,
+    ) -> VectorIndex | None:
         """Load the current version (or `version`); None when the store has no index yet.
 
         Raises ProvenanceMismatch when `expected` disagrees with the index on `keys`.
@@ -361,7 +403,9 @@ class VectorIndex:
             return None
         folder = root / version
         index_file, info_file = folder / INDEX_FILE, folder / PROVENANCE_FILE
-        fix = f"rebuild it from the stored vectors (nothing is re-encoded): {repair_hint(store_dir)}"
+        fix = (
+            f"rebuild it from the stored vectors (nothing is re-encoded): {repair_hint(store_dir)}"
+        )
         missing = [p.name for p in (index_file, info_file) if not p.is_file()]
         if missing:
             what = "folder" if not folder.is_dir() else ", ".join(missing)
@@ -382,8 +426,9 @@ class VectorIndex:
             index = faiss.read_index(str(index_file))
         except RuntimeError as exc:
             reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
-            raise VectorIndexError(f"cannot read {index_file}: the file is damaged or truncated "
-                              f"({reason}); {fix}") from None
+            raise VectorIndexError(
+                f"cannot read {index_file}: the file is damaged or truncated ({reason}); {fix}"
+            ) from None
         out = cls(index, info["spec"], provenance, config, info.get("data_version"), version)
         out.tuning = info.get("tuning")
         out.query_encoder = info.get("query_encoder")
@@ -391,16 +436,22 @@ class VectorIndex:
             try:
                 out.deleted = np.load(folder / DELETED_FILE).astype(np.int64)
             except (OSError, ValueError) as exc:
-                raise VectorIndexError(f"{folder / DELETED_FILE} is missing or damaged ({exc}); "
-                                  "re-run `bertindex index` on the same store to rebuild "
-                                  "the index") from None
+                raise VectorIndexError(
+                    f"{folder / DELETED_FILE} is missing or damaged ({exc}); "
+                    "re-run `bertindex index` on the same store to rebuild "
+                    "the index"
+                ) from None
             if len(out.deleted) != info["deleted"]:
-                raise VectorIndexError(f"{folder / DELETED_FILE} lists {len(out.deleted)} deleted "
-                                  f"ids, provenance.json {info['deleted']}; re-run "
-                                  "`bertindex index` on the same store to rebuild the index")
+                raise VectorIndexError(
+                    f"{folder / DELETED_FILE} lists {len(out.deleted)} deleted "
+                    f"ids, provenance.json {info['deleted']}; re-run "
+                    "`bertindex index` on the same store to rebuild the index"
+                )
         if "ntotal" in info and out.ntotal != info["ntotal"]:
-            raise VectorIndexError(f"{index_file} holds {out.ntotal} vectors but {info_file} records "
-                              f"{info['ntotal']}: the file was damaged or replaced; {fix}")
+            raise VectorIndexError(
+                f"{index_file} holds {out.ntotal} vectors but {info_file} records "
+                f"{info['ntotal']}: the file was damaged or replaced; {fix}"
+            )
         return out
 
 

@@ -66,8 +66,9 @@ class PseudoQuery:
     rest: str  # the document's text with the query sentence cut out
 
 
-def draw_pseudo_queries(docs: list[DocText], n: int, seed: int = SEED, cut: bool = True
-                        ) -> list[PseudoQuery]:
+def draw_pseudo_queries(
+    docs: list[DocText], n: int, seed: int = SEED, cut: bool = True
+) -> list[PseudoQuery]:
     """Up to `n` pseudo-queries, one per document, from documents with two or more sentences.
 
     Args:
@@ -113,8 +114,9 @@ def is_due(store: Store, config: Config) -> bool:
     return abs(store.counts.documents() - done.documents) > RETUNE_CHANGE * max(done.documents, 1)
 
 
-def tune_dense_weight(store: Store, config: Config, encoder: Encoder,
-                      seed: int = SEED) -> FusionTuning | None:
+def tune_dense_weight(
+    store: Store, config: Config, encoder: Encoder, seed: int = SEED
+) -> FusionTuning | None:
     """Tune the weighted-fusion dense weight on pseudo-queries from the store and record it
     (`measure_dense_weight`, then `store.vectors.set_fusion_tuning`).
 
@@ -129,13 +131,18 @@ def tune_dense_weight(store: Store, config: Config, encoder: Encoder,
     record = measure_dense_weight(store, config, encoder, seed)
     if record is not None:
         store.vectors.set_fusion_tuning(record)
-        log.info("fusion tuned on %d pseudo-queries: dense weight %.2f (%.0f s)",
-                 record.queries, record.dense_weight, record.seconds)
+        log.info(
+            "fusion tuned on %d pseudo-queries: dense weight %.2f (%.0f s)",
+            record.queries,
+            record.dense_weight,
+            record.seconds,
+        )
     return record
 
 
-def measure_dense_weight(store: Store, config: Config, encoder: Encoder, seed: int = SEED,
-                         cut: bool = True) -> FusionTuning | None:
+def measure_dense_weight(
+    store: Store, config: Config, encoder: Encoder, seed: int = SEED, cut: bool = True
+) -> FusionTuning | None:
     """The weighted-fusion dense weight that pseudo-queries from the store favour; writes
     nothing.
 
@@ -166,25 +173,37 @@ def measure_dense_weight(store: Store, config: Config, encoder: Encoder, seed: i
     docs = store.reads.documents_text(sample.tolist())
     queries = draw_pseudo_queries(docs, config.search.tune_queries, seed, cut)
     if len(queries) < MIN_QUERY_DOCS:
-        log.info("fusion tuning skipped: %d documents with two sentences (needs %d)",
-                 len(queries), MIN_QUERY_DOCS)
+        log.info(
+            "fusion tuning skipped: %d documents with two sentences (needs %d)",
+            len(queries),
+            MIN_QUERY_DOCS,
+        )
         return None
     dense = _dense_rankings(store, config, encoder, sample, queries)
     keyword = _keyword_rankings(docs, queries, config.keyword.language)
     targets = [q.doc_id for q in queries]
-    curve = {w: _mean_ndcg(targets, [fusion.weighted([d, k], [w, 1 - w])
-                                     for d, k in zip(dense, keyword)]) for w in WEIGHTS}
+    curve = {
+        w: _mean_ndcg(
+            targets, [fusion.weighted([d, k], [w, 1 - w]) for d, k in zip(dense, keyword)]
+        )
+        for w in WEIGHTS
+    }
     provenance = store.vectors.provenance()
     if provenance is None:  # the dense rankings read stored vectors, which come with it
         raise StoreError(f"{store.path}: the stored vectors have no provenance")
     record = FusionTuning(
-        dense_weight=choose_weight(curve), queries=len(queries), documents=len(doc_ids),
-        sample_documents=len(sample), weights_hash=provenance.weights_hash,
+        dense_weight=choose_weight(curve),
+        queries=len(queries),
+        documents=len(doc_ids),
+        sample_documents=len(sample),
+        weights_hash=provenance.weights_hash,
         dense_ndcg=round(_mean_ndcg(targets, dense), 4),
         keyword_ndcg=round(_mean_ndcg(targets, keyword), 4),
-        curve={str(w): round(v, 4) for w, v in curve.items()}, seed=seed,
+        curve={str(w): round(v, 4) for w, v in curve.items()},
+        seed=seed,
         tuned_at=utc_now().isoformat(timespec="seconds"),
-        seconds=round(time.perf_counter() - started, 1))
+        seconds=round(time.perf_counter() - started, 1),
+    )
     return record
 
 
@@ -198,13 +217,16 @@ def choose_weight(curve: dict[float, float]) -> float:
         The chosen weight.
     """
     grid = sorted(curve)
-    smooth = {w: float(np.mean([curve[x] for x in grid[max(0, i - 1):i + 2]]))
-              for i, w in enumerate(grid)}
+    smooth = {
+        w: float(np.mean([curve[x] for x in grid[max(0, i - 1) : i + 2]]))
+        for i, w in enumerate(grid)
+    }
     return max(grid, key=lambda w: (round(smooth[w], 6), w))
 
 
-def _dense_rankings(store: Store, config: Config, encoder: Encoder, sample: np.ndarray,
-                    queries: list[PseudoQuery]) -> list[list[tuple[int, float]]]:
+def _dense_rankings(
+    store: Store, config: Config, encoder: Encoder, sample: np.ndarray, queries: list[PseudoQuery]
+) -> list[list[tuple[int, float]]]:
     """(doc id, best chunk cosine) per query, `DEPTH` documents of the sample, best first;
     each query's own document scored as cut (re-encoded), every other from stored vectors."""
     chunk_ids, chunk_docs, _, _ = store.vectors.chunk_span_map()
@@ -219,15 +241,16 @@ def _dense_rankings(store: Store, config: Config, encoder: Encoder, sample: np.n
     q = encoder.encode_queries([p.query for p in queries])  # (queries, dim)
     out = []
     for row in range(0, len(q), 64):
-        sims = q[row:row + 64] @ vectors.T  # (≤64, chunks)
+        sims = q[row : row + 64] @ vectors.T  # (≤64, chunks)
         for scores in sims:
             best = rank_by_best_chunk(scores, owners, DEPTH)
             out.append(list(zip(owners[best].tolist(), scores[best].tolist())))
     return out
 
 
-def _keyword_rankings(docs: list[DocText], queries: list[PseudoQuery], language: str
-                      ) -> list[list[tuple[int, float]]]:
+def _keyword_rankings(
+    docs: list[DocText], queries: list[PseudoQuery], language: str
+) -> list[list[tuple[int, float]]]:
     """(doc id, BM25) per query, `DEPTH` documents, from a temporary index of the sample in
     which each query's document is its cut text."""
     cut = {q.doc_id: q.rest for q in queries}

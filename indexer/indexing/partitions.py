@@ -58,13 +58,28 @@ class EncodedPartition:
 
     def chunk_rows(self) -> ChunkRows:
         """The chunks as `ChunkRows` (doc_ids are positions into the partition's texts)."""
-        return ChunkRows(self.owners.tolist(), self.ordinals.tolist(), self.starts.tolist(),
-                         self.ends.tolist(), self.n_tokens.tolist(), self.vectors)
+        return ChunkRows(
+            self.owners.tolist(),
+            self.ordinals.tolist(),
+            self.starts.tolist(),
+            self.ends.tolist(),
+            self.n_tokens.tolist(),
+            self.vectors,
+        )
 
     def nbytes(self) -> int:
         """Bytes of the arrays sent back (what dominates the result's size on the wire)."""
-        return sum(a.nbytes for a in (self.owners, self.ordinals, self.starts, self.ends,
-                                      self.n_tokens, self.vectors))
+        return sum(
+            a.nbytes
+            for a in (
+                self.owners,
+                self.ordinals,
+                self.starts,
+                self.ends,
+                self.n_tokens,
+                self.vectors,
+            )
+        )
 
     def check(self, pid: str, expected: Provenance) -> EncodedPartition:
         """This result, after checking that it is partition `pid`'s and that the worker's
@@ -80,7 +95,8 @@ class EncodedPartition:
             raise ModelError(
                 f"worker {self.work.worker} encoded partition {pid} with another encoder than "
                 f"the writer's (worker != writer: {'; '.join(diffs)}); put the same model "
-                "directory at the same path on every worker")
+                "directory at the same path on every worker"
+            )
         return self
 
 
@@ -120,9 +136,16 @@ def join(parts: list[EncodedPartition], starts: list[int], dim: int) -> ChunkRow
     owners = np.concatenate([p.owners.astype(np.int64) + s for p, s in zip(parts, starts)])
     ordinals, chunk_starts, ends, n_tokens = (
         np.concatenate([getattr(p, name) for p in parts]).tolist()
-        for name in ("ordinals", "starts", "ends", "n_tokens"))
-    return ChunkRows(owners.tolist(), ordinals, chunk_starts, ends, n_tokens,
-                     np.concatenate([p.vectors for p in parts]))
+        for name in ("ordinals", "starts", "ends", "n_tokens")
+    )
+    return ChunkRows(
+        owners.tolist(),
+        ordinals,
+        chunk_starts,
+        ends,
+        n_tokens,
+        np.concatenate([p.vectors for p in parts]),
+    )
 
 
 def encode_partition(pid: str, texts: list[str], config: Config) -> EncodedPartition:
@@ -142,13 +165,16 @@ def encode_partition(pid: str, texts: list[str], config: Config) -> EncodedParti
     owners, chunks = encode_documents(encoder, texts, config)
     crash_point("partition.before_return")
     return EncodedPartition(
-        pid, np.asarray(owners, np.int32), np.asarray(chunks.ordinals, np.int32),
-        np.asarray(chunks.starts, np.int64), np.asarray(chunks.ends, np.int64),
+        pid,
+        np.asarray(owners, np.int32),
+        np.asarray(chunks.ordinals, np.int32),
+        np.asarray(chunks.starts, np.int64),
+        np.asarray(chunks.ends, np.int64),
         np.asarray(chunks.n_tokens, np.int32),
         np.ascontiguousarray(chunks.vectors, dtype=np.float32),
         encoder.provenance.to_dict(),
-        Work(worker_name(), len(texts), sum(len(t) for t in texts),
-             time.process_time() - cpu))
+        Work(worker_name(), len(texts), sum(len(t) for t in texts), time.process_time() - cpu),
+    )
 
 
 def load_on_worker(config: Config) -> dict:
@@ -176,7 +202,8 @@ def check_workers(loaded: dict[str, dict], expected: Provenance) -> None:
             raise ModelError(
                 f"worker {worker} loaded another encoder than the writer's (worker != writer: "
                 f"{'; '.join(diffs)}); put the same model directory at the same path on every "
-                "worker")
+                "worker"
+            )
 
 
 @dataclass
@@ -188,8 +215,9 @@ class WorkTally:
     received_bytes: int = 0  # arrays sent back
 
     def add(self, work: Work, sent: int = 0, received: int = 0) -> None:
-        row = self.workers.setdefault(work.worker, {"partitions": 0, "documents": 0,
-                                                    "chars": 0, "cpu_seconds": 0.0})
+        row = self.workers.setdefault(
+            work.worker, {"partitions": 0, "documents": 0, "chars": 0, "cpu_seconds": 0.0}
+        )
         row["partitions"] += 1
         row["documents"] += work.documents
         row["chars"] += work.chars
@@ -203,12 +231,15 @@ class WorkTally:
         chars = sum(r["chars"] for r in self.workers.values()) or 1
         docs = sum(r["documents"] for r in self.workers.values())
         return {
-            "workers": {name: r | {"cpu_seconds": round(r["cpu_seconds"], 3),
-                                   "share": round(r["chars"] / chars, 4)}
-                        for name, r in sorted(self.workers.items())},
+            "workers": {
+                name: r
+                | {"cpu_seconds": round(r["cpu_seconds"], 3), "share": round(r["chars"] / chars, 4)}
+                for name, r in sorted(self.workers.items())
+            },
             "bytes_per_document": {
                 "sent": round(self.sent_bytes / docs, 1) if docs else 0.0,
-                "received": round(self.received_bytes / docs, 1) if docs else 0.0},
+                "received": round(self.received_bytes / docs, 1) if docs else 0.0,
+            },
         }
 
 

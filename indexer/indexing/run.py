@@ -64,8 +64,14 @@ def delete_missing(store: Store, collection: str, seen: set[str]) -> tuple[list[
     return store.documents.delete(collection, keep=sorted(seen))
 
 
-def publish_indexes(store: Store, config: Config, added, removed,
-                    base_version: int | None = None, build: Callable | None = None) -> dict:
+def publish_indexes(
+    store: Store,
+    config: Config,
+    added,
+    removed,
+    base_version: int | None = None,
+    build: Callable | None = None,
+) -> dict:
     """Bring the FAISS and keyword indexes in step with the store and publish them.
 
     Args:
@@ -83,10 +89,18 @@ def publish_indexes(store: Store, config: Config, added, removed,
     if is_due(store, config):
         record = tune_dense_weight(store, config, load_model(config))
         if record is not None:
-            tuned = {"fusion": {"dense_weight": record.dense_weight, "queries": record.queries,
-                                "seconds": record.seconds}}
-    return sync_vector_index(store, config, added, removed, base_version, build=build) | {
-        "keyword": sync_keyword_index(store, config.keyword.language)} | tuned
+            tuned = {
+                "fusion": {
+                    "dense_weight": record.dense_weight,
+                    "queries": record.queries,
+                    "seconds": record.seconds,
+                }
+            }
+    return (
+        sync_vector_index(store, config, added, removed, base_version, build=build)
+        | {"keyword": sync_keyword_index(store, config.keyword.language)}
+        | tuned
+    )
 
 
 @dataclass
@@ -108,10 +122,19 @@ class Steps:
     in_flight: int = 0
 
 
-def run_index(paths: Sequence[str], config: Config, collection: str = "default",
-              fmt: str = "auto", fields: FieldMap | None = None, batch_size: int = 2048,
-              progress: ProgressArg = False, *, on_missing: str = "keep", strict: bool = False,
-              steps: Steps | None = None) -> dict:
+def run_index(
+    paths: Sequence[str],
+    config: Config,
+    collection: str = "default",
+    fmt: str = "auto",
+    fields: FieldMap | None = None,
+    batch_size: int = 2048,
+    progress: ProgressArg = False,
+    *,
+    on_missing: str = "keep",
+    strict: bool = False,
+    steps: Steps | None = None,
+) -> dict:
     """Index corpus files into the configured store and return the run summary.
 
     Ids are unique within the run: the first record read with an id wins, later ones (same
@@ -139,13 +162,22 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
     with Store(Path(config.store.path)) as store, store.runs.recorded_run("index") as run:
-        job = _IndexRun(store, config, collection, steps, encoder, run.id, as_mode(progress),
-                        seen=set() if on_missing == "delete" else None)
+        job = _IndexRun(
+            store,
+            config,
+            collection,
+            steps,
+            encoder,
+            run.id,
+            as_mode(progress),
+            seen=set() if on_missing == "delete" else None,
+        )
         base_version = store.data_version()
         try:
             store.vectors.set_provenance(encoder.provenance)
-            reads = _read(files, refused_files, fmt, fields or FieldMap(), batch_size, config,
-                          job.run_bar)
+            reads = _read(
+                files, refused_files, fmt, fields or FieldMap(), batch_size, config, job.run_bar
+            )
             for batch in reads:
                 job.add(batch, strict)
             job.drain()
@@ -163,8 +195,15 @@ def run_index(paths: Sequence[str], config: Config, collection: str = "default",
     return summary
 
 
-def _read(files: list[Path], refused_files: list, fmt: str, fields: FieldMap, batch_size: int,
-          config: Config, run_bar: Progress) -> Iterator[Batch]:
+def _read(
+    files: list[Path],
+    refused_files: list,
+    fmt: str,
+    fields: FieldMap,
+    batch_size: int,
+    config: Config,
+    run_bar: Progress,
+) -> Iterator[Batch]:
     """The run's batches, file after file; refused files (outside roots.data, or no known
     suffix) first, as rejections: recorded, never read. Ids are unique across the run."""
     if refused_files:
@@ -172,8 +211,9 @@ def _read(files: list[Path], refused_files: list, fmt: str, fields: FieldMap, ba
     ids = IdRegistry()
     for i, path in enumerate(files, start=1):
         run_bar.set_postfix(f"file {i}/{len(files)}")
-        yield from read_batches(path, fmt, fields, batch_size, ids=ids,
-                                max_chars=config.long_documents.max_chars)
+        yield from read_batches(
+            path, fmt, fields, batch_size, ids=ids, max_chars=config.long_documents.max_chars
+        )
 
 
 class _IndexRun:
@@ -183,8 +223,17 @@ class _IndexRun:
     With `steps.submit`, up to `steps.in_flight` batches are encoding ahead of the writer;
     a batch holding an id that one of them holds waits until they are settled."""
 
-    def __init__(self, store: Store, config: Config, collection: str, steps: Steps, encoder,
-                 run_id: str, mode: str, seen: set[str] | None):
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        collection: str,
+        steps: Steps,
+        encoder,
+        run_id: str,
+        mode: str,
+        seen: set[str] | None,
+    ):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
         self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run
@@ -204,10 +253,14 @@ class _IndexRun:
         """Plan `batch` and send it to encode; settle what is due."""
         self._note_seen(batch)
         if strict and batch.rejected:  # commit the rejections, not the documents
-            self.refused.append({"batch": BatchPlan(batch, self.collection, [], [], [], 0,
-                                                    []).describe(),
-                                 "records": len(batch.records), "rejected": len(batch.rejected),
-                                 "first_reason": batch.rejected[0].reason})
+            self.refused.append(
+                {
+                    "batch": BatchPlan(batch, self.collection, [], [], [], 0, []).describe(),
+                    "records": len(batch.records),
+                    "rejected": len(batch.rejected),
+                    "first_reason": batch.rejected[0].reason,
+                }
+            )
             self.refused_records += len(batch.records)
             batch = Batch(rejected=batch.rejected)
         ids = [r.external_id for r in batch.records]
@@ -218,8 +271,9 @@ class _IndexRun:
             if self.steps.submit:
                 future = self.steps.encode(plan.describe(), plan.texts, self.config)
             else:
-                future = self.steps.encode(plan.texts, self.config, self.encoder,
-                                           self.encode_progress)
+                future = self.steps.encode(
+                    plan.texts, self.config, self.encoder, self.encode_progress
+                )
         except _FATAL:
             raise
         except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
@@ -271,15 +325,20 @@ class _IndexRun:
         self.run_bar.close()
         removed = list(self.total.removed)
         if self.seen and self.delete_skipped:
-            log.warning("on_missing: delete skipped: %s, so the documents it held cannot "
-                        "be told apart from deleted ones; fix the input and run again",
-                        self.delete_skipped)
+            log.warning(
+                "on_missing: delete skipped: %s, so the documents it held cannot "
+                "be told apart from deleted ones; fix the input and run again",
+                self.delete_skipped,
+            )
         elif self.seen:
             self.deleted, gone = self.steps.delete_missing(self.store, self.collection, self.seen)
             removed += gone
         elif self.seen is not None:
-            log.warning("on_missing: delete skipped: the files held no documents, and "
-                        "that would empty collection %s", self.collection)
+            log.warning(
+                "on_missing: delete skipped: the files held no documents, and "
+                "that would empty collection %s",
+                self.collection,
+            )
         return removed
 
     def summary(self, files: list[Path], index_info: dict) -> dict:
@@ -316,8 +375,13 @@ def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict
         deleted, removed = store.documents.delete(collection, external_ids=external_ids)
         index_info = publish_indexes(store, config, [], removed, base)
         gone = set(deleted)
-        summary = {"collection": collection, "deleted": deleted,
-                   "not_found": sorted({i for i in external_ids if i not in gone}),
-                   "chunks_removed": len(removed), "index": index_info, "run_id": run.id}
+        summary = {
+            "collection": collection,
+            "deleted": deleted,
+            "not_found": sorted({i for i in external_ids if i not in gone}),
+            "chunks_removed": len(removed),
+            "index": index_info,
+            "run_id": run.id,
+        }
         run.summary = summary
     return summary

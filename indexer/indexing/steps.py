@@ -71,8 +71,14 @@ def encode_documents(
     owners, ordinals, starts, ends, n_tokens, seqs = [], [], [], [], [], []
     for pos, (tok, off, text) in enumerate(zip(ids, offsets, texts)):
         windows = make_windows(
-            tok, off, len(text), encoder.cls_id, encoder.sep_id,
-            config.model.max_length, config.long_documents.stride, config.long_documents.mode,
+            tok,
+            off,
+            len(text),
+            encoder.cls_id,
+            encoder.sep_id,
+            config.model.max_length,
+            config.long_documents.stride,
+            config.long_documents.mode,
             prefix=encoder.document_prefix,
         )
         for ordinal, w in enumerate(windows):
@@ -107,7 +113,9 @@ class BatchPlan:
 
     def describe(self) -> str:
         rows = [r.row for r in self.batch.records] + [r.row for r in self.batch.rejected]
-        sources = sorted({r.source for r in self.batch.records} | {r.source for r in self.batch.rejected})
+        sources = sorted(
+            {r.source for r in self.batch.records} | {r.source for r in self.batch.rejected}
+        )
         return f"{', '.join(sources)} rows {min(rows, default=0)}-{max(rows, default=0)}"
 
 
@@ -137,8 +145,9 @@ def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
     return BatchPlan(batch, collection, new_rows, changed_docs, meta_updates, skipped, texts)
 
 
-def encode_texts_for_index(texts: list[str], config: Config, encoder: Encoder | None = None,
-                           progress: ProgressArg = False) -> ChunkRows:
+def encode_texts_for_index(
+    texts: list[str], config: Config, encoder: Encoder | None = None, progress: ProgressArg = False
+) -> ChunkRows:
     """Window and encode texts; a pure function of its inputs, so any worker can run it.
 
     Args:
@@ -157,22 +166,43 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
     """Write one planned batch and its vectors in one transaction."""
     batch = plan.batch
     to_encode = plan.to_encode
-    chunks = ChunkRows([to_encode[pos][0] for pos in chunks.doc_ids], chunks.ordinals,
-                       chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
+    chunks = ChunkRows(
+        [to_encode[pos][0] for pos in chunks.doc_ids],
+        chunks.ordinals,
+        chunks.starts,
+        chunks.ends,
+        chunks.n_tokens,
+        chunks.vectors,
+    )
     added, removed = store.documents.write_batch(
-        plan.collection, plan.new_rows, plan.changed_docs, plan.meta_updates, chunks,
-        batch.rejected, run_id,
+        plan.collection,
+        plan.new_rows,
+        plan.changed_docs,
+        plan.meta_updates,
+        chunks,
+        batch.rejected,
+        run_id,
     )
     return BatchResult(
-        read=len(batch.records) + len(batch.rejected), encoded=len(to_encode),
-        skipped_unchanged=plan.skipped_unchanged, rejected=len(batch.rejected),
-        chunks=len(added), added=array("q", added), removed=array("q", removed),
+        read=len(batch.records) + len(batch.rejected),
+        encoded=len(to_encode),
+        skipped_unchanged=plan.skipped_unchanged,
+        rejected=len(batch.rejected),
+        chunks=len(added),
+        added=array("q", added),
+        removed=array("q", removed),
     )
 
 
-def sync_vector_index(store: Store, config: Config, added, removed,
-                      base_version: int | None = None, force: bool = False,
-                      build: Callable | None = None) -> dict:
+def sync_vector_index(
+    store: Store,
+    config: Config,
+    added,
+    removed,
+    base_version: int | None = None,
+    force: bool = False,
+    build: Callable | None = None,
+) -> dict:
     """Bring the FAISS index in step with the store and publish it as a new version, with a
     read-only snapshot of the store that searches open.
 
@@ -206,9 +236,12 @@ def sync_vector_index(store: Store, config: Config, added, removed,
         except (VectorIndexError, ProvenanceMismatch) as exc:
             log.warning("%s; rebuilding from the stored vectors", exc)
     query_encoder = export_for_index(store.path, config, provenance)
-    if (current is not None and current.data_version == data_version
-            and current.ntotal == total
-            and (current.query_encoder == query_encoder or query_encoder is None)):
+    if (
+        current is not None
+        and current.data_version == data_version
+        and current.ntotal == total
+        and (current.query_encoder == query_encoder or query_encoder is None)
+    ):
         return {"version": None, "spec": current.spec, "ntotal": total, "rebuilt": False}
     added = np.unique(np.asarray(added, dtype=np.int64))
     removed = np.asarray(removed, dtype=np.int64)
@@ -222,12 +255,13 @@ def sync_vector_index(store: Store, config: Config, added, removed,
     )
     if incremental and current is not None:
         for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
-            part = added[start:start + _ADD_BATCH]
+            part = added[start : start + _ADD_BATCH]
             current.add(store.vectors.fetch(part), part)
         index = current
     else:
         index = (build or VectorIndex.build_from_batches)(
-            spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count())
+            spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()
+        )
     if index.ntotal != total:
         raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "

@@ -1,1 +1,2 @@
-"""Ingest: read corpus files (a registry of formats) and cut long texts into windows. The indexing loop over them is `indexer.indexing`."""
+"""Ingest: read corpus files (a registry of formats) and cut long texts into windows. The indexing
+loop over them is `indexer.indexing`."""

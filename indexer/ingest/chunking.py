@@ -40,8 +40,14 @@ def window_spans(n_tokens: int, room: int, stride: int, mode: str) -> list[tuple
 
 
 def make_windows(
-    token_ids: Sequence[int], offsets: Sequence[tuple[int, int]], text_len: int,
-    cls_id: int, sep_id: int, max_length: int, stride: int, mode: str,
+    token_ids: Sequence[int],
+    offsets: Sequence[tuple[int, int]],
+    text_len: int,
+    cls_id: int,
+    sep_id: int,
+    max_length: int,
+    stride: int,
+    mode: str,
     prefix: Sequence[int] = (),
 ) -> list[Window]:
     """Windows of one text, each wrapped as [CLS] prefix … [SEP], with their character spans.
@@ -50,10 +56,12 @@ def make_windows(
     """
     room = max_length - 2 - len(prefix)
     if room <= stride:
-        raise ValueError(f"the document prompt takes {len(prefix)} of model.max_length "
-                         f"{max_length} tokens, leaving {room} for text, not more than "
-                         f"long_documents.stride {stride}; shorten model.document_prompt, lower "
-                         "the stride or raise model.max_length")
+        raise ValueError(
+            f"the document prompt takes {len(prefix)} of model.max_length "
+            f"{max_length} tokens, leaving {room} for text, not more than "
+            f"long_documents.stride {stride}; shorten model.document_prompt, lower "
+            "the stride or raise model.max_length"
+        )
     windows = []
     for start, end in window_spans(len(token_ids), room, stride, mode):
         if end > start:

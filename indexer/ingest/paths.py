@@ -45,8 +45,9 @@ def escape_reason(path: str | Path, root: str | Path, what: str, fix: str | None
     return f"{path} resolves{how} to {target}, outside {what} {real(root)}; {fix}"
 
 
-def expand_paths(paths: Sequence[str | Path], root: str | Path | None = None
-                 ) -> tuple[list[Path], list[Rejected]]:
+def expand_paths(
+    paths: Sequence[str | Path], root: str | Path | None = None
+) -> tuple[list[Path], list[Rejected]]:
     """The corpus files behind `paths`, confined to `root` (see the module for directories).
 
     A path named outright that resolves outside `root` is an error (nothing is read); a file
@@ -79,8 +80,9 @@ def expand_paths(paths: Sequence[str | Path], root: str | Path | None = None
             if root is None or within(file, root):
                 files.append(file)
             else:
-                refused.append(Rejected(str(file), 0, None,
-                                        escape_reason(file, root, "roots.data")))
+                refused.append(
+                    Rejected(str(file), 0, None, escape_reason(file, root, "roots.data"))
+                )
     return files, refused
 
 
@@ -97,15 +99,23 @@ def _directory_files(folder: Path) -> tuple[list[Path], list[Rejected]]:
         if fmt is not None and fmt.in_folders:
             found.append(entry)
         elif fmt is not None:
-            unknown.append(Rejected(str(entry), 0, None,
-                                    f"not read: {fmt.name} files are read only when named on "
-                                    "their own (a folder's README is not a corpus); name the "
-                                    "file to read it"))
+            unknown.append(
+                Rejected(
+                    str(entry),
+                    0,
+                    None,
+                    f"not read: {fmt.name} files are read only when named on "
+                    "their own (a folder's README is not a corpus); name the "
+                    "file to read it",
+                )
+            )
         elif not entry.name.startswith("."):
-            unknown.append(Rejected(str(entry), 0, None,
-                                    f"not read: {unknown_suffix_reason()}"))
+            unknown.append(Rejected(str(entry), 0, None, f"not read: {unknown_suffix_reason()}"))
     if not found:
         names = ", ".join(p.name for p in (Path(r.source) for r in unknown[:5]))
-        raise InputError(f"{folder}: directory holds no corpus files"
-                         + (f" (found {names})" if names else "") + f"; {unknown_suffix_reason()}")
+        raise InputError(
+            f"{folder}: directory holds no corpus files"
+            + (f" (found {names})" if names else "")
+            + f"; {unknown_suffix_reason()}"
+        )
     return found, unknown

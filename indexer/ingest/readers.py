@@ -93,8 +93,7 @@ class IdRegistry:
     def claim(self, external_id: str, source: str, row: int) -> tuple[str, int] | None:
         """Record `external_id` as read at (source, row); the earlier (source, row) when the
         id was already taken (and nothing is recorded)."""
-        key = hashlib.blake2b(external_id.encode("utf-8", "surrogatepass"),
-                              digest_size=16).digest()
+        key = hashlib.blake2b(external_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         packed = self._recent.get(key)
         if packed is None and len(self._hi):
             packed = self._lookup(key)
@@ -110,7 +109,7 @@ class IdRegistry:
         return None
 
     def _lookup(self, key: bytes) -> int | None:
-        hi, lo = (np.uint64(int.from_bytes(key[i:i + 8], "little")) for i in (0, 8))
+        hi, lo = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
         pos = int(np.searchsorted(self._hi, hi))
         while pos < len(self._hi) and self._hi[pos] == hi:
             if self._lo[pos] == lo:
@@ -130,8 +129,13 @@ class IdRegistry:
 
 
 def read_batches(
-    path: Path, fmt: str = "auto", fields: FieldMap = FieldMap(), batch_size: int = 2048, *,
-    max_chars: int | None = None, ids: IdRegistry | None = None,
+    path: Path,
+    fmt: str = "auto",
+    fields: FieldMap = FieldMap(),
+    batch_size: int = 2048,
+    *,
+    max_chars: int | None = None,
+    ids: IdRegistry | None = None,
 ) -> Iterator[Batch]:
     """Yield validated records of one file, `batch_size` rows at a time.
 
@@ -172,14 +176,23 @@ def read_batches(
         except (OSError, EOFError, zlib.error) as exc:  # e.g. a truncated or bad .gz
             row = 0 if next_row == 1 else next_row
             where = "the file" if row == 0 else f"the file from row {row} on"
-            yield Batch(rejected=[Rejected(source, row, None,
-                                           f"cannot read {where}: {exc}; the rows before it "
-                                           "were read. Re-create or re-compress the file")])
+            yield Batch(
+                rejected=[
+                    Rejected(
+                        source,
+                        row,
+                        None,
+                        f"cannot read {where}: {exc}; the rows before it "
+                        "were read. Re-create or re-compress the file",
+                    )
+                ]
+            )
             return
         numbers = [r["__row"] for r in frame] + [row for row, _ in bad]
         next_row = max(numbers, default=next_row - 1) + 1
-        yield validator.check(first_row, frame,
-                              [Rejected(source, row, None, reason) for row, reason in bad])
+        yield validator.check(
+            first_row, frame, [Rejected(source, row, None, reason) for row, reason in bad]
+        )
 
 
 class _Validator:
@@ -191,8 +204,13 @@ class _Validator:
     text not empty and at most `max_chars` characters; the first record read with an id wins.
     """
 
-    def __init__(self, path: Path, fields: FieldMap, max_chars: int | None = None,
-                 ids: IdRegistry | None = None):
+    def __init__(
+        self,
+        path: Path,
+        fields: FieldMap,
+        max_chars: int | None = None,
+        ids: IdRegistry | None = None,
+    ):
         self.path = path
         self.source = str(path)
         self.fields = fields
@@ -232,9 +250,11 @@ class _Validator:
                 raise _Bad("empty text")
             size = len(text) + len(title or "")
             if self.max_chars is not None and size > self.max_chars:
-                raise _Bad(f"document is {size:,} characters, over long_documents.max_chars "
-                           f"({self.max_chars:,}); raise that limit in config.yaml (0: no "
-                           "limit) or split the document")
+                raise _Bad(
+                    f"document is {size:,} characters, over long_documents.max_chars "
+                    f"({self.max_chars:,}); raise that limit in config.yaml (0: no "
+                    "limit) or split the document"
+                )
             metadata = self._metadata(row)
         except _Bad as bad:
             return self._reject(number, ext_id, str(bad))
@@ -242,8 +262,12 @@ class _Validator:
         if first is not None:
             source, row_number = first
             where = f"row {row_number}" if source == self.source else f"{source} row {row_number}"
-            return self._reject(number, ext_id, f"duplicate id '{ext_id}' (first at {where}); "
-                                "the first record read with an id is kept")
+            return self._reject(
+                number,
+                ext_id,
+                f"duplicate id '{ext_id}' (first at {where}); "
+                "the first record read with an id is kept",
+            )
         return Record(ext_id, text, title, metadata, self.source, number)
 
     def _external_id(self, row: dict, number: int) -> str:
@@ -254,10 +278,14 @@ class _Validator:
             raise _Bad(f"missing id field '{self.id_field}'")
         value = row.get(self.id_field)
         if isinstance(value, (dict, list, bool, bytes)):
-            raise _Bad(f"id field '{self.id_field}' must be a string or number, got "
-                       f"{type(value).__name__}")
-        if value is None or (isinstance(value, float) and math.isnan(value)) \
-                or str(value).strip() == "":
+            raise _Bad(
+                f"id field '{self.id_field}' must be a string or number, got {type(value).__name__}"
+            )
+        if (
+            value is None
+            or (isinstance(value, float) and math.isnan(value))
+            or str(value).strip() == ""
+        ):
             raise _Bad(f"empty id field '{self.id_field}'")
         ext_id = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
         problem = _string_problem(ext_id)
@@ -268,8 +296,10 @@ class _Validator:
     def _text(self, row: dict) -> str:
         f = self.fields
         if f.text_field not in row:
-            raise _Bad(f"missing text field '{f.text_field}' (columns: "
-                       f"{', '.join(sorted(row))}); map it with --text-field")
+            raise _Bad(
+                f"missing text field '{f.text_field}' (columns: "
+                f"{', '.join(sorted(row))}); map it with --text-field"
+            )
         text = row.get(f.text_field)
         if isinstance(text, bytes):
             try:
@@ -277,8 +307,11 @@ class _Validator:
             except UnicodeDecodeError as exc:
                 raise _Bad(f"invalid UTF-8 in the text at byte {exc.start}") from None
         if not isinstance(text, str):
-            raise _Bad("text is null" if text is None
-                       else f"text must be a string, got {type(text).__name__}")
+            raise _Bad(
+                "text is null"
+                if text is None
+                else f"text must be a string, got {type(text).__name__}"
+            )
         problem = _string_problem(text)
         if problem:
             raise _Bad(f"text {problem}")
@@ -307,8 +340,10 @@ class _Validator:
         else:
             metadata = {k: _clean(row.get(k)) for k in f.metadata_fields}
         if _has_surrogate(metadata):
-            raise _Bad("metadata holds an unpaired surrogate (invalid Unicode, e.g. a lone "
-                       "\\ud800 escape); fix the record")
+            raise _Bad(
+                "metadata holds an unpaired surrogate (invalid Unicode, e.g. a lone "
+                "\\ud800 escape); fix the record"
+            )
         return metadata
 
 
@@ -319,14 +354,18 @@ class _Bad(Exception):
 def _string_problem(value: str) -> str | None:
     """Why an id, title or text cannot be stored as it is; None when it can."""
     if "\x00" in value:
-        return (f"holds a NUL byte (U+0000) at character {value.index(chr(0))}: binary or "
-                "damaged data; remove it")
+        return (
+            f"holds a NUL byte (U+0000) at character {value.index(chr(0))}: binary or "
+            "damaged data; remove it"
+        )
     if not value.isascii():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            return (f"holds an unpaired surrogate (U+{ord(value[exc.start]):04X}) at character "
-                    f"{exc.start}: not valid Unicode; fix the record")
+            return (
+                f"holds an unpaired surrogate (U+{ord(value[exc.start]):04X}) at character "
+                f"{exc.start}: not valid Unicode; fix the record"
+            )
     return None
 
 

@@ -14,8 +14,19 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-SKIP_PARTS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages",
-              "__pycache__", "turtledemo", "ensurepip", "pydoc_data", "encodings"}
+SKIP_PARTS = {
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "turtledemo",
+    "ensurepip",
+    "pydoc_data",
+    "encodings",
+}
 MIN_CHARS = 40  # shorter docstrings say too little to be worth a passage
 
 
@@ -39,7 +50,9 @@ def iter_passages(root: Path | None = None) -> Iterator[dict]:
     root = root or stdlib_root()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if SKIP_PARTS & set(rel.parts) or any(p.startswith("_") and p != "__init__.py" for p in rel.parts):
+        if SKIP_PARTS & set(rel.parts) or any(
+            p.startswith("_") and p != "__init__.py" for p in rel.parts
+        ):
             continue
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
@@ -49,8 +62,13 @@ def iter_passages(root: Path | None = None) -> Iterator[dict]:
         yield from _walk(tree, module, module, "module", str(rel))
 
 
-def _walk(node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef, module: str,
-          qualname: str, kind: str, rel: str) -> Iterator[dict]:
+def _walk(
+    node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef,
+    module: str,
+    qualname: str,
+    kind: str,
+    rel: str,
+) -> Iterator[dict]:
     doc = ast.get_docstring(node, clean=False)
     if doc:
         text = inspect.cleandoc(doc)

@@ -61,8 +61,11 @@ def faiss_ids(index: VectorIndex) -> np.ndarray:
     invlists = ivf.invlists
     if invlists is None:
         raise VectorIndexError(f"this {index.spec} index has no inverted lists")
-    parts = [faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
-             for i in range(ivf.nlist) if invlists.list_size(i)]
+    parts = [
+        faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
+        for i in range(ivf.nlist)
+        if invlists.list_size(i)
+    ]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
@@ -76,11 +79,14 @@ def check_store(config: Config) -> StoreContents:
             problems.append(f"{counts.duplicate_ids} duplicate (collection, id) pairs")
         if counts.orphan_chunks:
             problems.append(f"{counts.orphan_chunks} chunks without a document")
-        docs = {(d.collection, d.external_id): (d.content_hash, d.metadata)
-                for d in store.checks.document_digests()}
+        docs = {
+            (d.collection, d.external_id): (d.content_hash, d.metadata)
+            for d in store.checks.document_digests()
+        }
         layout = store.checks.chunk_layout()
-        chunks = {(c.collection, c.external_id, c.ordinal): (c.start_char, c.end_char)
-                  for c in layout}
+        chunks = {
+            (c.collection, c.external_id, c.ordinal): (c.start_char, c.end_char) for c in layout
+        }
         key_of = {c.chunk_id: (c.collection, c.external_id, c.ordinal) for c in layout}
         vectors: dict = {}
         for ids, vecs in store.vectors.iter_batches():
@@ -101,11 +107,15 @@ def check_store(config: Config) -> StoreContents:
         else:
             ids = np.sort(faiss_ids(index))
             if index.ntotal != len(chunk_ids) or not np.array_equal(ids, chunk_ids):
-                problems.append(f"FAISS holds {index.ntotal} ids, the store {len(chunk_ids)} "
-                                "chunks, or other ids")
+                problems.append(
+                    f"FAISS holds {index.ntotal} ids, the store {len(chunk_ids)} "
+                    "chunks, or other ids"
+                )
             if index.data_version != data_version:
-                problems.append(f"index reflects data_version {index.data_version}, the store "
-                                f"is at {data_version}")
+                problems.append(
+                    f"index reflects data_version {index.data_version}, the store "
+                    f"is at {data_version}"
+                )
             with Store(path, read_only=True) as snap:
                 if snap.version is not None and snap.data_version() != data_version:
                     problems.append("the published snapshot is behind the store")

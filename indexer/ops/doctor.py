@@ -17,12 +17,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.errors import BertindexError, StoreError, VectorIndexError, repair_hint
-from indexer.index.keyword import (
-    KEYWORD_DIR,
-    KeywordIndex,
-    recorded_language,
-    sync_keyword_index,
-)
+from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, recorded_language, sync_keyword_index
 from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
 from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
 from indexer.indexing.steps import sync_vector_index
@@ -40,8 +35,16 @@ from indexer.store import DB_NAME, Store, WriterLock, read_snapshot_facts
 log = logging.getLogger(__name__)
 
 # checks whose problems a FAISS index rebuilt from the stored vectors (a new version) repairs
-VECTOR_CHECKS = ("pointer", "index_file", "index_provenance", "index_ids", "index_version",
-                 "snapshot", "unreachable", "schema_upgrade")
+VECTOR_CHECKS = (
+    "pointer",
+    "index_file",
+    "index_provenance",
+    "index_ids",
+    "index_version",
+    "snapshot",
+    "unreachable",
+    "schema_upgrade",
+)
 EXAMPLES = 5  # ids quoted in a message
 
 
@@ -75,8 +78,9 @@ class Diagnosis:
     problems: list[Problem] = field(default_factory=list)
     facts: dict = field(default_factory=dict)  # counts, the index version, the keyword index
 
-    def add(self, check: str, path: Path | str, message: str, fix: str,
-            repairable: bool = True) -> None:
+    def add(
+        self, check: str, path: Path | str, message: str, fix: str, repairable: bool = True
+    ) -> None:
         self.problems.append(Problem(check, str(path), message, fix, repairable))
 
 
@@ -91,8 +95,10 @@ def run_doctor(config: Config, repair: bool = False) -> dict:
     """
     path = Path(config.store.path)
     if not (path / DB_NAME).is_file():
-        raise StoreError(f"no store at {path} ({DB_NAME} missing); index something first with "
-                         f"`bertindex index PATH --store {path}`")
+        raise StoreError(
+            f"no store at {path} ({DB_NAME} missing); index something first with "
+            f"`bertindex index PATH --store {path}`"
+        )
     lock = WriterLock(path)
     try:
         before = diagnose(path, config)
@@ -102,9 +108,14 @@ def run_doctor(config: Config, repair: bool = False) -> dict:
             after = diagnose(path, config)
     finally:
         lock.release()
-    return {"store": str(path), "ok": not after.problems,
-            "problems": [asdict(p) for p in before.problems], "repair": done,
-            "remaining": [asdict(p) for p in after.problems], "facts": after.facts}
+    return {
+        "store": str(path),
+        "ok": not after.problems,
+        "problems": [asdict(p) for p in before.problems],
+        "repair": done,
+        "remaining": [asdict(p) for p in after.problems],
+        "facts": after.facts,
+    }
 
 
 def diagnose(path: Path, config: Config) -> Diagnosis:
@@ -118,19 +129,33 @@ def diagnose(path: Path, config: Config) -> Diagnosis:
         if "newer bertindex" in text:
             out.add("schema", db, text, "upgrade bertindex", repairable=False)
         elif "schema upgrade" in text:
-            out.add("schema_upgrade", db, "written by an older bertindex: its schema needs an "
-                    "upgrade", repair_hint(path))
+            out.add(
+                "schema_upgrade",
+                db,
+                "written by an older bertindex: its schema needs an upgrade",
+                repair_hint(path),
+            )
         else:
-            out.add("store", db, text, "restore the store from a backup, or index the files "
-                    "again into a new --store", repairable=False)
+            out.add(
+                "store",
+                db,
+                text,
+                "restore the store from a backup, or index the files again into a new --store",
+                repairable=False,
+            )
         return out
     with store:
         provenance = store.vectors.provenance()
         data_version = store.data_version()
-        out.facts = {"documents": store.counts.documents(), "chunks": store.counts.chunks(),
-                     "vectors": store.vectors.count(), "data_version": data_version,
-                     "model": provenance.model_name if provenance else None, "index": None,
-                     "keyword_documents": None}
+        out.facts = {
+            "documents": store.counts.documents(),
+            "chunks": store.counts.chunks(),
+            "vectors": store.vectors.count(),
+            "data_version": data_version,
+            "model": provenance.model_name if provenance else None,
+            "index": None,
+            "keyword_documents": None,
+        }
         _check_store(store, out)
         chunk_ids = store.vectors.chunk_ids()
         _check_keyword(store, out, config.keyword.language)
@@ -144,36 +169,59 @@ def _check_store(store: Store, out: Diagnosis) -> None:
     db = store.db_path
     counts = store.checks.integrity_counts()
     if counts.duplicate_ids:
-        out.add("store", db, f"{counts.duplicate_ids} duplicate (collection, id) pairs",
-                "delete the duplicates with `bertindex delete` and index their files again",
-                repairable=False)
+        out.add(
+            "store",
+            db,
+            f"{counts.duplicate_ids} duplicate (collection, id) pairs",
+            "delete the duplicates with `bertindex delete` and index their files again",
+            repairable=False,
+        )
     bare = store.checks.documents_missing_vectors()
     if bare:
         names = ", ".join(f"{d.collection}/{d.external_id}" for d in bare[:EXAMPLES])
-        out.add("store", db, f"{len(bare)} document(s) have chunks without a stored vector "
-                f"(e.g. {names}): nothing to rebuild their vectors from",
-                "encode them again: `bertindex delete --collection C --id ID` for each, "
-                "then `bertindex index` their files", repairable=False)
+        out.add(
+            "store",
+            db,
+            f"{len(bare)} document(s) have chunks without a stored vector "
+            f"(e.g. {names}): nothing to rebuild their vectors from",
+            "encode them again: `bertindex delete --collection C --id ID` for each, "
+            "then `bertindex index` their files",
+            repairable=False,
+        )
     orphans, stray = counts.orphan_chunks, counts.stray_vectors
     if orphans or stray:
-        out.add("unreachable", db, f"{orphans} chunk(s) whose document is gone and "
-                f"{stray} vector(s) whose chunk is gone (unreachable rows)", repair_hint(store.path))
+        out.add(
+            "unreachable",
+            db,
+            f"{orphans} chunk(s) whose document is gone and "
+            f"{stray} vector(s) whose chunk is gone (unreachable rows)",
+            repair_hint(store.path),
+        )
 
 
-def _check_index(path: Path, config: Config, provenance, data_version: int,
-                 chunk_ids: np.ndarray, out: Diagnosis) -> None:
+def _check_index(
+    path: Path, config: Config, provenance, data_version: int, chunk_ids: np.ndarray, out: Diagnosis
+) -> None:
     """CURRENT, the version folder's files, provenance, ids, data version and snapshot."""
     fix = repair_hint(path)
     pointer = index_root(path) / POINTER
     version = current_version(path)
     if version is None:
-        out.add("pointer", pointer, "missing: no index version is published, so searches find "
-                "nothing", fix)
+        out.add(
+            "pointer",
+            pointer,
+            "missing: no index version is published, so searches find nothing",
+            fix,
+        )
         return
     folder = version_dir(path, version)
     if not re.fullmatch(r"v\d+", version) or not folder.is_dir():
-        out.add("pointer", pointer, f"names {version!r}, which is not a version folder in "
-                f"{index_root(path)}", fix)
+        out.add(
+            "pointer",
+            pointer,
+            f"names {version!r}, which is not a version folder in {index_root(path)}",
+            fix,
+        )
         return
     for name in (INDEX_FILE, PROVENANCE_FILE):
         if not (folder / name).is_file():
@@ -187,24 +235,37 @@ def _check_index(path: Path, config: Config, provenance, data_version: int,
         return
     if index is None:  # a named version loads or raises
         raise VectorIndexError(f"{folder}: index version {version} did not load")
-    out.facts["index"] = {"version": version, "spec": index.spec, "ntotal": index.ntotal,
-                          "data_version": index.data_version}
+    out.facts["index"] = {
+        "version": version,
+        "spec": index.spec,
+        "ntotal": index.ntotal,
+        "data_version": index.data_version,
+    }
     diffs = index.provenance.mismatches(provenance, WRITE_KEYS)
     if diffs:
-        out.add("index_provenance", folder / PROVENANCE_FILE, "the index was built by another "
-                f"encoder set-up than the store's vectors (index != store: {'; '.join(diffs)})",
-                fix)
+        out.add(
+            "index_provenance",
+            folder / PROVENANCE_FILE,
+            "the index was built by another "
+            f"encoder set-up than the store's vectors (index != store: {'; '.join(diffs)})",
+            fix,
+        )
     _check_ids(np.sort(faiss_ids(index)), chunk_ids, folder / INDEX_FILE, fix, out)
     if index.data_version is not None and index.data_version != data_version:
-        out.add("index_version", folder / PROVENANCE_FILE, f"the index reflects data version "
-                f"{index.data_version}, the store is at {data_version} (a run stopped before "
-                "publishing, or the store changed since): searches miss the latest data",
-                f"{fix} (or the next `bertindex index`)")
+        out.add(
+            "index_version",
+            folder / PROVENANCE_FILE,
+            f"the index reflects data version "
+            f"{index.data_version}, the store is at {data_version} (a run stopped before "
+            "publishing, or the store changed since): searches miss the latest data",
+            f"{fix} (or the next `bertindex index`)",
+        )
     _check_snapshot(folder / SNAPSHOT_FILE, index, fix, out)
 
 
-def _check_ids(ids: np.ndarray, chunk_ids: np.ndarray, where: Path, fix: str,
-               out: Diagnosis) -> None:
+def _check_ids(
+    ids: np.ndarray, chunk_ids: np.ndarray, where: Path, fix: str, out: Diagnosis
+) -> None:
     """The index holds each stored chunk's vector once and nothing else."""
     extra, missing = np.setdiff1d(ids, chunk_ids), np.setdiff1d(chunk_ids, ids)
     twice = len(ids) - len(np.unique(ids))
@@ -214,8 +275,9 @@ def _check_ids(ids: np.ndarray, chunk_ids: np.ndarray, where: Path, fix: str,
     if len(extra):
         parts.append(f"{len(extra)} id(s) the store lacks (e.g. {extra[:EXAMPLES].tolist()})")
     if len(missing):
-        parts.append(f"{len(missing)} stored chunk id(s) missing "
-                     f"(e.g. {missing[:EXAMPLES].tolist()})")
+        parts.append(
+            f"{len(missing)} stored chunk id(s) missing (e.g. {missing[:EXAMPLES].tolist()})"
+        )
     if twice:
         parts.append(f"{twice} id(s) held twice")
     out.add("index_ids", where, "the index holds " + ", ".join(parts), fix)
@@ -224,8 +286,12 @@ def _check_ids(ids: np.ndarray, chunk_ids: np.ndarray, where: Path, fix: str,
 def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) -> None:
     """The snapshot searches open: present, readable, at the index's data version."""
     if not snap.is_file():
-        out.add("snapshot", snap, "missing: searches fall back to the live store file, which a "
-                "running writer locks", fix)
+        out.add(
+            "snapshot",
+            snap,
+            "missing: searches fall back to the live store file, which a running writer locks",
+            fix,
+        )
         return
     try:
         facts = read_snapshot_facts(snap)
@@ -234,8 +300,12 @@ def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) ->
         return
     snap_version, chunks = facts.data_version, facts.chunks
     if index.data_version is not None and snap_version != index.data_version:
-        out.add("snapshot", snap, f"holds data version {snap_version}, its index "
-                f"{index.data_version}", fix)
+        out.add(
+            "snapshot",
+            snap,
+            f"holds data version {snap_version}, its index {index.data_version}",
+            fix,
+        )
     elif chunks != index.ntotal:
         out.add("snapshot", snap, f"holds {chunks} chunks, its index {index.ntotal} vectors", fix)
 
@@ -247,20 +317,33 @@ def _check_keyword(store: Store, out: Diagnosis, language: str) -> None:
     fix = repair_hint(store.path)
     if not folder.exists():
         if out.facts["documents"]:
-            out.add("keyword", folder, "missing: keyword and hybrid searches (the default "
-                    "mode) fail", fix)
+            out.add(
+                "keyword",
+                folder,
+                "missing: keyword and hybrid searches (the default mode) fail",
+                fix,
+            )
         return
     version_file = folder / "SCHEMA_VERSION"
     if not KeywordIndex.exists(folder):
         out.add("keyword", folder, "incomplete (meta.json or SCHEMA_VERSION missing)", fix)
         return
     if version_file.read_text().strip() != KEYWORD_SCHEMA:
-        out.add("keyword", folder, f"schema {version_file.read_text().strip()!r}, this "
-                f"bertindex writes {KEYWORD_SCHEMA!r}", fix)
+        out.add(
+            "keyword",
+            folder,
+            f"schema {version_file.read_text().strip()!r}, this "
+            f"bertindex writes {KEYWORD_SCHEMA!r}",
+            fix,
+        )
         return
     if recorded_language(folder) != language:
-        out.add("keyword", folder, f"built for language {recorded_language(folder)!r}, "
-                f"keyword.language is {language!r}", fix)
+        out.add(
+            "keyword",
+            folder,
+            f"built for language {recorded_language(folder)!r}, keyword.language is {language!r}",
+            fix,
+        )
         return
     try:
         keyword = KeywordIndex(folder)
@@ -274,9 +357,14 @@ def _check_keyword(store: Store, out: Diagnosis, language: str) -> None:
         return
     change = keyword.diff(store)
     if not change.empty:
-        out.add("keyword", folder, f"out of step with the store: {len(change.new)} document(s) "
-                f"missing, {len(change.changed)} changed, {len(change.gone)} deleted ones "
-                "still indexed", fix)
+        out.add(
+            "keyword",
+            folder,
+            f"out of step with the store: {len(change.new)} document(s) "
+            f"missing, {len(change.changed)} changed, {len(change.gone)} deleted ones "
+            "still indexed",
+            fix,
+        )
 
 
 def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
@@ -288,8 +376,7 @@ def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
         {"encoded": 0, "unreachable", "index", "keyword", "errors"}.
     """
     checks = {p.check for p in problems if p.repairable}
-    done: dict = {"encoded": 0, "unreachable": None, "index": None, "keyword": None,
-                  "errors": []}
+    done: dict = {"encoded": 0, "unreachable": None, "index": None, "keyword": None, "errors": []}
     with Store(path, lock=False) as store, store.runs.recorded_run("doctor") as run:
         # writable: an older schema is upgraded here
         run.summary = done

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 GENERATION_DIR = Path("generations") / "next"
 
 
-def reindex_store(config: Config, encoder: Encoder, batch_size: int = 2048,
-                  progress: ProgressArg = False) -> dict:
+def reindex_store(
+    config: Config, encoder: Encoder, batch_size: int = 2048, progress: ProgressArg = False
+) -> dict:
     """Bring the store to `encoder`: a new generation when the encoder differs, else an index
     rebuilt from the stored vectors.
 
@@ -50,13 +51,22 @@ def reindex_store(config: Config, encoder: Encoder, batch_size: int = 2048,
             if same:
                 shutil.rmtree(path / GENERATION_DIR, ignore_errors=True)  # an earlier switch
                 info = _rebuild(live, config)
-                return {"mode": "rebuild", "documents": live.counts.documents(), "encoded": 0,
-                        "index": info}
+                return {
+                    "mode": "rebuild",
+                    "documents": live.counts.documents(),
+                    "encoded": 0,
+                    "index": info,
+                }
             version, documents, encoded, index_info = _build_generation(
-                live, config, encoder, batch_size, progress)
+                live, config, encoder, batch_size, progress
+            )
         _switch(path, version)
-        return {"mode": "new_generation", "documents": documents, "encoded": encoded,
-                "index": index_info | {"version": version}}
+        return {
+            "mode": "new_generation",
+            "documents": documents,
+            "encoded": encoded,
+            "index": index_info | {"version": version},
+        }
     finally:
         lock.release()
 
@@ -65,8 +75,9 @@ def _rebuild(store: Store, config: Config) -> dict:
     return sync_vector_index(store, config, [], [], force=True)
 
 
-def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size: int,
-                      progress: ProgressArg) -> tuple[str, int, int, dict]:
+def _build_generation(
+    live: Store, config: Config, encoder: Encoder, batch_size: int, progress: ProgressArg
+) -> tuple[str, int, int, dict]:
     """Encode every live document into the next generation; publish (not switch) its index."""
     gen_path = live.path / GENERATION_DIR
     live_hashes = live.reads.document_hashes()
@@ -76,26 +87,37 @@ def _build_generation(live: Store, config: Config, encoder: Encoder, batch_size:
             gen.vectors.set_provenance(encoder.provenance)
             have = gen.reads.document_hashes()
             stale = [d for d, h in have.items() if live_hashes.get(d) != h]
-            gen.documents.delete_doc_ids(stale)  # changed or deleted in the live store since a killed run
+            gen.documents.delete_doc_ids(
+                stale
+            )  # changed or deleted in the live store since a killed run
             done = set(have) - set(stale)
             for collection, rows in live.documents.iter_documents(batch_size, exclude=done):
-                chunks = encode_texts_for_index([document_text(r) for _, r, _ in rows], config,
-                                                encoder, progress=progress)
-                chunks = ChunkRows([rows[p][0] for p in chunks.doc_ids], chunks.ordinals,
-                                   chunks.starts, chunks.ends, chunks.n_tokens, chunks.vectors)
+                chunks = encode_texts_for_index(
+                    [document_text(r) for _, r, _ in rows], config, encoder, progress=progress
+                )
+                chunks = ChunkRows(
+                    [rows[p][0] for p in chunks.doc_ids],
+                    chunks.ordinals,
+                    chunks.starts,
+                    chunks.ends,
+                    chunks.n_tokens,
+                    chunks.vectors,
+                )
                 gen.documents.write_batch(collection, rows, [], [], chunks, [], run.id)
                 encoded += len(rows)
             gen.documents.restart_doc_ids_after(max(live_hashes, default=0))
-            gen.side.copy_from(live.side)  # annotations, runs, rejects: same doc ids, kept as they are
+            gen.side.copy_from(
+                live.side
+            )  # annotations, runs, rejects: same doc ids, kept as they are
             # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
             count = gen.vectors.count()
             spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
-            index = VectorIndex.build_from_batches(spec, encoder.provenance, config.index,
-                                                   gen.vectors.iter_batches, count)
+            index = VectorIndex.build_from_batches(
+                spec, encoder.provenance, config.index, gen.vectors.iter_batches, count
+            )
             run.summary = {"encoded": encoded, "documents": len(live_hashes)}
         index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
-        version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot,
-                             switch=False)
+        version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot, switch=False)
         info = {"spec": spec, "ntotal": index.ntotal, "rebuilt": True}
     return version, len(live_hashes), encoded, info
 
@@ -118,6 +140,3 @@ def _switch(path: Path, version: str) -> None:
     write_pointer(path, version)
     remove_old_versions(path)
     shutil.rmtree(path / GENERATION_DIR.parent, ignore_errors=True)
-
-
-

@@ -76,7 +76,17 @@ def _index_info(store_dir: Path) -> dict | None:
     try:
         info = json.loads(info_file.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
-        return {"version": version, "spec": None, "ntotal": None, "data_version": None,
-                "provenance": {}}
-    return {"version": version, "spec": info.get("spec"), "ntotal": info.get("ntotal"),
-            "data_version": info.get("data_version"), "provenance": info.get("provenance", {})}
+        return {
+            "version": version,
+            "spec": None,
+            "ntotal": None,
+            "data_version": None,
+            "provenance": {},
+        }
+    return {
+        "version": version,
+        "spec": info.get("spec"),
+        "ntotal": info.get("ntotal"),
+        "data_version": info.get("data_version"),
+        "provenance": info.get("provenance", {}),
+    }

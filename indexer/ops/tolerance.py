@@ -85,8 +85,9 @@ def far_vectors(mine: dict, theirs: dict, tol: Tolerance) -> list:
     return [k for k, c in zip(keys, cos.tolist()) if c < tol.min_cosine]
 
 
-def same_ranking(got: Sequence[tuple[object, float]], ref: Sequence[tuple[object, float]],
-                 tol: Tolerance) -> list[str]:
+def same_ranking(
+    got: Sequence[tuple[object, float]], ref: Sequence[tuple[object, float]], tol: Tolerance
+) -> list[str]:
     """Differences between two ranked hit lists of (id, score), best first (empty: the same).
 
     Scores compare rank by rank within `score_atol`; a hit may sit at another rank only among
@@ -108,8 +109,10 @@ def same_ranking(got: Sequence[tuple[object, float]], ref: Sequence[tuple[object
                 if abs(scores[hid] - other[hid]) > tol.score_atol:
                     out.append(f"{hid!r}: score {scores[hid]:.6f} against {other[hid]:.6f}")
             elif ref and abs(scores[hid] - ref[-1][1]) > tol.score_atol:
-                out.append(f"{hid!r} (score {scores[hid]:.6f}) is in one list only and not "
-                           f"tied with the cut-off {ref[-1][1]:.6f}")
+                out.append(
+                    f"{hid!r} (score {scores[hid]:.6f}) is in one list only and not "
+                    f"tied with the cut-off {ref[-1][1]:.6f}"
+                )
     return out
 
 
@@ -124,16 +127,20 @@ def same_labels(got: Iterable[tuple], ref: Iterable[tuple], tol: Tolerance) -> l
     theirs = {row[:-3]: row[-3:] for row in ref}
     out: list[str] = []
     if set(mine) != set(theirs):
-        out.append(f"labels: {len(set(mine) - set(theirs))} keys only here, "
-                   f"{len(set(theirs) - set(mine))} only there")
+        out.append(
+            f"labels: {len(set(mine) - set(theirs))} keys only here, "
+            f"{len(set(theirs) - set(mine))} only there"
+        )
     for key in sorted(set(mine) & set(theirs), key=repr):
         (label, p, _), (rlabel, rp, rrunner) = mine[key], theirs[key]
         if label == rlabel:
             if abs(p - rp) > tol.score_atol:
                 out.append(f"{key}: probability {p:.6f} against {rp:.6f}")
         elif rp - (rrunner or 0.0) > 2 * tol.score_atol:
-            out.append(f"{key}: label {label!r} against {rlabel!r} "
-                       f"(margin {rp - (rrunner or 0.0):.6f} is clear)")
+            out.append(
+                f"{key}: label {label!r} against {rlabel!r} "
+                f"(margin {rp - (rrunner or 0.0):.6f} is clear)"
+            )
     return out
 
 
@@ -150,10 +157,14 @@ def same_entities(got: Iterable[tuple], ref: Iterable[tuple], tol: Tolerance) ->
     unmatched = len(set(mine) ^ set(theirs))
     allowed = math.floor(tol.entity_slack * max(len(theirs), 1))
     if unmatched > allowed:
-        out.append(f"entities: {len(set(mine) - set(theirs))} only here, "
-                   f"{len(set(theirs) - set(mine))} only there (at most {allowed} allowed)")
+        out.append(
+            f"entities: {len(set(mine) - set(theirs))} only here, "
+            f"{len(set(theirs) - set(mine))} only there (at most {allowed} allowed)"
+        )
     far = [k for k in set(mine) & set(theirs) if abs(mine[k] - theirs[k]) > tol.score_atol]
     if far:
-        out.append(f"entities: {len(far)} scores differ beyond {tol.score_atol}, "
-                   f"e.g. {sorted(far, key=repr)[0]}")
+        out.append(
+            f"entities: {len(far)} scores differ beyond {tol.score_atol}, "
+            f"e.g. {sorted(far, key=repr)[0]}"
+        )
     return out

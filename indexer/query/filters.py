@@ -27,7 +27,9 @@ def parse_labels(items: Sequence[str]) -> list[tuple[str, str]]:
     for item in items:
         head, sep, label = item.partition("=")
         if not sep or not head or not label:
-            raise InputError(f"--label '{item}' must look like HEAD=LABEL (e.g. offensive=offensive)")
+            raise InputError(
+                f"--label '{item}' must look like HEAD=LABEL (e.g. offensive=offensive)"
+            )
         out.append((head, label))
     return out
 

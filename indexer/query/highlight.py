@@ -9,10 +9,45 @@ import re
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)  # `parse_args` is two words
 _SUFFIXES = ("ing", "ers", "er", "ed", "es", "s")
-STOP_WORDS = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "how", "i",
-    "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "were",
-    "what", "when", "where", "which", "who", "why", "will", "with"))
+STOP_WORDS = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+    )
+)
 
 
 def stem(word: str) -> str:
@@ -70,5 +105,5 @@ def excerpt(text: str, query: str, limit: int = 1500) -> tuple[str, list[tuple[i
     if start:
         space = text.find(" ", start)
         start = space + 1 if 0 <= space < start + 40 else start
-    part = text[start:start + limit]
+    part = text[start : start + limit]
     return part, highlight_spans(part, query)

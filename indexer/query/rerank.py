@@ -57,8 +57,9 @@ def rerank_order(first: Sequence[float], head: Sequence[float], weight: float) -
     return sorted(range(len(mix)), key=lambda i: (-mix[i], i))
 
 
-def rerank_hits(query: str, hits: Sequence[SearchHit], scorer, depth: int,
-                weight: float | None = None) -> list[SearchHit]:
+def rerank_hits(
+    query: str, hits: Sequence[SearchHit], scorer, depth: int, weight: float | None = None
+) -> list[SearchHit]:
     """The hits with the top `depth` reordered by the head's score of (query, passage), mixed
     with the first stage's by the head's weight (see the module).
 

@@ -64,8 +64,9 @@ class Searcher:
         # (chunk ids, doc ids, start chars, end chars): 24 bytes a chunk, read once
         self._chunk_map: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         # the index version published with the snapshot this store opened (not a newer one)
-        self.index = VectorIndex.load(store.path, config.index, store.vectors.provenance(), QUERY_KEYS,
-                                      version=store.version)
+        self.index = VectorIndex.load(
+            store.path, config.index, store.vectors.provenance(), QUERY_KEYS, version=store.version
+        )
         if self.index is not None:
             self._check_in_step(self.index)
 
@@ -78,12 +79,16 @@ class Searcher:
         fix = f"rebuild the index from the stored vectors: {repair_hint(store.path)}"
         same = index.data_version is None or store.data_version() == index.data_version
         if store.version is not None and not same:
-            raise VectorIndexError(f"index {folder} reflects data version {index.data_version} but "
-                              f"its snapshot {store.con_path} is at {store.data_version()}; {fix}")
+            raise VectorIndexError(
+                f"index {folder} reflects data version {index.data_version} but "
+                f"its snapshot {store.con_path} is at {store.data_version()}; {fix}"
+            )
         chunks = store.counts.chunks()
         if same and index.ntotal != chunks:
-            raise VectorIndexError(f"index {folder} holds {index.ntotal} vectors but the store "
-                              f"{store.con_path} has {chunks} chunks; {fix}")
+            raise VectorIndexError(
+                f"index {folder} holds {index.ntotal} vectors but the store "
+                f"{store.con_path} has {chunks} chunks; {fix}"
+            )
 
     @property
     def encoder(self) -> QueryEncoder:
@@ -114,12 +119,20 @@ class Searcher:
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self.encoder.encode_queries(list(queries))
 
-    def search(self, query: str, k: int = 10, collection: str | None = None,
-               where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,
-               labels: Sequence[tuple[str, str]] = (),
-               entities: Sequence[tuple[str, str | None]] = (), human: bool = False,
-               rerank: str | Literal[False] | None = None, rerank_depth: int | None = None
-               ) -> list[SearchHit]:
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        mode: str | None = None,
+        *,
+        labels: Sequence[tuple[str, str]] = (),
+        entities: Sequence[tuple[str, str | None]] = (),
+        human: bool = False,
+        rerank: str | Literal[False] | None = None,
+        rerank_depth: int | None = None,
+    ) -> list[SearchHit]:
         """Top-k documents for one query.
 
         Args:
@@ -132,16 +145,34 @@ class Searcher:
                 (`search.rerank`); None: the config's `search.rerank`; False: none.
             rerank_depth: None: the config's `search.rerank_depth`.
         """
-        return self.search_many([query], k, collection, where, mode, labels=labels,
-                                entities=entities, human=human, rerank=rerank,
-                                rerank_depth=rerank_depth)[0]
+        return self.search_many(
+            [query],
+            k,
+            collection,
+            where,
+            mode,
+            labels=labels,
+            entities=entities,
+            human=human,
+            rerank=rerank,
+            rerank_depth=rerank_depth,
+        )[0]
 
-    def search_many(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
-                    where: Sequence[tuple[str, str]] = (), mode: str | None = None,
-                    vectors: np.ndarray | None = None, *, labels: Sequence = (),
-                    entities: Sequence = (), human: bool = False,
-                    rerank: str | Literal[False] | None = None, rerank_depth: int | None = None
-                    ) -> list[list[SearchHit]]:
+    def search_many(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        mode: str | None = None,
+        vectors: np.ndarray | None = None,
+        *,
+        labels: Sequence = (),
+        entities: Sequence = (),
+        human: bool = False,
+        rerank: str | Literal[False] | None = None,
+        rerank_depth: int | None = None,
+    ) -> list[list[SearchHit]]:
         """Top-k documents for each query; `vectors` may hold the queries' embeddings already.
 
         Args:
@@ -153,8 +184,17 @@ class Searcher:
         """
         head = self.config.search.rerank if rerank is None else rerank or None
         depth = rerank_depth or self.config.search.rerank_depth
-        ranked = self.rank_documents(queries, max(k, depth) if head else k, collection, where,
-                                     mode, vectors, labels=labels, entities=entities, human=human)
+        ranked = self.rank_documents(
+            queries,
+            max(k, depth) if head else k,
+            collection,
+            where,
+            mode,
+            vectors,
+            labels=labels,
+            entities=entities,
+            human=human,
+        )
         hits = self._hits(ranked)
         if not head:
             return hits
@@ -172,10 +212,18 @@ class Searcher:
             self._rerankers[path] = PairScorer(path)
         return self._rerankers[path]
 
-    def search_unique(self, query: str, k: int = 10, collection: str | None = None,
-                      where: Sequence[tuple[str, str]] = (), mode: str | None = None, *,
-                      labels: Sequence = (), entities: Sequence = (), human: bool = False
-                      ) -> tuple[list[SearchHit], dict[tuple[str, str], int]]:
+    def search_unique(
+        self,
+        query: str,
+        k: int = 10,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        mode: str | None = None,
+        *,
+        labels: Sequence = (),
+        entities: Sequence = (),
+        human: bool = False,
+    ) -> tuple[list[SearchHit], dict[tuple[str, str], int]]:
         """Top-k documents with each near-duplicate group (`bertindex dedup`) collapsed to its
         best-ranked member; documents never grouped stand alone.
 
@@ -184,8 +232,16 @@ class Searcher:
         """
         depth = k * 4
         while True:
-            ranked = self.rank_documents([query], depth, collection, where, mode,
-                                         labels=labels, entities=entities, human=human)[0]
+            ranked = self.rank_documents(
+                [query],
+                depth,
+                collection,
+                where,
+                mode,
+                labels=labels,
+                entities=entities,
+                human=human,
+            )[0]
             group_of = self.store.dedup.groups_of(m.doc_id for m in ranked)
             kept, seen = [], set()
             for m in ranked:
@@ -197,8 +253,9 @@ class Searcher:
                 break
             depth *= 4
         kept = kept[:k]
-        sizes = self.store.dedup.group_sizes(group_of[m.doc_id] for m in kept
-                                             if m.doc_id in group_of)
+        sizes = self.store.dedup.group_sizes(
+            group_of[m.doc_id] for m in kept if m.doc_id in group_of
+        )
         hits = self._hits([kept])[0]
         by_doc = {m.doc_id: m for m in kept}
         refs = self.store.reads.fetch_documents(list(by_doc))
@@ -208,11 +265,19 @@ class Searcher:
             out[(ref.collection, ref.external_id)] = sizes.get(grouped, 1) if grouped else 1
         return hits, out
 
-    def rank_documents(self, queries: Sequence[str], k: int = 10, collection: str | None = None,
-                       where: Sequence[tuple[str, str]] = (), mode: str | None = None,
-                       vectors: np.ndarray | None = None, *, labels: Sequence = (),
-                       entities: Sequence = (), human: bool = False,
-                       ) -> list[list[RankedDoc]]:
+    def rank_documents(
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        mode: str | None = None,
+        vectors: np.ndarray | None = None,
+        *,
+        labels: Sequence = (),
+        entities: Sequence = (),
+        human: bool = False,
+    ) -> list[list[RankedDoc]]:
         """Documents per query, best first, before any fetch (a dense or hybrid ranking
         carries each document's best chunk)."""
         mode = mode or self.config.search.mode
@@ -220,25 +285,37 @@ class Searcher:
             raise InputError(f"search mode '{mode}' is unknown; choose one of {', '.join(MODES)}")
         depth = max(k, self.config.search.candidates) if mode == "hybrid" else k
         if mode == "keyword":
-            keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
-                                          entities=entities, human=human)
+            keyword = self.keyword_ranked(
+                queries, depth, collection, where, labels=labels, entities=entities, human=human
+            )
             return [[RankedDoc(d, s, keyword=s) for d, s in r[:k]] for r in keyword]
         if vectors is None:
             vectors = self.encode_queries(queries)
-        dense = self.dense_ranked(vectors, depth, collection, where, labels=labels,
-                                  entities=entities, human=human)
+        dense = self.dense_ranked(
+            vectors, depth, collection, where, labels=labels, entities=entities, human=human
+        )
         if mode == "dense":
             return [r[:k] for r in dense]
-        keyword = self.keyword_ranked(queries, depth, collection, where, labels=labels,
-                                      entities=entities, human=human)
+        keyword = self.keyword_ranked(
+            queries, depth, collection, where, labels=labels, entities=entities, human=human
+        )
         out = []
         for dense_r, keyword_r in zip(dense, keyword):
             by_doc = {m.doc_id: m for m in dense_r}
             bm25 = dict(keyword_r)
             fused = self.fuse([(m.doc_id, m.score) for m in dense_r], keyword_r)
-            out.append([RankedDoc(d, s, by_doc[d].chunk_id if d in by_doc else None,
-                                  by_doc[d].score if d in by_doc else None, bm25.get(d))
-                        for d, s in fused[:k]])
+            out.append(
+                [
+                    RankedDoc(
+                        d,
+                        s,
+                        by_doc[d].chunk_id if d in by_doc else None,
+                        by_doc[d].score if d in by_doc else None,
+                        bm25.get(d),
+                    )
+                    for d, s in fused[:k]
+                ]
+            )
         return out
 
     @property
@@ -255,8 +332,11 @@ class Searcher:
                 tuned = self.store.vectors.fusion_tuning()
                 provenance = self.store.vectors.provenance()
                 self._dense_weight = fusion.FALLBACK_DENSE_WEIGHT
-                if (tuned is not None and provenance is not None
-                        and tuned.weights_hash == provenance.weights_hash):
+                if (
+                    tuned is not None
+                    and provenance is not None
+                    and tuned.weights_hash == provenance.weights_hash
+                ):
                     self._dense_weight = tuned.dense_weight
         return self._dense_weight
 
@@ -269,9 +349,17 @@ class Searcher:
         weight = self.dense_weight
         return combine([dense, keyword], [weight, 1.0 - weight])
 
-    def dense_ranked(self, vectors: np.ndarray, k: int, collection: str | None = None,
-                     where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
-                     entities: Sequence = (), human: bool = False) -> list[list[RankedDoc]]:
+    def dense_ranked(
+        self,
+        vectors: np.ndarray,
+        k: int,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        *,
+        labels: Sequence = (),
+        entities: Sequence = (),
+        human: bool = False,
+    ) -> list[list[RankedDoc]]:
         """k documents per query vector, best first, scored by the cosine of their best chunk."""
         index = self.index
         if index is None or index.ntotal == 0:
@@ -282,16 +370,28 @@ class Searcher:
         limit = index.ntotal if allowed is None else len(allowed)
         return [self._best_chunks(index, v[None, :], k, allowed, limit) for v in vectors]
 
-    def keyword_ranked(self, queries: Sequence[str], k: int, collection: str | None = None,
-                       where: Sequence[tuple[str, str]] = (), *, labels: Sequence = (),
-                       entities: Sequence = (), human: bool = False
-                       ) -> list[list[tuple[int, float]]]:
+    def keyword_ranked(
+        self,
+        queries: Sequence[str],
+        k: int,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        *,
+        labels: Sequence = (),
+        entities: Sequence = (),
+        human: bool = False,
+    ) -> list[list[tuple[int, float]]]:
         """(doc id, BM25 score) per query, k documents, best first."""
         allowed = self.store.filters.doc_ids(collection, where, labels, entities, human)
         return [self.keyword.search(q, k, allowed) for q in queries]
 
-    def search_vectors(self, vectors: np.ndarray, k: int = 10, collection: str | None = None,
-                       where: Sequence[tuple[str, str]] = ()) -> list[list[SearchHit]]:
+    def search_vectors(
+        self,
+        vectors: np.ndarray,
+        k: int = 10,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+    ) -> list[list[SearchHit]]:
         """Dense search for query embeddings (no query text, so no keyword side)."""
         return self._hits(self.dense_ranked(vectors, k, collection, where))
 
@@ -309,8 +409,21 @@ class Searcher:
                 if h is None:  # keyword index already past (or behind) the published snapshot
                     continue
                 start, end = spans[m.chunk_id] if m.chunk_id is not None else (0, len(h.text))
-                hits.append(SearchHit(len(hits) + 1, float(m.score), h.external_id, h.collection,
-                                      h.title, h.text, h.metadata, start, end, m.dense, m.keyword))
+                hits.append(
+                    SearchHit(
+                        len(hits) + 1,
+                        float(m.score),
+                        h.external_id,
+                        h.collection,
+                        h.title,
+                        h.text,
+                        h.metadata,
+                        start,
+                        end,
+                        m.dense,
+                        m.keyword,
+                    )
+                )
             out.append(hits)
         return out
 
@@ -333,9 +446,11 @@ class Searcher:
         pos = np.minimum(np.searchsorted(keys, chunk_ids), len(keys) - 1)
         if len(chunk_ids) and not np.array_equal(keys[pos], chunk_ids):
             missing = chunk_ids[keys[pos] != chunk_ids][:5].tolist()
-            raise VectorIndexError(f"chunk ids {missing} are in the vector index but not in the store "
-                              f"{self.store.con_path}; rebuild the index from the stored "
-                              f"vectors: {repair_hint(self.store.path)}")
+            raise VectorIndexError(
+                f"chunk ids {missing} are in the vector index but not in the store "
+                f"{self.store.con_path}; rebuild the index from the stored "
+                f"vectors: {repair_hint(self.store.path)}"
+            )
         return pos
 
     def _doc_of(self, chunk_ids: np.ndarray) -> np.ndarray:
@@ -350,8 +465,9 @@ class Searcher:
         pos = self._rows(np.asarray(chunk_ids, dtype=np.int64))
         return dict(zip(chunk_ids, zip(starts[pos].tolist(), ends[pos].tolist())))
 
-    def _best_chunks(self, index: VectorIndex, vector: np.ndarray, k: int, allowed, limit: int
-                     ) -> list[RankedDoc]:
+    def _best_chunks(
+        self, index: VectorIndex, vector: np.ndarray, k: int, allowed, limit: int
+    ) -> list[RankedDoc]:
         """Best chunk per document, k documents; widens the chunk search until k are found."""
         fetch = min(limit, max(k * 4, 16))
         while True:
@@ -362,7 +478,12 @@ class Searcher:
             # numpy, not a loop over the 400 chunks (0.3 ms of a served query)
             best = rank_by_best_chunk(chunk_scores, doc_ids, k)
             if len(best) >= k or fetch >= limit:
-                return [RankedDoc(d, s, c, dense=s) for c, d, s in
-                        zip(chunk_ids[best].tolist(), doc_ids[best].tolist(),
-                            chunk_scores[best].tolist())]
+                return [
+                    RankedDoc(d, s, c, dense=s)
+                    for c, d, s in zip(
+                        chunk_ids[best].tolist(),
+                        doc_ids[best].tolist(),
+                        chunk_scores[best].tolist(),
+                    )
+                ]
             fetch = min(limit, fetch * 4)

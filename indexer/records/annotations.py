@@ -31,23 +31,44 @@ class Label:
     table: ClassVar[str] = "annotations"  # store table (schema step 2 in `indexer.store.schema`)
     # the one schema of the table: the store's DDL is derived from it (NOT NULL where
     # nullable=False); `runner_up` came with schema step 4 and is NULL on older rows
-    table_schema: ClassVar[pa.Schema] = pa.schema([
-        _required("doc_id", pa.int64()), _required("head", pa.string()),
-        _required("head_version", pa.string()), _required("label", pa.string()),
-        _required("probability", pa.float64()), pa.field("runner_up", pa.float64())])
-    out_struct: ClassVar[pa.DataType] = pa.struct([
-        ("head", pa.string()), ("head_version", pa.string()), ("label", pa.string()),
-        ("probability", pa.float64())])
+    table_schema: ClassVar[pa.Schema] = pa.schema(
+        [
+            _required("doc_id", pa.int64()),
+            _required("head", pa.string()),
+            _required("head_version", pa.string()),
+            _required("label", pa.string()),
+            _required("probability", pa.float64()),
+            pa.field("runner_up", pa.float64()),
+        ]
+    )
+    out_struct: ClassVar[pa.DataType] = pa.struct(
+        [
+            ("head", pa.string()),
+            ("head_version", pa.string()),
+            ("label", pa.string()),
+            ("probability", pa.float64()),
+        ]
+    )
 
     def table_row(self, doc_id: int, version: str) -> dict:
         """One row of `table`, columns in `table_schema` order."""
-        return {"doc_id": doc_id, "head": self.head, "head_version": version,
-                "label": self.label, "probability": self.score, "runner_up": self.runner_up}
+        return {
+            "doc_id": doc_id,
+            "head": self.head,
+            "head_version": version,
+            "label": self.label,
+            "probability": self.score,
+            "runner_up": self.runner_up,
+        }
 
     def out_row(self, version: str) -> dict:
         """The JSON-ready item of `annotate --out` files and search results (`out_struct`)."""
-        return {"head": self.head, "head_version": version, "label": self.label,
-                "probability": round(self.score, 6)}
+        return {
+            "head": self.head,
+            "head_version": version,
+            "label": self.label,
+            "probability": round(self.score, 6),
+        }
 
 
 @dataclass(frozen=True)
@@ -63,23 +84,50 @@ class Entity:
 
     field: ClassVar[str] = "entities"
     table: ClassVar[str] = "entities"
-    table_schema: ClassVar[pa.Schema] = pa.schema([
-        _required("doc_id", pa.int64()), _required("head", pa.string()),
-        _required("head_version", pa.string()), _required("start_char", pa.int32()),
-        _required("end_char", pa.int32()), _required("type", pa.string()),
-        _required("text", pa.string()), _required("score", pa.float64())])
-    out_struct: ClassVar[pa.DataType] = pa.struct([
-        ("head", pa.string()), ("type", pa.string()), ("start", pa.int32()),
-        ("end", pa.int32()), ("text", pa.string()), ("score", pa.float64())])
+    table_schema: ClassVar[pa.Schema] = pa.schema(
+        [
+            _required("doc_id", pa.int64()),
+            _required("head", pa.string()),
+            _required("head_version", pa.string()),
+            _required("start_char", pa.int32()),
+            _required("end_char", pa.int32()),
+            _required("type", pa.string()),
+            _required("text", pa.string()),
+            _required("score", pa.float64()),
+        ]
+    )
+    out_struct: ClassVar[pa.DataType] = pa.struct(
+        [
+            ("head", pa.string()),
+            ("type", pa.string()),
+            ("start", pa.int32()),
+            ("end", pa.int32()),
+            ("text", pa.string()),
+            ("score", pa.float64()),
+        ]
+    )
 
     def table_row(self, doc_id: int, version: str) -> dict:
-        return {"doc_id": doc_id, "head": self.head, "head_version": version,
-                "start_char": self.start, "end_char": self.end, "type": self.type,
-                "text": self.text, "score": self.score}
+        return {
+            "doc_id": doc_id,
+            "head": self.head,
+            "head_version": version,
+            "start_char": self.start,
+            "end_char": self.end,
+            "type": self.type,
+            "text": self.text,
+            "score": self.score,
+        }
 
     def out_row(self, version: str) -> dict:
-        return {"head": self.head, "type": self.type, "start": self.start, "end": self.end,
-                "text": self.text, "score": round(self.score, 6)}
+        return {
+            "head": self.head,
+            "type": self.type,
+            "start": self.start,
+            "end": self.end,
+            "text": self.text,
+            "score": round(self.score, 6),
+        }
 
 
 Result = Label | Entity

@@ -30,8 +30,10 @@ ACCEPTED_FORMS = (
 
 _CODES = r"Flat|PQ(?P<m>\d+)(?:x(?P<bits>\d+))?(?P<suffix>fs|np)?|SQ(?P<sq>4|6|8|fp16|bf16)"
 _CODES_RE = re.compile(rf"(?:{_CODES})")
-_TRANSFORM_RE = re.compile(r"OPQ(?P<m>\d+)(?:_(?P<d>\d+))?|PCAR?W?(?P<pca>\d+)|RR(?P<rr>\d+)"
-                           r"|L2norm")
+_TRANSFORM_RE = re.compile(
+    r"OPQ(?P<m>\d+)(?:_(?P<d>\d+))?|PCAR?W?(?P<pca>\d+)|RR(?P<rr>\d+)"
+    r"|L2norm"
+)
 _IVF_RE = re.compile(r"IVF(?P<n>\d+)(?:_(?P<q>HNSW(?P<qm>\d*)|Flat))?")
 _HNSW_RE = re.compile(r"HNSW(?P<m>\d*)(?:_(?P<codes>.+))?")
 _REFINE_RE = re.compile(r"RFlat|Refine\((?P<codes>[^()]+)\)")
@@ -120,8 +122,12 @@ class IndexSpec:
     def gpu_buildable(self) -> bool:
         """Whether it is trained and filled on GPUs: a plain IVF index (no pre-transform,
         no IDMap, no fast-scan codes)."""
-        return (self.nlist is not None and not self.transforms and not self.needs_id_map
-                and not self.codes.fast_scan)
+        return (
+            self.nlist is not None
+            and not self.transforms
+            and not self.needs_id_map
+            and not self.codes.fast_scan
+        )
 
     def code_dim(self, dim: int) -> int:
         """The dimension the index body works in, for input vectors of `dim`."""
@@ -183,8 +189,9 @@ def parse_spec(text: str) -> IndexSpec:
         pos += 1
     if pos < len(parts):
         raise _error(text, f"'{','.join(parts[pos:])}' after the last stage")
-    return IndexSpec(text, id_map, tuple(transforms), transform_dim, nlist, quantizer_m, hnsw_m,
-                     codes, refine)
+    return IndexSpec(
+        text, id_map, tuple(transforms), transform_dim, nlist, quantizer_m, hnsw_m, codes, refine
+    )
 
 
 def _split(text: str) -> list[str]:
@@ -212,5 +219,7 @@ def _codes(text: str, part: str) -> Codes:
 
 
 def _error(text: str, what: str) -> VectorIndexError:
-    return VectorIndexError(f"index.spec '{text}': {what}; accepted: `auto` or a FAISS "
-                            f"factory string such as {ACCEPTED_FORMS}")
+    return VectorIndexError(
+        f"index.spec '{text}': {what}; accepted: `auto` or a FAISS "
+        f"factory string such as {ACCEPTED_FORMS}"
+    )

@@ -17,8 +17,15 @@ from indexer.core.fsio import feed_file
 from indexer.errors import ModelError
 
 # Keys that must agree between stored vectors and a new encoder before adding vectors.
-WRITE_KEYS = ("model_name", "weights_hash", "pooling", "normalize", "max_length", "dim",
-              "document_prompt")
+WRITE_KEYS = (
+    "model_name",
+    "weights_hash",
+    "pooling",
+    "normalize",
+    "max_length",
+    "dim",
+    "document_prompt",
+)
 # Keys that must agree between stored vectors and the query encoder.
 QUERY_KEYS = ("weights_hash", "pooling", "normalize", "dim")
 # Keys an ONNX export and the store's vectors must agree on (QUERY_KEYS less `normalize`,

@@ -71,14 +71,17 @@ def model_defaults(model_dir: Path, keys: Collection[str] = ("pooling",)) -> dic
     kinds = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules}
     other = [k for k in kinds if k not in SUPPORTED_MODULES]
     if other:
-        raise ValueError(f"{modules_file} chains module(s) {', '.join(other)} that bertindex "
-                         f"does not run (only {', '.join(SUPPORTED_MODULES)}): its vectors "
-                         "would not be the model's; use a model without them")
+        raise ValueError(
+            f"{modules_file} chains module(s) {', '.join(other)} that bertindex "
+            f"does not run (only {', '.join(SUPPORTED_MODULES)}): its vectors "
+            "would not be the model's; use a model without them"
+        )
     transformer = kinds.get("Transformer")
     if transformer is not None and transformer.get("path", "") not in ("", "."):
         sub = model_dir / transformer["path"]
-        raise ValueError(f"{modules_file}: the transformer is in {sub}; set model.name to "
-                         "that folder")
+        raise ValueError(
+            f"{modules_file}: the transformer is in {sub}; set model.name to that folder"
+        )
     out: dict = {}
     config = _read(model_dir / ST_MODEL_FILE) if (model_dir / ST_MODEL_FILE).is_file() else {}
     similarity = config.get("similarity_fn_name")  # sentence-transformers' default: cosine
@@ -97,8 +100,9 @@ def model_defaults(model_dir: Path, keys: Collection[str] = ("pooling",)) -> dic
     prompts = config.get("prompts") or {}
     default = prompts.get(config.get("default_prompt_name") or "", "")
     out["query_prompt"] = prompts.get("query", default)
-    out["document_prompt"] = next((prompts[n] for n in DOCUMENT_PROMPT_NAMES if n in prompts),
-                                  default)
+    out["document_prompt"] = next(
+        (prompts[n] for n in DOCUMENT_PROMPT_NAMES if n in prompts), default
+    )
     if not include_prompt:  # checked against the prompts in use (ModelConfig)
         out["include_prompt"] = False
     return out
@@ -108,12 +112,17 @@ def _pooling_mode(pool_file: Path, pool_config: dict) -> str:
     """The one pooling mode a `Pooling` module's config asks for, if bertindex runs it."""
     modes = [name for flag, name in POOLING_FLAGS.items() if pool_config.get(flag)]
     if pool_config.get("pooling_mode"):  # newer files name it directly
-        modes = [str(pool_config["pooling_mode"]).replace("mean_tokens", "mean")
-                 .replace("cls_token", "cls")]
+        modes = [
+            str(pool_config["pooling_mode"])
+            .replace("mean_tokens", "mean")
+            .replace("cls_token", "cls")
+        ]
     if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
-        raise ValueError(f"{pool_file} asks for {' + '.join(modes) or 'no'} pooling; "
-                         f"bertindex pools with one of {', '.join(SUPPORTED_POOLING)}: "
-                         "set model.pooling in config.yaml to override")
+        raise ValueError(
+            f"{pool_file} asks for {' + '.join(modes) or 'no'} pooling; "
+            f"bertindex pools with one of {', '.join(SUPPORTED_POOLING)}: "
+            "set model.pooling in config.yaml to override"
+        )
     return modes[0]
 
 

@@ -37,8 +37,11 @@ def list_versions(store_dir: str | Path) -> list[int]:
     root = index_root(store_dir)
     if not root.is_dir():
         return []
-    return sorted(int(p.name[1:]) for p in root.iterdir()
-                  if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit())
+    return sorted(
+        int(p.name[1:])
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()
+    )
 
 
 def write_pointer(store_dir: str | Path, version: str) -> None:

@@ -48,9 +48,17 @@ class PairSource:
     validation_share: float = 0.2  # queries held out, whole, to pick the epoch and the share
 
 
-def train_reranker(config: Config, source: PairSource, out: Path, *, base: str | None = None,
-                   max_length: int | str = "auto", seed: int = 42,
-                   progress: ProgressArg = False, **options: Any) -> dict:
+def train_reranker(
+    config: Config,
+    source: PairSource,
+    out: Path,
+    *,
+    base: str | None = None,
+    max_length: int | str = "auto",
+    seed: int = 42,
+    progress: ProgressArg = False,
+    **options: Any,
+) -> dict:
     """Train a pair head as a reranker and keep its share of the order in its config.json.
 
     Args:
@@ -68,31 +76,49 @@ def train_reranker(config: Config, source: PairSource, out: Path, *, base: str |
     """
     queries, qrels = load_beir_queries(source.folder, source.split)
     if source.max_queries:
-        queries = dict(list(queries.items())[:source.max_queries])
+        queries = dict(list(queries.items())[: source.max_queries])
     collection = source.collection or source.folder.name
     run_index([str(source.folder)], config, collection=collection, fmt="beir", progress=progress)
     with Store(config.store.path, read_only=True) as store:
-        items, record = mine_pairs(Searcher(config, store), collection, queries, qrels,
-                                   source.negatives, source.mine_depth, seed)
+        items, record = mine_pairs(
+            Searcher(config, store),
+            collection,
+            queries,
+            qrels,
+            source.negatives,
+            source.mine_depth,
+            seed,
+        )
     length = RERANK_MAX_LENGTH if max_length == "auto" else int(max_length)
     settings = TrainSettings(
-        task="pair", base=resolve_model_path(base or config.model.name), out=out,
-        max_length=length, seed=seed, dtype=resolve_dtype(config.model.dtype), blend="off",
-        **options)
+        task="pair",
+        base=resolve_model_path(base or config.model.name),
+        out=out,
+        max_length=length,
+        seed=seed,
+        dtype=resolve_dtype(config.model.dtype),
+        blend="off",
+        **options,
+    )
     record["passages_cut"] = cut_passages(items, _tokenizer(settings.base), length)
     record["max_length"] = length
     record["max_queries"] = source.max_queries
     train_items, val_items = split_queries(items, source.validation_share, seed)
     held = sorted({i["id"].split("/", 1)[0] for i in val_items})
     record["validation_queries"] = len(held)
-    receipt = train_head(_head_data(source, config, train_items, val_items), settings,
-                         progress=progress)
+    receipt = train_head(
+        _head_data(source, config, train_items, val_items), settings, progress=progress
+    )
     with Store(config.store.path, read_only=True) as store:
-        weight = tune_rerank_weight(Searcher(config, store), collection, out,
-                                    {q: queries[q] for q in held}, qrels)
-    write_line(f"reranker's share of the order: {weight['weight']} (validation nDCG@10 "
-               f"{weight['ndcg@10']['0.0']:.4f} first stage -> "
-               f"{weight['ndcg@10'][str(weight['weight'])]:.4f})", progress)
+        weight = tune_rerank_weight(
+            Searcher(config, store), collection, out, {q: queries[q] for q in held}, qrels
+        )
+    write_line(
+        f"reranker's share of the order: {weight['weight']} (validation nDCG@10 "
+        f"{weight['ndcg@10']['0.0']:.4f} first stage -> "
+        f"{weight['ndcg@10'][str(weight['weight'])]:.4f})",
+        progress,
+    )
     receipt = update_receipt(out, {"rerank_pairs": record, "rerank_weight": weight}, receipt)
     short = summary(receipt)
     short["rerank_pairs"] = record
@@ -107,14 +133,21 @@ def _tokenizer(base: Path):
     return AutoTokenizer.from_pretrained(base)
 
 
-def _head_data(source: PairSource, config: Config, train_items: list[dict],
-               val_items: list[dict]) -> HeadData:
+def _head_data(
+    source: PairSource, config: Config, train_items: list[dict], val_items: list[dict]
+) -> HeadData:
     """The mined pairs as a pair head's train and validation splits (regression, 0/1)."""
     kind = head_type("pair")
     where = f"{source.folder} qrels/{source.split}.tsv"
-    return HeadData(task="pair", label_names=list(REGRESSION), splits={
-        name: [kind.example(i["id"], i, REGRESSION, f"{where}, {i['id']}") for i in rows]
-        for name, rows in (("train", train_items), ("validation", val_items))},
-        sources={"train": f"{where}: pairs mined from {config.store.path}",
-                 "validation": f"{where}: {source.validation_share:.0%} of the queries, "
-                               "held out"})
+    return HeadData(
+        task="pair",
+        label_names=list(REGRESSION),
+        splits={
+            name: [kind.example(i["id"], i, REGRESSION, f"{where}, {i['id']}") for i in rows]
+            for name, rows in (("train", train_items), ("validation", val_items))
+        },
+        sources={
+            "train": f"{where}: pairs mined from {config.store.path}",
+            "validation": f"{where}: {source.validation_share:.0%} of the queries, held out",
+        },
+    )

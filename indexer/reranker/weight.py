@@ -21,8 +21,11 @@ RERANK_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # 0 (first stage) 
 RERANK_TIE = 0.002
 
 
-def choose_rerank_weight(runs: Sequence[tuple[Sequence[SearchHit], Sequence[float]]],
-                         qrels: Mapping[str, Mapping[str, int]], query_ids: Sequence[str]) -> dict:
+def choose_rerank_weight(
+    runs: Sequence[tuple[Sequence[SearchHit], Sequence[float]]],
+    qrels: Mapping[str, Mapping[str, int]],
+    query_ids: Sequence[str],
+) -> dict:
     """The head's share (`RERANK_WEIGHTS`) with the best nDCG@10 over held-out queries; the
     lowest share within `RERANK_TIE` of the best on a tie (0 keeps the first stage's order: the
     head adds nothing).
@@ -41,8 +44,12 @@ def choose_rerank_weight(runs: Sequence[tuple[Sequence[SearchHit], Sequence[floa
             run[q] = [hits[i].id for i in order]
         tried[weight] = retrieval_scores(run, {q: qrels[q] for q in query_ids})["ndcg@10"]
     best = lowest_of_the_best(tried)
-    return {"weight": best, "ndcg@10": {str(w): round(v, 4) for w, v in tried.items()},
-            "queries": len(query_ids), "tie": RERANK_TIE}
+    return {
+        "weight": best,
+        "ndcg@10": {str(w): round(v, 4) for w, v in tried.items()},
+        "queries": len(query_ids),
+        "tie": RERANK_TIE,
+    }
 
 
 def lowest_of_the_best(tried: Mapping[float, float], tie: float = RERANK_TIE) -> float:
@@ -59,17 +66,24 @@ def tune_rerank_weight(searcher, collection: str, head: Path, queries: dict, qre
 
     depth = searcher.config.search.rerank_depth
     ids = list(queries)
-    results = searcher.search_many([queries[q] for q in ids], depth, collection=collection,
-                                   mode="hybrid", rerank=False)
+    results = searcher.search_many(
+        [queries[q] for q in ids], depth, collection=collection, mode="hybrid", rerank=False
+    )
     scorer = PairScorer(head)
-    runs = [(hits, [float(x) for x in scorer.score([(queries[q], hit_passage(h)) for h in hits])])
-            for q, hits in zip(ids, results)]
+    runs = [
+        (hits, [float(x) for x in scorer.score([(queries[q], hit_passage(h)) for h in hits])])
+        for q, hits in zip(ids, results)
+    ]
     chosen = choose_rerank_weight(runs, qrels, ids)
     config_file = head / "config.json"
     config = json.loads(config_file.read_text())
     config[RERANK_WEIGHT_KEY] = chosen["weight"]
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return {**chosen, "depth": depth, "mode": "hybrid",
-            "rule": "the head's share w of (1 - w) * first stage + w * head, each min-max "
-                    "scaled over the reranked hits, by nDCG@10 on the held-out queries; the "
-                    f"lowest share within {RERANK_TIE} of the best"}
+    return {
+        **chosen,
+        "depth": depth,
+        "mode": "hybrid",
+        "rule": "the head's share w of (1 - w) * first stage + w * head, each min-max "
+        "scaled over the reranked hits, by nDCG@10 on the held-out queries; the "
+        f"lowest share within {RERANK_TIE} of the best",
+    }

@@ -38,7 +38,9 @@ def review_format(path: Path) -> str:
         return "jsonl"
     if suffix == ".csv":
         return "csv"
-    raise InputError(f"{path}: review files are .jsonl or .csv (by suffix), not '{suffix or 'none'}'")
+    raise InputError(
+        f"{path}: review files are .jsonl or .csv (by suffix), not '{suffix or 'none'}'"
+    )
 
 
 def write_review_file(path: Path, rows: Sequence[dict]) -> None:
@@ -53,12 +55,17 @@ def write_review_file(path: Path, rows: Sequence[dict]) -> None:
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "w", encoding="utf-8", newline="") as fh:
         if fmt == "jsonl":
-            fh.writelines(json.dumps({k: row.get(k) for k in EXPORT_FIELDS}, ensure_ascii=False) + "\n" for row in rows)
+            fh.writelines(
+                json.dumps({k: row.get(k) for k in EXPORT_FIELDS}, ensure_ascii=False) + "\n"
+                for row in rows
+            )
         else:
             writer = csv.DictWriter(fh, fieldnames=EXPORT_FIELDS, extrasaction="ignore")
             writer.writeheader()
             for row in rows:
-                writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in EXPORT_FIELDS})
+                writer.writerow(
+                    {k: "" if row.get(k) is None else row.get(k) for k in EXPORT_FIELDS}
+                )
     tmp.replace(path)
 
 
@@ -76,8 +83,10 @@ def read_review_file(path: Path) -> Iterator[RawRow]:
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}); save it as "
-                         "UTF-8 (CSV UTF-8 in a spreadsheet)") from None
+        raise InputError(
+            f"{path}: not UTF-8 ({exc.reason} at byte {exc.start}); save it as "
+            "UTF-8 (CSV UTF-8 in a spreadsheet)"
+        ) from None
     yield from (_jsonl_rows(path) if fmt == "jsonl" else _csv_rows(path, text))
 
 
@@ -97,8 +106,10 @@ def _csv_rows(path: Path, text: str) -> Iterator[RawRow]:
         return
     header = [h.strip() for h in header]
     if "id" not in header:
-        raise InputError(f"{path}: the first row must name the columns, with 'id' and 'label' "
-                         f"among them (found {header[:8]})")
+        raise InputError(
+            f"{path}: the first row must name the columns, with 'id' and 'label' "
+            f"among them (found {header[:8]})"
+        )
     start = reader.line_num + 1
     try:
         for record in reader:
@@ -106,8 +117,12 @@ def _csv_rows(path: Path, text: str) -> Iterator[RawRow]:
             if not any(cell.strip() for cell in record):
                 continue
             if len(record) > len(header):
-                yield RawRow(line, None, f"{len(record)} fields but the header names {len(header)}; "
-                                         "quote fields that hold commas")
+                yield RawRow(
+                    line,
+                    None,
+                    f"{len(record)} fields but the header names {len(header)}; "
+                    "quote fields that hold commas",
+                )
                 continue
             yield RawRow(line, dict(zip(header, record)))
     except csv.Error as exc:

@@ -37,9 +37,16 @@ def dedup_groups(store: Store, doc_ids: Sequence[int]) -> dict[int, int]:
     return dict(store.dedup.groups_of([int(d) for d in doc_ids]))
 
 
-def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: int = 200,
-                      collection: str | None = None, where: Sequence[tuple[str, str]] = (),
-                      other: str | None = None, seed: int = 0) -> list[dict]:
+def select_for_review(
+    store: Store,
+    head: str,
+    strategy: str = "uncertain",
+    n: int = 200,
+    collection: str | None = None,
+    where: Sequence[tuple[str, str]] = (),
+    other: str | None = None,
+    seed: int = 0,
+) -> list[dict]:
     """The `n` documents to label next for `head`.
 
     Args:
@@ -57,14 +64,18 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
     """
     st.check_strategy(strategy)
     if (strategy == "disagree") != (other is not None):
-        raise InputError("--strategy disagree needs --other HEAD (the second head), and "
-                         "--other is only for disagree")
+        raise InputError(
+            "--strategy disagree needs --other HEAD (the second head), and "
+            "--other is only for disagree"
+        )
     names = store.reviews.known_heads()
     for name in (head, other):
         if name is not None and store.reviews.head_info(name) is None:
-            raise InputError(f"head '{name}' has not annotated this store (known: "
-                             f"{', '.join(names) or 'none'}); run `bertindex annotate --heads "
-                             f"{name}=DIR` first")
+            raise InputError(
+                f"head '{name}' has not annotated this store (known: "
+                f"{', '.join(names) or 'none'}); run `bertindex annotate --heads "
+                f"{name}=DIR` first"
+            )
     allowed = store.filters.doc_ids(collection, where)
     c = store.reviews.candidates(head, allowed, other)
     if strategy == "uncertain":
@@ -73,8 +84,14 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
         order = st.margin_order(c.top, c.runner_up)
     elif strategy == "disagree":
         has_other = np.flatnonzero(np.asarray([x is not None for x in c.other_labels], dtype=bool))
-        order = has_other[st.disagree_order(c.labels[has_other], c.other_labels[has_other],
-                                            c.top[has_other], c.other_top[has_other])]
+        order = has_other[
+            st.disagree_order(
+                c.labels[has_other],
+                c.other_labels[has_other],
+                c.top[has_other],
+                c.other_top[has_other],
+            )
+        ]
     else:
         order = st.random_order(len(c.doc_ids), seed)
     ranked = c.doc_ids[order].tolist()
@@ -82,7 +99,7 @@ def select_for_review(store: Store, head: str, strategy: str = "uncertain", n: i
     wanted: list[int] = []
     step = max(4 * n, 256)
     for start in range(0, len(ranked), step):
-        part = ranked[:start + step]
+        part = ranked[: start + step]
         wanted = st.collapse_groups(part, dedup_groups(store, part))
         if len(wanted) >= n:
             break
@@ -111,10 +128,18 @@ class ImportSummary:
     rejected_total: int = 0
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "head": self.head, "rows": self.rows, "stored": self.stored,
-                "changed": self.changed, "unchanged": self.unchanged,
-                "unlabelled": self.unlabelled, "rejected": self.rejected_total,
-                "rejections": self.rejected, "duplicates": self.duplicates}
+        return {
+            "file": self.file,
+            "head": self.head,
+            "rows": self.rows,
+            "stored": self.stored,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "unlabelled": self.unlabelled,
+            "rejected": self.rejected_total,
+            "rejections": self.rejected,
+            "duplicates": self.duplicates,
+        }
 
     def reject(self, line: int, item_id: object, reason: str) -> None:
         self.rejected_total += 1
@@ -150,8 +175,9 @@ def _when(value: str | None, now: datetime) -> datetime:
     try:
         return parse_utc(value)
     except ValueError:
-        raise ValueError(f"reviewed_at '{value}' is not an ISO date-time "
-                         "(e.g. 2026-12-01T10:30:00Z)") from None
+        raise ValueError(
+            f"reviewed_at '{value}' is not an ISO date-time (e.g. 2026-12-01T10:30:00Z)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -164,8 +190,14 @@ class _Checked:
     when: datetime
 
 
-def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
-                collection: str | None = None, reviewer: str | None = None) -> ImportSummary:
+def import_rows(
+    store: Store,
+    rows: Iterable[RawRow],
+    head: str,
+    source: str,
+    collection: str | None = None,
+    reviewer: str | None = None,
+) -> ImportSummary:
     """Validate labelled rows and append the good ones as human labels of `head`.
 
     Refused with their line and reason: unreadable rows, a missing `id`, a label that is not
@@ -187,11 +219,15 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
     info = store.reviews.head_info(head)
     if info is None:
         known = ", ".join(store.reviews.known_heads()) or "none"
-        raise InputError(f"head '{head}' has not annotated this store (known: {known}); run "
-                         f"`bertindex annotate --heads {head}=DIR` first, or fix --head")
+        raise InputError(
+            f"head '{head}' has not annotated this store (known: {known}); run "
+            f"`bertindex annotate --heads {head}=DIR` first, or fix --head"
+        )
     if not capabilities(info.task).reviewable:
-        raise InputError(f"head '{head}' is a {info.task} head; review import takes classifier "
-                         "labels (entity spans are not supported yet)")
+        raise InputError(
+            f"head '{head}' is a {info.task} head; review import takes classifier "
+            "labels (entity spans are not supported yet)"
+        )
     summary = ImportSummary(file=source, head=head)
     now = utc_now()
     who = reviewer or default_reviewer()
@@ -201,20 +237,29 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
         item = _check_row(raw, head, info.label_names, collection, who, now, summary)
         if item is not None:
             checked.append(item)
-    found = store.reviews.resolve_documents(sorted({(c.collection, c.id) for c in checked},
-                                               key=lambda k: (k[0] or "", k[1])))
+    found = store.reviews.resolve_documents(
+        sorted({(c.collection, c.id) for c in checked}, key=lambda k: (k[0] or "", k[1]))
+    )
     last: dict[int, tuple[_Checked, str]] = {}
     lines: dict[int, list[int]] = {}
     for item in checked:
         docs = found.get((item.collection, item.id), [])
         if not docs:
             where = f"collection '{item.collection}'" if item.collection else "the store"
-            summary.reject(item.line, item.id, f"no document '{item.id}' in {where} (deleted "
-                                               "since the export, or a wrong collection)")
+            summary.reject(
+                item.line,
+                item.id,
+                f"no document '{item.id}' in {where} (deleted "
+                "since the export, or a wrong collection)",
+            )
             continue
         if len(docs) > 1:
-            summary.reject(item.line, item.id, f"id '{item.id}' is in collections "
-                           f"{sorted(d[1] for d in docs)}; add a 'collection' column or --collection")
+            summary.reject(
+                item.line,
+                item.id,
+                f"id '{item.id}' is in collections "
+                f"{sorted(d[1] for d in docs)}; add a 'collection' column or --collection",
+            )
             continue
         doc_id, _, digest = docs[0]
         last[doc_id] = (item, digest)  # the last row of a document wins
@@ -235,8 +280,15 @@ def import_rows(store: Store, rows: Iterable[RawRow], head: str, source: str,
     return summary
 
 
-def _check_row(raw: RawRow, head: str, label_names: list[str], collection: str | None,
-               reviewer: str, now: datetime, summary: ImportSummary) -> _Checked | None:
+def _check_row(
+    raw: RawRow,
+    head: str,
+    label_names: list[str],
+    collection: str | None,
+    reviewer: str,
+    now: datetime,
+    summary: ImportSummary,
+) -> _Checked | None:
     """One row checked (None: refused or unlabelled, counted in `summary`)."""
     if raw.fields is None:
         summary.reject(raw.line, None, raw.error or "unreadable row")
@@ -256,21 +308,31 @@ def _check_row(raw: RawRow, head: str, label_names: list[str], collection: str |
         summary.reject(raw.line, None, "no 'id': every row needs the document id the export wrote")
         return None
     if row_head and row_head != head:
-        summary.reject(raw.line, item_id, f"a label of head '{row_head}', not '{head}'; import "
-                                          f"this file with --head {row_head}")
+        summary.reject(
+            raw.line,
+            item_id,
+            f"a label of head '{row_head}', not '{head}'; import this file with --head {row_head}",
+        )
         return None
     if not label:
         summary.unlabelled += 1
         return None
     if label not in label_names:
-        summary.reject(raw.line, item_id, f"label '{label}' is not one of head '{head}''s "
-                                          f"labels {label_names}")
+        summary.reject(
+            raw.line, item_id, f"label '{label}' is not one of head '{head}''s labels {label_names}"
+        )
         return None
     return _Checked(raw.line, row_collection, item_id, label, who, when)
 
 
-def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str | None = None,
-                who: str | None = None) -> int:
+def page_review(
+    store: Store,
+    head: str,
+    doc_id: int,
+    label: str,
+    reviewer: str | None = None,
+    who: str | None = None,
+) -> int:
     """Store one label from the review page, checked as `review import` checks a row.
 
     `who` is the name of the token the request carried (None: the server has no tokens); it
@@ -289,6 +351,7 @@ def page_review(store: Store, head: str, doc_id: int, label: str, reviewer: str 
     if digest is None:
         raise InputError(f"document {doc_id} is no longer in the store (deleted since)")
     now = utc_now()
-    review = NewReview(doc_id, label, reviewer or who or default_reviewer(), now, digest,
-                       PAGE_SOURCE, who)
+    review = NewReview(
+        doc_id, label, reviewer or who or default_reviewer(), now, digest, PAGE_SOURCE, who
+    )
     return store.reviews.append(head, [review])[0]

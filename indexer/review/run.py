@@ -12,8 +12,9 @@ from indexer.review.loop import ImportSummary, import_rows, select_for_review
 from indexer.store import Store
 
 
-def export_reviews(config: Config, head: str, out: Path | None, stdout: IO[str] | None = None,
-                   **selection) -> dict:
+def export_reviews(
+    config: Config, head: str, out: Path | None, stdout: IO[str] | None = None, **selection
+) -> dict:
     """Select documents to label (`loop.select_for_review`) and write them.
 
     Args:
@@ -35,17 +36,42 @@ def export_reviews(config: Config, head: str, out: Path | None, stdout: IO[str] 
         if stdout is None:
             raise ValueError("export_reviews() writes to `out` or to `stdout`; give one")
         for row in rows:
-            stdout.write(json.dumps({k: row.get(k) for k in
-                                     ("id", "collection", "head", "predicted", "score", "label",
-                                      "title", "text")}, ensure_ascii=False) + "\n")
+            stdout.write(
+                json.dumps(
+                    {
+                        k: row.get(k)
+                        for k in (
+                            "id",
+                            "collection",
+                            "head",
+                            "predicted",
+                            "score",
+                            "label",
+                            "title",
+                            "text",
+                        )
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     else:
         write_review_file(out, rows)
-    return {"head": head, "strategy": selection.get("strategy", "uncertain"),
-            "exported": len(rows), "out": str(out) if out else None}
+    return {
+        "head": head,
+        "strategy": selection.get("strategy", "uncertain"),
+        "exported": len(rows),
+        "out": str(out) if out else None,
+    }
 
 
-def import_reviews(config: Config, path: Path, head: str, collection: str | None = None,
-                   reviewer: str | None = None) -> ImportSummary:
+def import_reviews(
+    config: Config,
+    path: Path,
+    head: str,
+    collection: str | None = None,
+    reviewer: str | None = None,
+) -> ImportSummary:
     """Import a labelled review file into the store and publish a snapshot with the labels;
     recorded as a `review` run.
 

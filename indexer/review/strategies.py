@@ -48,8 +48,12 @@ def margin_order(top: np.ndarray, runner_up: np.ndarray | None) -> np.ndarray:
     return np.argsort(margins(top, runner_up), kind="stable")
 
 
-def disagree_order(labels: Sequence | np.ndarray, other_labels: Sequence | np.ndarray,
-                   top: np.ndarray, other_top: np.ndarray) -> np.ndarray:
+def disagree_order(
+    labels: Sequence | np.ndarray,
+    other_labels: Sequence | np.ndarray,
+    top: np.ndarray,
+    other_top: np.ndarray,
+) -> np.ndarray:
     """Candidates whose two heads give different labels, the least sure pair first (lowest
     mean of the two top-class probabilities); agreeing candidates are left out.
 
@@ -59,7 +63,9 @@ def disagree_order(labels: Sequence | np.ndarray, other_labels: Sequence | np.nd
     Returns:
         Positions of the disagreeing candidates, in order.
     """
-    differ = np.flatnonzero(np.asarray(labels, dtype=object) != np.asarray(other_labels, dtype=object))
+    differ = np.flatnonzero(
+        np.asarray(labels, dtype=object) != np.asarray(other_labels, dtype=object)
+    )
     mean = (np.asarray(top, np.float64)[differ] + np.asarray(other_top, np.float64)[differ]) / 2
     return differ[np.argsort(mean, kind="stable")]
 

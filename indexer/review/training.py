@@ -36,16 +36,26 @@ def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
 
     with Store(store_path, read_only=True, snapshot=False) as store:
         if not store.reviews.has_tables() or store.reviews.head_info(head) is None:
-            raise InputError(f"{store_path}: no reviewed labels of head '{head}'; export, label "
-                             f"and import some first (`bertindex review export --head {head}`)")
+            raise InputError(
+                f"{store_path}: no reviewed labels of head '{head}'; export, label "
+                f"and import some first (`bertindex review export --head {head}`)"
+            )
         rows = store.reviews.reviewed_documents(head)
     unknown = sorted({r[3] for r in rows} - set(data.label_names))
     if unknown:
-        raise InputError(f"reviewed labels {unknown} of head '{head}' are not in the data's labels "
-                         f"{data.label_names}; train with data that share the head's labels")
-    held_out = {e.text for split in ("validation", "test")
-                for e in examples_of(SentenceExample, data.splits.get(split, []),
-                                     f"--reviewed adds classifier labels to '{data.task}' data")}
+        raise InputError(
+            f"reviewed labels {unknown} of head '{head}' are not in the data's labels "
+            f"{data.label_names}; train with data that share the head's labels"
+        )
+    held_out = {
+        e.text
+        for split in ("validation", "test")
+        for e in examples_of(
+            SentenceExample,
+            data.splits.get(split, []),
+            f"--reviewed adds classifier labels to '{data.task}' data",
+        )
+    }
     added, stale, in_eval = [], 0, 0
     for doc_id, external_id, text, label, fresh in rows:
         if not fresh:
@@ -53,9 +63,15 @@ def add_reviewed(data: HeadData, store_path: str | Path, head: str) -> HeadData:
         elif text in held_out:
             in_eval += 1
         else:
-            added.append(SentenceExample(f"reviewed:{external_id}", text,
-                                         data.label_names.index(label)))
+            added.append(
+                SentenceExample(f"reviewed:{external_id}", text, data.label_names.index(label))
+            )
     data.splits["train"] = [*data.splits.get("train", []), *added]
-    data.reviewed = {"head": head, "store": str(store_path), "added_to_train": len(added),
-                     "stale": stale, "in_eval": in_eval}
+    data.reviewed = {
+        "head": head,
+        "store": str(store_path),
+        "added_to_train": len(added),
+        "stale": stale,
+        "in_eval": in_eval,
+    }
     return data

@@ -12,8 +12,8 @@ the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_rev
 `hash_token`, `new_token`, `scope_allows`, `SCOPES`;
 `WriterLock`; `content_hash`; `read_snapshot_facts`; `new_run_id`; the constants `DB_NAME`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
-(the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or the
-surface imports this package's modules or touches `Store.con` (tests may, to check them).
+(the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or
+the surface imports this package's modules or touches `Store.con` (tests may, to check them).
 
 Modules, one concept each: `store` (the Store: the core and its groups), `core` (connection,
 transactions, data version), `lock` (writer lock), `schema` (DDL and migrations), `snapshot`
@@ -51,9 +51,36 @@ from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, sco
 from indexer.store.trends import TIME_UNITS, UNKNOWN
 
 __all__ = [
-    "COMPLETED_WITH_FAILURES", "DB_NAME", "SCHEMA_VERSION", "TIME_UNITS", "UNKNOWN", "Candidates", "ChunkLayout",
-    "ChunkRows", "DocDigest", "DocRef", "DocText", "HashDiff", "HeadInfo", "Hit",
-    "IntegrityCounts", "NewReview", "Run", "SnapshotFacts", "Store", "StoredDoc", "WriterLock",
-    "content_hash", "new_run_id", "read_snapshot_facts", "ReviewRow", "SCOPES", "StoredToken",
-    "hash_token", "new_token", "read_reviewed_since", "read_token_table", "scope_allows",
+    "COMPLETED_WITH_FAILURES",
+    "DB_NAME",
+    "SCHEMA_VERSION",
+    "TIME_UNITS",
+    "UNKNOWN",
+    "Candidates",
+    "ChunkLayout",
+    "ChunkRows",
+    "DocDigest",
+    "DocRef",
+    "DocText",
+    "HashDiff",
+    "HeadInfo",
+    "Hit",
+    "IntegrityCounts",
+    "NewReview",
+    "Run",
+    "SnapshotFacts",
+    "Store",
+    "StoredDoc",
+    "WriterLock",
+    "content_hash",
+    "new_run_id",
+    "read_snapshot_facts",
+    "ReviewRow",
+    "SCOPES",
+    "StoredToken",
+    "hash_token",
+    "new_token",
+    "read_reviewed_since",
+    "read_token_table",
+    "scope_allows",
 ]

@@ -8,19 +8,23 @@ from indexer.store.core import StoreCore
 from indexer.store.rows import ChunkLayout, DocDigest, DocRef, IntegrityCounts
 from indexer.store.vectors import Vectors
 
-COUNT_DUPLICATE_IDS = ("SELECT count(*) - count(DISTINCT (collection, external_id)) "
-                       "FROM documents")
-ORPHAN_CHUNKS = ("SELECT c.chunk_id FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
-                 "WHERE d.doc_id IS NULL")
+COUNT_DUPLICATE_IDS = "SELECT count(*) - count(DISTINCT (collection, external_id)) FROM documents"
+ORPHAN_CHUNKS = (
+    "SELECT c.chunk_id FROM chunks c LEFT JOIN documents d ON c.doc_id = d.doc_id "
+    "WHERE d.doc_id IS NULL"
+)
 COUNT_ORPHAN_CHUNKS = f"SELECT count(*) FROM ({ORPHAN_CHUNKS})"
 STRAY_VECTORS = "FROM vectors WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)"
 COUNT_STRAY_VECTORS = f"SELECT count(*) {STRAY_VECTORS}"
 DOCS_WITH_BARE_CHUNKS = (
     "SELECT d.collection, d.external_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
-    "WHERE c.chunk_id NOT IN (SELECT chunk_id FROM vectors) GROUP BY ALL ORDER BY ALL")
+    "WHERE c.chunk_id NOT IN (SELECT chunk_id FROM vectors) GROUP BY ALL ORDER BY ALL"
+)
 SELECT_DIGESTS = "SELECT collection, external_id, content_hash, metadata FROM documents"
-SELECT_LAYOUT = ("SELECT c.chunk_id, d.collection, d.external_id, c.ordinal, c.start_char, "
-                 "c.end_char FROM chunks c JOIN documents d ON c.doc_id = d.doc_id")
+SELECT_LAYOUT = (
+    "SELECT c.chunk_id, d.collection, d.external_id, c.ordinal, c.start_char, "
+    "c.end_char FROM chunks c JOIN documents d ON c.doc_id = d.doc_id"
+)
 DELETE_ORPHAN_VECTORS = f"DELETE FROM vectors WHERE chunk_id IN ({ORPHAN_CHUNKS})"
 DELETE_STRAY_VECTORS = f"DELETE {STRAY_VECTORS}"
 DELETE_ORPHAN_CHUNKS = f"DELETE FROM chunks WHERE chunk_id IN ({ORPHAN_CHUNKS})"
@@ -45,12 +49,14 @@ class Checks:
             IntegrityCounts: duplicate (collection, id) pairs, chunks whose document is gone,
             vectors whose chunk is gone (0 before the first vector).
         """
-        stray = (self.core.scalar(COUNT_STRAY_VECTORS)
-                 if self.vectors.provenance() is not None else 0)
+        stray = (
+            self.core.scalar(COUNT_STRAY_VECTORS) if self.vectors.provenance() is not None else 0
+        )
         return IntegrityCounts(
             duplicate_ids=self.core.scalar(COUNT_DUPLICATE_IDS),
             orphan_chunks=self.core.scalar(COUNT_ORPHAN_CHUNKS),
-            stray_vectors=stray)
+            stray_vectors=stray,
+        )
 
     def documents_missing_vectors(self) -> list[DocRef]:
         """Documents with a chunk whose vector is gone (nothing to rebuild it from).

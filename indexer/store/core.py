@@ -65,8 +65,9 @@ class StoreCore:
         version: the index version whose snapshot is open (None: the live file is open).
     """
 
-    def __init__(self, path: str | Path, read_only: bool = False, snapshot: bool = True,
-                 lock: bool = True):
+    def __init__(
+        self, path: str | Path, read_only: bool = False, snapshot: bool = True, lock: bool = True
+    ):
         self.path = Path(path)
         self.db_path = self.path / DB_NAME
         self.read_only = read_only
@@ -111,7 +112,8 @@ class StoreCore:
         `lock.WAIT_S`: what else has the file open then is a reader for a moment (a server
         re-reading its tokens or the review page's labels), never another writer."""
         config: dict[str, str | bool | int | float | list[str]] = (
-            {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT})
+            {} if read_only else {"memory_limit": WRITER_MEMORY_LIMIT}
+        )
         deadline = time.monotonic() + (WAIT_S if self._lock is not None else 0.0)
         while True:
             try:
@@ -227,8 +229,9 @@ class StoreCore:
         self.con.execute(COMMIT)
 
     @contextlib.contextmanager
-    def bound(self, values: Sequence | np.ndarray, kind: pa.DataType | None = None
-              ) -> Iterator[str]:
+    def bound(
+        self, values: Sequence | np.ndarray, kind: pa.DataType | None = None
+    ) -> Iterator[str]:
         """Yield `(SELECT v FROM view)`: `values` (int64 unless `kind` says otherwise) as a
         registered one-column Arrow view, for `x IN {ref}` inside the block. A Python list
         bound as a `?::BIGINT[]` parameter costs DuckDB 1.4 two failed `import pandas` per
@@ -279,4 +282,3 @@ class StoreCore:
             folder: the index version folder the snapshot is published with.
         """
         copy_snapshot(self.con, self.db_path, folder)
-

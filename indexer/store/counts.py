@@ -10,13 +10,17 @@ from indexer.store.vectors import Vectors
 COUNT_COLLECTION = "SELECT count(*) FROM documents WHERE collection = ?"
 VECTORS_PER_COLLECTION = (
     "(SELECT count(*) FROM vectors v JOIN chunks c2 ON v.chunk_id = c2.chunk_id "
-    "JOIN documents d2 ON c2.doc_id = d2.doc_id WHERE d2.collection = d.collection)")
+    "JOIN documents d2 ON c2.doc_id = d2.doc_id WHERE d2.collection = d.collection)"
+)
 COLLECTION_COUNTS = (
     "SELECT d.collection, count(DISTINCT d.doc_id), count(c.chunk_id), {vectors} "
     "FROM documents d LEFT JOIN chunks c ON c.doc_id = d.doc_id "
-    "GROUP BY d.collection ORDER BY d.collection")
-HAS_ANNOTATION_HEADS = ("SELECT count(*) FROM information_schema.columns "
-                        "WHERE table_name = 'annotations' AND column_name = 'head'")
+    "GROUP BY d.collection ORDER BY d.collection"
+)
+HAS_ANNOTATION_HEADS = (
+    "SELECT count(*) FROM information_schema.columns "
+    "WHERE table_name = 'annotations' AND column_name = 'head'"
+)
 ANNOTATIONS_PER_HEAD = "SELECT head, count(*) FROM annotations GROUP BY head ORDER BY head"
 
 
@@ -40,8 +44,9 @@ class Counts:
         """
         vectors = VECTORS_PER_COLLECTION if self.vectors.provenance() is not None else "0"
         rows = self.core.con.execute(COLLECTION_COUNTS.format(vectors=vectors)).fetchall()
-        return [{"collection": r[0], "documents": r[1], "chunks": r[2], "vectors": r[3]}
-                for r in rows]
+        return [
+            {"collection": r[0], "documents": r[1], "chunks": r[2], "vectors": r[3]} for r in rows
+        ]
 
     def annotations(self) -> dict[str, int]:
         """Annotations per head; empty until an `annotations` table (head, ...) exists."""

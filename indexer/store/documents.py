@@ -21,26 +21,32 @@ from indexer.store.side_tables import SideTables
 from indexer.store.vectors import Vectors
 
 SEQUENCES = ("doc_ids", "chunk_ids")
-SELECT_EXISTING = ("SELECT external_id, doc_id, content_hash, metadata FROM documents "
-                   "WHERE collection = ? AND external_id IN {ids}")
+SELECT_EXISTING = (
+    "SELECT external_id, doc_id, content_hash, metadata FROM documents "
+    "WHERE collection = ? AND external_id IN {ids}"
+)
 NEXT_IDS = "SELECT nextval('{sequence}') FROM range(?)"
 SELECT_CHUNKS_OF_DOCS = "SELECT chunk_id FROM chunks WHERE doc_id IN {ids}"
 DELETE_VECTORS_OF_CHUNKS = "DELETE FROM vectors WHERE chunk_id IN {ids}"
 DELETE_CHUNKS = "DELETE FROM chunks WHERE chunk_id IN {ids}"
 DELETE_CHUNKS_OF_DOCS = "DELETE FROM chunks WHERE doc_id IN {ids}"
 DELETE_DOCUMENTS = "DELETE FROM documents WHERE doc_id IN {ids}"
-UPDATE_DOCUMENT = ("UPDATE documents SET title = ?, text = ?, metadata = ?, content_hash = ?, "
-                   "ingested_at = ? WHERE doc_id = ?")
+UPDATE_DOCUMENT = (
+    "UPDATE documents SET title = ?, text = ?, metadata = ?, content_hash = ?, "
+    "ingested_at = ? WHERE doc_id = ?"
+)
 UPDATE_METADATA = "UPDATE documents SET metadata = ? WHERE doc_id = ?"
 INSERT_DOCUMENTS = "INSERT INTO documents SELECT * FROM {view}"
 INSERT_CHUNKS = "INSERT INTO chunks SELECT * FROM {view}"
 INSERT_VECTORS = "INSERT INTO vectors SELECT * FROM {view}"
 INSERT_REJECTED = "INSERT INTO rejected VALUES (?, ?, ?, ?, ?, ?)"
-SELECT_DOCS_BY_EXTERNAL_ID = ("SELECT doc_id, external_id FROM documents WHERE collection = ? "
-                              "AND external_id {member} {ids}")
+SELECT_DOCS_BY_EXTERNAL_ID = (
+    "SELECT doc_id, external_id FROM documents WHERE collection = ? AND external_id {member} {ids}"
+)
 SELECT_DOCUMENTS_FOR_REENCODE = (
     "SELECT doc_id, collection, external_id, title, text, metadata, content_hash FROM documents "
-    "WHERE doc_id NOT IN {ids} ORDER BY collection, doc_id")
+    "WHERE doc_id NOT IN {ids} ORDER BY collection, doc_id"
+)
 RESTART_DOC_IDS = ("DROP SEQUENCE doc_ids", "CREATE SEQUENCE doc_ids START {start}")
 
 
@@ -62,8 +68,6 @@ def content_hash(record: Record) -> str:
 def to_json(value: object) -> str:
     """JSON text as the store keeps it (UTF-8 as is; dates and the like as str)."""
     return json.dumps(value, ensure_ascii=False, default=str)
-
-
 
 
 class DocumentWrites:
@@ -143,11 +147,14 @@ class DocumentWrites:
                 with self.core.bound(removed) as old_chunks:
                     con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
                     con.execute(DELETE_CHUNKS.format(ids=old_chunks))
-                con.executemany(UPDATE_DOCUMENT, [
-                    [r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs])
+                con.executemany(
+                    UPDATE_DOCUMENT,
+                    [[r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs],
+                )
             if metadata_updates:
-                con.executemany(UPDATE_METADATA,
-                                [[to_json(r.metadata), d] for d, r in metadata_updates])
+                con.executemany(
+                    UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
+                )
             if new_docs:
                 self.core.insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
             if chunk_ids:
@@ -155,8 +162,10 @@ class DocumentWrites:
                 self.core.insert_view(INSERT_CHUNKS, chunk_table)
                 self.core.insert_view(INSERT_VECTORS, vector_table)
             if rejected:
-                con.executemany(INSERT_REJECTED, [
-                    [run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected])
+                con.executemany(
+                    INSERT_REJECTED,
+                    [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
+                )
             if new_docs or changed_docs or metadata_updates or chunk_ids:
                 self.core.bump_data_version()
             crash_point("batch.before_commit")
@@ -164,7 +173,9 @@ class DocumentWrites:
         return chunk_ids, removed
 
     def delete(
-        self, collection: str, external_ids: Sequence[str] | None = None,
+        self,
+        collection: str,
+        external_ids: Sequence[str] | None = None,
         keep: Sequence[str] | None = None,
     ) -> tuple[list[str], list[int]]:
         """Delete documents with their chunks and vectors, in one transaction.
@@ -209,8 +220,9 @@ class DocumentWrites:
             self.core.bump_data_version()
         return removed
 
-    def iter_documents(self, batch_rows: int = 2048, exclude: Iterable[int] = ()
-                       ) -> Iterable[tuple[str, list[tuple[int, Record, str]]]]:
+    def iter_documents(
+        self, batch_rows: int = 2048, exclude: Iterable[int] = ()
+    ) -> Iterable[tuple[str, list[tuple[int, Record, str]]]]:
         """Stream stored documents back as records, for re-encoding them.
 
         Args:
@@ -222,7 +234,8 @@ class DocumentWrites:
         """
         with self.core.bound(sorted(exclude)) as skip:
             reader = self.core.con.execute(
-                SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)).fetch_record_batch(batch_rows)
+                SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)
+            ).fetch_record_batch(batch_rows)
             pending: list = []
             current = ""  # the collection of `pending`
             for rb in reader:
@@ -231,9 +244,14 @@ class DocumentWrites:
                         yield current, pending
                         pending = []
                     current = row["collection"]
-                    record = Record(row["external_id"], row["text"], row["title"],
-                                    json.loads(row["metadata"]) if row["metadata"] else {},
-                                    source=f"store:{row['collection']}", row=row["doc_id"])
+                    record = Record(
+                        row["external_id"],
+                        row["text"],
+                        row["title"],
+                        json.loads(row["metadata"]) if row["metadata"] else {},
+                        source=f"store:{row['collection']}",
+                        row=row["doc_id"],
+                    )
                     pending.append((row["doc_id"], record, row["content_hash"]))
         if pending:
             yield current, pending
@@ -247,7 +265,9 @@ class DocumentWrites:
         drop, create = RESTART_DOC_IDS
         con = self.core.con
         con.execute(drop)
-        con.execute(create.format(start=int(max_doc_id) + 1))  # an int: nothing else reaches the SQL
+        con.execute(
+            create.format(start=int(max_doc_id) + 1)
+        )  # an int: nothing else reaches the SQL
 
     # -- helpers (inside the caller's transaction) -------------------------------------------
     def _chunks_of(self, doc_ids: Sequence[int]) -> list[int]:
@@ -268,34 +288,41 @@ class DocumentWrites:
         return removed
 
 
-def _documents_table(collection: str, docs: list[tuple[int, Record, str]], now: datetime
-                     ) -> pa.Table:
+def _documents_table(
+    collection: str, docs: list[tuple[int, Record, str]], now: datetime
+) -> pa.Table:
     """New documents as an Arrow table in `documents` column order."""
-    return pa.table({
-        "doc_id": pa.array([d for d, _, _ in docs], pa.int64()),
-        "collection": pa.array([collection] * len(docs), pa.string()),
-        "external_id": pa.array([r.external_id for _, r, _ in docs], pa.string()),
-        "title": pa.array([r.title for _, r, _ in docs], pa.string()),
-        "text": pa.array([r.text for _, r, _ in docs], pa.string()),
-        "metadata": pa.array([to_json(r.metadata) for _, r, _ in docs], pa.string()),
-        "content_hash": pa.array([h for _, _, h in docs], pa.string()),
-        "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
-    })
+    return pa.table(
+        {
+            "doc_id": pa.array([d for d, _, _ in docs], pa.int64()),
+            "collection": pa.array([collection] * len(docs), pa.string()),
+            "external_id": pa.array([r.external_id for _, r, _ in docs], pa.string()),
+            "title": pa.array([r.title for _, r, _ in docs], pa.string()),
+            "text": pa.array([r.text for _, r, _ in docs], pa.string()),
+            "metadata": pa.array([to_json(r.metadata) for _, r, _ in docs], pa.string()),
+            "content_hash": pa.array([h for _, _, h in docs], pa.string()),
+            "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
+        }
+    )
 
 
 def _chunk_tables(chunk_ids: list[int], chunks: ChunkRows) -> tuple[pa.Table, pa.Table]:
     """(chunks, vectors) as Arrow tables in their tables' column order."""
-    chunk_table = pa.table({
-        "chunk_id": pa.array(chunk_ids, pa.int64()),
-        "doc_id": pa.array(chunks.doc_ids, pa.int64()),
-        "ordinal": pa.array(chunks.ordinals, pa.int32()),
-        "start_char": pa.array(chunks.starts, pa.int32()),
-        "end_char": pa.array(chunks.ends, pa.int32()),
-        "n_tokens": pa.array(chunks.n_tokens, pa.int32()),
-    })
+    chunk_table = pa.table(
+        {
+            "chunk_id": pa.array(chunk_ids, pa.int64()),
+            "doc_id": pa.array(chunks.doc_ids, pa.int64()),
+            "ordinal": pa.array(chunks.ordinals, pa.int32()),
+            "start_char": pa.array(chunks.starts, pa.int32()),
+            "end_char": pa.array(chunks.ends, pa.int32()),
+            "n_tokens": pa.array(chunks.n_tokens, pa.int32()),
+        }
+    )
     flat = pa.array(np.ascontiguousarray(chunks.vectors, dtype=np.float32).ravel())
-    vector_table = pa.table({
-        "chunk_id": pa.array(chunk_ids, pa.int64()),
-        "embedding": pa.FixedSizeListArray.from_arrays(flat, chunks.vectors.shape[1]),
-    })
+    vector_table = pa.table(
+        {
+            "chunk_id": pa.array(chunk_ids, pa.int64()),
+            "embedding": pa.FixedSizeListArray.from_arrays(flat, chunks.vectors.shape[1]),
+        }
+    )
     return chunk_table, vector_table

@@ -11,19 +11,27 @@ import numpy as np
 
 from indexer.store.core import StoreCore
 
-CHUNKS_PASSING = ("SELECT c.chunk_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
-                  "WHERE {clauses}")
+CHUNKS_PASSING = (
+    "SELECT c.chunk_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id WHERE {clauses}"
+)
 DOCS_PASSING = "SELECT doc_id FROM documents WHERE {clauses}"
 # `{doc}` and `{prefix}` are column prefixes chosen here, never input; every value is a `?`
 COLLECTION_IS = "{prefix}collection = ?"
 METADATA_IS = "json_extract_string({prefix}metadata, ?) = ?"
 LABEL_IS = "{doc} IN (SELECT doc_id FROM annotations WHERE head = ? AND label = ?)"
 # a person's label (the latest review row) ...
-HUMAN_LABEL_IS = ("{doc} IN (SELECT doc_id FROM reviews WHERE head = ? GROUP BY doc_id "
-                  "HAVING arg_max(label, review_id) = ?)")
+HUMAN_LABEL_IS = (
+    "{doc} IN (SELECT doc_id FROM reviews WHERE head = ? GROUP BY doc_id "
+    "HAVING arg_max(label, review_id) = ?)"
+)
 # ... else the model's: a reviewed document is never matched by a model label it was corrected from
-EFFECTIVE_LABEL_IS = ("(" + HUMAN_LABEL_IS + " OR (" + LABEL_IS
-                      + " AND {doc} NOT IN (SELECT doc_id FROM reviews WHERE head = ?)))")
+EFFECTIVE_LABEL_IS = (
+    "("
+    + HUMAN_LABEL_IS
+    + " OR ("
+    + LABEL_IS
+    + " AND {doc} NOT IN (SELECT doc_id FROM reviews WHERE head = ?)))"
+)
 HAS_REVIEWS = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'reviews'"
 ENTITY_TYPE_IS = "{doc} IN (SELECT doc_id FROM entities WHERE type = ?)"
 ENTITY_IS = "{doc} IN (SELECT doc_id FROM entities WHERE type = ? AND lower(text) = lower(?))"
@@ -59,10 +67,15 @@ def json_path(field_name: str) -> str:
     return "/" + field_name.replace("~", "~0").replace("/", "~1")
 
 
-def filter_clauses(prefix: str, collection: str | None, where: Sequence[tuple[str, str]],
-                   labels: Sequence[tuple[str, str]],
-                   entities: Sequence[tuple[str, str | None]], human: bool = False,
-                   reviews: bool = False) -> Clauses | None:
+def filter_clauses(
+    prefix: str,
+    collection: str | None,
+    where: Sequence[tuple[str, str]],
+    labels: Sequence[tuple[str, str]],
+    entities: Sequence[tuple[str, str | None]],
+    human: bool = False,
+    reviews: bool = False,
+) -> Clauses | None:
     """Conditions over `documents` columns named with `prefix`.
 
     Args:
@@ -114,8 +127,11 @@ class Filters:
         self.core = core
 
     def chunk_ids(
-        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
-        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+        self,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (),
+        entities: Sequence[tuple[str, str | None]] = (),
         human: bool = False,
     ) -> np.ndarray | None:
         """Chunk ids of documents that pass every filter.
@@ -130,12 +146,16 @@ class Filters:
         Returns:
             int64 chunk ids; None when there is no filter.
         """
-        return self._passing(CHUNKS_PASSING, "d.", "chunk_id", collection, where, labels, entities,
-                             human)
+        return self._passing(
+            CHUNKS_PASSING, "d.", "chunk_id", collection, where, labels, entities, human
+        )
 
     def doc_ids(
-        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
-        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+        self,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (),
+        entities: Sequence[tuple[str, str | None]] = (),
         human: bool = False,
     ) -> np.ndarray | None:
         """Doc ids that pass every filter (arguments as `chunk_ids`).
@@ -145,22 +165,33 @@ class Filters:
         """
         return self._passing(DOCS_PASSING, "", "doc_id", collection, where, labels, entities, human)
 
-    def _passing(self, statement: str, prefix: str, column: str, collection: str | None,
-                 where: Sequence[tuple[str, str]], labels: Sequence[tuple[str, str]],
-                 entities: Sequence[tuple[str, str | None]], human: bool = False
-                 ) -> np.ndarray | None:
+    def _passing(
+        self,
+        statement: str,
+        prefix: str,
+        column: str,
+        collection: str | None,
+        where: Sequence[tuple[str, str]],
+        labels: Sequence[tuple[str, str]],
+        entities: Sequence[tuple[str, str | None]],
+        human: bool = False,
+    ) -> np.ndarray | None:
         """Ids (`column`) that `statement` returns under the filters; None without a filter."""
         reviews = bool(labels) and bool(self.core.scalar(HAS_REVIEWS))
-        clauses = filter_clauses(prefix, collection, where, labels, entities, human,
-                                 reviews=reviews)
+        clauses = filter_clauses(
+            prefix, collection, where, labels, entities, human, reviews=reviews
+        )
         if clauses is None:
             return None
         rows = self.core.con.execute(statement.format(clauses=clauses.sql), clauses.params)
         return rows.fetchnumpy()[column].astype(np.int64)
 
     def facet_counts(
-        self, collection: str | None = None, where: Sequence[tuple[str, str]] = (),
-        labels: Sequence[tuple[str, str]] = (), entities: Sequence[tuple[str, str | None]] = (),
+        self,
+        collection: str | None = None,
+        where: Sequence[tuple[str, str]] = (),
+        labels: Sequence[tuple[str, str]] = (),
+        entities: Sequence[tuple[str, str | None]] = (),
     ) -> dict:
         """Documents per collection, per (head, label) and per entity type, among the documents
         that pass the filters (arguments as `chunk_ids`; the collection count ignores
@@ -170,9 +201,11 @@ class Filters:
             {"collections": {name: n}, "labels": {head: {label: n}}, "entities": {type: n}};
             a store without annotation tables has empty label and entity counts.
         """
+
         def passing(keep_collection: bool) -> tuple[str, list[str]]:
-            clauses = filter_clauses("", collection if keep_collection else None, where, labels,
-                                     entities)
+            clauses = filter_clauses(
+                "", collection if keep_collection else None, where, labels, entities
+            )
             if clauses is None:
                 return "SELECT doc_id FROM documents", []
             return DOCS_PASSING.format(clauses=clauses.sql), clauses.params
@@ -180,23 +213,32 @@ class Filters:
         sql, params = passing(False)
         out: dict = {"collections": {}, "labels": {}, "entities": {}}
         for name, count in self.core.con.execute(
-                "SELECT collection, count(*) FROM documents WHERE doc_id IN "
-                f"({sql}) GROUP BY collection ORDER BY collection", params).fetchall():
+            "SELECT collection, count(*) FROM documents WHERE doc_id IN "
+            f"({sql}) GROUP BY collection ORDER BY collection",
+            params,
+        ).fetchall():
             out["collections"][name] = int(count)
-        tables = {row[0] for row in self.core.con.execute(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_name IN ('annotations', 'entities')").fetchall()}
+        tables = {
+            row[0]
+            for row in self.core.con.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_name IN ('annotations', 'entities')"
+            ).fetchall()
+        }
         sql, params = passing(True)
         if "annotations" in tables:
             for head, label, count in self.core.con.execute(
-                    "SELECT head, label, count(DISTINCT doc_id) FROM annotations WHERE doc_id IN "
-                    f"({sql}) GROUP BY head, label ORDER BY head, count(DISTINCT doc_id) DESC, "
-                    "label", params).fetchall():
+                "SELECT head, label, count(DISTINCT doc_id) FROM annotations WHERE doc_id IN "
+                f"({sql}) GROUP BY head, label ORDER BY head, count(DISTINCT doc_id) DESC, "
+                "label",
+                params,
+            ).fetchall():
                 out["labels"].setdefault(head, {})[label] = int(count)
         if "entities" in tables:
             for kind, count in self.core.con.execute(
-                    "SELECT type, count(DISTINCT doc_id) FROM entities WHERE doc_id IN "
-                    f"({sql}) GROUP BY type ORDER BY count(DISTINCT doc_id) DESC, type",
-                    params).fetchall():
+                "SELECT type, count(DISTINCT doc_id) FROM entities WHERE doc_id IN "
+                f"({sql}) GROUP BY type ORDER BY count(DISTINCT doc_id) DESC, type",
+                params,
+            ).fetchall():
                 out["entities"][kind] = int(count)
         return out

@@ -18,9 +18,12 @@ from indexer.store.schema import COUNT_DOCUMENTS
 SELECT_CHUNK_HITS = (
     "SELECT c.chunk_id, d.doc_id, d.collection, d.external_id, d.title, d.text, d.metadata, "
     "c.start_char, c.end_char FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
-    "WHERE c.chunk_id IN {ids}")
-SELECT_DOCUMENT_HITS = ("SELECT doc_id, collection, external_id, title, text, metadata "
-                        "FROM documents WHERE doc_id IN {ids}")
+    "WHERE c.chunk_id IN {ids}"
+)
+SELECT_DOCUMENT_HITS = (
+    "SELECT doc_id, collection, external_id, title, text, metadata "
+    "FROM documents WHERE doc_id IN {ids}"
+)
 SELECT_TEXTS = "SELECT doc_id, title, text FROM documents WHERE doc_id IN {ids} ORDER BY doc_id"
 SELECT_HASHES = "SELECT doc_id, content_hash FROM documents ORDER BY doc_id"
 SELECT_DOC_IDS = "SELECT doc_id FROM documents ORDER BY doc_id"
@@ -28,9 +31,12 @@ SELECT_DOC_IDS = "SELECT doc_id FROM documents ORDER BY doc_id"
 SELECT_NEW_OR_CHANGED = (
     "SELECT d.doc_id, m.doc_id IS NULL AS is_new FROM documents d "
     "LEFT JOIN read_parquet(?) m ON m.doc_id = d.doc_id "
-    "WHERE m.content_hash IS DISTINCT FROM d.content_hash ORDER BY d.doc_id")
-SELECT_GONE = ("SELECT m.doc_id FROM read_parquet(?) m LEFT JOIN documents d "
-               "ON d.doc_id = m.doc_id WHERE d.doc_id IS NULL ORDER BY m.doc_id")
+    "WHERE m.content_hash IS DISTINCT FROM d.content_hash ORDER BY d.doc_id"
+)
+SELECT_GONE = (
+    "SELECT m.doc_id FROM read_parquet(?) m LEFT JOIN documents d "
+    "ON d.doc_id = m.doc_id WHERE d.doc_id IS NULL ORDER BY m.doc_id"
+)
 
 
 SMALL_ID_LIST = 256  # up to this many ids are written into the SQL as a literal list
@@ -82,8 +88,9 @@ class DocumentReads:
             return {}
         with _id_list(self, [int(i) for i in chunk_ids]) as (ids, params):
             rows = self.core.con.execute(SELECT_CHUNK_HITS.format(ids=ids), params).fetchall()
-        return {r[0]: Hit(r[0], r[1], r[2], r[3], r[4], r[5], _metadata(r[6]), r[7], r[8])
-                for r in rows}
+        return {
+            r[0]: Hit(r[0], r[1], r[2], r[3], r[4], r[5], _metadata(r[6]), r[7], r[8]) for r in rows
+        }
 
     def fetch_documents(self, doc_ids: Sequence[int]) -> dict[int, Hit]:
         """Documents by doc id, as Hits spanning the whole text (chunk_id -1).
@@ -97,8 +104,9 @@ class DocumentReads:
             return {}
         with _id_list(self, [int(d) for d in doc_ids]) as (ids, params):
             rows = self.core.con.execute(SELECT_DOCUMENT_HITS.format(ids=ids), params).fetchall()
-        return {r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], _metadata(r[5]), 0, len(r[4]))
-                for r in rows}
+        return {
+            r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], _metadata(r[5]), 0, len(r[4])) for r in rows
+        }
 
     def documents_text(self, doc_ids: Sequence[int]) -> list[DocText]:
         """Titles and texts of the given documents, by ascending doc id.

@@ -25,26 +25,31 @@ SELECT_HEAD = "SELECT task, label_names, path, head_version FROM review_heads WH
 SELECT_HEADS = "SELECT head FROM review_heads ORDER BY head"
 HAS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?"
 # the current human label of each (document, head): its latest row
-CURRENT = ("SELECT doc_id, head, arg_max(label, review_id) AS label, "
-           "arg_max(reviewer, review_id) AS reviewer, max(reviewed_at) AS reviewed_at, "
-           "arg_max(content_hash, review_id) AS content_hash FROM reviews "
-           "WHERE head = ? GROUP BY doc_id, head")
+CURRENT = (
+    "SELECT doc_id, head, arg_max(label, review_id) AS label, "
+    "arg_max(reviewer, review_id) AS reviewer, max(reviewed_at) AS reviewed_at, "
+    "arg_max(content_hash, review_id) AS content_hash FROM reviews "
+    "WHERE head = ? GROUP BY doc_id, head"
+)
 # `{allowed}` and `{other}` are fixed fragments chosen below, never input; values are bound
 SELECT_CANDIDATES = (
     "SELECT a.doc_id, a.label, a.probability, a.runner_up, b.label AS other_label, "
     "b.probability AS other_probability FROM annotations a JOIN documents d ON d.doc_id = a.doc_id "
     "LEFT JOIN annotations b ON b.doc_id = a.doc_id AND b.head = ? "
     "WHERE a.head = ? {allowed} AND a.doc_id NOT IN (SELECT doc_id FROM reviews WHERE head = ?) "
-    "ORDER BY a.doc_id")
+    "ORDER BY a.doc_id"
+)
 ALLOWED_IN = "AND a.doc_id IN {ids}"
 SELECT_EXPORT_ROWS = (
     "SELECT d.doc_id, d.collection, d.external_id, d.title, d.text, a.label, a.probability "
     "FROM documents d LEFT JOIN annotations a ON a.doc_id = d.doc_id AND a.head = ? "
-    "WHERE d.doc_id IN {ids}")
+    "WHERE d.doc_id IN {ids}"
+)
 SELECT_DOCS_BY_KEY = (
     "SELECT d.doc_id, d.collection, d.external_id, d.content_hash FROM documents d "
     "JOIN {keys} k ON d.external_id = k.external_id "
-    "AND (k.collection IS NULL OR d.collection = k.collection)")
+    "AND (k.collection IS NULL OR d.collection = k.collection)"
+)
 NEXT_REVIEW_ID = "SELECT coalesce(max(review_id), 0) FROM reviews"
 INSERT_REVIEWS = "INSERT INTO reviews SELECT * FROM {view}"
 PAGE_SOURCE = "page"  # `source` of a label stored from the review page (`review_page.py`)
@@ -57,18 +62,27 @@ REVIEWED_IDS = "SELECT DISTINCT doc_id FROM reviews WHERE head = ?"
 COUNT_REVIEWS = "SELECT count(*) FROM reviews WHERE head = ?"
 SELECT_REVIEWED = (
     "SELECT c.doc_id, d.external_id, d.text, c.label, c.content_hash = d.content_hash AS fresh "
-    "FROM (" + CURRENT + ") c JOIN documents d ON d.doc_id = c.doc_id ORDER BY c.doc_id")
+    "FROM (" + CURRENT + ") c JOIN documents d ON d.doc_id = c.doc_id ORDER BY c.doc_id"
+)
 
-REVIEW_SCHEMA = pa.schema([
-    ("review_id", pa.int64()), ("doc_id", pa.int64()), ("head", pa.string()),
-    ("label", pa.string()), ("reviewer", pa.string()), ("reviewed_at", pa.timestamp("us")),
-    ("content_hash", pa.string()), ("source", pa.string()), ("who", pa.string())])
+REVIEW_SCHEMA = pa.schema(
+    [
+        ("review_id", pa.int64()),
+        ("doc_id", pa.int64()),
+        ("head", pa.string()),
+        ("label", pa.string()),
+        ("reviewer", pa.string()),
+        ("reviewed_at", pa.timestamp("us")),
+        ("content_hash", pa.string()),
+        ("source", pa.string()),
+        ("who", pa.string()),
+    ]
+)
 SELECT_HISTORY = (
     "SELECT r.review_id, d.collection, d.external_id, r.label, r.reviewer, r.who, r.reviewed_at, "
     "r.source FROM reviews r LEFT JOIN documents d ON d.doc_id = r.doc_id WHERE r.head = ? "
-    "ORDER BY r.review_id")
-
-
+    "ORDER BY r.review_id"
+)
 
 
 @dataclass(frozen=True)
@@ -121,10 +135,16 @@ class ReviewRow:
 
     def to_dict(self) -> dict:
         """The row as JSON-ready values (`reviewed_at` in ISO 8601, UTC)."""
-        return {"review_id": self.review_id, "collection": self.collection, "id": self.id,
-                "label": self.label, "reviewer": self.reviewer, "who": self.who,
-                "reviewed_at": self.reviewed_at.isoformat(timespec="seconds") + "Z",
-                "source": self.source}
+        return {
+            "review_id": self.review_id,
+            "collection": self.collection,
+            "id": self.id,
+            "label": self.label,
+            "reviewer": self.reviewer,
+            "who": self.who,
+            "reviewed_at": self.reviewed_at.isoformat(timespec="seconds") + "Z",
+            "source": self.source,
+        }
 
 
 class ReviewTables:
@@ -153,8 +173,9 @@ class ReviewTables:
             return
         now = utc_now()
         for name, task, names, path, version in heads:
-            self.core.con.execute(RECORD_HEAD,
-                                  [name, task, json.dumps(list(names)), path, version, now])
+            self.core.con.execute(
+                RECORD_HEAD, [name, task, json.dumps(list(names)), path, version, now]
+            )
 
     def head_info(self, head: str) -> HeadInfo | None:
         """What `annotate` recorded of `head`; None when it never ran over this store."""
@@ -167,8 +188,9 @@ class ReviewTables:
         """Names of the heads `annotate` recorded, sorted."""
         return [r[0] for r in self.core.con.execute(SELECT_HEADS).fetchall()]
 
-    def candidates(self, head: str, allowed: np.ndarray | None, other: str | None = None
-                   ) -> Candidates:
+    def candidates(
+        self, head: str, allowed: np.ndarray | None, other: str | None = None
+    ) -> Candidates:
         """Documents `head` labelled and no person has reviewed for it.
 
         Args:
@@ -178,17 +200,22 @@ class ReviewTables:
         """
         con = self.core.con
         with self.core.bound([] if allowed is None else allowed) as ids:
-            sql = SELECT_CANDIDATES.format(allowed="" if allowed is None else ALLOWED_IN.format(ids=ids))
+            sql = SELECT_CANDIDATES.format(
+                allowed="" if allowed is None else ALLOWED_IN.format(ids=ids)
+            )
             t = con.execute(sql, [other, head, head]).fetch_arrow_table()
+
         def floats(name: str) -> np.ndarray:
             return np.asarray(t.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
 
         return Candidates(
             doc_ids=np.asarray(t.column("doc_id").to_numpy(), dtype=np.int64),
             labels=np.asarray(t.column("label").to_pylist(), dtype=object),
-            top=floats("probability"), runner_up=floats("runner_up"),
+            top=floats("probability"),
+            runner_up=floats("runner_up"),
             other_labels=np.asarray(t.column("other_label").to_pylist(), dtype=object),
-            other_top=floats("other_probability"))
+            other_top=floats("other_probability"),
+        )
 
     def export_rows(self, head: str, doc_ids: Sequence[int]) -> list[dict]:
         """Documents to review, in the order of `doc_ids`, with the head's label and score."""
@@ -202,12 +229,22 @@ class ReviewTables:
             r = by_id.get(int(doc))
             if r is None:
                 continue
-            out.append({"doc_id": r[0], "collection": r[1], "id": r[2], "title": r[3], "text": r[4],
-                        "predicted": r[5], "score": None if r[6] is None else round(float(r[6]), 6)})
+            out.append(
+                {
+                    "doc_id": r[0],
+                    "collection": r[1],
+                    "id": r[2],
+                    "title": r[3],
+                    "text": r[4],
+                    "predicted": r[5],
+                    "score": None if r[6] is None else round(float(r[6]), 6),
+                }
+            )
         return out
 
-    def resolve_documents(self, keys: Sequence[tuple[str | None, str]]
-                          ) -> dict[tuple[str | None, str], list[tuple[int, str, str]]]:
+    def resolve_documents(
+        self, keys: Sequence[tuple[str | None, str]]
+    ) -> dict[tuple[str | None, str], list[tuple[int, str, str]]]:
         """Stored documents for (collection or None for any, external id) keys.
 
         Returns:
@@ -217,8 +254,12 @@ class ReviewTables:
         out: dict = {tuple(k): [] for k in keys}
         if not keys:
             return out
-        table = pa.table({"collection": pa.array([k[0] for k in keys], pa.string()),
-                          "external_id": pa.array([k[1] for k in keys], pa.string())})
+        table = pa.table(
+            {
+                "collection": pa.array([k[0] for k in keys], pa.string()),
+                "external_id": pa.array([k[1] for k in keys], pa.string()),
+            }
+        )
         name = "review_keys_view"
         self.core.con.register(name, table)
         try:
@@ -233,8 +274,9 @@ class ReviewTables:
 
     def content_hash_of(self, doc_id: int) -> str | None:
         """A document's content hash; None when it is not stored."""
-        row = self.core.con.execute("SELECT content_hash FROM documents WHERE doc_id = ?",
-                                    [int(doc_id)]).fetchone()
+        row = self.core.con.execute(
+            "SELECT content_hash FROM documents WHERE doc_id = ?", [int(doc_id)]
+        ).fetchone()
         return row[0] if row else None
 
     def current_labels(self, head: str, doc_ids: Sequence[int]) -> dict[int, str]:
@@ -243,7 +285,8 @@ class ReviewTables:
             return {}
         with self.core.bound([int(d) for d in doc_ids]) as ids:
             rows = self.core.con.execute(
-                f"SELECT doc_id, label FROM ({CURRENT}) WHERE doc_id IN {ids}", [head]).fetchall()
+                f"SELECT doc_id, label FROM ({CURRENT}) WHERE doc_id IN {ids}", [head]
+            ).fetchall()
         return {r[0]: r[1] for r in rows}
 
     def append(self, head: str, reviews: Sequence[NewReview]) -> list[int]:
@@ -257,11 +300,23 @@ class ReviewTables:
         with self.core.transaction():
             start = self.core.scalar(NEXT_REVIEW_ID) + 1
             ids = list(range(start, start + len(reviews)))
-            table = pa.Table.from_pylist([
-                {"review_id": i, "doc_id": r.doc_id, "head": head, "label": r.label,
-                 "reviewer": r.reviewer, "reviewed_at": r.reviewed_at,
-                 "content_hash": r.content_hash, "source": r.source, "who": r.who}
-                for i, r in zip(ids, reviews)], schema=REVIEW_SCHEMA)
+            table = pa.Table.from_pylist(
+                [
+                    {
+                        "review_id": i,
+                        "doc_id": r.doc_id,
+                        "head": head,
+                        "label": r.label,
+                        "reviewer": r.reviewer,
+                        "reviewed_at": r.reviewed_at,
+                        "content_hash": r.content_hash,
+                        "source": r.source,
+                        "who": r.who,
+                    }
+                    for i, r in zip(ids, reviews)
+                ],
+                schema=REVIEW_SCHEMA,
+            )
             self.core.insert_view(INSERT_REVIEWS, table)
             self.core.bump_data_version()
         return ids

@@ -20,10 +20,14 @@ log = logging.getLogger(__name__)
 INTERRUPT_RUNNING = "UPDATE runs SET status = 'interrupted' WHERE status = 'running'"
 START_RUN = "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, NULL, 'running', NULL)"
 RECORD_RUN = "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)"
-SELECT_LAST_RUNS = ("SELECT run_id, kind, started_at, finished_at, status, summary FROM runs "
-                    "ORDER BY started_at DESC LIMIT ?")
-SELECT_LAST_OF_KIND = ("SELECT run_id, started_at, finished_at, status, summary FROM runs "
-                      "WHERE kind = ? ORDER BY started_at DESC LIMIT 1")
+SELECT_LAST_RUNS = (
+    "SELECT run_id, kind, started_at, finished_at, status, summary FROM runs "
+    "ORDER BY started_at DESC LIMIT ?"
+)
+SELECT_LAST_OF_KIND = (
+    "SELECT run_id, started_at, finished_at, status, summary FROM runs "
+    "WHERE kind = ? ORDER BY started_at DESC LIMIT 1"
+)
 RUN_SUMMARY_KEYS = ("read", "encoded", "deleted", "failed_batches")  # shown by `status`
 
 
@@ -101,8 +105,9 @@ class RunLog:
 
     def _finish_run(self, run: Run) -> None:
         finished = utc_now()
-        self.core.con.execute(RECORD_RUN, [run.id, run.kind, run.started, finished, run.status,
-                                           to_json(run.summary)])
+        self.core.con.execute(
+            RECORD_RUN, [run.id, run.kind, run.started, finished, run.status, to_json(run.summary)]
+        )
 
     def last(self, limit: int = 5) -> list[dict]:
         """The latest runs, newest first.
@@ -115,11 +120,19 @@ class RunLog:
         """
         out = []
         for run_id, kind, started, finished, status, summary in self.core.con.execute(
-                SELECT_LAST_RUNS, [limit]).fetchall():
+            SELECT_LAST_RUNS, [limit]
+        ).fetchall():
             info = json.loads(summary) if summary else {}
-            out.append({"run_id": run_id, "kind": kind, "started_at": started,
-                        "finished_at": finished, "status": status,
-                        **{k: info[k] for k in RUN_SUMMARY_KEYS if k in info}})
+            out.append(
+                {
+                    "run_id": run_id,
+                    "kind": kind,
+                    "started_at": started,
+                    "finished_at": finished,
+                    "status": status,
+                    **{k: info[k] for k in RUN_SUMMARY_KEYS if k in info},
+                }
+            )
         return out
 
     def last_of(self, kind: str) -> dict | None:
@@ -131,5 +144,10 @@ class RunLog:
         row = self.core.con.execute(SELECT_LAST_OF_KIND, [kind]).fetchone()
         if row is None:
             return None
-        return {"run_id": row[0], "started_at": row[1], "finished_at": row[2], "status": row[3],
-                "summary": json.loads(row[4]) if row[4] else {}}
+        return {
+            "run_id": row[0],
+            "started_at": row[1],
+            "finished_at": row[2],
+            "status": row[3],
+            "summary": json.loads(row[4]) if row[4] else {},
+        }

@@ -15,8 +15,12 @@ from indexer.records.annotations import Entity, Label
 SCHEMA_VERSION = 6
 
 # DuckDB column types of the Arrow types the records' schemas use
-_SQL_TYPES = {pa.int64(): "BIGINT", pa.int32(): "INTEGER", pa.string(): "VARCHAR",
-              pa.float64(): "DOUBLE"}
+_SQL_TYPES = {
+    pa.int64(): "BIGINT",
+    pa.int32(): "INTEGER",
+    pa.string(): "VARCHAR",
+    pa.float64(): "DOUBLE",
+}
 
 
 def _column_sql(column: pa.Field) -> str:
@@ -38,6 +42,7 @@ def create_table_sql(table: str, schema: pa.Schema, leave_out: tuple[str, ...] =
 def add_column_sql(table: str, column: pa.Field) -> str:
     """The ALTER TABLE statement that adds one column of a record's schema."""
     return f"ALTER TABLE {table} ADD COLUMN {_column_sql(column)}"
+
 
 # -- step 1: documents, chunks, rejects, runs ----------------------------------------------
 CREATE_META = "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
@@ -124,21 +129,29 @@ ADD_REVIEW_WHO = "ALTER TABLE reviews ADD COLUMN who VARCHAR"
 ADD_TOKEN_EXPIRES = "ALTER TABLE tokens ADD COLUMN expires_at TIMESTAMP"
 
 MIGRATIONS: dict[int, list[str]] = {
-    1: [CREATE_META, CREATE_DOC_IDS, CREATE_CHUNK_IDS, CREATE_DOCUMENTS, CREATE_CHUNKS,
-        CREATE_CHUNKS_DOC_INDEX, CREATE_REJECTED, CREATE_RUNS],
+    1: [
+        CREATE_META,
+        CREATE_DOC_IDS,
+        CREATE_CHUNK_IDS,
+        CREATE_DOCUMENTS,
+        CREATE_CHUNKS,
+        CREATE_CHUNKS_DOC_INDEX,
+        CREATE_REJECTED,
+        CREATE_RUNS,
+    ],
     2: [CREATE_ANNOTATIONS, CREATE_ENTITIES, CREATE_ANNOTATED, CREATE_INBOX_LEDGER],
     3: [CREATE_DEDUP_MEMBERS, CREATE_DEDUP_STATE],
-
     # 3: near-duplicate groups (issue 14, another branch); numbering reconciled at merge
-    4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS,
-        ADD_RUNNER_UP],
+    4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS, ADD_RUNNER_UP],
     5: [CREATE_TOKENS, ADD_REVIEW_WHO],
     6: [ADD_TOKEN_EXPIRES],
 }
 
 # -- created on demand ----------------------------------------------------------------------
 # `vectors` waits for the first encoder: its column width is the encoder's dimension.
-CREATE_VECTORS = "CREATE TABLE IF NOT EXISTS vectors (chunk_id BIGINT PRIMARY KEY, embedding FLOAT[{dim}])"
+CREATE_VECTORS = (
+    "CREATE TABLE IF NOT EXISTS vectors (chunk_id BIGINT PRIMARY KEY, embedding FLOAT[{dim}])"
+)
 
 HAS_META = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
 GET_META = "SELECT value FROM meta WHERE key = ?"

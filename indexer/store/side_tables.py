@@ -7,8 +7,10 @@ from __future__ import annotations
 from indexer.store.core import StoreCore
 
 CORE_TABLES = ("documents", "chunks", "vectors", "meta")
-SELECT_TABLES = ("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-                 "AND table_type = 'BASE TABLE' ORDER BY table_name")
+SELECT_TABLES = (
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+    "AND table_type = 'BASE TABLE' ORDER BY table_name"
+)
 SELECT_DOC_KEYED = "SELECT table_name FROM information_schema.columns WHERE column_name = 'doc_id'"
 # `{table}` is a name read from the catalogue above, quoted; values stay bound or in views
 DELETE_DOC_ROWS = 'DELETE FROM "{table}" WHERE doc_id IN {ids}'
@@ -36,8 +38,9 @@ class SideTables:
         Returns:
             Table names, sorted.
         """
-        names = [r[0] for r in self.core.con.execute(SELECT_TABLES).fetchall()
-                 if r[0] not in CORE_TABLES]
+        names = [
+            r[0] for r in self.core.con.execute(SELECT_TABLES).fetchall() if r[0] not in CORE_TABLES
+        ]
         if not keyed_by_doc:
             return names
         keyed = {r[0] for r in self.core.con.execute(SELECT_DOC_KEYED).fetchall()}
@@ -58,8 +61,9 @@ class SideTables:
         with self.core.transaction():
             for name in names:
                 self.core.con.execute(DELETE_ALL.format(table=name))
-                reader = source.core.con.execute(SELECT_ALL.format(table=name)
-                                                 ).fetch_record_batch(_COPY_BATCH)
+                reader = source.core.con.execute(SELECT_ALL.format(table=name)).fetch_record_batch(
+                    _COPY_BATCH
+                )
                 for rb in reader:
                     self.core.insert_view(INSERT_ALL.format(table=name), rb)
         return names

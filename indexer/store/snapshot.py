@@ -1,5 +1,6 @@
 """Published snapshots: the checkpointed, read-only copy of `store.duckdb` beside each index
-version. Opens, writes and inspects them; choosing which version is current is `indexer.records.versions`."""
+version. Opens, writes and inspects them; choosing which version is current is
+`indexer.records.versions`."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ CHECKPOINT = "CHECKPOINT"
 _COPY_BLOCK = 8 << 20  # bytes per read while copying
 
 
-def open_current_snapshot(store_dir: Path, attempts: int = 5
-                          ) -> tuple[duckdb.DuckDBPyConnection, str] | None:
+def open_current_snapshot(
+    store_dir: Path, attempts: int = 5
+) -> tuple[duckdb.DuckDBPyConnection, str] | None:
     """Connect read-only to the current version's snapshot.
 
     Args:

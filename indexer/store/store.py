@@ -65,8 +65,9 @@ class Store(StoreCore):
         tokens: access tokens, hashed.
     """
 
-    def __init__(self, path: str | Path, read_only: bool = False, snapshot: bool = True,
-                 lock: bool = True):
+    def __init__(
+        self, path: str | Path, read_only: bool = False, snapshot: bool = True, lock: bool = True
+    ):
         super().__init__(path, read_only=read_only, snapshot=snapshot, lock=lock)
         self.vectors = Vectors(self)
         self.side = SideTables(self)

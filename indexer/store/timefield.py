@@ -16,17 +16,20 @@ TIME_OF = """(CASE
     WHEN num IS NOT NULL THEN epoch_ms(CAST(CASE WHEN abs(num) >= 1e11 THEN num
                                                  ELSE num * 1000 END AS BIGINT))
     ELSE CAST(TRY_CAST(v AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) END)"""
-COUNT_WITH_FIELD = ("SELECT count(*) FROM documents WHERE (?::VARCHAR IS NULL OR collection = ?) "
-                    "AND json_extract(metadata, ?) IS NOT NULL")
+COUNT_WITH_FIELD = (
+    "SELECT count(*) FROM documents WHERE (?::VARCHAR IS NULL OR collection = ?) "
+    "AND json_extract(metadata, ?) IS NOT NULL"
+)
 # doc_id, the raw value and its time, of a collection's documents (or all): binds
 # (path, collection, collection)
-DOC_TIMES = ("SELECT doc_id, v AS raw, " + TIME_OF + " AS t FROM ("
-             "SELECT doc_id, v, TRY_CAST(v AS DOUBLE) AS num FROM ("
-             "SELECT doc_id, json_extract_string(metadata, ?) AS v FROM documents "
-             "WHERE (?::VARCHAR IS NULL OR collection = ?)))")
+DOC_TIMES = (
+    "SELECT doc_id, v AS raw, " + TIME_OF + " AS t FROM ("
+    "SELECT doc_id, v, TRY_CAST(v AS DOUBLE) AS num FROM ("
+    "SELECT doc_id, json_extract_string(metadata, ?) AS v FROM documents "
+    "WHERE (?::VARCHAR IS NULL OR collection = ?)))"
+)
 
 
-def documents_with_field(con: duckdb.DuckDBPyConnection, field: str,
-                         collection: str | None) -> int:
+def documents_with_field(con: duckdb.DuckDBPyConnection, field: str, collection: str | None) -> int:
     """How many documents (of a collection, or all) have the metadata field at all."""
     return scalar(con, COUNT_WITH_FIELD, [collection, collection, json_path(field)])

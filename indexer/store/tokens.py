@@ -1,8 +1,8 @@
 """Access tokens in the store: a name, a scope (`read`, `review`, `admin`) and the SHA-256 of
 the token, never the token itself; creating, listing, revoking, recording when each was last
 used, and reading the table back for a server (`read_token_table`). Table from schema step 5,
-its expiry from step 6 (`indexer/store/schema.py`). Does not check a request (`search.access` does); `TokenTables` is
-`store.tokens`.
+its expiry from step 6 (`indexer/store/schema.py`). Does not check a request (`search.access` does);
+`TokenTables` is `store.tokens`.
 
 A token is 32 random bytes (`secrets.token_urlsafe`), so a plain SHA-256 is enough to make a
 stolen store useless for logging in: nothing slow (bcrypt, scrypt) is needed against guessing
@@ -32,16 +32,21 @@ TOKEN_BYTES = 32
 SCOPES: tuple[str, ...] = get_args(TokenScope)  # weakest first: each includes the ones before
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 HAS_TOKENS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tokens'"
-INSERT_TOKEN = ("INSERT INTO tokens (name, scope, token_hash, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?)")
+INSERT_TOKEN = (
+    "INSERT INTO tokens (name, scope, token_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)"
+)
 SELECT_TOKEN_NAME = "SELECT count(*) FROM tokens WHERE name = ?"
-SELECT_TOKENS = ("SELECT name, scope, token_hash, created_at, last_used_at, {expires} FROM tokens "
-                 "ORDER BY name")
-HAS_EXPIRES_COLUMN = ("SELECT count(*) FROM information_schema.columns "
-                      "WHERE table_name = 'tokens' AND column_name = 'expires_at'")
+SELECT_TOKENS = (
+    "SELECT name, scope, token_hash, created_at, last_used_at, {expires} FROM tokens ORDER BY name"
+)
+HAS_EXPIRES_COLUMN = (
+    "SELECT count(*) FROM information_schema.columns "
+    "WHERE table_name = 'tokens' AND column_name = 'expires_at'"
+)
 DELETE_TOKEN = "DELETE FROM tokens WHERE name = ?"
-TOUCH_TOKEN = ("UPDATE tokens SET last_used_at = greatest(coalesce(last_used_at, ?), ?) "
-               "WHERE name = ?")
+TOUCH_TOKEN = (
+    "UPDATE tokens SET last_used_at = greatest(coalesce(last_used_at, ?), ?) WHERE name = ?"
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,13 @@ class StoredToken:
 
     def to_dict(self) -> dict:
         """What `bertindex token list --json` prints: never the hash."""
-        return {"name": self.name, "scope": self.scope, "created": _iso(self.created_at),
-                "last_used": _iso(self.last_used_at), "expires": _iso(self.expires_at)}
+        return {
+            "name": self.name,
+            "scope": self.scope,
+            "created": _iso(self.created_at),
+            "last_used": _iso(self.last_used_at),
+            "expires": _iso(self.expires_at),
+        }
 
     def expired(self, now: datetime | None = None) -> bool:
         """True once `expires_at` is reached (`now`: UTC, naive; default the current time)."""
@@ -153,20 +163,27 @@ class TokenTables:
             InputError: a bad name or scope, or the name is taken.
         """
         if not NAME_PATTERN.fullmatch(name):
-            raise InputError(f"token name {name!r}: use letters, digits and _ . @ - (at most 64, "
-                             "starting with a letter or digit), e.g. --name alice")
+            raise InputError(
+                f"token name {name!r}: use letters, digits and _ . @ - (at most 64, "
+                "starting with a letter or digit), e.g. --name alice"
+            )
         if scope not in SCOPES:
             raise InputError(f"token scope {scope!r}: choose one of {', '.join(SCOPES)}")
         if expires_at is not None and expires_at <= utc_now():
-            raise InputError(f"token expiry {_iso(expires_at)} is in the past: give a later "
-                             "date or a duration (--expires 30d)")
+            raise InputError(
+                f"token expiry {_iso(expires_at)} is in the past: give a later "
+                "date or a duration (--expires 30d)"
+            )
         if self.core.scalar(SELECT_TOKEN_NAME, [name]):
-            raise InputError(f"a token named {name!r} exists; revoke it first "
-                             f"(`bertindex token revoke {name}`) or choose another --name")
+            raise InputError(
+                f"a token named {name!r} exists; revoke it first "
+                f"(`bertindex token revoke {name}`) or choose another --name"
+            )
         token = new_token()
         with self.core.transaction():
-            self.core.con.execute(INSERT_TOKEN, [name, scope, hash_token(token), utc_now(),
-                                                  expires_at])
+            self.core.con.execute(
+                INSERT_TOKEN, [name, scope, hash_token(token), utc_now(), expires_at]
+            )
         return token
 
     def revoke(self, name: str) -> None:
@@ -177,8 +194,10 @@ class TokenTables:
         """
         known = [t.name for t in self.stored()]
         if name not in known:
-            raise InputError(f"no token named {name!r}; the tokens are: "
-                             f"{', '.join(known) or 'none'} (`bertindex token list`)")
+            raise InputError(
+                f"no token named {name!r}; the tokens are: "
+                f"{', '.join(known) or 'none'} (`bertindex token list`)"
+            )
         with self.core.transaction():
             self.core.con.execute(DELETE_TOKEN, [name])
 

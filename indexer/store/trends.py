@@ -19,28 +19,43 @@ from indexer.store.timefield import DOC_TIMES, SET_UTC, documents_with_field
 UNKNOWN = "unknown"
 TIME_UNITS = {"day": "%Y-%m-%d", "week": "%Y-%m-%d", "month": "%Y-%m"}
 # doc -> bucket by time: binds (path, collection, collection, since, since, until, until)
-TIME_BUCKETS = ("SELECT doc_id, CASE WHEN t IS NULL THEN NULL ELSE "
-                "strftime(date_trunc('{unit}', t), '{fmt}') END AS bucket FROM (" + DOC_TIMES +
-                ") WHERE t IS NULL OR ((?::TIMESTAMP IS NULL OR t >= ?) "
-                "AND (?::TIMESTAMP IS NULL OR t < ?))")
+TIME_BUCKETS = (
+    "SELECT doc_id, CASE WHEN t IS NULL THEN NULL ELSE "
+    "strftime(date_trunc('{unit}', t), '{fmt}') END AS bucket FROM ("
+    + DOC_TIMES
+    + ") WHERE t IS NULL OR ((?::TIMESTAMP IS NULL OR t >= ?) "
+    "AND (?::TIMESTAMP IS NULL OR t < ?))"
+)
 # doc -> bucket by a metadata field's value: binds (path, collection, collection)
-FIELD_BUCKETS = ("SELECT doc_id, json_extract_string(metadata, ?) AS bucket FROM documents "
-                 "WHERE (?::VARCHAR IS NULL OR collection = ?)")
+FIELD_BUCKETS = (
+    "SELECT doc_id, json_extract_string(metadata, ?) AS bucket FROM documents "
+    "WHERE (?::VARCHAR IS NULL OR collection = ?)"
+)
 # a temporary table: allowed on a read-only connection, and joined faster than an Arrow view
-CREATE_BUCKETS = ("CREATE OR REPLACE TEMP TABLE report_buckets AS "
-                  "SELECT doc_id, coalesce(bucket, ?) AS bucket FROM ({buckets})")
+CREATE_BUCKETS = (
+    "CREATE OR REPLACE TEMP TABLE report_buckets AS "
+    "SELECT doc_id, coalesce(bucket, ?) AS bucket FROM ({buckets})"
+)
 COUNT_BUCKETS = "SELECT bucket, count(*) FROM report_buckets GROUP BY bucket"
 DROP_BUCKETS = "DROP TABLE IF EXISTS temp.report_buckets"
 HEAD_FILTER = "(? OR a.head IN (SELECT v FROM {heads}))"
-LABELS = """
+LABELS = (
+    """
     SELECT b.bucket, a.head, a.label, count(*), avg(a.probability)
     FROM annotations a JOIN {buckets} b ON b.doc_id = a.doc_id
-    WHERE """ + HEAD_FILTER + """ GROUP BY ALL ORDER BY 1, 2, 3"""
-HISTOGRAM = """
+    WHERE """
+    + HEAD_FILTER
+    + """ GROUP BY ALL ORDER BY 1, 2, 3"""
+)
+HISTOGRAM = (
+    """
     SELECT a.head, a.label, least(CAST(floor(a.probability * ?) AS INTEGER), ? - 1) AS bin,
            count(*)
     FROM annotations a JOIN {buckets} b ON b.doc_id = a.doc_id
-    WHERE """ + HEAD_FILTER + """ GROUP BY ALL ORDER BY 1, 2, 3"""
+    WHERE """
+    + HEAD_FILTER
+    + """ GROUP BY ALL ORDER BY 1, 2, 3"""
+)
 # entities: documents mentioning each (type, lower text) per bucket, share of the bucket's
 # documents, the same in the previous bucket (by `ord`), top per type and the rising ones.
 # binds (top, rising)
@@ -93,9 +108,14 @@ class Trends:
         self.core = core
 
     @contextlib.contextmanager
-    def bucketed(self, collection: str | None, by: str, time_field: str | None,
-                 since: datetime | None = None, until: datetime | None = None
-                 ) -> Iterator[dict[str, int]]:
+    def bucketed(
+        self,
+        collection: str | None,
+        by: str,
+        time_field: str | None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Iterator[dict[str, int]]:
         """Each document's bucket, as the temporary table `report_buckets` (doc_id, bucket)
         for `aggregates` inside the block (dropped after it).
 
@@ -129,9 +149,17 @@ class Trends:
     def _has(self, table: str) -> bool:
         return bool(self.core.scalar(HAS_TABLE, [table]))
 
-    def aggregates(self, order: list[tuple[str, int]], timed: bool,
-                   heads: list[str] | None, top: int = 5, rising: int = 10,
-                   waves: int = 3, min_size: int = 3, bins: int = 10) -> dict:
+    def aggregates(
+        self,
+        order: list[tuple[str, int]],
+        timed: bool,
+        heads: list[str] | None,
+        top: int = 5,
+        rising: int = 10,
+        waves: int = 3,
+        min_size: int = 3,
+        bins: int = 10,
+    ) -> dict:
         """Every aggregate of the report over bucketed documents, in a few queries.
 
         Args:
@@ -150,10 +178,13 @@ class Trends:
             representative)]}.
         """
         con = self.core.con
-        order_table = pa.table({
-            "bucket": pa.array([b for b, _ in order], pa.string()),
-            "ord": pa.array(range(len(order)), pa.int64()),
-            "docs": pa.array([float(n) for _, n in order], pa.float64())})
+        order_table = pa.table(
+            {
+                "bucket": pa.array([b for b, _ in order], pa.string()),
+                "ord": pa.array(range(len(order)), pa.int64()),
+                "docs": pa.array([float(n) for _, n in order], pa.float64()),
+            }
+        )
         out: dict[str, list] = {"labels": [], "histogram": [], "entities": [], "waves": []}
         with self.core.bound(heads or [], pa.string()) as head_ref:
             con.register("report_order", order_table)
@@ -162,11 +193,13 @@ class Trends:
                 everything = heads is None
                 if self._has("annotations"):
                     out["labels"] = con.execute(LABELS.format(**refs), [everything]).fetchall()
-                    out["histogram"] = con.execute(HISTOGRAM.format(**refs), [
-                        bins, bins, everything]).fetchall()
+                    out["histogram"] = con.execute(
+                        HISTOGRAM.format(**refs), [bins, bins, everything]
+                    ).fetchall()
                 if self._has("entities"):
-                    out["entities"] = con.execute(ENTITIES.format(**refs),
-                                                  [top, rising, top, rising]).fetchall()
+                    out["entities"] = con.execute(
+                        ENTITIES.format(**refs), [top, rising, top, rising]
+                    ).fetchall()
                 if self._has("dedup_members"):
                     out["waves"] = con.execute(WAVES.format(**refs), [min_size, waves]).fetchall()
             finally:

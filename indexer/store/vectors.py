@@ -16,8 +16,9 @@ from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql, read
 
 FUSION_TUNING_KEY = "fusion_tuning"  # meta key of the FusionTuning record (JSON)
 SELECT_VECTORS = "SELECT chunk_id, embedding FROM vectors"
-SELECT_VECTORS_OF = ("SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} "
-                     "ORDER BY chunk_id")
+SELECT_VECTORS_OF = (
+    "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} ORDER BY chunk_id"
+)
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
 SELECT_CHUNK_IDS = "SELECT chunk_id FROM chunks ORDER BY chunk_id"
 SELECT_CHUNK_SPANS = "SELECT chunk_id, doc_id, start_char, end_char FROM chunks ORDER BY chunk_id"
@@ -132,7 +133,8 @@ class Vectors:
         if table.num_rows != len(chunk_ids):
             raise StoreError(
                 f"store {self.core.path}: {len(chunk_ids) - table.num_rows} of {len(chunk_ids)} "
-                "chunk ids have no stored vector; run `bertindex doctor` to see which")
+                "chunk ids have no stored vector; run `bertindex doctor` to see which"
+            )
         return _as_matrix(table.column("embedding").combine_chunks())
 
     def chunk_ids(self) -> np.ndarray:
@@ -149,5 +151,9 @@ class Vectors:
             (chunk ids ascending, doc ids, start chars, end chars), aligned.
         """
         rows = self.core.con.execute(SELECT_CHUNK_SPANS).fetchnumpy()
-        return (rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64),
-                rows["start_char"].astype(np.int32), rows["end_char"].astype(np.int32))
+        return (
+            rows["chunk_id"].astype(np.int64),
+            rows["doc_id"].astype(np.int64),
+            rows["start_char"].astype(np.int32),
+            rows["end_char"].astype(np.int32),
+        )

@@ -29,8 +29,9 @@ class Schedule:
         return warmup_then_decay(step, self.warmup, self.total)
 
     def describe(self) -> str:
-        return (f"linear warm-up over {self.warmup} steps, then linear decay to 0 at step "
-                f"{self.total}")
+        return (
+            f"linear warm-up over {self.warmup} steps, then linear decay to 0 at step {self.total}"
+        )
 
 
 def plan_schedule(steps_per_epoch: int, epochs: int, ratio: float) -> Schedule:

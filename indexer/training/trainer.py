@@ -43,8 +43,13 @@ class Trainer:
         dtype: "bf16" runs forwards under `autocast()` in bf16; "fp32" leaves them as they are.
     """
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, schedule: Schedule,
-                 dtype: Literal["fp32", "bf16"] = "fp32"):
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        schedule: Schedule,
+        dtype: Literal["fp32", "bf16"] = "fp32",
+    ):
         self.params = list(params)
         self.schedule = schedule
         self.dtype = dtype
@@ -102,9 +107,15 @@ class EpochLoss:
 BatchT = TypeVar("BatchT")
 
 
-def run_epoch(trainer: Trainer, batches: Sequence[BatchT],
-              step_loss: Callable[[BatchT], torch.Tensor], label: str, mode: Mode, where: str,
-              after_step: Callable[[BatchT, float], bool] | None = None) -> EpochLoss:
+def run_epoch(
+    trainer: Trainer,
+    batches: Sequence[BatchT],
+    step_loss: Callable[[BatchT], torch.Tensor],
+    label: str,
+    mode: Mode,
+    where: str,
+    after_step: Callable[[BatchT, float], bool] | None = None,
+) -> EpochLoss:
     """Train on `batches` in order, one optimiser step each, under a progress bar.
 
     Args:

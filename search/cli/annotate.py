@@ -26,16 +26,30 @@ entity_callback = parsed_option(parse_entities)
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True))
-@click.option("--heads", "head_args", multiple=True, required=True, metavar="[NAME=]DIR",
-              help="A head directory written by `bertindex train` (repeatable); named after "
-                   "its folder unless NAME= is given.")
-@click.option("--collection", help="Store and inbox modes: the collection (store: default all; "
-                                   "inbox: default 'default').")
-@click.option("--out", type=click.Path(dir_okay=False),
-              help="With PATHS: write each record with its labels and entities to this "
-                   ".jsonl or .parquet file, in input order; the store is not touched.")
-@click.option("--inbox", type=click.Path(file_okay=False),
-              help="Index and annotate each new JSONL/CSV/Parquet file in this folder once.")
+@click.option(
+    "--heads",
+    "head_args",
+    multiple=True,
+    required=True,
+    metavar="[NAME=]DIR",
+    help="A head directory written by `bertindex train` (repeatable); named after "
+    "its folder unless NAME= is given.",
+)
+@click.option(
+    "--collection",
+    help="Store and inbox modes: the collection (store: default all; inbox: default 'default').",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="With PATHS: write each record with its labels and entities to this "
+    ".jsonl or .parquet file, in input order; the store is not touched.",
+)
+@click.option(
+    "--inbox",
+    type=click.Path(file_okay=False),
+    help="Index and annotate each new JSONL/CSV/Parquet file in this folder once.",
+)
 @config_options
 @json_option
 @handle_errors
@@ -58,20 +72,25 @@ def annotate(paths, head_args, collection, out, inbox, config_path, store_path, 
     wait_for_api()
     from flows.annotate import annotate_flow
 
-    summary = annotate_flow(list(head_args), cfg, collection, list(paths) or None, out, inbox,
-                            show_progress())
+    summary = annotate_flow(
+        list(head_args), cfg, collection, list(paths) or None, out, inbox, show_progress()
+    )
     if as_json:
         print_json(summary)
     else:
         heads = ", ".join(f"{k}@{v}" for k, v in summary["heads"].items())
-        click.echo(f"annotated {summary.get('annotated', 0)} documents with {heads} "
-                   f"({summary.get('docs_per_second')} docs/s, {summary['dtype']})")
+        click.echo(
+            f"annotated {summary.get('annotated', 0)} documents with {heads} "
+            f"({summary.get('docs_per_second')} docs/s, {summary['dtype']})"
+        )
         if "files" in summary:
             for f in summary["files"]:
                 click.echo(f"{f['status']:>8}  {f['path']}")
             if summary.get("separate_pass_reason"):
-                click.echo(f"index and heads ran separate passes: {summary['separate_pass_reason']}",
-                           err=True)
+                click.echo(
+                    f"index and heads ran separate passes: {summary['separate_pass_reason']}",
+                    err=True,
+                )
     for r in summary.get("rejections", [])[:10]:
         click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
     sys.stdout.flush()

@@ -48,8 +48,10 @@ def config_choices(model: type[BaseModel], field: str) -> list[str]:
         else:
             pending.extend(typing.get_args(kind))  # a union: Literal[...] | None
     if not values:
-        raise TypeError(f"{model.__name__}.{field} is not a Literal field; "
-                        "config_choices needs one (indexer/config.py)")
+        raise TypeError(
+            f"{model.__name__}.{field} is not a Literal field; "
+            "config_choices needs one (indexer/config/)"
+        )
     return values
 
 
@@ -66,7 +68,7 @@ def config_default(model: type[BaseModel], field: str):
     """
     info = model.model_fields[field]
     if info.is_required():
-        raise TypeError(f"{model.__name__}.{field} has no default (indexer/config.py)")
+        raise TypeError(f"{model.__name__}.{field} has no default (indexer/config/)")
     return info.get_default(call_default_factory=True)
 
 
@@ -90,11 +92,15 @@ def config_range(model: type[BaseModel], field: str) -> click.IntRange:
 def config_options(func: Callable) -> Callable:
     """--config PATH and --store DIR."""
     func = click.option(
-        "--store", "store_path", type=click.Path(file_okay=False),
+        "--store",
+        "store_path",
+        type=click.Path(file_okay=False),
         help="Store directory (overrides store.path).",
     )(func)
     func = click.option(
-        "--config", "config_path", type=click.Path(dir_okay=False),
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
         envvar="BERTINDEX_CONFIG",
         help="YAML config file (default: ./config.yaml when present, else built-in defaults).",
     )(func)
@@ -103,8 +109,10 @@ def config_options(func: Callable) -> Callable:
 
 def _token_on_argv(ctx, param, value):
     if value is not None:  # argv shows in `ps` and shell history: refuse, name the ways that don't
-        raise click.BadParameter(f"a token on the command line shows in `ps`: put it in "
-                                 f"${TOKEN_ENV} or a file given with --token-file")
+        raise click.BadParameter(
+            f"a token on the command line shows in `ps`: put it in "
+            f"${TOKEN_ENV} or a file given with --token-file"
+        )
 
 
 def client_options(func: Callable) -> Callable:
@@ -119,21 +127,30 @@ def client_options(func: Callable) -> Callable:
             token = Path(token_file).read_text(encoding="utf-8").strip() or None
         return func(*args, token=token, **kwargs)
 
-    wrapper = click.option("--token", "token_argv", hidden=True, expose_value=True,
-                           callback=_token_on_argv)(wrapper)
     wrapper = click.option(
-        "--token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
-        help=f"With --server: a file holding the access token (default: ${TOKEN_ENV}).")(wrapper)
+        "--token", "token_argv", hidden=True, expose_value=True, callback=_token_on_argv
+    )(wrapper)
+    wrapper = click.option(
+        "--token-file",
+        type=click.Path(exists=True, dir_okay=False),
+        metavar="FILE",
+        help=f"With --server: a file holding the access token (default: ${TOKEN_ENV}).",
+    )(wrapper)
     return click.option(
-        "--ca-cert", type=click.Path(exists=True, dir_okay=False), envvar=CA_CERT_ENV,
-        metavar="FILE", help="With an https --server: verify its certificate against this CA "
-                             f"file (PEM) instead of the system's (default: ${CA_CERT_ENV}).")(wrapper)
+        "--ca-cert",
+        type=click.Path(exists=True, dir_okay=False),
+        envvar=CA_CERT_ENV,
+        metavar="FILE",
+        help="With an https --server: verify its certificate against this CA "
+        f"file (PEM) instead of the system's (default: ${CA_CERT_ENV}).",
+    )(wrapper)
 
 
 def encode_options(func: Callable) -> Callable:
     """--max-length N and --long-documents chunk|truncate, for commands that encode."""
     func = click.option(
-        "--long-documents", type=click.Choice(config_choices(LongDocumentsConfig, "mode")),
+        "--long-documents",
+        type=click.Choice(config_choices(LongDocumentsConfig, "mode")),
         help="Texts longer than max length: overlapping windows (chunk) or cut (truncate).",
     )(func)
     max_length = config_range(ModelConfig, "max_length")
@@ -203,7 +220,9 @@ def handle_errors(func: Callable) -> Callable:
 
 def setup_logging() -> None:
     level = os.environ.get("BERTINDEX_LOG", "WARNING").upper()
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     # transformers reads these when (if) it is imported: a search that encodes with the ONNX
     # export never imports it (importing it here cost most of a cold search's second)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -12,10 +12,13 @@ from search.cli.common import build_config, config_options, handle_errors, json_
 
 
 @click.command()
-@click.option("--repair", is_flag=True,
-              help="Rebuild what is out of step from the store: the FAISS index from the "
-                   "stored vectors (a new index version), the keyword index from the stored "
-                   "texts. Nothing is encoded; the model is not needed.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rebuild what is out of step from the store: the FAISS index from the "
+    "stored vectors (a new index version), the keyword index from the stored "
+    "texts. Nothing is encoded; the model is not needed.",
+)
 @config_options
 @json_option
 @handle_errors
@@ -43,26 +46,38 @@ def _print_report(report: dict) -> None:
 
     facts = report["facts"]
     index = facts.get("index") or {}
-    click.echo(f"store {report['store']}: {facts.get('documents')} documents, "
-               f"{facts.get('chunks')} chunks, {facts.get('vectors')} vectors; index "
-               f"{index.get('version', 'none')} ({index.get('ntotal', 0)} vectors); keyword "
-               f"index {facts.get('keyword_documents')} documents")
+    click.echo(
+        f"store {report['store']}: {facts.get('documents')} documents, "
+        f"{facts.get('chunks')} chunks, {facts.get('vectors')} vectors; index "
+        f"{index.get('version', 'none')} ({index.get('ntotal', 0)} vectors); keyword "
+        f"index {facts.get('keyword_documents')} documents"
+    )
     for p in report["problems"]:
         click.echo(f"problem [{p['check']}] {Problem(**p).line()}", err=True)
     done = report["repair"]
     if done is not None:
         if done["unreachable"]:
-            click.echo(f"repaired: deleted {done['unreachable']['chunks']} unreachable chunk(s), "
-                       f"{done['unreachable']['vectors']} vector(s)")
+            click.echo(
+                f"repaired: deleted {done['unreachable']['chunks']} unreachable chunk(s), "
+                f"{done['unreachable']['vectors']} vector(s)"
+            )
         if done["index"] and done["index"]["version"]:
-            click.echo(f"repaired: index {done['index']['version']} rebuilt from "
-                       f"{done['index']['ntotal']} stored vectors ({done['index']['spec']}), "
-                       f"{done['encoded']} encoded")
+            click.echo(
+                f"repaired: index {done['index']['version']} rebuilt from "
+                f"{done['index']['ntotal']} stored vectors ({done['index']['spec']}), "
+                f"{done['encoded']} encoded"
+            )
         keyword = done["keyword"] or {}
-        if keyword.get("rebuilt") or keyword.get("added") or keyword.get("updated") \
-                or keyword.get("removed"):
-            click.echo(f"repaired: keyword index {keyword['documents']} documents "
-                       f"({'rebuilt' if keyword['rebuilt'] else 'brought in step'})")
+        if (
+            keyword.get("rebuilt")
+            or keyword.get("added")
+            or keyword.get("updated")
+            or keyword.get("removed")
+        ):
+            click.echo(
+                f"repaired: keyword index {keyword['documents']} documents "
+                f"({'rebuilt' if keyword['rebuilt'] else 'brought in step'})"
+            )
         for error in done["errors"]:
             click.echo(f"error: repair stopped: {error}", err=True)
     for p in report["remaining"] if done is not None else []:

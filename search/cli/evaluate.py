@@ -34,23 +34,56 @@ def eval_group() -> None:
 @eval_group.command("beir")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--split", default="test", show_default=True, help="qrels split to score.")
-@click.option("--mode", "modes", multiple=True, type=click.Choice(SEARCH_MODES),
-              help="Search mode to score (repeatable; default: every mode).")
-@click.option("--collection", help="Collection the corpus is indexed into (default: the "
-                                   "folder's name; `default` reuses a `bertindex index` store).")
-@click.option("--rerank", metavar="HEAD", type=click.Path(exists=True, file_okay=False),
-              help="Also score each mode reranked by this pair head (`MODE+rerank`), with the "
-                   "reranking's share of the query time.")
-@click.option("--rerank-depth", type=click.IntRange(1, 100), default=RERANK_DEPTH,
-              show_default=True, help="Hits --rerank reorders per query.")
-@click.option("--max-queries", type=click.IntRange(1), metavar="N",
-              help="Score the first N queries only (a quick check; not the set's figure).")
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(SEARCH_MODES),
+    help="Search mode to score (repeatable; default: every mode).",
+)
+@click.option(
+    "--collection",
+    help="Collection the corpus is indexed into (default: the "
+    "folder's name; `default` reuses a `bertindex index` store).",
+)
+@click.option(
+    "--rerank",
+    metavar="HEAD",
+    type=click.Path(exists=True, file_okay=False),
+    help="Also score each mode reranked by this pair head (`MODE+rerank`), with the "
+    "reranking's share of the query time.",
+)
+@click.option(
+    "--rerank-depth",
+    type=click.IntRange(1, 100),
+    default=RERANK_DEPTH,
+    show_default=True,
+    help="Hits --rerank reorders per query.",
+)
+@click.option(
+    "--max-queries",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Score the first N queries only (a quick check; not the set's figure).",
+)
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def eval_beir(folder, split, modes, collection, rerank, rerank_depth, max_queries, config_path,
-              store_path, max_length, long_documents, as_json):
+def eval_beir(
+    folder,
+    split,
+    modes,
+    collection,
+    rerank,
+    rerank_depth,
+    max_queries,
+    config_path,
+    store_path,
+    max_length,
+    long_documents,
+    as_json,
+):
     """Index a BEIR data set into a temporary store and report nDCG@10, recall@100, MRR@10.
 
     Each --mode is scored on the same store; JSON: {"modes": {mode: scores}, ...}; with
@@ -59,14 +92,25 @@ def eval_beir(folder, split, modes, collection, rerank, rerank_depth, max_querie
     from indexer.evaluation.beir import evaluate_beir
 
     cfg = build_config(config_path, None, max_length, long_documents)
-    scores = evaluate_beir(cfg, Path(folder), split, modes=modes, collection=collection,
-                           rerank=rerank, rerank_depth=rerank_depth, max_queries=max_queries,
-                           store=store_path, progress=show_progress())
+    scores = evaluate_beir(
+        cfg,
+        Path(folder),
+        split,
+        modes=modes,
+        collection=collection,
+        rerank=rerank,
+        rerank_depth=rerank_depth,
+        max_queries=max_queries,
+        store=store_path,
+        progress=show_progress(),
+    )
     if as_json:
         print_json(scores)
     else:
         for mode, result in scores["modes"].items():
-            click.echo(f"{mode:>8}  " + "  ".join(f"{key} {value}" for key, value in result.items()))
+            click.echo(
+                f"{mode:>8}  " + "  ".join(f"{key} {value}" for key, value in result.items())
+            )
         for key, value in scores.items():
             if key != "modes":
                 click.echo(f"{key:>15}  {value}")
@@ -82,8 +126,9 @@ def eval_sts(file, config_path, store_path, max_length, long_documents, as_json)
     """Spearman correlation of cosine similarity with gold scores on an STS-B file."""
     from indexer.evaluation.sts import evaluate_sts
 
-    result = evaluate_sts(build_config(config_path, store_path, max_length, long_documents),
-                          Path(file))
+    result = evaluate_sts(
+        build_config(config_path, store_path, max_length, long_documents), Path(file)
+    )
     if as_json:
         print_json(result)
     else:

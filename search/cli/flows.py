@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from indexer.config import ModelConfig, SourceConfig
+from indexer.config import ModelConfig
+from indexer.config.flows import SourceConfig
 from search.cli.common import (
     build_config,
     config_choices,
@@ -21,10 +22,20 @@ from search.cli.common import (
 
 
 @click.command()
-@click.option("--id", "ids", multiple=True, required=True, metavar="ID",
-              help="Document id to delete (repeatable).")
-@click.option("--collection", default=config_default(SourceConfig, "collection"),
-              show_default=True, help="Collection the ids belong to.")
+@click.option(
+    "--id",
+    "ids",
+    multiple=True,
+    required=True,
+    metavar="ID",
+    help="Document id to delete (repeatable).",
+)
+@click.option(
+    "--collection",
+    default=config_default(SourceConfig, "collection"),
+    show_default=True,
+    help="Collection the ids belong to.",
+)
 @config_options
 @json_option
 @handle_errors
@@ -40,8 +51,10 @@ def delete(ids, collection, config_path, store_path, as_json):
     if as_json:
         print_json(summary)
         return
-    click.echo(f"deleted {len(summary['deleted'])} document(s), {summary['chunks_removed']} "
-               f"chunk(s) from {collection}")
+    click.echo(
+        f"deleted {len(summary['deleted'])} document(s), {summary['chunks_removed']} "
+        f"chunk(s) from {collection}"
+    )
     if summary["not_found"]:
         click.echo(f"not found in {collection}: {', '.join(summary['not_found'])}", err=True)
 
@@ -59,39 +72,58 @@ def status(config_path, store_path, as_json):
     if as_json:
         print_json(info)
         return
-    click.echo(f"store {info['store']}" + ("  (a writer is running; figures as of the last "
-                                            "published version)" if info["writer_active"] else ""))
+    click.echo(
+        f"store {info['store']}"
+        + (
+            "  (a writer is running; figures as of the last published version)"
+            if info["writer_active"]
+            else ""
+        )
+    )
     index = info["index"]
     if index:
         prov = index["provenance"]
-        click.echo(f"index {index['version']}: {index['ntotal']} vectors, {index['spec']}, "
-                   f"{prov.get('model_name')} ({prov.get('pooling')}, dim {prov.get('dim')}, "
-                   f"max_length {prov.get('max_length')})")
+        click.echo(
+            f"index {index['version']}: {index['ntotal']} vectors, {index['spec']}, "
+            f"{prov.get('model_name')} ({prov.get('pooling')}, dim {prov.get('dim')}, "
+            f"max_length {prov.get('max_length')})"
+        )
     else:
         click.echo("index: none yet")
     click.echo(f"{'collection':<20} {'documents':>10} {'chunks':>10} {'vectors':>10}")
     for c in info["collections"]:
-        click.echo(f"{c['collection']:<20} {c['documents']:>10} {c['chunks']:>10} "
-                   f"{c['vectors']:>10}")
+        click.echo(
+            f"{c['collection']:<20} {c['documents']:>10} {c['chunks']:>10} {c['vectors']:>10}"
+        )
     heads = info["annotations"]
     click.echo("annotations: " + (", ".join(f"{h} {n}" for h, n in heads.items()) or "none"))
     for run in info["runs"]:
         click.echo(f"run {run['run_id']} {run['kind']:<8} {run['started_at']}  {run['status']}")
     enc = info["encoder"]
-    click.echo(f"encoder here: {enc['dtype']}" + (f" ({enc['variant']})" if enc["variant"] else "")
-               + f" on {enc['device']}, {enc['cpu_model']} [{enc['isa_class']}]: {enc['reason']}")
+    click.echo(
+        f"encoder here: {enc['dtype']}"
+        + (f" ({enc['variant']})" if enc["variant"] else "")
+        + f" on {enc['device']}, {enc['cpu_model']} [{enc['isa_class']}]: {enc['reason']}"
+    )
     for kind, run in info["last"].items():
-        when = (f"{run['finished_at'] or run['started_at']} ({run['status']})" if run
-                else "never")
+        when = f"{run['finished_at'] or run['started_at']} ({run['status']})" if run else "never"
         click.echo(f"last {kind:<8} {when}")
 
 
 @click.command()
 @click.option("--model", "model_name", help="Encoder for the new vectors (overrides model.name).")
-@click.option("--pooling", type=click.Choice(config_choices(ModelConfig, "pooling")),
-              help="Pooling for the new vectors (overrides model.pooling).")
-@click.option("--batch-size", default=2048, show_default=True, type=click.IntRange(1),
-              help="Documents re-encoded and committed per batch.")
+@click.option(
+    "--pooling",
+    type=click.Choice(config_choices(ModelConfig, "pooling")),
+    help="Pooling for the new vectors (overrides model.pooling).",
+)
+@click.option(
+    "--batch-size",
+    default=2048,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Documents re-encoded and committed per batch.",
+)
 @config_options
 @json_option
 @handle_errors
@@ -109,9 +141,11 @@ def reindex(model_name, pooling, batch_size, config_path, store_path, as_json):
     if as_json:
         print_json(summary)
     else:
-        click.echo(f"{summary['mode']}: {summary['documents']} documents, "
-                   f"{summary['encoded']} encoded; index {summary['index']['version']} "
-                   f"({summary['index']['ntotal']} vectors)")
+        click.echo(
+            f"{summary['mode']}: {summary['documents']} documents, "
+            f"{summary['encoded']} encoded; index {summary['index']['version']} "
+            f"({summary['index']['ntotal']} vectors)"
+        )
 
 
 @click.group("flows")
@@ -120,8 +154,14 @@ def flows_group() -> None:
 
 
 @flows_group.command("list")
-@click.option("-n", "count", default=3, show_default=True, type=click.IntRange(1, 100),
-              help="Next run times to show per deployment.")
+@click.option(
+    "-n",
+    "count",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Next run times to show per deployment.",
+)
 @config_options
 @json_option
 @handle_errors
@@ -145,8 +185,13 @@ def flows_list(count, config_path, store_path, as_json):
 
 
 @flows_group.command("serve")
-@click.option("--limit", type=click.IntRange(1), default=1, show_default=True,
-              help="Flow runs executing at once (one writer per store: keep 1).")
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Flow runs executing at once (one writer per store: keep 1).",
+)
 @config_options
 @handle_errors
 def flows_serve(limit, config_path, store_path):

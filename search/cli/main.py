@@ -12,7 +12,8 @@ import textwrap
 
 import click
 
-from indexer.config import FieldsConfig, SearchConfig, SourceConfig
+from indexer.config import SearchConfig
+from indexer.config.flows import FieldsConfig, SourceConfig
 from indexer.ingest.formats import format_names
 from search.cli.annotate import entity_callback, label_callback
 from search.cli.common import (
@@ -39,31 +40,73 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--collection", default=config_default(SourceConfig, "collection"),
-              show_default=True, help="Collection name; document ids are unique within it.")
-@click.option("--format", "fmt", type=click.Choice(format_names()),
-              default=config_default(SourceConfig, "format"), show_default=True,
-              help="Input format (auto: by file name).")
+@click.option(
+    "--collection",
+    default=config_default(SourceConfig, "collection"),
+    show_default=True,
+    help="Collection name; document ids are unique within it.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(format_names()),
+    default=config_default(SourceConfig, "format"),
+    show_default=True,
+    help="Input format (auto: by file name).",
+)
 @click.option("--id-field", help="Column holding the document id (default: id or _id).")
-@click.option("--text-field", default=config_default(FieldsConfig, "text"), show_default=True,
-              help="Column holding the text.")
-@click.option("--title-field", default=config_default(FieldsConfig, "title"), show_default=True,
-              help="Column holding the title (encoded before the text).")
-@click.option("--batch-size", default=config_default(SourceConfig, "batch_size"),
-              show_default=True, type=click.IntRange(1),
-              help="Documents read and committed per batch.")
-@click.option("--on-missing", type=click.Choice(config_choices(SourceConfig, "on_missing")),
-              default=config_default(SourceConfig, "on_missing"), show_default=True,
-              help="Documents of the collection that the files no longer hold: keep or delete.")
-@click.option("--strict", is_flag=True,
-              help="A batch with any rejected record stores none of its documents (only the "
-                   "rejections); exit code 1. Clean batches are stored.")
+@click.option(
+    "--text-field",
+    default=config_default(FieldsConfig, "text"),
+    show_default=True,
+    help="Column holding the text.",
+)
+@click.option(
+    "--title-field",
+    default=config_default(FieldsConfig, "title"),
+    show_default=True,
+    help="Column holding the title (encoded before the text).",
+)
+@click.option(
+    "--batch-size",
+    default=config_default(SourceConfig, "batch_size"),
+    show_default=True,
+    type=click.IntRange(1),
+    help="Documents read and committed per batch.",
+)
+@click.option(
+    "--on-missing",
+    type=click.Choice(config_choices(SourceConfig, "on_missing")),
+    default=config_default(SourceConfig, "on_missing"),
+    show_default=True,
+    help="Documents of the collection that the files no longer hold: keep or delete.",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="A batch with any rejected record stores none of its documents (only the "
+    "rejections); exit code 1. Clean batches are stored.",
+)
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def index(paths, collection, fmt, id_field, text_field, title_field, batch_size, on_missing,
-          strict, config_path, store_path, max_length, long_documents, as_json):
+def index(
+    paths,
+    collection,
+    fmt,
+    id_field,
+    text_field,
+    title_field,
+    batch_size,
+    on_missing,
+    strict,
+    config_path,
+    store_path,
+    max_length,
+    long_documents,
+    as_json,
+):
     """Read, encode and index corpus files (JSONL, CSV, TSV, Parquet, BEIR) into the store.
 
     Unchanged documents are skipped; changed ones are re-encoded and replaced. A killed run
@@ -82,8 +125,17 @@ def index(paths, collection, fmt, id_field, text_field, title_field, batch_size,
     from flows.index_corpus import flow_for
 
     fields = FieldMap(id_field=id_field, text_field=text_field, title_field=title_field or None)
-    summary = flow_for(cfg)([str(p) for p in paths], cfg, collection, fmt, fields, batch_size,
-                            show_progress(), on_missing, strict=strict)
+    summary = flow_for(cfg)(
+        [str(p) for p in paths],
+        cfg,
+        collection,
+        fmt,
+        fields,
+        batch_size,
+        show_progress(),
+        on_missing,
+        strict=strict,
+    )
     if as_json:
         print_json(summary)
     else:
@@ -109,64 +161,132 @@ def index_errors(summary: dict) -> list[str]:
     for f in failed[:10]:
         lines.append(f"error: batch {f['batch']} failed: {f['error']}")
     if failed:
-        lines.append(f"error: {len(failed)} batch(es) failed after retries; the others are "
-                     "stored. Run the same command again to retry them.")
+        lines.append(
+            f"error: {len(failed)} batch(es) failed after retries; the others are "
+            "stored. Run the same command again to retry them."
+        )
     refused = summary.get("refused_batches") or []
     for r in refused[:10]:
-        lines.append(f"error: --strict: batch {r['batch']} not stored: {r['rejected']} "
-                     f"rejected record(s), e.g. {r['first_reason']}")
+        lines.append(
+            f"error: --strict: batch {r['batch']} not stored: {r['rejected']} "
+            f"rejected record(s), e.g. {r['first_reason']}"
+        )
     if refused:
-        lines.append(f"error: --strict: {len(refused)} batch(es) held rejected records and "
-                     f"stored none of their {sum(r['records'] for r in refused)} good "
-                     "record(s) (the rejections are in the `rejected` table); clean batches "
-                     "are stored. Fix the rows and run the same command again.")
+        lines.append(
+            f"error: --strict: {len(refused)} batch(es) held rejected records and "
+            f"stored none of their {sum(r['records'] for r in refused)} good "
+            "record(s) (the rejections are in the `rejected` table); clean batches "
+            "are stored. Fix the rows and run the same command again."
+        )
     return lines
 
 
 @main.command()
 @click.argument("query")
-@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 10000),
-              help="Number of documents to return.")
+@click.option(
+    "-k",
+    "k",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 10000),
+    help="Number of documents to return.",
+)
 @click.option("--collection", help="Search one collection only.")
-@click.option("--where", "where", multiple=True, metavar="FIELD=VALUE", callback=where_callback,
-              help="Metadata filter (repeatable; all must match), applied inside the search.")
-@click.option("--mode", type=click.Choice(config_choices(SearchConfig, "mode")),
-              help="Dense vectors, BM25 keywords, or both fused (default: search.mode, "
-                   f"{config_default(SearchConfig, 'mode')}).")
-@click.option("--label", "labels", multiple=True, metavar="HEAD=LABEL", callback=label_callback,
-              help="Only documents labelled so (repeatable; all must match): a person's label "
-                   "(`bertindex review import`) where there is one, else the model's "
-                   "(`bertindex annotate`).")
-@click.option("--human", is_flag=True,
-              help="--label matches labels people gave (review import, the review page) only.")
-@click.option("--entity", "entities", multiple=True, metavar="TYPE[=TEXT]",
-              callback=entity_callback,
-              help="Only documents with an entity of TYPE (and TEXT, any case) (repeatable).")
-@click.option("--unique", is_flag=True,
-              help="Collapse each near-duplicate group (`bertindex dedup`) to its best-ranked "
-                   "member, shown with the group's size.")
-@click.option("--rerank", metavar="HEAD",
-              help="Reorder the top --rerank-depth hits with a pair head (`bertindex train "
-                   "rerank`), scoring the query with each hit's best window; `none`: no "
-                   "reranking (default: search.rerank, none unless set).")
-@click.option("--rerank-depth", type=click.IntRange(1, 1000), metavar="N",
-              help="Hits --rerank reorders; those below keep their order (default: "
-                   f"search.rerank_depth, {config_default(SearchConfig, 'rerank_depth')}).")
-@click.option("--server", metavar="URL",
-              help=f"Ask a running `bertindex serve` (e.g. {DEFAULT_URL}) instead of "
-                   "loading the model and index here.")
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    callback=where_callback,
+    help="Metadata filter (repeatable; all must match), applied inside the search.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(config_choices(SearchConfig, "mode")),
+    help="Dense vectors, BM25 keywords, or both fused (default: search.mode, "
+    f"{config_default(SearchConfig, 'mode')}).",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="HEAD=LABEL",
+    callback=label_callback,
+    help="Only documents labelled so (repeatable; all must match): a person's label "
+    "(`bertindex review import`) where there is one, else the model's "
+    "(`bertindex annotate`).",
+)
+@click.option(
+    "--human",
+    is_flag=True,
+    help="--label matches labels people gave (review import, the review page) only.",
+)
+@click.option(
+    "--entity",
+    "entities",
+    multiple=True,
+    metavar="TYPE[=TEXT]",
+    callback=entity_callback,
+    help="Only documents with an entity of TYPE (and TEXT, any case) (repeatable).",
+)
+@click.option(
+    "--unique",
+    is_flag=True,
+    help="Collapse each near-duplicate group (`bertindex dedup`) to its best-ranked "
+    "member, shown with the group's size.",
+)
+@click.option(
+    "--rerank",
+    metavar="HEAD",
+    help="Reorder the top --rerank-depth hits with a pair head (`bertindex train "
+    "rerank`), scoring the query with each hit's best window; `none`: no "
+    "reranking (default: search.rerank, none unless set).",
+)
+@click.option(
+    "--rerank-depth",
+    type=click.IntRange(1, 1000),
+    metavar="N",
+    help="Hits --rerank reorders; those below keep their order (default: "
+    f"search.rerank_depth, {config_default(SearchConfig, 'rerank_depth')}).",
+)
+@click.option(
+    "--server",
+    metavar="URL",
+    help=f"Ask a running `bertindex serve` (e.g. {DEFAULT_URL}) instead of "
+    "loading the model and index here.",
+)
 @client_options
 @config_options
 @encode_options
 @json_option
 @handle_errors
-def search(query, k, collection, where, mode, labels, entities, human, unique, rerank,
-           rerank_depth, server, token, ca_cert, config_path, store_path, max_length, long_documents,
-           as_json):
+def search(
+    query,
+    k,
+    collection,
+    where,
+    mode,
+    labels,
+    entities,
+    human,
+    unique,
+    rerank,
+    rerank_depth,
+    server,
+    token,
+    ca_cert,
+    config_path,
+    store_path,
+    max_length,
+    long_documents,
+    as_json,
+):
     """Search: the k documents that best match QUERY (hybrid of dense and BM25 by default)."""
     if server and (rerank or rerank_depth):
-        raise click.UsageError("--rerank with --server: the server reranks with its own "
-                               "search.rerank (POST /search {\"rerank\": true})")
+        raise click.UsageError(
+            "--rerank with --server: the server reranks with its own "
+            'search.rerank (POST /search {"rerank": true})'
+        )
     if unique and rerank and rerank != "none":
         raise click.UsageError("--rerank and --unique do not combine yet; use one")
     if server and (human or unique):
@@ -176,8 +296,18 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, r
     annotations = {}
     sizes: dict = {}
     if server:
-        hits = remote_search(server, query, k, collection, where, mode, labels=labels,
-                             entities=entities, token=token, ca_cert=ca_cert)
+        hits = remote_search(
+            server,
+            query,
+            k,
+            collection,
+            where,
+            mode,
+            labels=labels,
+            entities=entities,
+            token=token,
+            ca_cert=ca_cert,
+        )
     else:
         from indexer.query.searcher import Searcher
         from indexer.store import Store
@@ -186,20 +316,31 @@ def search(query, k, collection, where, mode, labels, entities, human, unique, r
         with Store(cfg.store.path, read_only=True) as store:
             searcher = Searcher(cfg, store)
             if unique:
-                hits, sizes = searcher.search_unique(query, k, collection, where, mode,
-                                                     labels=labels, entities=entities, human=human)
+                hits, sizes = searcher.search_unique(
+                    query, k, collection, where, mode, labels=labels, entities=entities, human=human
+                )
             else:
-                hits = searcher.search(query, k, collection, where, mode, labels=labels,
-                                       entities=entities, human=human,
-                                       rerank=False if rerank == "none" else rerank,
-                                       rerank_depth=rerank_depth)
+                hits = searcher.search(
+                    query,
+                    k,
+                    collection,
+                    where,
+                    mode,
+                    labels=labels,
+                    entities=entities,
+                    human=human,
+                    rerank=False if rerank == "none" else rerank,
+                    rerank_depth=rerank_depth,
+                )
             if as_json:
                 annotations = store.annotations.by_document([(h.collection, h.id) for h in hits])
     if as_json:
         for h in hits:
-            print_json(h.to_dict()
-                       | ({"group_size": sizes.get((h.collection, h.id), 1)} if unique else {})
-                       | annotations.get((h.collection, h.id), {}))
+            print_json(
+                h.to_dict()
+                | ({"group_size": sizes.get((h.collection, h.id), 1)} if unique else {})
+                | annotations.get((h.collection, h.id), {})
+            )
         return
     if not hits:
         click.echo("no hits", err=True)
@@ -217,7 +358,7 @@ def _print_table(hits, sizes: dict | None = None) -> None:
     sides = f"  {'dense':>6}  {'bm25':>6}" if both else ""  # hybrid: why each ranks there
     click.echo(f"{'rank':>4}  {'score':>6}{sides}  {'id':<{id_width}}  title / snippet")
     for h in hits:
-        snippet = " ".join(h.text[h.chunk_start:h.chunk_end].split())
+        snippet = " ".join(h.text[h.chunk_start : h.chunk_end].split())
         if h.chunk_start > 0:  # a later window: mark the cut
             snippet = "… " + snippet
         title = (h.title or "").strip()
@@ -225,8 +366,10 @@ def _print_table(hits, sizes: dict | None = None) -> None:
         if sizes is not None:
             line = f"[x{sizes.get((h.collection, h.id), 1)}] {line}"
         sides = f"  {_side(h.dense)}  {_side(h.keyword)}" if both else ""
-        click.echo(f"{h.rank:>4}  {h.score:6.3f}{sides}  {h.id[:id_width]:<{id_width}}  "
-                   f"{textwrap.shorten(line, 90, placeholder=' …')}")
+        click.echo(
+            f"{h.rank:>4}  {h.score:6.3f}{sides}  {h.id[:id_width]:<{id_width}}  "
+            f"{textwrap.shorten(line, 90, placeholder=' …')}"
+        )
 
 
 def _register_commands() -> None:

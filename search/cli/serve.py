@@ -39,32 +39,75 @@ def _workers(ctx, param, value: str) -> int | str:
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; anything but loopback needs a store with tokens "
-                   "(`bertindex token create`) and --tls-cert/--tls-key (or --insecure-http).")
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535),
-              help="TCP port.")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
-              help="Serve https with this certificate (PEM, the chain after it); needs "
-                   "--tls-key.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
-              help="The private key (PEM) of --tls-cert.")
-@click.option("--insecure-http", is_flag=True,
-              help="Allow plain http off loopback on a store with tokens: anyone on the path "
-                   "can read the tokens sent. Warned.")
-@click.option("--max-request-bytes", default=MAX_BODY_BYTES, show_default=True,
-              type=click.IntRange(256), help="Larger request bodies are refused (413).")
-@click.option("--threads", default=DEFAULT_THREADS, show_default=True, type=click.IntRange(1),
-              help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by "
-                   "side.")
-@click.option("--workers", default="auto", show_default=True, callback=_workers,
-              help="Server processes, each with its own copy of the model and indexes: a "
-                   f"number, or auto (one per core, at most {MAX_AUTO_WORKERS}, while the "
-                   "copies fit in half the available memory).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but loopback needs a store with tokens "
+    "(`bertindex token create`) and --tls-cert/--tls-key (or --insecure-http).",
+)
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="TCP port.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="Serve https with this certificate (PEM, the chain after it); needs --tls-key.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="The private key (PEM) of --tls-cert.",
+)
+@click.option(
+    "--insecure-http",
+    is_flag=True,
+    help="Allow plain http off loopback on a store with tokens: anyone on the path "
+    "can read the tokens sent. Warned.",
+)
+@click.option(
+    "--max-request-bytes",
+    default=MAX_BODY_BYTES,
+    show_default=True,
+    type=click.IntRange(256),
+    help="Larger request bodies are refused (413).",
+)
+@click.option(
+    "--threads",
+    default=DEFAULT_THREADS,
+    show_default=True,
+    type=click.IntRange(1),
+    help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by side.",
+)
+@click.option(
+    "--workers",
+    default="auto",
+    show_default=True,
+    callback=_workers,
+    help="Server processes, each with its own copy of the model and indexes: a "
+    f"number, or auto (one per core, at most {MAX_AUTO_WORKERS}, while the "
+    "copies fit in half the available memory).",
+)
 @config_options
 @handle_errors
-def serve(host, port, tls_cert, tls_key, insecure_http, max_request_bytes, threads, workers,
-          config_path, store_path):
+def serve(
+    host,
+    port,
+    tls_cert,
+    tls_key,
+    insecure_http,
+    max_request_bytes,
+    threads,
+    workers,
+    config_path,
+    store_path,
+):
     """Serve searches over HTTP(S) with the model kept loaded: a search page at /, and
     POST /search, POST /facets, GET /health.
 
@@ -84,9 +127,15 @@ def serve(host, port, tls_cert, tls_key, insecure_http, max_request_bytes, threa
     _check_bind(host, bool(tokens), tls is not None, insecure_http)
     session = new_token() if tokens else None
     store = Path(cfg.store.path).resolve()
-    settings = ServeSettings(str(Path(config_path).resolve()) if config_path else None,
-                             str(store), threads, max_request_bytes, host,
-                             session and hash_token(session), undo_key=secrets.token_hex(32))
+    settings = ServeSettings(
+        str(Path(config_path).resolve()) if config_path else None,
+        str(store),
+        threads,
+        max_request_bytes,
+        host,
+        session and hash_token(session),
+        undo_key=secrets.token_hex(32),
+    )
     scheme = "https" if tls else "http"
     # a wildcard bind is no address to open: the page address names one the Host check takes
     # (loopback here; from another machine, this machine's name or address, which it also takes)
@@ -98,12 +147,18 @@ def serve(host, port, tls_cert, tls_key, insecure_http, max_request_bytes, threa
     def announce(line: str) -> None:
         click.echo(line, err=True)
         if where is not None:
-            click.echo(f"tokens required; this session's page address (its token, scope "
-                       f"review) is in {where}, readable by you only until serve stops", err=True)
+            click.echo(
+                f"tokens required; this session's page address (its token, scope "
+                f"review) is in {where}, readable by you only until serve stops",
+                err=True,
+            )
         elif session is not None:  # as notebook servers do: the pages keep it for the tab
-            click.echo(f"tokens required; open {scheme}://{shown}:{port}/#token={session} (this "
-                       "session's token, scope review; or paste one from `bertindex token "
-                       "create`)", err=True)
+            click.echo(
+                f"tokens required; open {scheme}://{shown}:{port}/#token={session} (this "
+                "session's token, scope review; or paste one from `bertindex token "
+                "create`)",
+                err=True,
+            )
 
     try:
         serve_processes(settings, host, port, workers, announce, tls)
@@ -124,18 +179,27 @@ def _check_bind(host: str, tokens: bool, tls: bool, insecure_http: bool) -> None
     if is_loopback(host.strip("[]")):
         return
     if not tokens:
-        click.echo(f"error: --host {host} would let anyone who can reach it read this store and "
-                   "write its review labels: create a token first (`bertindex token create "
-                   "--scope read --name NAME`), or bind 127.0.0.1", err=True)
+        click.echo(
+            f"error: --host {host} would let anyone who can reach it read this store and "
+            "write its review labels: create a token first (`bertindex token create "
+            "--scope read --name NAME`), or bind 127.0.0.1",
+            err=True,
+        )
         sys.exit(2)
     if tls:
         return
     if not insecure_http:
-        click.echo(f"error: --host {host} over plain http sends every token in clear text: give "
-                   "--tls-cert FILE --tls-key FILE, or --insecure-http to accept that", err=True)
+        click.echo(
+            f"error: --host {host} over plain http sends every token in clear text: give "
+            "--tls-cert FILE --tls-key FILE, or --insecure-http to accept that",
+            err=True,
+        )
         sys.exit(2)
-    click.echo(f"warning: serving tokens over plain http on {host} (--insecure-http): anyone on "
-               "the network path can read them", err=True)
+    click.echo(
+        f"warning: serving tokens over plain http on {host} (--insecure-http): anyone on "
+        "the network path can read them",
+        err=True,
+    )
 
 
 def _write_private(path: Path, text: str) -> Path:

@@ -32,8 +32,10 @@ def _expires(ctx, param, value: str | None) -> datetime | None:
     try:
         return parse_utc(value.strip())
     except ValueError:
-        raise click.BadParameter(f"{value!r}: give a duration (12h, 30d, 2w) or an ISO date "
-                                 "(2027-01-31, 2027-01-31T18:00Z)") from None
+        raise click.BadParameter(
+            f"{value!r}: give a duration (12h, 30d, 2w) or an ISO date "
+            "(2027-01-31, 2027-01-31T18:00Z)"
+        ) from None
 
 
 @click.group("token")
@@ -42,14 +44,26 @@ def token() -> None:
 
 
 @token.command("create")
-@click.option("--name", required=True,
-              help="Who or what holds it (letters, digits, _ . @ -); review labels record it.")
-@click.option("--scope", type=click.Choice(SCOPE_CHOICES), default="read", show_default=True,
-              help="read: search, facets, review queues; review: also store review labels; "
-                   "admin: everything.")
-@click.option("--expires", callback=_expires, metavar="WHEN",
-              help="Refused after this: a duration from now (12h, 30d, 2w) or an ISO date or "
-                   "time in UTC (2027-01-31: its start). Default: never.")
+@click.option(
+    "--name",
+    required=True,
+    help="Who or what holds it (letters, digits, _ . @ -); review labels record it.",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(SCOPE_CHOICES),
+    default="read",
+    show_default=True,
+    help="read: search, facets, review queues; review: also store review labels; "
+    "admin: everything.",
+)
+@click.option(
+    "--expires",
+    callback=_expires,
+    metavar="WHEN",
+    help="Refused after this: a duration from now (12h, 30d, 2w) or an ISO date or "
+    "time in UTC (2027-01-31: its start). Default: never.",
+)
 @config_options
 @json_option
 @handle_errors
@@ -63,12 +77,21 @@ def create_command(name, scope, expires, config_path, store_path, as_json):
     with Store(cfg.store.path) as store:
         secret = store.tokens.create(name, scope, expires)
     if as_json:
-        print_json({"name": name, "scope": scope, "token": secret,
-                    "expires": expires and expires.isoformat(timespec="seconds") + "Z"})
+        print_json(
+            {
+                "name": name,
+                "scope": scope,
+                "token": secret,
+                "expires": expires and expires.isoformat(timespec="seconds") + "Z",
+            }
+        )
     else:
         click.echo(secret)
-        click.echo(f"token {name!r} ({scope}) created: it is shown only now; running servers "
-                   "accept it within a second", err=True)
+        click.echo(
+            f"token {name!r} ({scope}) created: it is shown only now; running servers "
+            "accept it within a second",
+            err=True,
+        )
 
 
 @token.command("list")
@@ -87,11 +110,16 @@ def list_command(config_path, store_path, as_json):
         print_json(rows)
         return
     if not rows:
-        click.echo("no tokens: `bertindex serve` on loopback needs none "
-                   "(create one with `bertindex token create --name NAME`)", err=True)
+        click.echo(
+            "no tokens: `bertindex serve` on loopback needs none "
+            "(create one with `bertindex token create --name NAME`)",
+            err=True,
+        )
     for r in rows:
-        click.echo(f"{r['name']}\t{r['scope']}\tcreated {r['created']}\t"
-                   f"last used {r['last_used'] or 'never'}\texpires {r['expires'] or 'never'}")
+        click.echo(
+            f"{r['name']}\t{r['scope']}\tcreated {r['created']}\t"
+            f"last used {r['last_used'] or 'never'}\texpires {r['expires'] or 'never'}"
+        )
 
 
 @token.command("revoke")

@@ -1,14 +1,14 @@
 """`runner: dask` against a real cluster: a `dask scheduler` and two `dask worker --nthreads 1`
 processes on 127.0.0.1 (free ports, no nanny, stopped by the test), indexing and annotating
-the tiny random BERT's corpus (store and inbox modes). Both workers do at least a third of the model work, the store
-(documents, chunks, vectors, labels, entities, search results of the IVF index the workers
-built in shards) equals the local runner's under the tolerance rules of `indexer.ops.tolerance`
-(workers batch other texts together than the local runner, and some CPUs' kernels sum in an
-order that depends on the batch's shape: ids, spans and clear labels exactly, vectors by
-cosine, scores within a stated difference), and
-a worker armed to SIGKILL itself mid-run (`indexer.core.faults.arm`, `partition.before_return`) loses
-a partition that the other worker reruns: the store is the same again. One cluster serves the
-module (the second test leaves it one worker).
+the tiny random BERT's corpus (store and inbox modes). Both workers do at least a third of the model
+work, the store (documents, chunks, vectors, labels, entities, search results of the IVF index the
+workers built in shards) equals the local runner's under the tolerance rules of
+`indexer.ops.tolerance` (workers batch other texts together than the local runner, and some CPUs'
+kernels sum in an order that depends on the batch's shape: ids, spans and clear labels exactly,
+vectors by cosine, scores within a stated difference), and a worker armed to SIGKILL itself mid-run
+(`indexer.core.faults.arm`, `partition.before_return`) loses a partition that the other worker
+reruns: the store is the same again. One cluster serves the module (the second test leaves it one
+worker).
 
 The partition arithmetic (`split`, `join`, the annotate partition sizes) is checked without a
 cluster.
@@ -69,22 +69,54 @@ def dask_cluster(logs: Path, n_workers: int = 2):
 
     def start(name: str, args: list[str]) -> subprocess.Popen:
         with open(logs / f"{name}.log", "w") as log:
-            proc = subprocess.Popen([dask, *args], stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, stdin=subprocess.DEVNULL,
-                                    preexec_fn=_die_with_parent)  # noqa: PLW1509
+            proc = subprocess.Popen(
+                [dask, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
         procs.append(proc)
         return proc
 
     try:
-        start("scheduler", ["scheduler", "--host", "127.0.0.1", "--port",
-                            address.rsplit(":", 1)[1], "--no-dashboard",
-                            "--idle-timeout", "300s"])
+        start(
+            "scheduler",
+            [
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                address.rsplit(":", 1)[1],
+                "--no-dashboard",
+                "--idle-timeout",
+                "300s",
+            ],
+        )
         # the library imported at start (torch, transformers), as a long-lived worker has it
-        workers = [start(f"w{i}", ["worker", address, "--nthreads", "1", "--no-nanny",
-                                   "--host", "127.0.0.1", "--no-dashboard", "--name", f"w{i}",
-                                   "--death-timeout", "60s",
-                                   "--preload", "indexer.annotate.cluster"])
-                   for i in range(n_workers)]
+        workers = [
+            start(
+                f"w{i}",
+                [
+                    "worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--host",
+                    "127.0.0.1",
+                    "--no-dashboard",
+                    "--name",
+                    f"w{i}",
+                    "--death-timeout",
+                    "60s",
+                    "--preload",
+                    "indexer.annotate.cluster",
+                ],
+            )
+            for i in range(n_workers)
+        ]
         with Client(address, timeout=START_S) as client:
             client.wait_for_workers(n_workers, timeout=START_S)
         yield address, workers
@@ -112,11 +144,13 @@ def _annotations(cfg) -> tuple[list, list]:
     with Store(cfg.store.path, read_only=True, snapshot=False) as store:
         labels = store.con.execute(
             "SELECT d.external_id, a.head, a.label, a.probability, a.runner_up "
-            "FROM annotations a JOIN documents d USING (doc_id) ORDER BY 1, 2, 3").fetchall()
+            "FROM annotations a JOIN documents d USING (doc_id) ORDER BY 1, 2, 3"
+        ).fetchall()
         entities = store.con.execute(
             "SELECT d.external_id, e.head, e.type, e.start_char, e.end_char, e.text, "
             "e.score FROM entities e JOIN documents d USING (doc_id) "
-            "ORDER BY 1, 2, 4").fetchall()
+            "ORDER BY 1, 2, 4"
+        ).fetchall()
     return labels, entities
 
 
@@ -133,18 +167,27 @@ def local_reference(tmp_path_factory, tiny_model_dir, heads):
 
     root = tmp_path_factory.mktemp("cluster-reference")
     corpus = write_corpus(root / "docs.jsonl", DOCS, seed=11)
-    cfg = Config().with_overrides(**{
-        "model.name": str(tiny_model_dir), "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": 16, "long_documents.stride": 4, "store.path": str(root / "store"),
-        "search.query_encoder": "torch", "index.spec": SPEC})
+    cfg = Config().with_overrides(
+        **{
+            "model.name": str(tiny_model_dir),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": 16,
+            "long_documents.stride": 4,
+            "store.path": str(root / "store"),
+            "search.query_encoder": "torch",
+            "index.spec": SPEC,
+        }
+    )
     run_index([str(corpus)], cfg)
     run_annotate(head_args(heads), cfg)
     return corpus, cfg, _annotations(cfg)
 
 
 def _on_cluster(cfg, address, store):
-    return cfg.with_overrides(**{"runner": "dask", "dask.address": address,
-                                 "store.path": str(store)})
+    return cfg.with_overrides(
+        **{"runner": "dask", "dask.address": address, "store.path": str(store)}
+    )
 
 
 def _assert_same_store(cfg, ref_cfg, ref_annotations):
@@ -158,8 +201,9 @@ def _assert_same_store(cfg, ref_cfg, ref_annotations):
     assert same_entities(entities, ref_entities, tol) == []
 
 
-def test_index_and_annotate_on_two_worker_processes(prefect_api, local_reference, heads,
-                                                    cluster, tmp_path):
+def test_index_and_annotate_on_two_worker_processes(
+    prefect_api, local_reference, heads, cluster, tmp_path
+):
     from flows.annotate import annotate_flow
     from flows.index_corpus import flow_for
 
@@ -180,8 +224,9 @@ def test_index_and_annotate_on_two_worker_processes(prefect_api, local_reference
     _assert_same_store(cfg, ref_cfg, ref_annotations)
 
 
-def test_inbox_on_the_cluster_gives_the_same_store(prefect_api, local_reference, heads,
-                                                   cluster, tmp_path):
+def test_inbox_on_the_cluster_gives_the_same_store(
+    prefect_api, local_reference, heads, cluster, tmp_path
+):
     import shutil
 
     from flows.annotate import annotate_flow
@@ -198,8 +243,9 @@ def test_inbox_on_the_cluster_gives_the_same_store(prefect_api, local_reference,
     _assert_same_store(cfg, ref_cfg, ref_annotations)
 
 
-def test_worker_killed_mid_run_gives_the_same_store(prefect_api, local_reference, heads,
-                                                    cluster, tmp_path):
+def test_worker_killed_mid_run_gives_the_same_store(
+    prefect_api, local_reference, heads, cluster, tmp_path
+):
     from distributed import Client
 
     from flows.annotate import annotate_flow
@@ -210,8 +256,11 @@ def test_worker_killed_mid_run_gives_the_same_store(prefect_api, local_reference
     victim = workers[1]
     with Client(address, timeout=START_S) as client:  # SIGKILL itself at its second partition
         (addr,) = [a for a, pid in client.run(os.getpid).items() if pid == victim.pid]
-        client.run(__import__("indexer.core.faults").faults.arm, "partition.before_return:2",
-                   workers=[addr])
+        client.run(
+            __import__("indexer.core.faults").faults.arm,
+            "partition.before_return:2",
+            workers=[addr],
+        )
     cfg = _on_cluster(ref_cfg, address, tmp_path / "store")
     indexed = flow_for(cfg)([str(corpus)], cfg)
     assert victim.wait(10) == -signal.SIGKILL  # died holding an encoded partition
@@ -235,11 +284,19 @@ def test_split_spreads_a_batch_and_join_restores_it():
     parts = []
     for start, end in ranges:  # two chunks per text
         n = 2 * (end - start)
-        parts.append(EncodedPartition(
-            f"p{start}", np.repeat(np.arange(end - start, dtype=np.int32), 2),
-            np.tile(np.array([0, 1], np.int32), end - start), np.zeros(n, np.int64),
-            np.ones(n, np.int64), np.full(n, 3, np.int32),
-            rng.standard_normal((n, 4)).astype(np.float32), {}, Work("w", end - start, 1, 0.0)))
+        parts.append(
+            EncodedPartition(
+                f"p{start}",
+                np.repeat(np.arange(end - start, dtype=np.int32), 2),
+                np.tile(np.array([0, 1], np.int32), end - start),
+                np.zeros(n, np.int64),
+                np.ones(n, np.int64),
+                np.full(n, 3, np.int32),
+                rng.standard_normal((n, 4)).astype(np.float32),
+                {},
+                Work("w", end - start, 1, 0.0),
+            )
+        )
     rows = join(parts, [s for s, _ in ranges], 4)
     assert rows.doc_ids == [i for i in range(40) for _ in range(2)]
     assert rows.ordinals == [0, 1] * 40

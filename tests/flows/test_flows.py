@@ -1,8 +1,8 @@
 """Flows in production: retries and failed-batch reports under Prefect, the Dask runner,
 schedules from config.yaml (`flows serve` / `flows list`), `delete` and `status` via the CLI.
 
-One Prefect test harness (temporary API) for the session (tests/conftest.py); one Dask LocalCluster (two worker
-processes) for the Dask test.
+One Prefect test harness (temporary API) for the session (tests/conftest.py); one Dask LocalCluster
+(two worker processes) for the Dask test.
 """
 
 from __future__ import annotations
@@ -26,13 +26,21 @@ pytestmark = pytest.mark.heavy
 
 
 def write_config(path, tiny_model_dir, store, **sections):
-    path.write_text(yaml.safe_dump({
-        "model": {"name": str(tiny_model_dir), "dtype": "fp32", "device": "cpu",
-                  "max_length": 16},
-        "long_documents": {"stride": 4},
-        "store": {"path": str(store)},
-        **sections,
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {
+                    "name": str(tiny_model_dir),
+                    "dtype": "fp32",
+                    "device": "cpu",
+                    "max_length": 16,
+                },
+                "long_documents": {"stride": 4},
+                "store": {"path": str(store)},
+                **sections,
+            }
+        )
+    )
     return path
 
 
@@ -71,15 +79,30 @@ def test_dask_runner_gives_the_store_of_the_local_runner(prefect_api, tiny_confi
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 300, seed=4)
     run_index([str(corpus)], tiny_config, batch_size=50)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, env={"OMP_NUM_THREADS": "1"}) as cluster:
-        dask_cfg = tiny_config.with_overrides(**{
-            "store.path": str(tmp_path / "dask-store"), "runner": "dask",
-            "dask.address": cluster.scheduler_address, "dask.in_flight": 3})
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        env={"OMP_NUM_THREADS": "1"},
+    ) as cluster:
+        dask_cfg = tiny_config.with_overrides(
+            **{
+                "store.path": str(tmp_path / "dask-store"),
+                "runner": "dask",
+                "dask.address": cluster.scheduler_address,
+                "dask.in_flight": 3,
+            }
+        )
         summary = flow_for(dask_cfg)([str(corpus)], dask_cfg, "default", "auto", FieldMap(), 50)
         with cluster.get_client() as client:
-            encoded_on = client.run(lambda: __import__("indexer.encode.encoder").encode.encoder.load_encoder
-                                    .cache_info().currsize)
+            encoded_on = client.run(
+                lambda: (
+                    __import__("indexer.encode.encoder")
+                    .encode.encoder.load_encoder.cache_info()
+                    .currsize
+                )
+            )
     assert summary["encoded"] == 300 and summary["failed_batches"] == []
     assert sum(encoded_on.values()) == 2  # both workers loaded the encoder and encoded
     local, dask = check_store(tiny_config), check_store(dask_cfg)
@@ -91,13 +114,21 @@ def test_dask_runner_gives_the_store_of_the_local_runner(prefect_api, tiny_confi
 @pytest.fixture
 def scheduled_config(tmp_path, tiny_model_dir, small_corpus):
     return write_config(
-        tmp_path / "config.yaml", tiny_model_dir, tmp_path / "store",
-        sources={"docs": {"paths": [str(small_corpus)], "collection": "docs",
-                          "on_missing": "delete"}},
-        schedules={"index_corpus": {"cron": "*/15 * * * *"},
-                   "annotate": {"interval": 600, "heads": [str(tmp_path / "heads" / "clf")],
-                                "inbox": str(tmp_path / "inbox")},
-                   "reindex": {"interval": 86400, "active": False}},
+        tmp_path / "config.yaml",
+        tiny_model_dir,
+        tmp_path / "store",
+        sources={
+            "docs": {"paths": [str(small_corpus)], "collection": "docs", "on_missing": "delete"}
+        },
+        schedules={
+            "index_corpus": {"cron": "*/15 * * * *"},
+            "annotate": {
+                "interval": 600,
+                "heads": [str(tmp_path / "heads" / "clf")],
+                "inbox": str(tmp_path / "inbox"),
+            },
+            "reindex": {"interval": 86400, "active": False},
+        },
     )
 
 
@@ -115,8 +146,9 @@ def test_flows_serve_registers_the_configured_schedules(scheduled_config, serve_
 
 
 def test_flows_list_shows_next_runs(scheduled_config):
-    result = CliRunner().invoke(main, ["flows", "list", "--json", "--config",
-                                       str(scheduled_config)])
+    result = CliRunner().invoke(
+        main, ["flows", "list", "--json", "--config", str(scheduled_config)]
+    )
     assert result.exit_code == 0, result.output
     plans = {p["name"]: p for p in map(json.loads, result.stdout.splitlines())}
     assert set(plans) == {"index_corpus", "annotate", "reindex"}
@@ -150,11 +182,26 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
 
     with Store(cfg.store.path) as store:
         for doc_id in store.reads.document_hashes():  # a1 first: doc ids follow reading order
-            store.con.execute("INSERT INTO annotations (doc_id, head, head_version, label, probability) "
-                              "VALUES (?, 'topic', 'h1', 'x', 0.5)",
-                              [doc_id])
-    result = runner.invoke(main, ["delete", "--id", "a1", "--id", "zz", "--collection", "news",
-                                  "--config", str(config), "--json"])
+            store.con.execute(
+                "INSERT INTO annotations (doc_id, head, head_version, label, probability) "
+                "VALUES (?, 'topic', 'h1', 'x', 0.5)",
+                [doc_id],
+            )
+    result = runner.invoke(
+        main,
+        [
+            "delete",
+            "--id",
+            "a1",
+            "--id",
+            "zz",
+            "--collection",
+            "news",
+            "--config",
+            str(config),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert (out["deleted"], out["not_found"], out["chunks_removed"]) == (["a1"], ["zz"], 1)
@@ -164,8 +211,14 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
     result = runner.invoke(main, ["status", "--config", str(config), "--json"])
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
-    assert info["collections"] == [{"collection": "news", "documents": 4, "chunks":
-                                    info["index"]["ntotal"], "vectors": info["index"]["ntotal"]}]
+    assert info["collections"] == [
+        {
+            "collection": "news",
+            "documents": 4,
+            "chunks": info["index"]["ntotal"],
+            "vectors": info["index"]["ntotal"],
+        }
+    ]
     assert info["index"]["version"] == "v2" and info["index"]["provenance"]["pooling"] == "mean"
     assert info["annotations"] == {"topic": 4} and not info["writer_active"]  # a1's went too
     assert [r["kind"] for r in info["runs"]] == ["delete", "index"]
@@ -174,14 +227,17 @@ def test_delete_and_status_cli(tmp_path, tiny_model_dir, small_corpus):
     assert table.exit_code == 0 and "news" in table.stdout
 
 
-@pytest.mark.parametrize("schedules, message", [
-    ({"reindex": {}}, "exactly one of 'cron'"),
-    ({"reindex": {"cron": "* * *"}}, "5 fields"),
-    ({"reindex": {"cron": "61 * * * *"}}, "not valid"),
-    ({"reindex": {"interval": 60, "every": 3}}, "unknown key 'schedules.reindex.every'"),
-    ({"nightly": {"interval": 60}}, "schedules.nightly"),
-    ({"index_corpus": {"interval": 60}}, "needs at least one entry under 'sources:'"),
-])
+@pytest.mark.parametrize(
+    "schedules, message",
+    [
+        ({"reindex": {}}, "exactly one of 'cron'"),
+        ({"reindex": {"cron": "* * *"}}, "5 fields"),
+        ({"reindex": {"cron": "61 * * * *"}}, "not valid"),
+        ({"reindex": {"interval": 60, "every": 3}}, "unknown key 'schedules.reindex.every'"),
+        ({"nightly": {"interval": 60}}, "schedules.nightly"),
+        ({"index_corpus": {"interval": 60}}, "needs at least one entry under 'sources:'"),
+    ],
+)
 def test_schedule_config_errors_name_the_key(tmp_path, schedules, message):
     from indexer.errors import ConfigError
 
@@ -191,8 +247,9 @@ def test_schedule_config_errors_name_the_key(tmp_path, schedules, message):
         load_config(path)
 
 
-def test_index_and_annotate_flows_keep_dedup_and_the_report_current(prefect_api, tiny_config,
-                                                                     tmp_path):
+def test_index_and_annotate_flows_keep_dedup_and_the_report_current(
+    prefect_api, tiny_config, tmp_path
+):
     """Once a collection is grouped, the index flow places new documents (incrementally) and
     the annotate flow brings the groups up to date and writes the scheduled report."""
     from flows.annotate import after_annotate
@@ -200,14 +257,21 @@ def test_index_and_annotate_flows_keep_dedup_and_the_report_current(prefect_api,
     from indexer.store import Store
 
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"w{i}", "text": "the cat sat on the mat",
-                                          "t": f"2024-01-0{i + 1}"}) + "\n"
-                              for i in range(3)))
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"w{i}", "text": "the cat sat on the mat", "t": f"2024-01-0{i + 1}"})
+            + "\n"
+            for i in range(3)
+        )
+    )
     config = tiny_config.with_overrides(**{"dedup.min_size": 2})
     flow_for(config)([str(corpus)], config, "c")
     run_dedup(config, "c", threshold=0.99)
-    corpus.write_text(corpus.read_text() + json.dumps({"id": "w9", "text": "the cat sat on "
-                                                       "the mat", "t": "2024-01-09"}) + "\n")
+    corpus.write_text(
+        corpus.read_text()
+        + json.dumps({"id": "w9", "text": "the cat sat on the mat", "t": "2024-01-09"})
+        + "\n"
+    )
     summary = flow_for(config)([str(corpus)], config, "c")
     assert summary["dedup"]["c"]["mode"] == "incremental"
     assert summary["dedup"]["c"]["searched"] == 1

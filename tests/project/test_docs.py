@@ -33,11 +33,30 @@ def _text(page: Path) -> str:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "NO_MKDOCS_2_WARNING": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-         "-d", str(out)], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(out),
+        ],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 
@@ -62,7 +81,7 @@ def test_cli_reference_lists_every_command_and_option(site):
             missing.append(path)
             continue
         section = page[start:]
-        following = re.search(r"\nbertindex [a-z -]+¶", section[len(path) + 1:])
+        following = re.search(r"\nbertindex [a-z -]+¶", section[len(path) + 1 :])
         if following:
             section = section[: len(path) + 1 + following.start()]
         for param in command.params:
@@ -84,8 +103,9 @@ def test_config_reference_lists_every_key(site):
 
 
 def test_every_config_key_has_a_description():
-    assert not [k for k, _, f in _hooks().config_keys() if not f.description], \
-        "add Field(description=...) in indexer/config.py"
+    assert not [k for k, _, f in _hooks().config_keys() if not f.description], (
+        "add Field(description=...) in indexer/config/"
+    )
 
 
 def test_module_map_lists_every_module(site):

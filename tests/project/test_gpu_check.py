@@ -32,8 +32,11 @@ def tiny_head(model_dir: Path, out: Path, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     model = BertForSequenceClassification.from_pretrained(
-        model_dir, num_labels=2, id2label={0: "not-offensive", 1: "offensive"},
-        label2id={"not-offensive": 0, "offensive": 1})
+        model_dir,
+        num_labels=2,
+        id2label={0: "not-offensive", 1: "offensive"},
+        label2id={"not-offensive": 0, "offensive": 1},
+    )
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(out)
     return out
@@ -60,9 +63,23 @@ def mini_pack(tmp_path_factory, narrow_model_dir) -> Path:
     require_shared("tweeteval")
     tmp = tmp_path_factory.mktemp("gpu-pack")
     head = tiny_head(narrow_model_dir, tmp / "head")
-    argv = ["--out", str(tmp / "pack"), "--model", str(narrow_model_dir), "--head", str(head),
-            "--scifact", str(scifact), "--limit", "200", "--tweets", "200", "--no-wheels",
-            "--max-length", str(MAX_LENGTH)]
+    argv = [
+        "--out",
+        str(tmp / "pack"),
+        "--model",
+        str(narrow_model_dir),
+        "--head",
+        str(head),
+        "--scifact",
+        str(scifact),
+        "--limit",
+        "200",
+        "--tweets",
+        "200",
+        "--no-wheels",
+        "--max-length",
+        str(MAX_LENGTH),
+    ]
     assert gpu_pack.main(argv) == 0
     first = json.loads((tmp / "pack" / gpu_check.MANIFEST).read_text())
     assert first["reference_computed_now"] and first["documents"] == 200
@@ -91,10 +108,32 @@ def test_dry_run_writes_one_report(mini_pack, tmp_path):
     out = tmp_path / "gpu_check.json"
     code = BLOCKED_RUN.format(absent=ABSENT, script=str(ROOT / "benchmarks" / "gpu_check.py"))
     run = subprocess.run(
-        [sys.executable, "-c", code, "--pack", str(mini_pack), "--device", "cpu", "--limit", "200",
-         "--max-length", str(MAX_LENGTH), "--repeats", "1", "--batch-tokens", "16384",
-         "--st-batch-sizes", "32", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--pack",
+            str(mini_pack),
+            "--device",
+            "cpu",
+            "--limit",
+            "200",
+            "--max-length",
+            str(MAX_LENGTH),
+            "--repeats",
+            "1",
+            "--batch-tokens",
+            "16384",
+            "--st-batch-sizes",
+            "32",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
     report = json.loads(out.read_text())
     assert report["ok"] and report["wheels_installed"] == []
@@ -119,8 +158,11 @@ def test_a_wrong_reference_fails_the_gate(mini_pack):
     from indexer.encode.encoder import Encoder
 
     ids, texts = gpu_check.document_texts(mini_pack / gpu_check.CORPUS, 20)
-    encoder = Encoder(ModelConfig(name=str(mini_pack / gpu_check.MODEL), device="cpu",
-                                  dtype="fp32", max_length=MAX_LENGTH))
+    encoder = Encoder(
+        ModelConfig(
+            name=str(mini_pack / gpu_check.MODEL), device="cpu", dtype="fp32", max_length=MAX_LENGTH
+        )
+    )
     reference = np.load(mini_pack / gpu_check.REFERENCE)[:20]
     assert gpu_check.correctness(encoder, texts, ids, reference)["passed"]
     shifted = gpu_check.correctness(encoder, texts, ids, np.roll(reference, 1, axis=0))

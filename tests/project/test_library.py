@@ -39,9 +39,21 @@ SCRIPT = textwrap.dedent("""
 def test_index_and_search_without_prefect(tiny_model_dir, small_corpus, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tiny_model_dir), str(small_corpus),
-         str(tmp_path / "store")],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(tiny_model_dir),
+            str(small_corpus),
+            str(tmp_path / "store"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["encoded"] == 5

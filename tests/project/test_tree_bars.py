@@ -19,17 +19,34 @@ def _modules(*packages: str):
 
 
 def test_no_module_over_600_lines():
-    long = [f"{p.relative_to(ROOT)}: {n}" for p in _modules("indexer", "search", "flows")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    long = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in _modules("indexer", "search", "flows")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
     assert not long, long
 
 
+def _docstring_lines(node) -> int:
+    first = node.body[0]
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return first.end_lineno - first.lineno + 1
+    return 0
+
+
 def test_no_library_function_over_80_lines():
+    """Counted as `ruff format` writes the code (a call too long for one line takes one line
+    per argument), without the docstring: documentation does not make a function harder to
+    follow."""
     long = []
     for path in _modules("indexer"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1
+                lines = node.end_lineno - node.lineno + 1 - _docstring_lines(node)
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines}")
     assert not long, long

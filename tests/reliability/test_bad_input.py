@@ -51,7 +51,11 @@ def test_counts_and_every_rejection_with_file_row_and_reason(bad_input_run):
     corpus, config, summary = bad_input_run
     assert len(corpus.good) == 13 and len(corpus.rejected) == 35
     assert {k: summary[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
-        "read": 48, "encoded": 13, "skipped_unchanged": 0, "rejected": 35}
+        "read": 48,
+        "encoded": 13,
+        "skipped_unchanged": 0,
+        "rejected": 35,
+    }
     assert summary["failed_batches"] == [] and summary["refused_batches"] == []
     json.dumps(summary, allow_nan=False)  # what `index --json` prints: strict JSON
 
@@ -104,12 +108,17 @@ def test_rerun_changes_nothing_and_keeps_the_first_duplicate(bad_input_run, tiny
     corpus, config, first = bad_input_run
     again = run_index([str(f) for f in corpus.files], config, batch_size=8)
     assert {k: again[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
-        "read": 48, "encoded": 0, "skipped_unchanged": 13, "rejected": 35}
+        "read": 48,
+        "encoded": 0,
+        "skipped_unchanged": 13,
+        "rejected": 35,
+    }
     assert again["index"]["version"] is None  # nothing changed: nothing published
     assert rejected_rows(config, again["run_id"]) == rejected_rows(config, first["run_id"])
     with Store(config.store.path, read_only=True) as store:
-        g02 = store.con.execute("SELECT count(*), any_value(text) FROM documents "
-                                "WHERE external_id = 'g02'").fetchone()
+        g02 = store.con.execute(
+            "SELECT count(*), any_value(text) FROM documents WHERE external_id = 'g02'"
+        ).fetchone()
     assert g02 == (1, "the dog slept on the sofa")  # a.jsonl row 9, not b.csv row 3
 
 
@@ -118,18 +127,23 @@ def test_duplicates_within_and_across_files_in_one_run(tiny_model_dir, tmp_path)
     naming where the id was first read; the store holds one document per id."""
     (tmp_path / "one.jsonl").write_text(
         '{"id": "x", "text": "first x"}\n{"id": "y", "text": "first y"}\n'
-        '{"id": "x", "text": "second x"}\n')
+        '{"id": "x", "text": "second x"}\n'
+    )
     (tmp_path / "two.csv").write_text("id,text\ny,second y\nz,only z\nx,third x\n")
     config = tiny_model_config(tiny_model_dir, tmp_path / "store")
-    summary = run_index([str(tmp_path / "one.jsonl"), str(tmp_path / "two.csv")], config,
-                        batch_size=1)
+    summary = run_index(
+        [str(tmp_path / "one.jsonl"), str(tmp_path / "two.csv")], config, batch_size=1
+    )
     assert (summary["encoded"], summary["rejected"]) == (3, 3)
-    reasons = sorted((Path(r["source"]).name, r["row"], r["reason"].split(";")[0])
-                     for r in summary["rejections"])
+    reasons = sorted(
+        (Path(r["source"]).name, r["row"], r["reason"].split(";")[0]) for r in summary["rejections"]
+    )
     one = str(tmp_path / "one.jsonl")
-    assert reasons == [("one.jsonl", 3, "duplicate id 'x' (first at row 1)"),
-                       ("two.csv", 1, f"duplicate id 'y' (first at {one} row 2)"),
-                       ("two.csv", 3, f"duplicate id 'x' (first at {one} row 1)")]
+    assert reasons == [
+        ("one.jsonl", 3, "duplicate id 'x' (first at row 1)"),
+        ("two.csv", 1, f"duplicate id 'y' (first at {one} row 2)"),
+        ("two.csv", 3, f"duplicate id 'x' (first at {one} row 1)"),
+    ]
     with Store(config.store.path, read_only=True) as store:
         docs = dict(store.con.execute("SELECT external_id, text FROM documents").fetchall())
     assert docs == {"x": "first x", "y": "first y", "z": "only z"}
@@ -141,16 +155,23 @@ def test_duplicates_within_and_across_files_in_one_run(tiny_model_dir, tmp_path)
 
 def test_document_size_limit_is_configurable(tiny_model_dir, tmp_path):
     path = tmp_path / "sizes.jsonl"
-    path.write_text(json.dumps({"id": "long", "title": "t", "text": "cat " * 30}) + "\n"
-                    + json.dumps({"id": "short", "text": "the dog"}) + "\n")
-    limited = tiny_model_config(tiny_model_dir, tmp_path / "s1",
-                                **{"long_documents.max_chars": 100})
+    path.write_text(
+        json.dumps({"id": "long", "title": "t", "text": "cat " * 30})
+        + "\n"
+        + json.dumps({"id": "short", "text": "the dog"})
+        + "\n"
+    )
+    limited = tiny_model_config(
+        tiny_model_dir, tmp_path / "s1", **{"long_documents.max_chars": 100}
+    )
     summary = run_index([str(path)], limited)
     assert (summary["encoded"], summary["rejected"]) == (1, 1)
     assert summary["rejections"][0]["reason"].startswith(
-        "document is 121 characters, over long_documents.max_chars (100)")
-    unlimited = tiny_model_config(tiny_model_dir, tmp_path / "s2",
-                                  **{"long_documents.max_chars": 0})
+        "document is 121 characters, over long_documents.max_chars (100)"
+    )
+    unlimited = tiny_model_config(
+        tiny_model_dir, tmp_path / "s2", **{"long_documents.max_chars": 0}
+    )
     summary = run_index([str(path)], unlimited)
     assert (summary["encoded"], summary["rejected"]) == (2, 0)
     assert summary["chunks"] >= 3  # the long one as overlapping windows
@@ -164,21 +185,31 @@ def _write(path: Path, rows: list) -> Path:
 def test_strict_stores_no_document_of_a_batch_with_a_rejection(tiny_model_dir, tmp_path):
     """Per batch: batches of 3; rows 4-6 of dirty.jsonl hold a broken line, so that batch
     stores only its rejection; the clean batches before and after it are stored."""
-    clean = _write(tmp_path / "a_clean.jsonl",
-                   [{"id": f"a{i}", "text": f"the cat number {i}"} for i in range(4)])
-    dirty = _write(tmp_path / "b_dirty.jsonl",
-                   [{"id": f"b{i}", "text": f"the dog number {i}"} for i in range(3)]
-                   + [{"id": "b3", "text": "the dog 3"}, '{"id": "b4", "text": ',
-                      {"id": "b5", "text": "the dog 5"}, {"id": "b6", "text": "the dog 6"}])
+    clean = _write(
+        tmp_path / "a_clean.jsonl",
+        [{"id": f"a{i}", "text": f"the cat number {i}"} for i in range(4)],
+    )
+    dirty = _write(
+        tmp_path / "b_dirty.jsonl",
+        [{"id": f"b{i}", "text": f"the dog number {i}"} for i in range(3)]
+        + [
+            {"id": "b3", "text": "the dog 3"},
+            '{"id": "b4", "text": ',
+            {"id": "b5", "text": "the dog 5"},
+            {"id": "b6", "text": "the dog 6"},
+        ],
+    )
     config = tiny_model_config(tiny_model_dir, tmp_path / "store")
     summary = run_index([str(clean), str(dirty)], config, batch_size=3, strict=True)
     assert [(r["batch"], r["records"], r["rejected"]) for r in summary["refused_batches"]] == [
-        (f"{dirty} rows 4-6", 2, 1)]
+        (f"{dirty} rows 4-6", 2, 1)
+    ]
     assert (summary["read"], summary["encoded"], summary["rejected"]) == (11, 8, 1)
     with Store(config.store.path, read_only=True, snapshot=False) as store:
         ids = {r[0] for r in store.con.execute("SELECT external_id FROM documents").fetchall()}
-        status = store.con.execute("SELECT status FROM runs WHERE run_id = ?",
-                                   [summary["run_id"]]).fetchone()[0]
+        status = store.con.execute(
+            "SELECT status FROM runs WHERE run_id = ?", [summary["run_id"]]
+        ).fetchone()[0]
     assert ids == {"a0", "a1", "a2", "a3", "b0", "b1", "b2", "b6"}
     assert status == "completed_with_failures"
     assert list(rejected_rows(config, summary["run_id"])) == [("b_dirty.jsonl", 5)]
@@ -188,8 +219,9 @@ def test_strict_stores_no_document_of_a_batch_with_a_rejection(tiny_model_dir, t
     assert not check_store(config).problems
 
     # the row fixed, the same command again: everything stored, nothing to report
-    dirty.write_text(dirty.read_text().replace('{"id": "b4", "text": \n',
-                                               '{"id": "b4", "text": "the dog 4"}\n'))
+    dirty.write_text(
+        dirty.read_text().replace('{"id": "b4", "text": \n', '{"id": "b4", "text": "the dog 4"}\n')
+    )
     fixed = run_index([str(clean), str(dirty)], config, batch_size=3, strict=True)
     assert (fixed["encoded"], fixed["skipped_unchanged"], fixed["refused_batches"]) == (3, 8, [])
     assert index_errors(fixed) == []
@@ -198,7 +230,7 @@ def test_strict_stores_no_document_of_a_batch_with_a_rejection(tiny_model_dir, t
 def test_strict_is_on_the_command_line_and_in_sources():
     result = CliRunner().invoke(main, ["index", "--help"])
     assert result.exit_code == 0 and "--strict" in result.output
-    from indexer.config import SourceConfig
+    from indexer.config.flows import SourceConfig
 
     assert SourceConfig(paths=["x"], strict=True).strict is True
 
@@ -227,8 +259,10 @@ def test_unreadable_files_are_rejections_not_failed_runs(tiny_model_dir, tmp_pat
 
     _write(tmp_path / "a_good.jsonl", [{"id": "ok", "text": "the cat sat on the mat"}])
     (tmp_path / "b_damaged.parquet").write_bytes(b"PAR1" + b"\x00garbage" * 100)
-    lines = "".join(json.dumps({"id": f"z{i}", "text": f"the dog {i} " + "word " * 40}) + "\n"
-                    for i in range(400)).encode()
+    lines = "".join(
+        json.dumps({"id": f"z{i}", "text": f"the dog {i} " + "word " * 40}) + "\n"
+        for i in range(400)
+    ).encode()
     packed = gzip.compress(lines)
     (tmp_path / "c_cut.jsonl.gz").write_bytes(packed[: len(packed) // 2])
     config = tiny_model_config(tiny_model_dir, tmp_path / "store")

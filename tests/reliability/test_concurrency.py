@@ -85,11 +85,13 @@ def test_second_index_run_is_refused_while_the_first_writes(small_indexed, tmp_p
         assert f"pid {first.pid}" in message  # the holder, as it wrote itself into the lock
 
         # the other writers are refused too, naming the same holder; searches keep working
-        result = CliRunner().invoke(main, ["doctor", "--repair", "--config",
-                                           str(small_indexed.config_file)])
+        result = CliRunner().invoke(
+            main, ["doctor", "--repair", "--config", str(small_indexed.config_file)]
+        )
         assert result.exit_code == 1 and f"pid {first.pid}" in result.stderr
-        result = CliRunner().invoke(main, ["delete", "--id", "d1", "--config",
-                                           str(small_indexed.config_file)])
+        result = CliRunner().invoke(
+            main, ["delete", "--id", "d1", "--config", str(small_indexed.config_file)]
+        )
         assert result.exit_code == 1 and f"pid {first.pid}" in result.stderr
         assert search_results(small_indexed.config) == published
     finally:
@@ -114,10 +116,13 @@ def test_two_runs_started_together_never_interleave(small_indexed, tmp_path):
     """Two unhooked runs of different corpora started at once: each either completes or is
     refused with the lock message, and the store holds exactly the completed runs' documents,
     every chunk id once in FAISS."""
-    corpora = {"a": write_corpus(tmp_path / "a.jsonl", n=60, seed=7, prefix="a"),
-               "b": write_corpus(tmp_path / "b.jsonl", n=60, seed=8, prefix="b")}
-    children = {name: run_child(_plain_run, small_indexed.config, path)
-                for name, path in corpora.items()}
+    corpora = {
+        "a": write_corpus(tmp_path / "a.jsonl", n=60, seed=7, prefix="a"),
+        "b": write_corpus(tmp_path / "b.jsonl", n=60, seed=8, prefix="b"),
+    }
+    children = {
+        name: run_child(_plain_run, small_indexed.config, path) for name, path in corpora.items()
+    }
     results = {name: finish(*child) for name, child in children.items()}
     for status, detail in results.values():
         assert status in ("ok", "refused"), detail
@@ -126,8 +131,9 @@ def test_two_runs_started_together_never_interleave(small_indexed, tmp_path):
     assert any(status == "ok" for status, _ in results.values())
     done = [name for name, (status, _) in results.items() if status == "ok"]
     with Store(small_indexed.store, read_only=True) as store:
-        prefixes = {r[0][0] for r in store.con.execute(
-            "SELECT external_id FROM documents").fetchall()}
+        prefixes = {
+            r[0][0] for r in store.con.execute("SELECT external_id FROM documents").fetchall()
+        }
         assert store.counts.documents() == 20 + 60 * len(done)
     assert prefixes == {"d", *done}
     assert check_store(small_indexed.config).problems == []

@@ -31,8 +31,17 @@ REPAIR = "bertindex doctor --repair"
 
 
 def cli_search(indexed, mode="dense", config_file=None):
-    result = CliRunner().invoke(main, ["search", "the cat sat", "--mode", mode, "--config",
-                                       str(config_file or indexed.config_file)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "search",
+            "the cat sat",
+            "--mode",
+            mode,
+            "--config",
+            str(config_file or indexed.config_file),
+        ],
+    )
     return result.exit_code, result.stderr
 
 
@@ -91,8 +100,9 @@ def test_fewer_vectors_than_provenance_records(indexed):
     folder = indexed.version_dir()
     rewrite_index(folder, keep=10)
     code, stderr = cli_search(indexed)
-    assert_one_line_error(code, stderr, folder / INDEX_FILE, "holds 10 vectors",
-                          PROVENANCE_FILE, REPAIR)
+    assert_one_line_error(
+        code, stderr, folder / INDEX_FILE, "holds 10 vectors", PROVENANCE_FILE, REPAIR
+    )
 
 
 def test_vector_count_differs_from_the_store(indexed):
@@ -101,8 +111,15 @@ def test_vector_count_differs_from_the_store(indexed):
     with Store(indexed.store, read_only=True) as store:
         chunks = store.counts.chunks()
     code, stderr = cli_search(indexed)
-    assert_one_line_error(code, stderr, folder, "holds 10 vectors", f"has {chunks} chunks",
-                          folder / SNAPSHOT_FILE, REPAIR)
+    assert_one_line_error(
+        code,
+        stderr,
+        folder,
+        "holds 10 vectors",
+        f"has {chunks} chunks",
+        folder / SNAPSHOT_FILE,
+        REPAIR,
+    )
 
 
 def test_an_id_the_store_lacks(indexed):
@@ -137,8 +154,10 @@ def test_store_of_a_newer_schema(indexed):
         run_index([str(indexed.corpus)], indexed.config)
     assert str(live) in str(err.value) and "nothing was changed" in str(err.value)
     with duckdb.connect(str(live), read_only=True) as con:
-        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                           ).fetchone()[0] == newer
+        assert (
+            con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+            == newer
+        )
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # no new run
 
 
@@ -158,9 +177,15 @@ def test_store_built_with_another_model(indexed, tmp_path):
     other = build_tiny_bert(tmp_path / "other-model", layers=2)  # other weights, same dim
     other_cfg = tiny_model_config(other, indexed.store)
     config_file = tmp_path / "other.yaml"
-    config_file.write_text(yaml.safe_dump({
-        "model": {"name": str(other), "dtype": "fp32", "device": "cpu", "max_length": 16},
-        "long_documents": {"stride": 4}, "store": {"path": str(indexed.store)}}))
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": str(other), "dtype": "fp32", "device": "cpu", "max_length": 16},
+                "long_documents": {"stride": 4},
+                "store": {"path": str(indexed.store)},
+            }
+        )
+    )
     code, stderr = cli_search(indexed, config_file=config_file)
     assert_one_line_error(code, stderr, indexed.store, "weights_hash", "bertindex reindex")
     before = search_results(indexed.config)

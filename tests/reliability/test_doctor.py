@@ -30,8 +30,9 @@ pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 
 def doctor(indexed, *args):
-    result = CliRunner().invoke(main, ["doctor", "--config", str(indexed.config_file), "--json",
-                                       *args])
+    result = CliRunner().invoke(
+        main, ["doctor", "--config", str(indexed.config_file), "--json", *args]
+    )
     return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -63,11 +64,15 @@ DAMAGE = {
     "ids out of step": (foreign_ids, {"index_ids"}),
     "index of another model": (other_model, {"index_provenance"}),
     "CURRENT names a missing version": (
-        lambda f: (f.parent / "CURRENT").write_text("v99"), {"pointer"}),
+        lambda f: (f.parent / "CURRENT").write_text("v99"),
+        {"pointer"},
+    ),
     "CURRENT missing": (lambda f: (f.parent / "CURRENT").unlink(), {"pointer"}),
     "truncated snapshot": (lambda f: truncate(f / SNAPSHOT_FILE, 0.3), {"snapshot"}),
     "keyword manifest deleted": (
-        lambda f: (f.parents[1] / "keyword" / "manifest.parquet").unlink(), {"keyword"}),
+        lambda f: (f.parents[1] / "keyword" / "manifest.parquet").unlink(),
+        {"keyword"},
+    ),
 }
 
 
@@ -111,9 +116,15 @@ def test_repair_in_a_fresh_process_needs_no_model(indexed):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "search.cli.main", *args, "--config",
-                               str(indexed.config_file)], capture_output=True, text=True,
-                              cwd=ROOT, env=env, timeout=300, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "search.cli.main", *args, "--config", str(indexed.config_file)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=300,
+            check=False,
+        )
 
     searched = cli("search", "cat", "--mode", "keyword")
     assert searched.returncode == 1
@@ -140,7 +151,11 @@ def test_unpublished_writes_and_unreachable_rows_are_repaired(indexed):
     code, report = doctor(indexed)
     assert code == 1
     assert {p["check"] for p in report["problems"]} == {
-        "index_ids", "index_version", "keyword", "unreachable"}
+        "index_ids",
+        "index_version",
+        "keyword",
+        "unreachable",
+    }
     indexed.remove_model()
     code, report = doctor(indexed, "--repair")
     assert code == 0 and report["remaining"] == []
@@ -156,8 +171,10 @@ def test_what_needs_encoding_is_reported_not_repaired(indexed):
     """A chunk whose vector is gone cannot be rebuilt without the encoder: exit 1, the fix
     names the document and the commands; --repair changes nothing."""
     with Store(indexed.store) as store:
-        store.con.execute("DELETE FROM vectors WHERE chunk_id = (SELECT min(chunk_id) FROM "
-                          "chunks c JOIN documents d USING (doc_id) WHERE d.external_id = 'd5')")
+        store.con.execute(
+            "DELETE FROM vectors WHERE chunk_id = (SELECT min(chunk_id) FROM "
+            "chunks c JOIN documents d USING (doc_id) WHERE d.external_id = 'd5')"
+        )
     for args in ((), ("--repair",)):
         code, report = doctor(indexed, *args)
         assert code == 1
@@ -180,8 +197,7 @@ def test_doctor_text_output_and_healthy_exit(indexed):
     assert result.exit_code == 1
     assert f"problem [index_file] {indexed.version_dir() / INDEX_FILE}: missing" in result.stderr
     assert "bertindex doctor --repair" in result.stderr
-    result = CliRunner().invoke(main, ["doctor", "--repair", "--config",
-                                       str(indexed.config_file)])
+    result = CliRunner().invoke(main, ["doctor", "--repair", "--config", str(indexed.config_file)])
     assert result.exit_code == 0, result.output
     assert "0 encoded" in result.stdout and "ok:" in result.stdout
 
@@ -197,8 +213,9 @@ def test_newer_schema_is_reported_and_left_alone(indexed):
         assert problem["check"] == "schema" and not problem["repairable"]
         assert problem["path"] == str(db) and "upgrade bertindex" in problem["message"]
     with duckdb.connect(str(db), read_only=True) as con:
-        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                           ).fetchone()[0] == "99"
+        assert (
+            con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "99"
+        )
     assert index_root(indexed.store).joinpath("CURRENT").read_text() == indexed.version_dir().name
 
 

@@ -34,7 +34,8 @@ def tree(tmp_path):
     outside.mkdir()
     (outside / "secret.jsonl").write_text(json.dumps({"id": "s", "text": SECRET}) + "\n")
     (root / "data" / "good.jsonl").write_text(
-        json.dumps({"id": "g", "text": "the cat sat on the mat"}) + "\n")
+        json.dumps({"id": "g", "text": "the cat sat on the mat"}) + "\n"
+    )
     return root, outside
 
 
@@ -54,10 +55,12 @@ def test_store_path_stays_under_roots_store(tmp_path, tree):
     stores = str(root / "stores")
     ok = load(tmp_path, {"roots": {"store": stores}, "store": {"path": f"{stores}/main"}})
     assert ok.store.path == f"{stores}/main"
-    with pytest.raises(ConfigError, match=r"store.path: .*/stores/\.\./\.\./outside/s resolves "
-                                          r"to .*/outside/s, outside roots.store"):
-        load(tmp_path, {"roots": {"store": stores},
-                        "store": {"path": f"{stores}/../../outside/s"}})
+    with pytest.raises(
+        ConfigError,
+        match=r"store.path: .*/stores/\.\./\.\./outside/s resolves "
+        r"to .*/outside/s, outside roots.store",
+    ):
+        load(tmp_path, {"roots": {"store": stores}, "store": {"path": f"{stores}/../../outside/s"}})
     (root / "stores" / "linked").symlink_to(outside, target_is_directory=True)
     with pytest.raises(ConfigError, match="resolves through a link to .*outside roots.store"):
         load(tmp_path, {"roots": {"store": stores}, "store": {"path": f"{stores}/linked/s"}})
@@ -75,8 +78,11 @@ def test_sources_stay_under_roots_data(tmp_path, tree):
         load(tmp_path, {"roots": {"data": data}, "sources": {"papers": escape}})
     (root / "data" / "link.jsonl").symlink_to(outside / "secret.jsonl")
     linked = {"paths": [f"{data}/link.jsonl"]}
-    with pytest.raises(ConfigError, match=r"sources.papers.paths\[0\]: .*link.jsonl resolves "
-                                          "through a link to .*secret.jsonl, outside roots.data"):
+    with pytest.raises(
+        ConfigError,
+        match=r"sources.papers.paths\[0\]: .*link.jsonl resolves "
+        "through a link to .*secret.jsonl, outside roots.data",
+    ):
         load(tmp_path, {"roots": {"data": data}, "sources": {"papers": linked}})
     annotate = {"interval": 60, "heads": ["heads/clf"], "inbox": str(outside)}
     with pytest.raises(ConfigError, match="schedules.annotate.inbox: .* outside roots.data"):
@@ -88,8 +94,11 @@ def test_index_reads_nothing_outside_roots_data(tiny_model_dir, tmp_path, tree):
     data = root / "data"
     (data / "link.jsonl").symlink_to(outside / "secret.jsonl")
     config = tiny_model_config(tiny_model_dir, root / "stores" / "s", **{"roots.data": str(data)})
-    for named in (outside / "secret.jsonl", data / ".." / ".." / "outside" / "secret.jsonl",
-                  data / "link.jsonl"):
+    for named in (
+        outside / "secret.jsonl",
+        data / ".." / ".." / "outside" / "secret.jsonl",
+        data / "link.jsonl",
+    ):
         with pytest.raises(InputError, match="outside roots.data"):
             run_index([str(named)], config)
     # a link found inside a named folder is skipped and recorded; the rest is indexed
@@ -115,16 +124,19 @@ def test_inbox_refuses_links_that_leave_it(tiny_model_dir, heads, tmp_path, tree
     found, refused = inbox_entries(inbox)
     assert [p.name for p in found] == ["drop.jsonl"]
     assert [(p.name, "copy the file into the inbox" in why) for p, why in refused] == [
-        ("evil.jsonl", True)]
+        ("evil.jsonl", True)
+    ]
 
-    config = tiny_model_config(tiny_model_dir, root / "stores" / "s",
-                        **{"roots.data": str(root / "data")})
+    config = tiny_model_config(
+        tiny_model_dir, root / "stores" / "s", **{"roots.data": str(root / "data")}
+    )
     summary = run_annotate(head_args(heads), config, "inbox", inbox=str(inbox))
     assert summary["refused_files"] == 1 and summary["annotated"] == 1
     statuses = {Path(f["path"]).name: f["status"] for f in summary["files"]}
     assert statuses == {"evil.jsonl": "refused", "drop.jsonl": "done"}
     assert [(Path(r["source"]).name, r["row"]) for r in summary["rejections"]] == [
-        ("evil.jsonl", 0)]
+        ("evil.jsonl", 0)
+    ]
     with Store(config.store.path, read_only=True, snapshot=False) as store:
         texts = [r[0] for r in store.con.execute("SELECT text FROM documents").fetchall()]
     assert texts == ["a dog on the rug"]

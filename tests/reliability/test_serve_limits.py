@@ -25,8 +25,14 @@ from indexer.indexing.run import run_index
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 
-def request(port: int, method: str, path: str, body: bytes | None = None,
-            headers: dict | None = None, chunked: bool = False) -> tuple[int, dict]:
+def request(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict | None = None,
+    chunked: bool = False,
+) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         if chunked:  # no Content-Length: the body streams in chunks
@@ -47,8 +53,22 @@ def start_server(config: Path, port: int, *args: str) -> tuple[subprocess.Popen,
     """`bertindex serve` in a process, once /health answers: (process, health)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     server = subprocess.Popen(
-        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config), "--port",
-         str(port), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "search.cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while True:
         assert server.poll() is None, server.communicate()[1].decode()[-2000:]
@@ -102,12 +122,12 @@ def test_serve_binds_localhost_and_refuses_oversized_bodies(tiny_config, small_c
         assert listeners(port) == ["0100007F"]  # 127.0.0.1 only: no 0.0.0.0, no IPv6
 
         honest = json.dumps({"query": "gzip", "k": 2, "mode": "keyword"}).encode()
-        status, answer = request(port, "POST", "/search", honest,
-                                 {"Content-Type": "application/json"})
+        status, answer = request(
+            port, "POST", "/search", honest, {"Content-Type": "application/json"}
+        )
         assert status == 200 and [h["id"] for h in answer["hits"]] == ["b2"]
         big = json.dumps({"query": "gzip", "where": {"lang": "x" * 2000}}).encode()
-        status, answer = request(port, "POST", "/search", big,
-                                 {"Content-Type": "application/json"})
+        status, answer = request(port, "POST", "/search", big, {"Content-Type": "application/json"})
         assert status == 413 and "1024 bytes" in answer["detail"]
         status, answer = request(port, "POST", "/search", honest, chunked=True)
         assert status == 411 and "Content-Length" in answer["detail"]
@@ -129,8 +149,9 @@ def test_serve_workers_answer_on_one_port_and_stop_with_it(tiny_config, small_co
         assert len(workers) >= 2  # uvicorn's supervisor may add a helper of its own
         body = json.dumps({"query": "gzip", "k": 2, "mode": "keyword"}).encode()
         for _ in range(20):  # new connections: the kernel spreads them over the workers
-            status, answer = request(port, "POST", "/search", body,
-                                     {"Content-Type": "application/json"})
+            status, answer = request(
+                port, "POST", "/search", body, {"Content-Type": "application/json"}
+            )
             assert status == 200 and [h["id"] for h in answer["hits"]] == ["b2"]
         assert listeners(port) == ["0100007F"]
     finally:
@@ -146,9 +167,26 @@ def test_serve_a_bad_store_fails_before_any_worker(tiny_config, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(tiny_config.model_dump()))
     result = subprocess.run(
-        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config), "--store",
-         str(tmp_path / "nothing"), "--port", str(free_port()), "--workers", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "search.cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--store",
+            str(tmp_path / "nothing"),
+            "--port",
+            str(free_port()),
+            "--workers",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1 and "nothing" in result.stderr
     assert "serving" not in result.stderr
 
@@ -167,8 +205,7 @@ def test_worker_count(tiny_config, small_corpus, monkeypatch):
         monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)
         assert workers.worker_count("auto", app) == workers.MAX_AUTO_WORKERS
         # room for one copy beside what the machine has free: one process
-        monkeypatch.setattr(workers, "_available_memory",
-                            lambda: workers.WORKER_OVERHEAD_BYTES * 3)
+        monkeypatch.setattr(workers, "_available_memory", lambda: workers.WORKER_OVERHEAD_BYTES * 3)
         assert workers.worker_count("auto", app) == 1
         monkeypatch.setattr(os, "cpu_count", lambda: 1)
         monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)

@@ -18,7 +18,9 @@ def browser_paths() -> tuple[str, str]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if not chromium or not driver:
-        raise RuntimeError("page tests need Debian's chromium and chromium-driver: run `make browser`")
+        raise RuntimeError(
+            "page tests need Debian's chromium and chromium-driver: run `make browser`"
+        )
     return chromium, driver
 
 
@@ -38,8 +40,15 @@ def headless_chromium(width: int = 1280, height: int = 900) -> Iterator:
     chromium, driver_path = browser_paths()
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}", "--no-first-run", "--disable-extensions"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)

@@ -45,5 +45,6 @@ def assert_same_results(cfg, ref_cfg):
     tol = for_dtype(cfg.model.dtype)
     got, ref = results(cfg), results(ref_cfg)
     assert len(got) == len(ref)
-    assert [f"query {i}: {d}" for i, (g, r) in enumerate(zip(got, ref))
-            for d in same_ranking(g, r, tol)] == []
+    assert [
+        f"query {i}: {d}" for i, (g, r) in enumerate(zip(got, ref)) for d in same_ranking(g, r, tol)
+    ] == []

@@ -19,8 +19,13 @@ from indexer.query.searcher import Searcher
 from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
 
-QUERIES = ["the cat sat on the mat", "red apple river", "parse python file", "slow train city",
-           "gzip compress data"]
+QUERIES = [
+    "the cat sat on the mat",
+    "red apple river",
+    "parse python file",
+    "slow train city",
+    "gzip compress data",
+]
 
 
 def write_corpus(path: Path, n: int = 40, seed: int = 3, prefix: str = "d") -> Path:
@@ -68,11 +73,15 @@ def index_store(tiny_model_dir: Path, root: Path, n: int = 40) -> Indexed:
     shutil.copytree(tiny_model_dir, model)
     cfg = tiny_model_config(model, root / "store")
     config_file = root / "config.yaml"
-    config_file.write_text(yaml.safe_dump({
-        "model": {"name": str(model), "dtype": "fp32", "device": "cpu", "max_length": 16},
-        "long_documents": {"stride": 4},
-        "store": {"path": str(root / "store")},
-    }))
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": str(model), "dtype": "fp32", "device": "cpu", "max_length": 16},
+                "long_documents": {"stride": 4},
+                "store": {"path": str(root / "store")},
+            }
+        )
+    )
     corpus = write_corpus(root / "docs.jsonl", n)
     summary = run_index([str(corpus)], cfg, batch_size=16)
     assert summary["encoded"] == n and summary["chunks"] > n  # long records: several chunks
@@ -83,6 +92,10 @@ def search_results(cfg: Config, modes=("dense", "hybrid")) -> dict:
     """{mode: [[(id, score)] per query]}: scores exact, so equal means the same index."""
     with Store(cfg.store.path, read_only=True) as store:
         searcher = Searcher(cfg, store)
-        return {mode: [[(h.id, h.score) for h in hits]
-                       for hits in searcher.search_many(QUERIES, 5, mode=mode)]
-                for mode in modes}
+        return {
+            mode: [
+                [(h.id, h.score) for h in hits]
+                for hits in searcher.search_many(QUERIES, 5, mode=mode)
+            ]
+            for mode in modes
+        }

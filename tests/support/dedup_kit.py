@@ -20,8 +20,9 @@ def unit(v: np.ndarray) -> np.ndarray:
     return (v / np.linalg.norm(v)).astype(np.float32)
 
 
-def add_docs(config: Config, docs: list[tuple[str, str, np.ndarray, dict]],
-             collection: str = "c") -> list[int]:
+def add_docs(
+    config: Config, docs: list[tuple[str, str, np.ndarray, dict]], collection: str = "c"
+) -> list[int]:
     """Store (id, text, vector, metadata) documents, one chunk each, and publish the index."""
     with Store(config.store.path) as store:
         store.vectors.set_provenance(PROVENANCE)
@@ -30,8 +31,14 @@ def add_docs(config: Config, docs: list[tuple[str, str, np.ndarray, dict]],
         records = [Record(i, t, None, m, "t.jsonl", n + 1) for n, (i, t, _, m) in enumerate(docs)]
         rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, records)]
         n = len(docs)
-        chunks = ChunkRows(doc_ids, [0] * n, [0] * n, [len(t) for _, t, _, _ in docs], [3] * n,
-                           np.stack([v for _, _, v, _ in docs]))
+        chunks = ChunkRows(
+            doc_ids,
+            [0] * n,
+            [0] * n,
+            [len(t) for _, t, _, _ in docs],
+            [3] * n,
+            np.stack([v for _, _, v, _ in docs]),
+        )
         added, _ = store.documents.write_batch(collection, rows, [], [], chunks, [], "test")
         sync_vector_index(store, config, added, [], base)
     return doc_ids

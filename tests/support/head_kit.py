@@ -32,9 +32,14 @@ def toy_pairs(n: int, seed: int) -> list[dict]:
     rows = []
     for i in range(n):
         a, b = rng.choice(["cat", "dog"]), rng.choice(["mat", "rug"])
-        rows.append({"id": f"p{i}", "text_a": f"{a} {rng.choice(FILLER)}",
-                     "text_b": f"{rng.choice(FILLER)} {b}",
-                     "score": 1.0 if (a, b) in (("cat", "mat"), ("dog", "rug")) else 0.0})
+        rows.append(
+            {
+                "id": f"p{i}",
+                "text_a": f"{a} {rng.choice(FILLER)}",
+                "text_b": f"{rng.choice(FILLER)} {b}",
+                "score": 1.0 if (a, b) in (("cat", "mat"), ("dog", "rug")) else 0.0,
+            }
+        )
     return rows
 
 

@@ -21,8 +21,11 @@ def prepare(config, corpus, scopes=SCOPES) -> dict[str, str]:
     with Store(config.store.path) as store:
         base = store.data_version()
         docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents").fetchall()
-        store.annotations.write(docs, [Annotation(labels=[Label("pet", 0.6, "kind", 0.4)])
-                                       for _ in docs], {"kind": "v1"})
+        store.annotations.write(
+            docs,
+            [Annotation(labels=[Label("pet", 0.6, "kind", 0.4)]) for _ in docs],
+            {"kind": "v1"},
+        )
         store.reviews.record_heads([("kind", "classifier", ["code", "pet"], "heads/kind", "v1")])
         tokens = {s: store.tokens.create(f"{s}-user", s) for s in scopes}
         sync_vector_index(store, config, [], [], base)

@@ -14,7 +14,51 @@ ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
-TINY_WORDS = ["the", "cat", "dog", "sat", "on", "mat", "rug", "sofa", "slept", "parse", "command", "line", "arguments", "python", "file", "read", "write", "compress", "gzip", "data", "search", "index", "vector", "query", "text", "document", "red", "blue", "green", "apple", "banana", "pear", "river", "mountain", "sea", "city", "house", "car", "train", "fast", "slow", "big", "small"]
+TINY_WORDS = [
+    "the",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "rug",
+    "sofa",
+    "slept",
+    "parse",
+    "command",
+    "line",
+    "arguments",
+    "python",
+    "file",
+    "read",
+    "write",
+    "compress",
+    "gzip",
+    "data",
+    "search",
+    "index",
+    "vector",
+    "query",
+    "text",
+    "document",
+    "red",
+    "blue",
+    "green",
+    "apple",
+    "banana",
+    "pear",
+    "river",
+    "mountain",
+    "sea",
+    "city",
+    "house",
+    "car",
+    "train",
+    "fast",
+    "slow",
+    "big",
+    "small",
+]
 
 
 def build_tiny_bert(path: Path, layers: int = 4) -> Path:
@@ -24,12 +68,20 @@ def build_tiny_bert(path: Path, layers: int = 4) -> Path:
 
     path.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *TINY_WORDS]
-    vocab += [c for c in "abcdefghijklmnopqrstuvwxyz"] + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+    vocab += [c for c in "abcdefghijklmnopqrstuvwxyz"] + [
+        f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"
+    ]
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers,
-                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=512,
-                        initializer_range=0.5)  # wide weights: texts get distinct vectors
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=512,
+        initializer_range=0.5,
+    )  # wide weights: texts get distinct vectors
     BertModel(config).eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -44,8 +96,14 @@ def require_shared(*parts: str) -> Path:
 
 def tiny_model_config(model_dir: Path, store: Path, **overrides) -> Config:
     """The tiny model in fp32 on CPU, windows of 16 tokens, the store at `store`."""
-    return Config().with_overrides(**{
-        "model.name": str(model_dir), "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": 16, "long_documents.stride": 4, "store.path": str(store),
-        **overrides,
-    })
+    return Config().with_overrides(
+        **{
+            "model.name": str(model_dir),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": 16,
+            "long_documents.stride": 4,
+            "store.path": str(store),
+            **overrides,
+        }
+    )

@@ -14,13 +14,7 @@ import numpy as np
 import torch
 
 from indexer.errors import InputError, ModelError
-from indexer.heads.base import (
-    Example,
-    HeadType,
-    bert_head_parts,
-    label_index,
-    softmax,
-)
+from indexer.heads.base import Example, HeadType, bert_head_parts, label_index, softmax
 from indexer.heads.classifier.tfidf import tfidf_baseline
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import macro_f1
@@ -41,8 +35,9 @@ class SentenceExample(Example):
     label: int
 
 
-def labels_from_logits(logits: np.ndarray, label_names: Sequence[str],
-                       head: str | None = None) -> list[Label]:
+def labels_from_logits(
+    logits: np.ndarray, label_names: Sequence[str], head: str | None = None
+) -> list[Label]:
     """(texts, labels) logits -> each text's most probable Label (softmax probability).
 
     Args:
@@ -53,8 +48,9 @@ def labels_from_logits(logits: np.ndarray, label_names: Sequence[str],
     probs = softmax(logits)  # (texts, labels)
     best = probs.argmax(axis=1)
     second = np.sort(probs, axis=1)[:, -2] if probs.shape[1] > 1 else np.zeros(len(probs))
-    return [Label(label_names[b], float(p[b]), head, float(r))
-            for b, p, r in zip(best, probs, second)]
+    return [
+        Label(label_names[b], float(p[b]), head, float(r)) for b, p, r in zip(best, probs, second)
+    ]
 
 
 class SequenceClassifier(HeadType[SentenceExample]):
@@ -141,18 +137,32 @@ class SequenceClassifier(HeadType[SentenceExample]):
     def example_logits(self, out: torch.Tensor, encoded: Encoded, i: int) -> torch.Tensor:
         return out
 
-    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[SentenceExample],
-              encoded: Encoded, label_names: Sequence[str], **options) -> dict:
+    def score(
+        self,
+        logits: Sequence[torch.Tensor],
+        examples: Sequence[SentenceExample],
+        encoded: Encoded,
+        label_names: Sequence[str],
+        **options,
+    ) -> dict:
         pred = [int(x.argmax()) for x in logits]
         return macro_f1([e.label for e in examples], pred, label_names)
 
     def baseline(self, splits: dict, label_names: list[str], seed: int, base=None) -> dict:
-        return tfidf_baseline(splits["train"], splits["validation"], label_names,
-                              splits.get("test"), seed=seed)
+        return tfidf_baseline(
+            splits["train"], splits["validation"], label_names, splits.get("test"), seed=seed
+        )
 
     # -- predict and annotate ---------------------------------------------------------------
-    def predict(self, texts: Sequence[str], enc, offsets, logits: torch.Tensor,
-                label_names: list[str], **options) -> list[Label]:
+    def predict(
+        self,
+        texts: Sequence[str],
+        enc,
+        offsets,
+        logits: torch.Tensor,
+        label_names: list[str],
+        **options,
+    ) -> list[Label]:
         if options:
             raise TypeError(f"a classifier's predict() takes no {', '.join(options)}")
         return labels_from_logits(logits.float().numpy(), label_names)
@@ -163,9 +173,15 @@ class SequenceClassifier(HeadType[SentenceExample]):
     def window_output(self, out: torch.Tensor, n_tokens: int) -> np.ndarray:
         return out.numpy()  # (C,)
 
-    def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
-                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray]
-                 ) -> list[list[Label]]:
+    def annotate(
+        self,
+        head: str,
+        label_names: list[str],
+        texts: Sequence[str],
+        enc,
+        windows: Sequence[tuple[int, int, int]],
+        outputs: Sequence[np.ndarray],
+    ) -> list[list[Label]]:
         """Each text's label from the mean of its windows' logits."""
         n = len(texts)
         logits = np.stack(outputs) if outputs else np.zeros((0, len(label_names)), np.float32)
@@ -190,5 +206,6 @@ class _ClassifierTop(torch.nn.Module):
         self.eval()
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        return top_logits(self.pooler, self.classifier, sentence_features(hidden, mask, self.pooling))
-
+        return top_logits(
+            self.pooler, self.classifier, sentence_features(hidden, mask, self.pooling)
+        )

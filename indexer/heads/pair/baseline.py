@@ -37,12 +37,17 @@ def cosine_baseline(splits: dict, label_names: list[str], base: Path, seed: int 
 
     started = time.perf_counter()
     encoder = cosine_encoder(base)
-    cos = {s: pair_cosines(encoder, splits[s]) for s in ("train", "validation", "test")
-           if s in splits and (s != "train" or not is_regression(label_names))}
+    cos = {
+        s: pair_cosines(encoder, splits[s])
+        for s in ("train", "validation", "test")
+        if s in splits and (s != "train" or not is_regression(label_names))
+    }
     if is_regression(label_names):
+
         def scored(split: str) -> dict:
             out = correlations([e.score for e in splits[split]], cos[split])
             return {"primary": out["spearman"], "primary_name": "spearman", **out}
+
         name = "bi-encoder cosine"
     else:
         from sklearn.linear_model import LogisticRegression
@@ -54,7 +59,11 @@ def cosine_baseline(splits: dict, label_names: list[str], base: Path, seed: int 
             pred = clf.predict(cos[split][:, None]).tolist()
             out = macro_f1([e.label for e in splits[split]], pred, label_names)
             return {"primary": out["macro_f1"], "primary_name": "macro_f1", **out}
+
         name = "bi-encoder cosine + logistic regression"
-    return {"name": name, "validation": scored("validation"),
-            "test": scored("test") if "test" in splits else None,
-            "seconds": round(time.perf_counter() - started, 2)}
+    return {
+        "name": name,
+        "validation": scored("validation"),
+        "test": scored("test") if "test" in splits else None,
+        "seconds": round(time.perf_counter() - started, 2),
+    }

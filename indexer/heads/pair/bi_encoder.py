@@ -5,10 +5,10 @@ sentence-transformers `CosineSimilarityLoss` recipe), saved inside the head dire
 (`BI_ENCODER_DIR`), where the blend reads it (`heads.pair.blend`).
 
 Same optimiser as the heads (`indexer.training.Trainer`: AdamW, weight decay 0.01, clip 1.0,
-bf16 autocast where the CPU has it), 10 % linear warm-up then linear decay, fixed seed. Texts are read
-whole up to the base's positions (a sentence pair set; a longer text is cut, as the baseline
-cuts it). No epoch is picked by validation: the blend's weight is (`choose_weight`). Does not
-train the cross-encoder (`heads.train`).
+bf16 autocast where the CPU has it), 10 % linear warm-up then linear decay, fixed seed. Texts are
+read whole up to the base's positions (a sentence pair set; a longer text is cut, as the baseline
+cuts it). No epoch is picked by validation: the blend's weight is (`choose_weight`). Does not train
+the cross-encoder (`heads.train`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,16 @@ def _mean(model, batch: dict) -> torch.Tensor:
     return mean_pool(out.last_hidden_state, batch["attention_mask"])
 
 
-def tune_bi_encoder(base: Path, firsts: Sequence[str], seconds: Sequence[str],
-                    targets: Sequence[float], out: Path, seed: int = 42, bf16: bool = False,
-                    epochs: int = BI_EPOCHS) -> dict:
+def tune_bi_encoder(
+    base: Path,
+    firsts: Sequence[str],
+    seconds: Sequence[str],
+    targets: Sequence[float],
+    out: Path,
+    seed: int = 42,
+    bf16: bool = False,
+    epochs: int = BI_EPOCHS,
+) -> dict:
     """Fine-tune a copy of `base` on (first, second, target in 0..1) and save it to `out`.
 
     Returns:
@@ -57,16 +64,27 @@ def tune_bi_encoder(base: Path, firsts: Sequence[str], seconds: Sequence[str],
     model.train()
     y = torch.tensor(np.asarray(targets, dtype=np.float32))
     steps = -(-len(firsts) // BI_BATCH)
-    trainer = Trainer(model.parameters(), BI_LR, plan_schedule(steps, epochs, WARMUP_RATIO),
-                      "bf16" if bf16 else "fp32")
+    trainer = Trainer(
+        model.parameters(),
+        BI_LR,
+        plan_schedule(steps, epochs, WARMUP_RATIO),
+        "bf16" if bf16 else "fp32",
+    )
     losses = []
     for epoch in range(1, epochs + 1):
         order, total = rng.permutation(len(firsts)), 0.0
         for start in range(0, len(order), BI_BATCH):
-            index = order[start:start + BI_BATCH]
-            batches = [tokenizer([texts[i] for i in index], padding=True, truncation=True,
-                                 max_length=BI_MAX_LENGTH, return_tensors="pt")
-                       for texts in (firsts, seconds)]
+            index = order[start : start + BI_BATCH]
+            batches = [
+                tokenizer(
+                    [texts[i] for i in index],
+                    padding=True,
+                    truncation=True,
+                    max_length=BI_MAX_LENGTH,
+                    return_tensors="pt",
+                )
+                for texts in (firsts, seconds)
+            ]
             with trainer.autocast():
                 a, b = (_mean(model, batch) for batch in batches)
             cosine = torch.nn.functional.cosine_similarity(a.float(), b.float())
@@ -77,7 +95,13 @@ def tune_bi_encoder(base: Path, firsts: Sequence[str], seconds: Sequence[str],
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return {"epochs": epochs, "lr": BI_LR, "batch_size": BI_BATCH, "max_length": BI_MAX_LENGTH,
-            "loss": losses, "seconds": round(time.perf_counter() - started, 1),
-            "rule": "cosine of mean-pooled vectors vs the score scaled to 0..1, MSE "
-                    "(sentence-transformers CosineSimilarityLoss)"}
+    return {
+        "epochs": epochs,
+        "lr": BI_LR,
+        "batch_size": BI_BATCH,
+        "max_length": BI_MAX_LENGTH,
+        "loss": losses,
+        "seconds": round(time.perf_counter() - started, 1),
+        "rule": "cosine of mean-pooled vectors vs the score scaled to 0..1, MSE "
+        "(sentence-transformers CosineSimilarityLoss)",
+    }

@@ -45,11 +45,19 @@ def cosine_encoder(name: str | Path, head: str | Path | None = None):
     packaged model's name."""
     from indexer.config import ModelConfig, resolve_model_path
     from indexer.encode.encoder import Encoder
+
     inside = Path(head) / str(name) if head is not None else None
     path = inside if inside is not None and inside.is_dir() else resolve_model_path(str(name))
-    return Encoder(ModelConfig(name=str(path), pooling="mean",
-                               normalize=True, max_length=BASELINE_MAX_LENGTH, device="cpu",
-                               dtype="fp32"))
+    return Encoder(
+        ModelConfig(
+            name=str(path),
+            pooling="mean",
+            normalize=True,
+            max_length=BASELINE_MAX_LENGTH,
+            device="cpu",
+            dtype="fp32",
+        )
+    )
 
 
 def text_cosines(encoder, firsts: Sequence[str], seconds: Sequence[str]) -> np.ndarray:
@@ -70,5 +78,9 @@ def choose_weight(gold: Sequence[float], probability: np.ndarray, cosine: np.nda
     """
     tried = {w: correlations(gold, mixed(probability, cosine, w))["spearman"] for w in WEIGHTS}
     best = max(WEIGHTS, key=lambda w: (round(tried[w], 6), -w))
-    return {"weight": best, "validation": tried[best], "alone": tried[0.0],
-            "tried": {str(w): round(s, 4) for w, s in tried.items()}}
+    return {
+        "weight": best,
+        "validation": tried[best],
+        "alone": tried[0.0],
+        "tried": {str(w): round(s, 4) for w, s in tried.items()},
+    }

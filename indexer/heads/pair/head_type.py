@@ -10,9 +10,10 @@ the score scaled to 0..1 by the train split's range (the sentence-transformers c
 recipe for STS-B; unlike MSE through a sigmoid its gradient does not vanish at the ends), the
 range kept in config.json (`bertindex_score_range`), scored by Spearman (picks the epoch) and
 Pearson; after training its score is mixed with the bi-encoder's cosine of the two texts by a
-weight chosen on validation (`heads.pair.blend`; 0 keeps the head alone). A pair head trains the whole model (`--head-only` is refused: a frozen backbone's
-pooled vector is the bi-encoder again). It scores pairs, never single texts: `annotate` and
-`predict` refuse it; `indexer.heads.pair.scorer` loads one to score pairs (search reranking).
+weight chosen on validation (`heads.pair.blend`; 0 keeps the head alone). A pair head trains the
+whole model (`--head-only` is refused: a frozen backbone's pooled vector is the bi-encoder again).
+It scores pairs, never single texts: `annotate` and `predict` refuse it; `indexer.heads.pair.scorer`
+loads one to score pairs (search reranking).
 """
 
 from __future__ import annotations
@@ -28,22 +29,18 @@ from indexer.errors import InputError, ModelError
 from indexer.heads.base import Example, HeadType, label_index, softmax
 from indexer.heads.features import Encoded
 from indexer.heads.metrics import correlations, macro_f1
-from indexer.heads.pair.blend import (
-    blend_of,
-    choose_weight,
-    cosine_encoder,
-    mixed,
-    text_cosines,
-)
+from indexer.heads.pair.blend import blend_of, choose_weight, cosine_encoder, mixed, text_cosines
 from indexer.heads.pair.keys import BLEND_KEY, RERANK_WEIGHT_KEY
 from indexer.heads.sentence import sequence_logits
 from indexer.records.annotations import Label
 
 REGRESSION = ["score"]  # the label list of a regression pair head: one output, its score
 SCORE_RANGE_KEY = "bertindex_score_range"  # config.json: [low, high] of the train scores
-_REFUSE_SINGLE = ("a pair head scores pairs of texts (query and passage, two sentences), not "
-                  "single texts; use it with `bertindex search --rerank HEAD` or `bertindex "
-                  "eval head`")
+_REFUSE_SINGLE = (
+    "a pair head scores pairs of texts (query and passage, two sentences), not "
+    "single texts; use it with `bertindex search --rerank HEAD` or `bertindex "
+    "eval head`"
+)
 
 
 @dataclass(frozen=True)
@@ -107,8 +104,10 @@ class PairHead(HeadType[PairExample]):
     """A sentence-pair classifier or regressor (`...ForSequenceClassification` on both texts)."""
 
     name = "pair"
-    summary = ("Fine-tune a cross-encoder on sentence pairs (items {text_a, text_b, label|score}; "
-               "STS-B CSV files): classification by label, regression by score.")
+    summary = (
+        "Fine-tune a cross-encoder on sentence pairs (items {text_a, text_b, label|score}; "
+        "STS-B CSV files): classification by label, regression by score."
+    )
     metric = "primary"  # spearman (regression) or macro_f1 (classes): see `score`
     architecture = "ForSequenceClassification"
     splittable = ()
@@ -137,8 +136,10 @@ class PairHead(HeadType[PairExample]):
 
     def check_label_names(self, names: list[str]) -> None:
         if len(names) < 2 and not is_regression(names):
-            raise InputError(f"label_names {names}: a pair classifier needs two or more labels "
-                             "(or give each pair a 'score' for regression)")
+            raise InputError(
+                f"label_names {names}: a pair classifier needs two or more labels "
+                "(or give each pair a 'score' for regression)"
+            )
 
     def example(self, item_id: str, item: dict, names: list[str], where: str) -> PairExample:
         a, b = item.get("text_a"), item.get("text_b")
@@ -146,8 +147,10 @@ class PairHead(HeadType[PairExample]):
             raise InputError(f"{where}: a pair item needs 'text_a' and 'text_b' (strings)")
         if is_regression(names):
             if "score" not in item:
-                raise InputError(f"{where}: has 'label' but other items have 'score'; give every "
-                                 "pair a 'score' (regression) or every pair a 'label'")
+                raise InputError(
+                    f"{where}: has 'label' but other items have 'score'; give every "
+                    "pair a 'score' (regression) or every pair a 'label'"
+                )
             try:
                 score = float(item["score"])
             except (TypeError, ValueError):
@@ -156,8 +159,10 @@ class PairHead(HeadType[PairExample]):
                 raise InputError(f"{where}: score {item['score']!r} is not a finite number")
             return PairExample(item_id, a, b, 0, score)
         if "label" not in item:
-            raise InputError(f"{where}: has 'score' but other items have 'label'; give every "
-                             "pair a 'label' (classification) or every pair a 'score'")
+            raise InputError(
+                f"{where}: has 'score' but other items have 'label'; give every "
+                "pair a 'label' (classification) or every pair a 'score'"
+            )
         return PairExample(item_id, a, b, label_index(item["label"], names, where))
 
     # -- model ------------------------------------------------------------------------------
@@ -169,9 +174,11 @@ class PairHead(HeadType[PairExample]):
     def check_model(self, model, tokenizer, where: str) -> None:
         types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
         if types and getattr(model.config, "type_vocab_size", 2) < 2:
-            raise ModelError(f"{where}: the tokenizer gives token type ids but the model has "
-                             f"type_vocab_size {model.config.type_vocab_size}; use a matching "
-                             "tokenizer")
+            raise ModelError(
+                f"{where}: the tokenizer gives token type ids but the model has "
+                f"type_vocab_size {model.config.type_vocab_size}; use a matching "
+                "tokenizer"
+            )
 
     def fit_config(self, model, data) -> None:
         """A regression head keeps the train split's score range (targets scale by it). A
@@ -185,8 +192,10 @@ class PairHead(HeadType[PairExample]):
         scores = [e.score for e in data.splits["train"]]
         low, high = float(min(scores)), float(max(scores))
         if high <= low:
-            raise InputError(f"{data.sources['train']}: every train score is {low}; a regression "
-                             "head needs scores that differ")
+            raise InputError(
+                f"{data.sources['train']}: every train score is {low}; a regression "
+                "head needs scores that differ"
+            )
         setattr(model.config, SCORE_RANGE_KEY, [low, high])
         model.config.problem_type = "regression"
 
@@ -201,8 +210,12 @@ class PairHead(HeadType[PairExample]):
         ids = [e.id for e in examples]
         if not examples:
             return Encoded(ids, [], [])
-        enc = tokenizer([e.text_a for e in examples], [e.text_b for e in examples],
-                        add_special_tokens=True, truncation=False)
+        enc = tokenizer(
+            [e.text_a for e in examples],
+            [e.text_b for e in examples],
+            add_special_tokens=True,
+            truncation=False,
+        )
         labels = [float(e.score) if e.score is not None else e.label for e in examples]
         return Encoded(ids, enc["input_ids"], labels, token_type_ids=enc.get("token_type_ids"))
 
@@ -212,7 +225,8 @@ class PairHead(HeadType[PairExample]):
         logits = sequence_logits(model, batch).float()  # (B, C)
         if logits.shape[-1] == 1:
             return torch.nn.functional.binary_cross_entropy_with_logits(
-                logits[:, 0], _scaled(labels.float(), model.config))
+                logits[:, 0], _scaled(labels.float(), model.config)
+            )
         return torch.nn.functional.cross_entropy(logits, labels)
 
     def validation_loss(self, logits, targets, model=None) -> float:
@@ -224,20 +238,28 @@ class PairHead(HeadType[PairExample]):
         return float(torch.nn.functional.binary_cross_entropy_with_logits(x, _scaled(y, config)))
 
     def head_modules(self, model) -> list[torch.nn.Module]:
-        raise ModelError("a pair head reads both texts through the whole model; --head-only "
-                         "(and --probe-epochs) would train on the frozen bi-encoder's vector, "
-                         "so train without them")
+        raise ModelError(
+            "a pair head reads both texts through the whole model; --head-only "
+            "(and --probe-epochs) would train on the frozen bi-encoder's vector, "
+            "so train without them"
+        )
 
     def backbone_features(self, encoder, encoded: Encoded) -> list[torch.Tensor]:
-        raise ModelError("a pair head has no frozen-backbone features; train without "
-                         "--head-only and --probe-epochs")
+        raise ModelError(
+            "a pair head has no frozen-backbone features; train without "
+            "--head-only and --probe-epochs"
+        )
 
     def feature_logits(self, model, features: torch.Tensor) -> torch.Tensor:
-        raise ModelError("a pair head has no frozen-backbone features; train without "
-                         "--head-only and --probe-epochs")
+        raise ModelError(
+            "a pair head has no frozen-backbone features; train without "
+            "--head-only and --probe-epochs"
+        )
 
     def feature_targets(self, encoded: Encoded) -> list[torch.Tensor]:
-        dtype = torch.float32 if encoded.labels and isinstance(encoded.labels[0], float) else torch.long
+        dtype = (
+            torch.float32 if encoded.labels and isinstance(encoded.labels[0], float) else torch.long
+        )
         return [torch.tensor([label], dtype=dtype) for label in encoded.labels]
 
     # -- eval -------------------------------------------------------------------------------
@@ -247,20 +269,31 @@ class PairHead(HeadType[PairExample]):
     def example_logits(self, out: torch.Tensor, encoded: Encoded, i: int) -> torch.Tensor:
         return out
 
-    def score_options(self, model, examples: Sequence[PairExample],
-                      head: Path | None = None) -> dict:
+    def score_options(
+        self, model, examples: Sequence[PairExample], head: Path | None = None
+    ) -> dict:
         """A blended regression head scores with the bi-encoder's cosines of the pairs (a tuned
         one is read from the head directory `head`)."""
         blend = blend_of(model.config)
         if blend is None or not examples:
             return {}
-        cosines = text_cosines(cosine_encoder(blend["encoder"], head),
-                               [e.text_a for e in examples], [e.text_b for e in examples])
+        cosines = text_cosines(
+            cosine_encoder(blend["encoder"], head),
+            [e.text_a for e in examples],
+            [e.text_b for e in examples],
+        )
         return {"cosines": cosines, "blend_weight": blend["weight"]}
 
-    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[PairExample],
-              encoded: Encoded, label_names: Sequence[str], cosines: np.ndarray | None = None,
-              blend_weight: float = 0.0, **options) -> dict:
+    def score(
+        self,
+        logits: Sequence[torch.Tensor],
+        examples: Sequence[PairExample],
+        encoded: Encoded,
+        label_names: Sequence[str],
+        cosines: np.ndarray | None = None,
+        blend_weight: float = 0.0,
+        **options,
+    ) -> dict:
         """Regression: Spearman (`primary`) and Pearson of the sigmoid output (mixed with
         `cosines` by `blend_weight`, `score_options`) against the given scores; classes:
         macro-F1 (`primary`) and accuracy."""
@@ -275,13 +308,24 @@ class PairHead(HeadType[PairExample]):
 
     def receipt_fields(self, validation: dict | None, test: dict | None) -> dict:
         name = (validation or test or {}).get("primary_name")
-        return {"pair": {"kind": "regression" if name == "spearman" else "classification",
-                         "primary": name,
-                         "inputs": "the tokenizer's pair template, token type ids 0/1 where it "
-                                   "gives them; never truncated in training"}}
+        return {
+            "pair": {
+                "kind": "regression" if name == "spearman" else "classification",
+                "primary": name,
+                "inputs": "the tokenizer's pair template, token type ids 0/1 where it "
+                "gives them; never truncated in training",
+            }
+        }
 
-    def blend(self, model, splits: dict, logits: dict, label_names: list[str],
-              encoder: Path | None, encoder_name: str | None) -> dict | None:
+    def blend(
+        self,
+        model,
+        splits: dict,
+        logits: dict,
+        label_names: list[str],
+        encoder: Path | None,
+        encoder_name: str | None,
+    ) -> dict | None:
         """A regression head's mix with a bi-encoder (`heads.pair.blend`): the weight chosen
         on validation, kept in config.json when above 0.
 
@@ -301,28 +345,39 @@ class PairHead(HeadType[PairExample]):
         cos, prob = {}, {}
         for split, rows in logits.items():
             examples = splits[split]
-            cos[split] = text_cosines(encoder, [e.text_a for e in examples],
-                                      [e.text_b for e in examples])
+            cos[split] = text_cosines(
+                encoder, [e.text_a for e in examples], [e.text_b for e in examples]
+            )
             prob[split] = sigmoid([float(x.reshape(-1)[0]) for x in rows])
-        chosen = choose_weight([e.score for e in splits["validation"]], prob["validation"],
-                               cos["validation"])
+        chosen = choose_weight(
+            [e.score for e in splits["validation"]], prob["validation"], cos["validation"]
+        )
         record.update(chosen)
         if "test" in logits:
             gold = [e.score for e in splits["test"]]
-            record["test"] = correlations(gold, mixed(prob["test"], cos["test"], chosen["weight"]))["spearman"]
+            record["test"] = correlations(gold, mixed(prob["test"], cos["test"], chosen["weight"]))[
+                "spearman"
+            ]
             record["test_alone"] = correlations(gold, prob["test"])["spearman"]
-        setattr(model.config, BLEND_KEY,
-                {"weight": chosen["weight"], "encoder": record["encoder"]} if chosen["weight"] else None)
+        setattr(
+            model.config,
+            BLEND_KEY,
+            {"weight": chosen["weight"], "encoder": record["encoder"]}
+            if chosen["weight"]
+            else None,
+        )
         # what `score` takes per split, so the blended head is scored from these cosines
-        record["options"] = {split: {"cosines": cos[split], "blend_weight": chosen["weight"]}
-                             for split in cos}
+        record["options"] = {
+            split: {"cosines": cos[split], "blend_weight": chosen["weight"]} for split in cos
+        }
         return record
 
     def blend_tunes(self, model) -> bool:
         return model.config.num_labels == 1
 
-    def baseline(self, splits: dict, label_names: list[str], seed: int,
-                 base: Path | None = None) -> dict | None:
+    def baseline(
+        self, splits: dict, label_names: list[str], seed: int, base: Path | None = None
+    ) -> dict | None:
         """The bi-encoder: cosine of the two texts' vectors from `base` (Spearman for
         regression; for classes a logistic regression on that cosine, fit on train)."""
         if base is None:

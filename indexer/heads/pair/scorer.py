@@ -55,16 +55,23 @@ class PairScorer:
             runs heads; else fp32), `fp32` or `bf16`.
     """
 
-    def __init__(self, path: str | Path, max_length: int | None = None,
-                 threads: int | None = None, dtype: str = "auto"):
+    def __init__(
+        self,
+        path: str | Path,
+        max_length: int | None = None,
+        threads: int | None = None,
+        dtype: str = "auto",
+    ):
         from indexer.encode.policy import resolve_dtype
         from indexer.heads.predict import load_model_dir
 
         self.path = Path(path)
         self.kind, self.model, self.tokenizer = load_model_dir(self.path)
         if not self.kind.capabilities.scores_pairs:
-            raise ModelError(f"{self.path} is a {self.kind.name} head; reranking needs a pair head "
-                             "(`bertindex train rerank` or `bertindex train pair`)")
+            raise ModelError(
+                f"{self.path} is a {self.kind.name} head; reranking needs a pair head "
+                "(`bertindex train rerank` or `bertindex train pair`)"
+            )
         positions = min(usable_length(self.model, self.tokenizer).limit, MAX_POSITIONS)
         self.max_length = max_length or trained_max_length(self.path, positions)
         self.pad_id = pad_id_of(self.tokenizer)
@@ -84,13 +91,24 @@ class PairScorer:
         too_long = [i for i, n in enumerate(lengths) if n >= room]
         if too_long:
             i = too_long[0]
-            raise InputError(f"query {firsts[i][:80]!r} is {lengths[i]} tokens; a pair head "
-                             f"trained at {self.max_length} tokens needs it under {room}; "
-                             "shorten the query")
-        enc = self.tokenizer(firsts, [b for _, b in pairs], add_special_tokens=True,
-                             truncation="only_second", max_length=self.max_length)
-        return Encoded([str(i) for i in range(len(pairs))], enc["input_ids"], [0] * len(pairs),
-                       token_type_ids=enc.get("token_type_ids"))
+            raise InputError(
+                f"query {firsts[i][:80]!r} is {lengths[i]} tokens; a pair head "
+                f"trained at {self.max_length} tokens needs it under {room}; "
+                "shorten the query"
+            )
+        enc = self.tokenizer(
+            firsts,
+            [b for _, b in pairs],
+            add_special_tokens=True,
+            truncation="only_second",
+            max_length=self.max_length,
+        )
+        return Encoded(
+            [str(i) for i in range(len(pairs))],
+            enc["input_ids"],
+            [0] * len(pairs),
+            token_type_ids=enc.get("token_type_ids"),
+        )
 
     @torch.inference_mode()
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = SCORE_BATCH) -> np.ndarray:
@@ -110,8 +128,9 @@ class PairScorer:
         for index in sorted_batches(encoded.lengths, batch_size):
             batch = collate(encoded, index, self.pad_id, with_labels=False)
             logits = self.kind.logits(self.model, batch).float().numpy()  # (B, outputs)
-            out[index] = pair_scores(logits, self.model.config,
-                                     None if cosines is None else cosines[index])
+            out[index] = pair_scores(
+                logits, self.model.config, None if cosines is None else cosines[index]
+            )
         return out
 
     def cosines(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:

@@ -22,12 +22,7 @@ import torch
 from indexer.core.choices import Decode
 from indexer.encode.model_facts import add_prefix_space
 from indexer.errors import InputError, ModelError
-from indexer.heads.base import (
-    Example,
-    HeadType,
-    bert_head_parts,
-    label_index,
-)
+from indexer.heads.base import Example, HeadType, bert_head_parts, label_index
 from indexer.heads.features import Encoded
 from indexer.heads.labels import (
     IGNORE_INDEX,
@@ -53,8 +48,9 @@ class TokenExample(Example):
     tags: tuple[int, ...]
 
 
-def decode_words(logits: np.ndarray, label_names: Sequence[str], decode: str = "bio"
-                 ) -> tuple[list[int], list[float]]:
+def decode_words(
+    logits: np.ndarray, label_names: Sequence[str], decode: str = "bio"
+) -> tuple[list[int], list[float]]:
     """Tag each word from its (words, labels) logits.
 
     Args:
@@ -77,9 +73,16 @@ def decode_words(logits: np.ndarray, label_names: Sequence[str], decode: str = "
     return ids, [float(np.exp(log_probs[w, i])) for w, i in enumerate(ids)]
 
 
-def text_entities(text: str, word_ids, offsets, logits: np.ndarray, label_names: Sequence[str],
-                  decode: str = "bio", head: str | None = None, segmentation: str = ASSUMED
-                  ) -> list[Entity]:
+def text_entities(
+    text: str,
+    word_ids,
+    offsets,
+    logits: np.ndarray,
+    label_names: Sequence[str],
+    decode: str = "bio",
+    head: str | None = None,
+    segmentation: str = ASSUMED,
+) -> list[Entity]:
     """Entity spans of one encoded raw text.
 
     Args:
@@ -146,7 +149,9 @@ class TokenTagger(HeadType[TokenExample]):
             raise InputError(f"{where}: has no tokens")
         if not all(isinstance(t, str) for t in tokens):
             raise InputError(f"{where}: tokens must be strings")
-        return TokenExample(item_id, tuple(tokens), tuple(label_index(t, names, where) for t in tags))
+        return TokenExample(
+            item_id, tuple(tokens), tuple(label_index(t, names, where) for t in tags)
+        )
 
     # -- model ------------------------------------------------------------------------------
     def model_class(self):
@@ -170,16 +175,20 @@ class TokenTagger(HeadType[TokenExample]):
         return {"segmentation": saved_segmentation(config, where)}
 
     def fit_config(self, model, data) -> None:
-        """Records `whitespace` segmentation (`indexer.heads.tagger.segment`): every training item is
-        a pre-split word list, and raw text split at whitespace gives those words back. Words
+        """Records `whitespace` segmentation (`indexer.heads.tagger.segment`): every training item
+        is a pre-split word list, and raw text split at whitespace gives those words back. Words
         holding whitespace themselves cannot be reproduced from raw text; a warning counts
         the items that have them."""
-        spaced = sum(any(_SPACE.search(t) for t in e.tokens)
-                     for split in data.splits.values() for e in split)
+        spaced = sum(
+            any(_SPACE.search(t) for t in e.tokens) for split in data.splits.values() for e in split
+        )
         if spaced:
-            log.warning("%d training item(s) hold words with whitespace inside; raw text at "
-                        "predict and annotate time is split at whitespace, so those words are "
-                        "split there", spaced)
+            log.warning(
+                "%d training item(s) hold words with whitespace inside; raw text at "
+                "predict and annotate time is split at whitespace, so those words are "
+                "split there",
+                spaced,
+            )
         setattr(model.config, SEGMENTATION_KEY, "whitespace")  # saved in config.json
 
     def pooling(self, requested: str, head_only: bool) -> None:
@@ -194,8 +203,12 @@ class TokenTagger(HeadType[TokenExample]):
             return Encoded(ids, [], [])
         if not getattr(tokenizer, "is_fast", False):
             raise InputError("NER needs a fast tokenizer (tokenizer.json) for word_ids() alignment")
-        enc = tokenizer([list(e.tokens) for e in examples], is_split_into_words=True,
-                        add_special_tokens=True, truncation=False)
+        enc = tokenizer(
+            [list(e.tokens) for e in examples],
+            is_split_into_words=True,
+            add_special_tokens=True,
+            truncation=False,
+        )
         labels, positions = [], []
         for i, example in enumerate(examples):
             word_ids = enc.word_ids(i)
@@ -229,8 +242,14 @@ class TokenTagger(HeadType[TokenExample]):
         positions = encoded.word_positions[i]  # type: ignore[index]
         return out[[positions[w] for w in sorted(positions)]]  # (words with a subword, C)
 
-    def score(self, logits: Sequence[torch.Tensor], examples: Sequence[TokenExample],
-              encoded: Encoded, label_names: Sequence[str], decode: str = "bio") -> dict:
+    def score(
+        self,
+        logits: Sequence[torch.Tensor],
+        examples: Sequence[TokenExample],
+        encoded: Encoded,
+        label_names: Sequence[str],
+        decode: str = "bio",
+    ) -> dict:
         """Entity-F1; a word with no subword token is predicted `O`."""
         gold_tags, pred_tags = [], []
         for i, (x, example) in enumerate(zip(logits, examples)):
@@ -243,27 +262,54 @@ class TokenTagger(HeadType[TokenExample]):
         return entity_f1(gold_tags, pred_tags)
 
     def receipt_fields(self, validation: dict | None, test: dict | None) -> dict:
-        return {"entity_counts": {"validation": _entity_counts(validation),
-                                  "test": _entity_counts(test)}}
+        return {
+            "entity_counts": {
+                "validation": _entity_counts(validation),
+                "test": _entity_counts(test),
+            }
+        }
 
     # -- predict and annotate ---------------------------------------------------------------
-    def predict(self, texts: Sequence[str], enc, offsets, logits: torch.Tensor,
-                label_names: list[str], decode: str = "bio", segmentation: str = ASSUMED
-                ) -> list[list[Entity]]:
+    def predict(
+        self,
+        texts: Sequence[str],
+        enc,
+        offsets,
+        logits: torch.Tensor,
+        label_names: list[str],
+        decode: str = "bio",
+        segmentation: str = ASSUMED,
+    ) -> list[list[Entity]]:
         lg = logits.float().numpy()  # (B, L, C)
-        return [text_entities(text, enc.word_ids(j), offsets[j], lg[j], label_names, decode,
-                              segmentation=segmentation)
-                for j, text in enumerate(texts)]
+        return [
+            text_entities(
+                text,
+                enc.word_ids(j),
+                offsets[j],
+                lg[j],
+                label_names,
+                decode,
+                segmentation=segmentation,
+            )
+            for j, text in enumerate(texts)
+        ]
 
     def top(self, model, device: torch.device) -> torch.nn.Module:
         return _TaggerTop(model.classifier.to(device).float())
 
     def window_output(self, out: torch.Tensor, n_tokens: int) -> np.ndarray:
-        return out[1:1 + n_tokens].numpy()  # (n_tokens, C): [CLS] and [SEP] dropped
+        return out[1 : 1 + n_tokens].numpy()  # (n_tokens, C): [CLS] and [SEP] dropped
 
-    def annotate(self, head: str, label_names: list[str], texts: Sequence[str], enc,
-                 windows: Sequence[tuple[int, int, int]], outputs: Sequence[np.ndarray],
-                 segmentation: str = ASSUMED) -> list[list[Entity]]:
+    def annotate(
+        self,
+        head: str,
+        label_names: list[str],
+        texts: Sequence[str],
+        enc,
+        windows: Sequence[tuple[int, int, int]],
+        outputs: Sequence[np.ndarray],
+        segmentation: str = ASSUMED,
+    ) -> list[list[Entity]]:
         by_text: dict[int, list[tuple[int, int, np.ndarray]]] = {}
         for (i, s, e), out in zip(windows, outputs):
             by_text.setdefault(i, []).append((s, e, out))
@@ -274,8 +320,17 @@ class TokenTagger(HeadType[TokenExample]):
                 results.append([])
                 continue
             tok = _stitch(by_text[i], n_tok)  # (n_tok, C): each token from its best window
-            results.append(text_entities(text, enc.word_ids(i), enc["offset_mapping"][i], tok,
-                                         label_names, head=head, segmentation=segmentation))
+            results.append(
+                text_entities(
+                    text,
+                    enc.word_ids(i),
+                    enc["offset_mapping"][i],
+                    tok,
+                    label_names,
+                    head=head,
+                    segmentation=segmentation,
+                )
+            )
         return results
 
 
@@ -310,6 +365,8 @@ def _entity_counts(scores: dict | None) -> dict | None:
     return {
         "gold": scores["gold_entities"],
         "predicted": scores["predicted_entities"],
-        "by_type": {k: {"gold": v["support"], "predicted": v["predicted"]}
-                    for k, v in scores["per_type"].items()},
+        "by_type": {
+            k: {"gold": v["support"], "predicted": v["predicted"]}
+            for k, v in scores["per_type"].items()
+        },
     }

@@ -17,8 +17,10 @@ from indexer.heads.metrics import span_f1
 from indexer.heads.tagger.head_type import TokenExample
 from indexer.records.annotations import Entity
 
-RAW_TEXT_NOTE = ("the split's words joined by single spaces, run as raw text (character "
-                 "spans scored, exact type and boundaries)")
+RAW_TEXT_NOTE = (
+    "the split's words joined by single spaces, run as raw text (character "
+    "spans scored, exact type and boundaries)"
+)
 
 
 def joined_text(example: TokenExample) -> tuple[str, list[tuple[int, int]]]:
@@ -40,8 +42,11 @@ def gold_char_spans(examples: Sequence[TokenExample], label_names: Sequence[str]
     return out
 
 
-def score_raw_text(examples: Sequence[Example], label_names: Sequence[str],
-                   run: Callable[[list[str]], Sequence[Sequence[Entity]]]) -> dict:
+def score_raw_text(
+    examples: Sequence[Example],
+    label_names: Sequence[str],
+    run: Callable[[list[str]], Sequence[Sequence[Entity]]],
+) -> dict:
     """Entity-F1 of the entities `run` finds in the examples' joined texts.
 
     Args:
@@ -52,11 +57,17 @@ def score_raw_text(examples: Sequence[Example], label_names: Sequence[str],
     """
     if not examples:
         raise InputError("nothing to score: the split has no items")
-    tagged = examples_of(TokenExample, examples,
-                         "raw-text input is for NER heads (items {tokens, tags}); a classifier "
-                         "already reads its texts whole")
+    tagged = examples_of(
+        TokenExample,
+        examples,
+        "raw-text input is for NER heads (items {tokens, tags}); a classifier "
+        "already reads its texts whole",
+    )
     texts = [joined_text(e)[0] for e in tagged]
     found = run(texts)
     predicted = {(i, e.type, e.start, e.end) for i, ents in enumerate(found) for e in ents}
-    return {"input": "raw-text", "examples": len(examples),
-            **span_f1(gold_char_spans(tagged, label_names), predicted)}
+    return {
+        "input": "raw-text",
+        "examples": len(examples),
+        **span_f1(gold_char_spans(tagged, label_names), predicted),
+    }

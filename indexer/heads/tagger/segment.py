@@ -39,8 +39,10 @@ def saved_segmentation(config, where: str) -> str:
     """
     value = getattr(config, SEGMENTATION_KEY, None) or ASSUMED
     if value not in SEGMENTATIONS:
-        raise ModelError(f"{where}: config.json has {SEGMENTATION_KEY}={value!r}; choose one of "
-                         f"{', '.join(SEGMENTATIONS)}")
+        raise ModelError(
+            f"{where}: config.json has {SEGMENTATION_KEY}={value!r}; choose one of "
+            f"{', '.join(SEGMENTATIONS)}"
+        )
     return value
 
 
@@ -49,8 +51,9 @@ def whitespace_words(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _WORD.finditer(text)]
 
 
-def text_words(text: str, word_ids: Sequence[int | None], offsets, segmentation: str = ASSUMED
-               ) -> list[list[int]]:
+def text_words(
+    text: str, word_ids: Sequence[int | None], offsets, segmentation: str = ASSUMED
+) -> list[list[int]]:
     """The words of one encoded raw text as [start_char, end_char, first-subword position].
 
     With `whitespace`, a token belongs to the whitespace word holding its last character; a
@@ -68,8 +71,9 @@ def text_words(text: str, word_ids: Sequence[int | None], offsets, segmentation:
     if segmentation == "tokenizer":
         return merge_subwords(word_ids, offsets)
     if segmentation != "whitespace":
-        raise ModelError(f"segmentation {segmentation!r} is unknown; choose one of "
-                         f"{', '.join(SEGMENTATIONS)}")
+        raise ModelError(
+            f"segmentation {segmentation!r} is unknown; choose one of {', '.join(SEGMENTATIONS)}"
+        )
     spans = whitespace_words(text)
     starts = [s for s, _ in spans]
     first: dict[int, int] = {}  # word -> first token position

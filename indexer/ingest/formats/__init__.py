@@ -35,13 +35,23 @@ from indexer.ingest.formats import (
 from indexer.ingest.formats.base import Format, Labelled, LabelledFormat
 
 AUTO = "auto"
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    jsonl.FORMAT, csv.FORMAT, tsv.FORMAT, parquet.FORMAT, text.FORMAT, beir.FORMAT,
-)}
-LABELLED: dict[str, LabelledFormat] = {f.name: f for f in (
-    splits.LABELLED, jsonl.LABELLED, parquet.LABELLED, conll.LABELLED, tweeteval.LABELLED,
-    csv.LABELLED, tsv.LABELLED, stsb.LABELLED,
-)}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (jsonl.FORMAT, csv.FORMAT, tsv.FORMAT, parquet.FORMAT, text.FORMAT, beir.FORMAT)
+}
+LABELLED: dict[str, LabelledFormat] = {
+    f.name: f
+    for f in (
+        splits.LABELLED,
+        jsonl.LABELLED,
+        parquet.LABELLED,
+        conll.LABELLED,
+        tweeteval.LABELLED,
+        csv.LABELLED,
+        tsv.LABELLED,
+        stsb.LABELLED,
+    )
+}
 LABELLED_FALLBACK = conll.LABELLED  # `auto` for a file no suffix claims (CoNLL's `eng.train`)
 
 
@@ -59,8 +69,9 @@ def get_format(name: str) -> Format:
     try:
         return FORMATS[name]
     except KeyError:
-        raise InputError(f"unknown format '{name}'; choose one of "
-                         f"{', '.join(format_names())}") from None
+        raise InputError(
+            f"unknown format '{name}'; choose one of {', '.join(format_names())}"
+        ) from None
 
 
 def corpus_suffixes() -> tuple[str, ...]:
@@ -81,8 +92,7 @@ def corpus_format(path: Path) -> Format | None:
         if fmt.claims is not None and fmt.claims(path):
             return fmt
     name = path.name.lower()
-    matches = [(len(s), f) for f in FORMATS.values() for s in f.all_suffixes()
-               if name.endswith(s)]
+    matches = [(len(s), f) for f in FORMATS.values() for s in f.all_suffixes() if name.endswith(s)]
     return max(matches, key=lambda m: m[0])[1] if matches else None
 
 
@@ -101,9 +111,11 @@ def detect_format(path: Path) -> str:
 
 def unknown_suffix_reason() -> str:
     """Why a file is not read by name, and the fix."""
-    return (f"cannot tell the format from the name (known endings: "
-            f"{', '.join(corpus_suffixes())}); rename it or pass --format with one of "
-            f"{', '.join(FORMATS)}")
+    return (
+        f"cannot tell the format from the name (known endings: "
+        f"{', '.join(corpus_suffixes())}); rename it or pass --format with one of "
+        f"{', '.join(FORMATS)}"
+    )
 
 
 def directory_corpus(folder: Path) -> Path | None:
@@ -133,8 +145,9 @@ def labelled_format(path: Path, name: str = AUTO) -> LabelledFormat:
     """
     if name != AUTO:
         if name not in LABELLED:
-            raise InputError(f"unknown format '{name}'; choose one of "
-                             f"{', '.join(labelled_format_names())}")
+            raise InputError(
+                f"unknown format '{name}'; choose one of {', '.join(labelled_format_names())}"
+            )
         return LABELLED[name]
     if path.is_dir():
         return next(f for f in LABELLED.values() if f.folder)

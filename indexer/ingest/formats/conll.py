@@ -34,8 +34,9 @@ def read_conll(path: Path) -> Labelled:
             if cols[0] == "-DOCSTART-":
                 continue
             if len(cols) < 2:
-                raise InputError(f"{path}, line {n}: expected 'token ... tag' columns, got "
-                                 f"{line.strip()!r}")
+                raise InputError(
+                    f"{path}, line {n}: expected 'token ... tag' columns, got {line.strip()!r}"
+                )
             if not tokens:
                 start = n
             tokens.append(cols[0])

@@ -62,8 +62,9 @@ def delimited_frames(path: Path, batch_size: int, sep: str) -> Iterator[Frame]:
                 break
             except csv.Error as exc:
                 row += 1
-                bad.append((row, f"CSV parse error: {exc} (line {reader.line_num}); fix the "
-                                 "quoting"))
+                bad.append(
+                    (row, f"CSV parse error: {exc} (line {reader.line_num}); fix the quoting")
+                )
                 continue
             if not cells:
                 continue  # a blank line
@@ -73,7 +74,8 @@ def delimited_frames(path: Path, batch_size: int, sep: str) -> Iterator[Frame]:
                 bad.append((row, problem))
             else:
                 record: dict[str, str | int | None] = {
-                    h: (c if c != "" else None) for h, c in zip(header, cells)}
+                    h: (c if c != "" else None) for h, c in zip(header, cells)
+                }
                 record["__row"] = row
                 rows.append(record)
             if len(rows) + len(bad) >= batch_size:
@@ -94,8 +96,10 @@ def _check_header(header: list[str]) -> None:
 def _row_problem(header: list[str], cells: list[str], sep: str) -> str | None:
     """Why a row cannot be read as a record; None when it can."""
     if len(cells) != len(header):
-        return (f"row has {len(cells)} fields, the header has {len(header)} "
-                f"({', '.join(header)}); quote fields that hold '{sep}'")
+        return (
+            f"row has {len(cells)} fields, the header has {len(header)} "
+            f"({', '.join(header)}); quote fields that hold '{sep}'"
+        )
     column = _bad_utf8(cells)
     return None if column is None else f"invalid UTF-8 in column '{header[column]}'"
 
@@ -141,14 +145,17 @@ def labelled_table(path: Path, sep: str) -> Labelled:
         first = fh.readline().decode("utf-8", errors="replace")
     if "text_a" not in first and looks_like_stsb(first):
         return read_stsb(path)
-    out = labelled_rows(lambda p, n: delimited_frames(p, n, sep), path,
-                        lambda row: f"line {row + 1}")  # the header is line 1
+    out = labelled_rows(
+        lambda p, n: delimited_frames(p, n, sep), path, lambda row: f"line {row + 1}"
+    )  # the header is line 1
     rows = out.items[UNSPLIT]
     header = set(rows[0][1]) if rows else set()
     if rows and (not set(PAIR_COLUMNS) <= header or not {"label", "score"} & header):
-        raise InputError(f"{path}: a pair CSV needs a header with text_a, text_b and label or "
-                         f"score (has {sorted(header)}); the STS-B layout (tab-separated, no "
-                         "header) is read with --format stsb")
+        raise InputError(
+            f"{path}: a pair CSV needs a header with text_a, text_b and label or "
+            f"score (has {sorted(header)}); the STS-B layout (tab-separated, no "
+            "header) is read with --format stsb"
+        )
     if not rows:
         raise InputError(f"{path}: no rows under the header")
     for i, (item_id, item) in enumerate(rows):

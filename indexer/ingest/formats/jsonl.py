@@ -85,8 +85,5 @@ def read_labelled_jsonl(path: Path) -> Labelled:
 
 
 LABELLED = LabelledFormat(
-    name="jsonl",
-    suffixes=FORMAT.all_suffixes(),
-    read=read_labelled_jsonl,
-    summary=FORMAT.summary,
+    name="jsonl", suffixes=FORMAT.all_suffixes(), read=read_labelled_jsonl, summary=FORMAT.summary
 )

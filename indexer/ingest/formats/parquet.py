@@ -41,11 +41,16 @@ def parquet_frames(path: Path, batch_size: int) -> Iterator[Frame]:
         except StopIteration:
             return
         except Exception as exc:  # noqa: BLE001  (a damaged row group: the rest is unreadable)
-            raise Unreadable(f"Parquet data unreadable from row {row + 1} on ({exc}); the rows "
-                             "before it were read. Re-export the file", row + 1) from None
+            raise Unreadable(
+                f"Parquet data unreadable from row {row + 1} on ({exc}); the rows "
+                "before it were read. Re-export the file",
+                row + 1,
+            ) from None
         if not isinstance(frame, pl.DataFrame):  # a record batch converts to a frame
-            raise Unreadable(f"Parquet rows from {row + 1} on read as a {type(frame).__name__}, "
-                             "not a table", row + 1)
+            raise Unreadable(
+                f"Parquet rows from {row + 1} on read as a {type(frame).__name__}, not a table",
+                row + 1,
+            )
         start = row + 1
         row += frame.height
         rows = frame.with_columns(pl.int_range(start, start + frame.height).alias("__row"))

@@ -32,11 +32,14 @@ def read_splits(path: Path) -> Labelled:
         raise InputError(f"{path}: expected an object with 'label_names', 'train', 'validation'")
     unknown = set(doc) - {"label_names", *SPLITS}
     if unknown:
-        raise InputError(f"{path}: unknown key(s) {sorted(unknown)}; valid keys: label_names, "
-                         "train, validation, test")
+        raise InputError(
+            f"{path}: unknown key(s) {sorted(unknown)}; valid keys: label_names, "
+            "train, validation, test"
+        )
     names = doc.get("label_names")
-    if names is not None and (not isinstance(names, list)
-                              or not all(isinstance(n, str) for n in names)):
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+    ):
         raise InputError(f"{path}: 'label_names' must be a list of strings")
     items = {}
     for split in SPLITS:

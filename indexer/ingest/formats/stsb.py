@@ -44,11 +44,14 @@ def read_stsb(path: Path) -> Labelled:
                 continue
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) < STSB_FIELDS:
-                raise InputError(f"{path}, line {n}: {len(fields)} tab-separated fields; the "
-                                 f"STS-B layout has {STSB_FIELDS} (genre filename year id "
-                                 "score sentence1 sentence2)")
-            rows.append((f"line {n}", {"text_a": fields[5], "text_b": fields[6],
-                                       "score": fields[4]}))
+                raise InputError(
+                    f"{path}, line {n}: {len(fields)} tab-separated fields; the "
+                    f"STS-B layout has {STSB_FIELDS} (genre filename year id "
+                    "score sentence1 sentence2)"
+                )
+            rows.append(
+                (f"line {n}", {"text_a": fields[5], "text_b": fields[6], "score": fields[4]})
+            )
     if not rows:
         raise InputError(f"{path}: no STS-B rows")
     return Labelled({UNSPLIT: rows}, None, str(path))

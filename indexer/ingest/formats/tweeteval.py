@@ -37,8 +37,10 @@ def read_tweeteval(folder: Path) -> Labelled:
         texts = _lines(text_file)
         labels = _lines(label_file)
         if len(texts) != len(labels):
-            raise InputError(f"{folder}: {text_file.name} has {len(texts)} lines but "
-                             f"{label_file.name} has {len(labels)}")
+            raise InputError(
+                f"{folder}: {text_file.name} has {len(texts)} lines but "
+                f"{label_file.name} has {len(labels)}"
+            )
         rows = []
         for n, (text, label) in enumerate(zip(texts, labels), start=1):
             if not label.strip().lstrip("-").isdigit():
@@ -52,8 +54,9 @@ def read_tweeteval(folder: Path) -> Labelled:
 
 def _mapping(mapping: Path) -> list[str]:
     if not mapping.is_file():
-        raise InputError(f"{mapping.parent}: a TweetEval folder needs mapping.txt (lines "
-                         "'index<TAB>name')")
+        raise InputError(
+            f"{mapping.parent}: a TweetEval folder needs mapping.txt (lines 'index<TAB>name')"
+        )
     names: dict[int, str] = {}
     for n, line in enumerate(mapping.read_text(encoding="utf-8").split("\n"), start=1):
         if not line.strip():

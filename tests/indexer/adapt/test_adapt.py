@@ -47,8 +47,15 @@ def test_whole_word_masking_chooses_every_subword_of_a_word_together():
     words = torch.arange(300).repeat_interleave(3).reshape(1, -1).repeat(200, 1)  # 3 subwords each
     ids = torch.randint(5, 1000, words.shape)
     candidates = torch.ones_like(ids, dtype=torch.bool)
-    inputs, labels = mask_tokens(ids, candidates, 4, torch.arange(5, 1000),
-                                 MaskRule(whole_word=True), torch.Generator().manual_seed(2), words)
+    inputs, labels = mask_tokens(
+        ids,
+        candidates,
+        4,
+        torch.arange(5, 1000),
+        MaskRule(whole_word=True),
+        torch.Generator().manual_seed(2),
+        words,
+    )
     chosen = (labels != IGNORE).reshape(200, 300, 3)
     assert (chosen.all(-1) == chosen.any(-1)).all()
     assert abs(float(chosen.float().mean()) - 0.15) < 0.01
@@ -62,8 +69,9 @@ def test_sequences_never_offer_special_tokens_even_written_in_the_text(tiny_mode
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     sp = special_tokens(tok, "tiny")
-    seqs, origin = tokenize(tok, ["the cat [SEP] sat", " ".join(["cat"] * 40)], 16,
-                            sp.prefix, sp.suffix)
+    seqs, origin = tokenize(
+        tok, ["the cat [SEP] sat", " ".join(["cat"] * 40)], 16, sp.prefix, sp.suffix
+    )
     assert origin == [0, 1, 1, 1]  # 40 words cut into windows of 14: none lost
     assert sum(len(s) - 2 for s in seqs.ids[1:]) == 40
     special = set(tok.all_special_ids)
@@ -73,7 +81,9 @@ def test_sequences_never_offer_special_tokens_even_written_in_the_text(tiny_mode
         assert all(c for i, c in zip(ids, cand) if int(i) not in special)
 
 
-def test_the_loss_is_on_chosen_positions_only_and_the_sparse_head_equals_the_full_model(tiny_model_dir):
+def test_the_loss_is_on_chosen_positions_only_and_the_sparse_head_equals_the_full_model(
+    tiny_model_dir,
+):
     from indexer.adapt.mlm import head_logits, load_mlm, mlm_loss
 
     model, info = load_mlm(tiny_model_dir, seed=0)
@@ -87,10 +97,12 @@ def test_the_loss_is_on_chosen_positions_only_and_the_sparse_head_equals_the_ful
     with torch.no_grad():
         sparse, _, n = mlm_loss(model, batch, head_logits(model), token_types=True)
         full, _, n_full = mlm_loss(model, batch, None, token_types=True)
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                       token_type_ids=torch.zeros_like(ids)).logits
-    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 labels.reshape(-1), ignore_index=IGNORE)
+        logits = model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids)
+        ).logits
+    expected = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE
+    )
     assert n == n_full == 3
     assert torch.allclose(sparse, expected, atol=1e-5) and torch.allclose(full, expected, atol=1e-5)
     # a label moved to an unchosen position changes nothing else: only chosen ones count
@@ -124,8 +136,9 @@ def test_a_tiny_model_learns_the_toy_corpus_and_the_receipt_says_how(adapted):
     assert not (out / "adapt-checkpoint.pt").exists()
 
 
-def test_the_saved_directory_is_an_encoder_that_indexes_and_trains_heads(adapted, tiny_model_dir,
-                                                                          tmp_path):
+def test_the_saved_directory_is_an_encoder_that_indexes_and_trains_heads(
+    adapted, tiny_model_dir, tmp_path
+):
     from transformers import AutoModel
 
     from indexer.adapt.mlm import HEAD_FILE, load_mlm
@@ -138,13 +151,20 @@ def test_the_saved_directory_is_an_encoder_that_indexes_and_trains_heads(adapted
     model = AutoModel.from_pretrained(out)
     base = AutoModel.from_pretrained(tiny_model_dir)
     assert torch.equal(model.pooler.dense.weight, base.pooler.dense.weight)  # kept from the base
-    assert not torch.equal(model.embeddings.word_embeddings.weight,
-                           base.embeddings.word_embeddings.weight)  # adapted
+    assert not torch.equal(
+        model.embeddings.word_embeddings.weight, base.embeddings.word_embeddings.weight
+    )  # adapted
     assert (out / HEAD_FILE).is_file()
     again, info = load_mlm(out, seed=5)  # adapting again starts from the saved head
     assert info["head"] == "loaded"
-    cfg = Config().with_overrides(**{"model.name": str(out), "model.dtype": "fp32",
-                                     "model.max_length": 16, "long_documents.stride": 4})
+    cfg = Config().with_overrides(
+        **{
+            "model.name": str(out),
+            "model.dtype": "fp32",
+            "model.max_length": 16,
+            "long_documents.stride": 4,
+        }
+    )
     vectors = Encoder(cfg.model).encode_texts(["the cat sat", "red river"])
     assert vectors.shape[0] == 2 and np.isfinite(vectors).all()
     from indexer.heads.registry import head_type
@@ -152,14 +172,25 @@ def test_the_saved_directory_is_an_encoder_that_indexes_and_trains_heads(adapted
     kind, names = head_type("classifier"), ["pet", "thing"]
 
     def split(texts, prefix):
-        return [kind.example(f"{prefix}{i}", {"text": t, "label": int("apple" in t or "pear" in t)},
-                             names, "toy") for i, t in enumerate(texts)]
+        return [
+            kind.example(
+                f"{prefix}{i}", {"text": t, "label": int("apple" in t or "pear" in t)}, names, "toy"
+            )
+            for i, t in enumerate(texts)
+        ]
 
-    data = HeadData(task="classifier", label_names=names,
-                    splits={"train": split(toy_texts(24), "t"), "validation": split(TOY, "v")},
-                    sources={"train": "toy", "validation": "toy"})
-    receipt = train_head(data, TrainSettings(task="classifier", base=out, out=tmp_path / "head",
-                                             epochs=1, batch_size=8, seed=0))
+    data = HeadData(
+        task="classifier",
+        label_names=names,
+        splits={"train": split(toy_texts(24), "t"), "validation": split(TOY, "v")},
+        sources={"train": "toy", "validation": "toy"},
+    )
+    receipt = train_head(
+        data,
+        TrainSettings(
+            task="classifier", base=out, out=tmp_path / "head", epochs=1, batch_size=8, seed=0
+        ),
+    )
     assert str(out) in json.dumps(receipt["base_model"])
 
 
@@ -192,19 +223,28 @@ def _run(model_dir: Path, out: Path, crash: str | None) -> subprocess.CompletedP
     env.pop("BERTINDEX_CRASH_AT", None)
     if crash:
         env["BERTINDEX_CRASH_AT"] = crash
-    return subprocess.run([sys.executable, "-c", RUN.format(model=str(model_dir), out=str(out))],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", RUN.format(model=str(model_dir), out=str(out))],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_unbroken_run(
-        tiny_model_dir, tmp_path):
+    tiny_model_dir, tmp_path
+):
     from safetensors.torch import load_file
 
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert _run(tiny_model_dir, whole, None).returncode == 0
     killed = _run(tiny_model_dir, broken, "adapt.after_checkpoint:3")
     assert killed.returncode == -9, killed.stderr
-    assert (broken / "adapt-checkpoint.pt").is_file() and not (broken / "adapt-receipt.json").exists()
+    assert (broken / "adapt-checkpoint.pt").is_file() and not (
+        broken / "adapt-receipt.json"
+    ).exists()
     resumed = _run(tiny_model_dir, broken, None)
     assert resumed.returncode == 0, resumed.stderr
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(broken / "model.safetensors"))
@@ -213,7 +253,9 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_weights_of_an_unbroken_r
     ra = json.loads((whole / "adapt-receipt.json").read_text())
     rb = json.loads((broken / "adapt-receipt.json").read_text())
     assert rb["resumed"] and rb["resumed"][0]["at_step"] == 12
-    assert [h["held_out_loss"] for h in ra["history"]] == [h["held_out_loss"] for h in rb["history"]]
+    assert [h["held_out_loss"] for h in ra["history"]] == [
+        h["held_out_loss"] for h in rb["history"]
+    ]
     assert ra["tokens_seen"] == rb["tokens_seen"]
 
 
@@ -224,8 +266,7 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(tiny_model_dir, tmp_path)
     out = tmp_path / "o"
     assert _run(tiny_model_dir, out, "adapt.after_checkpoint:1").returncode == -9
     with pytest.raises(InputError, match="checkpoint is of another run"):
-        adapt(toy_texts(), {}, settings(tiny_model_dir, out, checkpoint_steps=4, epochs=2,
-                                        lr=1e-3))
+        adapt(toy_texts(), {}, settings(tiny_model_dir, out, checkpoint_steps=4, epochs=2, lr=1e-3))
 
 
 def test_max_tokens_bounds_the_run(tiny_model_dir, tmp_path):
@@ -237,8 +278,9 @@ def test_max_tokens_bounds_the_run(tiny_model_dir, tmp_path):
     assert receipt["history"][-1]["fraction_of_epoch"] < 1
 
 
-def test_the_cli_adapts_on_text_files_and_on_a_store_collection(tiny_config, tiny_model_dir,
-                                                                small_corpus, tmp_path):
+def test_the_cli_adapts_on_text_files_and_on_a_store_collection(
+    tiny_config, tiny_model_dir, small_corpus, tmp_path
+):
     import yaml
     from click.testing import CliRunner
 
@@ -261,8 +303,9 @@ def test_the_cli_adapts_on_text_files_and_on_a_store_collection(tiny_config, tin
     assert result.exit_code == 0, result.output
     receipt = json.loads(result.stdout.splitlines()[-1])
     assert receipt["data"]["kind"] == "store" and receipt["data"]["collection"] == "default"
-    missing = runner.invoke(main, ["adapt", "--collection", "nope", "--out", str(tmp_path / "c"),
-                                   *args])
+    missing = runner.invoke(
+        main, ["adapt", "--collection", "nope", "--out", str(tmp_path / "c"), *args]
+    )
     assert missing.exit_code == 1 and "collection 'nope' holds no documents" in missing.output
 
 
@@ -277,8 +320,9 @@ def test_other_families_adapt_and_load_back(family, tmp_path):
     from indexer.adapt.run import adapt
 
     model_dir = build_family(family, tmp_path / family)
-    receipt = adapt(sentences(80), {}, settings(model_dir, tmp_path / "out", epochs=1,
-                                                max_length=32, lr=1e-3))
+    receipt = adapt(
+        sentences(80), {}, settings(model_dir, tmp_path / "out", epochs=1, max_length=32, lr=1e-3)
+    )
     assert receipt["head"]["head"] == "fresh"
     assert receipt["history"][-1]["held_out_loss"] is not None
     AutoModel.from_pretrained(tmp_path / "out")

@@ -38,7 +38,8 @@ def test_heads_share_one_backbone_pass(heads):
 
 
 def test_store_every_document_labelled_rerun_noop_new_version_redoes(
-        tiny_config, small_corpus, heads, tmp_path):
+    tiny_config, small_corpus, heads, tmp_path
+):
     run_index([str(small_corpus)], tiny_config, "docs")
     first = run_annotate(head_args(heads), tiny_config)
     assert first["annotated"] == 5 and first["skipped"] == 0
@@ -46,7 +47,9 @@ def test_store_every_document_labelled_rerun_noop_new_version_redoes(
         logged = store.runs.last_of("annotate")
     assert logged["status"] == "completed" and logged["summary"]["annotated"] == 5
     store_path = tiny_config.store.path
-    per_head = dict(_count(store_path, "SELECT head, count(DISTINCT doc_id) FROM annotated GROUP BY head"))
+    per_head = dict(
+        _count(store_path, "SELECT head, count(DISTINCT doc_id) FROM annotated GROUP BY head")
+    )
     assert per_head == {"clf": 5, "ner": 5}
     assert _count(store_path, "SELECT count(*) FROM annotations")[0][0] == 5  # one label each
 
@@ -69,9 +72,12 @@ def test_store_every_document_labelled_rerun_noop_new_version_redoes(
 def test_search_filters_by_label_and_entity(tiny_config, small_corpus, heads, tmp_path):
     run_index([str(small_corpus)], tiny_config, "docs")
     run_annotate(head_args(heads), tiny_config)
-    labels = dict(_count(tiny_config.store.path,
-                         "SELECT d.external_id, a.label FROM annotations a "
-                         "JOIN documents d USING (doc_id)"))
+    labels = dict(
+        _count(
+            tiny_config.store.path,
+            "SELECT d.external_id, a.label FROM annotations a JOIN documents d USING (doc_id)",
+        )
+    )
     with Store(tiny_config.store.path, read_only=True) as store:
         searcher = Searcher(tiny_config, store)
         for mode in ("dense", "keyword"):
@@ -88,13 +94,28 @@ def test_search_filters_by_label_and_entity(tiny_config, small_corpus, heads, tm
 
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config.model_dump(mode="json")))
-    result = CliRunner().invoke(main, ["search", "sofa", "--config", str(config_file),
-                                       "--entity", "LOC=sofa", "--mode", "dense", "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "search",
+            "sofa",
+            "--config",
+            str(config_file),
+            "--entity",
+            "LOC=sofa",
+            "--mode",
+            "dense",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["id"] for r in rows] == ["a2"]
     assert rows[0]["labels"][0]["head"] == "clf"
-    assert {(e["type"], e["text"]) for e in rows[0]["entities"]} >= {("LOC", "sofa"), ("LOC", "dog")}
+    assert {(e["type"], e["text"]) for e in rows[0]["entities"]} >= {
+        ("LOC", "sofa"),
+        ("LOC", "dog"),
+    }
     bad = CliRunner().invoke(main, ["search", "x", "--config", str(config_file), "--label", "clf"])
     assert bad.exit_code == 2
 
@@ -108,7 +129,9 @@ def test_inbox_processes_each_file_once_and_reports_bad_lines(tiny_config, heads
     first = run_annotate(head_args(heads), tiny_config, "tweets", inbox=str(inbox))
     assert first["annotated"] == 2 and first["rejected"] == 2
     assert {(Path(r["source"]).name, r["row"]) for r in first["rejections"]} == {
-        ("one.jsonl", 2), ("one.jsonl", 3)}
+        ("one.jsonl", 2),
+        ("one.jsonl", 3),
+    }
     rejected = _count(tiny_config.store.path, "SELECT source, row_number FROM rejected ORDER BY 2")
     assert [(Path(s).name, r) for s, r in rejected] == [("one.jsonl", 2), ("one.jsonl", 3)]
 
@@ -124,20 +147,25 @@ def test_inbox_processes_each_file_once_and_reports_bad_lines(tiny_config, heads
     from indexer.annotate.inbox import file_hash
 
     with Store(tiny_config.store.path) as store:
-        store.annotations.ledger_start(file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed")
+        store.annotations.ledger_start(
+            file_hash(inbox / "two.csv"), str(inbox / "two.csv"), "killed"
+        )
     third = run_annotate(head_args(heads), tiny_config, "tweets", inbox=str(inbox))
     assert [f["status"] for f in third["files"] if f["path"].endswith("two.csv")] == ["redone"]
     assert third["annotated"] == 1 and third["rejected"] == 1
-    counts = _count(tiny_config.store.path,
-                    "SELECT count(*), count(DISTINCT external_id) FROM documents")
+    counts = _count(
+        tiny_config.store.path, "SELECT count(*), count(DISTINCT external_id) FROM documents"
+    )
     assert counts == [(3, 3)]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_out_file_keeps_order_and_leaves_store_alone(tiny_config, heads, tmp_path, suffix):
     words = ["cat", "dog", "the mat", "python data file", "red apple"]
-    rows = [{"id": f"r{i}", "text": " ".join([words[i % 5]] * (1 + (7 * i) % 11)), "n": i}
-            for i in range(30)]
+    rows = [
+        {"id": f"r{i}", "text": " ".join([words[i % 5]] * (1 + (7 * i) % 11)), "n": i}
+        for i in range(30)
+    ]
     rows.insert(4, {"id": "bad", "text": None})
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -155,8 +183,9 @@ def test_out_file_keeps_order_and_leaves_store_alone(tiny_config, heads, tmp_pat
         assert [json.loads(r["metadata"])["n"] for r in written] == list(range(30))
     assert [r["id"] for r in written] == [f"r{i}" for i in range(30)]
     # batching and length sorting do not change a text's labels
-    alone = Annotator(load_heads(head_args(heads)), dtype="fp32", device="cpu",
-                      max_length=16, stride=4)
+    alone = Annotator(
+        load_heads(head_args(heads)), dtype="fp32", device="cpu", max_length=16, stride=4
+    )
     for r in written[:6]:
         one = alone.annotate([r["text"]])[0]
         assert r["labels"][0]["label"] == one.labels[0].label
@@ -165,13 +194,14 @@ def test_out_file_keeps_order_and_leaves_store_alone(tiny_config, heads, tmp_pat
 
 
 def test_long_text_windowed_not_truncated(heads):
-    annotator = Annotator(load_heads(head_args(heads)), dtype="fp32", device="cpu",
-                          max_length=16, stride=4)
+    annotator = Annotator(
+        load_heads(head_args(heads)), dtype="fp32", device="cpu", max_length=16, stride=4
+    )
     words = ["red", "apple", "green", "pear", "blue", "river", "big", "mountain"] * 6
     text = " ".join(words)  # 48 words, 16-token windows: several windows
     ann = annotator.annotate([text])[0]
     assert [e.text for e in ann.entities] == words  # every word, offsets into the whole text
-    assert all(text[e.start:e.end] == e.text for e in ann.entities)
+    assert all(text[e.start : e.end] == e.text for e in ann.entities)
     assert len(ann.labels) == 1
 
 
@@ -204,12 +234,23 @@ def test_tight_batches_and_streams_keep_every_label(heads):
 
     words = ["cat", "dog", "the mat", "python data file", "red apple", "blue river sea"]
     texts = [" ".join(words[(i + j) % 6] for j in range(1 + i % 9)) for i in range(60)]
-    runs = [Annotator(load_heads(head_args(heads)), dtype="fp32", device="cpu", max_length=16,
-                      stride=4, batch_tokens=64, streams=streams, max_waste=waste).annotate(texts)
-            for streams, waste in ((1, None), (3, 0.05), (2, 0.0))]
+    runs = [
+        Annotator(
+            load_heads(head_args(heads)),
+            dtype="fp32",
+            device="cpu",
+            max_length=16,
+            stride=4,
+            batch_tokens=64,
+            streams=streams,
+            max_waste=waste,
+        ).annotate(texts)
+        for streams, waste in ((1, None), (3, 0.05), (2, 0.0))
+    ]
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             assert [x.label for x in a.labels] == [x.label for x in b.labels]
             assert a.labels[0].score == pytest.approx(b.labels[0].score, abs=1e-5)
             assert [(e.start, e.end, e.type) for e in a.entities] == [
-                (e.start, e.end, e.type) for e in b.entities]
+                (e.start, e.end, e.type) for e in b.entities
+            ]

@@ -48,8 +48,11 @@ def _tagger(model_dir: Path, out: Path) -> Path:
 
     torch.manual_seed(7)
     model = BertForTokenClassification.from_pretrained(
-        model_dir, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)),
-        label2id={n: i for i, n in enumerate(LABELS)})
+        model_dir,
+        num_labels=len(LABELS),
+        id2label=dict(enumerate(LABELS)),
+        label2id={n: i for i, n in enumerate(LABELS)},
+    )
     with torch.no_grad():
         model.classifier.weight.normal_(0.0, 1.0)  # wide: each token's tag differs
         model.classifier.bias.copy_(torch.tensor([0.0, 0.0, 1.5, 0.0, 1.5]))  # I- tags favoured
@@ -81,15 +84,17 @@ def test_stored_entities_equal_predict(tiny_config, tiny_model_dir, tmp_path):
 
     config = tiny_config.with_overrides(**{"model.max_length": 128})  # one window per text
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n"
-                              for i, t in enumerate(TEXTS)))
+    corpus.write_text(
+        "".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS))
+    )
     run_index([str(corpus)], config, "docs")
     summary = run_annotate([f"ner={head}"], config)
     assert summary["annotated"] == len(TEXTS)
     with Store(config.store.path) as store:
         rows = store.con.execute(
             "SELECT d.external_id, e.type, e.start_char, e.end_char, e.text FROM entities e "
-            "JOIN documents d USING (doc_id) ORDER BY d.external_id, e.start_char").fetchall()
+            "JOIN documents d USING (doc_id) ORDER BY d.external_id, e.start_char"
+        ).fetchall()
     stored = {f"t{i}": [] for i in range(len(TEXTS))}
     for doc, *span in rows:
         stored[doc].append(tuple(span))

@@ -39,11 +39,11 @@ def _pair(config, heads):
     return encoder, annotator
 
 
-@pytest.mark.parametrize("pooling, normalize", [("mean", True), ("cls", False),
-                                                ("pooler", True), ("last4", True)])
+@pytest.mark.parametrize(
+    "pooling, normalize", [("mean", True), ("cls", False), ("pooler", True), ("last4", True)]
+)
 def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, normalize):
-    config = tiny_config.with_overrides(**{"model.pooling": pooling,
-                                           "model.normalize": normalize})
+    config = tiny_config.with_overrides(**{"model.pooling": pooling, "model.normalize": normalize})
     encoder, annotator = _pair(config, heads)
     annotations, chunks = annotator.annotate_and_embed(TEXTS)
 
@@ -59,9 +59,11 @@ def test_shared_pass_equals_the_separate_passes(tiny_config, heads, pooling, nor
     for got, want in zip(annotations, alone):
         assert [(x.head, x.label) for x in got.labels] == [(x.head, x.label) for x in want.labels]
         assert [x.score for x in got.labels] == pytest.approx(
-            [x.score for x in want.labels], abs=1e-5)
+            [x.score for x in want.labels], abs=1e-5
+        )
         assert [(e.type, e.start, e.end, e.text) for e in got.entities] == [
-            (e.type, e.start, e.end, e.text) for e in want.entities]
+            (e.type, e.start, e.end, e.text) for e in want.entities
+        ]
     assert annotations[2].entities and annotations[2].entities[-1].text == "zürich"
 
 
@@ -79,7 +81,8 @@ def test_shared_pass_is_refused_with_the_reason(tiny_config, heads, tmp_path):
     # the index's windows start with the document prompt, the heads' do not
     prompted = tiny_config.with_overrides(**{"model.document_prompt": "query"})
     assert "document_prompt" in build_annotator(head_args(heads), prompted).share_embedding(
-        Encoder(prompted.model), prompted)
+        Encoder(prompted.model), prompted
+    )
     # the heads cap the stride at max_length // 4 = 4 tokens; the index would use 5
     assert "stride 4" in reason(tiny_config.with_overrides(**{"long_documents.stride": 5}))
     # a fully fine-tuned head: its backbone weights are no longer the encoder's
@@ -100,13 +103,16 @@ def _store_contents(store_path):
         vectors = store.con.execute(
             "SELECT d.external_id, c.ordinal, c.start_char, c.end_char, v.embedding "
             "FROM documents d JOIN chunks c USING (doc_id) JOIN vectors v USING (chunk_id) "
-            "ORDER BY 1, 2").fetchall()
+            "ORDER BY 1, 2"
+        ).fetchall()
         labels = store.con.execute(
             "SELECT d.external_id, a.head, a.label, a.probability FROM annotations a "
-            "JOIN documents d USING (doc_id) ORDER BY 1, 2").fetchall()
+            "JOIN documents d USING (doc_id) ORDER BY 1, 2"
+        ).fetchall()
         entities = store.con.execute(
             "SELECT d.external_id, e.head, e.type, e.start_char, e.end_char, e.text "
-            "FROM entities e JOIN documents d USING (doc_id) ORDER BY 1, 4").fetchall()
+            "FROM entities e JOIN documents d USING (doc_id) ORDER BY 1, 4"
+        ).fetchall()
     return vectors, labels, entities
 
 
@@ -129,8 +135,9 @@ def test_inbox_in_one_pass_gives_the_store_of_separate_passes(tiny_config, heads
 
     one, two = _store_contents(tiny_config.store.path), _store_contents(separate.store.path)
     assert [r[:4] for r in one[0]] == [r[:4] for r in two[0]]
-    np.testing.assert_allclose(np.array([r[4] for r in one[0]]),
-                               np.array([r[4] for r in two[0]]), atol=2e-5, rtol=1e-4)
+    np.testing.assert_allclose(
+        np.array([r[4] for r in one[0]]), np.array([r[4] for r in two[0]]), atol=2e-5, rtol=1e-4
+    )
     assert [r[:3] for r in one[1]] == [r[:3] for r in two[1]]
     assert [r[3] for r in one[1]] == pytest.approx([r[3] for r in two[1]], abs=1e-5)
     assert one[2] == two[2] and len(one[2]) > len(rows)  # the titled text's entities: text only

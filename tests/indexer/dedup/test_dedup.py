@@ -22,25 +22,41 @@ from search.cli.main import main
 
 @pytest.fixture
 def config(tmp_path) -> Config:
-    return Config().with_overrides(**{"store.path": str(tmp_path / "store"), "index.spec": "Flat",
-                                      "dedup.threshold": 0.9, "dedup.min_jaccard": 0.5,
-                                      "dedup.min_size": 2})
+    return Config().with_overrides(
+        **{
+            "store.path": str(tmp_path / "store"),
+            "index.spec": "Flat",
+            "dedup.threshold": 0.9,
+            "dedup.min_jaccard": 0.5,
+            "dedup.min_size": 2,
+        }
+    )
 
 
 def test_normalise_strips_what_copies_change():
     assert normalise("RT @user: Big NEWS!!! https://t.co/x #breaking 🔥") == "big news"
     assert normalise("big   news.") == "big news"
-    assert jaccard(word_set("the cat sat on the mat"), word_set("RT @a: The cat sat on a mat!")) \
-        == pytest.approx(5 / 6)  # {the, cat, sat, on, mat} vs {the, cat, sat, on, a, mat}
+    assert jaccard(
+        word_set("the cat sat on the mat"), word_set("RT @a: The cat sat on a mat!")
+    ) == pytest.approx(5 / 6)  # {the, cat, sat, on, mat} vs {the, cat, sat, on, a, mat}
     assert jaccard(word_set("🔥🔥"), word_set("#tag http://x")) == 1.0
 
 
 def wave_docs(e):
     return [
         ("a0", "Big news about the river flood today", unit(e[0]), {"t": "2024-01-01"}),
-        ("a1", "RT @user: big news about the river flood today! https://t.co/zz", near(e[0], 1),
-         {"t": "2024-01-02"}),
-        ("a2", "Big news about the river flood today #flood 🔥", near(e[0], 2), {"t": "2024-01-09"}),
+        (
+            "a1",
+            "RT @user: big news about the river flood today! https://t.co/zz",
+            near(e[0], 1),
+            {"t": "2024-01-02"},
+        ),
+        (
+            "a2",
+            "Big news about the river flood today #flood 🔥",
+            near(e[0], 2),
+            {"t": "2024-01-09"},
+        ),
         ("b0", "the cat sat on the mat", unit(e[1]), {}),
         ("b1", "apple banana pear city train", near(e[1], 3), {}),  # vector twin, other words
         ("c0", "a quiet house by the sea", unit(e[2]), {}),
@@ -74,22 +90,34 @@ def test_hand_made_near_copies_are_grouped(config):
 def test_a_rerun_searches_only_new_documents_and_merges_bridged_groups(config):
     e = basis()
     rng = np.random.default_rng(7)
-    filler = [(f"f{i}", f"filler text number {i}", unit(rng.standard_normal(DIM).astype(np.float32)),
-               {}) for i in range(60)]
+    filler = [
+        (f"f{i}", f"filler text number {i}", unit(rng.standard_normal(DIM).astype(np.float32)), {})
+        for i in range(60)
+    ]
     # d0 and e0 are 0.85 apart (below 0.9): two groups until a document between them arrives
-    d0, e0 = e[3], unit(0.85 * e[3] + np.sqrt(1 - 0.85 ** 2) * e[4])
-    docs = wave_docs(e) + [("d0", "storm warning for the coast", d0, {}),
-                           ("e0", "storm warning for the coast now", e0, {})] + filler
+    d0, e0 = e[3], unit(0.85 * e[3] + np.sqrt(1 - 0.85**2) * e[4])
+    docs = (
+        wave_docs(e)
+        + [
+            ("d0", "storm warning for the coast", d0, {}),
+            ("e0", "storm warning for the coast now", e0, {}),
+        ]
+        + filler
+    )
     first_ids = add_docs(config, docs)
     first = run_dedup(config, "c", threshold=0.9)
     assert first["mode"] == "full" and first["searched"] == len(docs)
     ids = {name: d for (name, *_), d in zip(docs, first_ids)}
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        assert store.dedup.groups_of([ids["d0"], ids["e0"]]) == {ids["d0"]: ids["d0"],
-                                                                 ids["e0"]: ids["e0"]}
-    new = [("a3", "big news about the river flood today!!", near(e[0], 9), {}),
-           ("x0", "storm warning for the coast", unit(d0 + e0), {}),
-           ("z0", "nothing like the others", unit(e[5]), {})]
+        assert store.dedup.groups_of([ids["d0"], ids["e0"]]) == {
+            ids["d0"]: ids["d0"],
+            ids["e0"]: ids["e0"],
+        }
+    new = [
+        ("a3", "big news about the river flood today!!", near(e[0], 9), {}),
+        ("x0", "storm warning for the coast", unit(d0 + e0), {}),
+        ("z0", "nothing like the others", unit(e[5]), {}),
+    ]
     new_ids = add_docs(config, new)
     second = run_dedup(config, "c", threshold=0.9)
     assert second["mode"] == "incremental"
@@ -109,12 +137,15 @@ def state_of(config: Config) -> tuple:
         return store.data_version(), store.dedup.state("c"), store.runs.last(20)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"threshold": 0.0}, InputError, r"--threshold 0.0 is outside \(0, 1\]"),
-    ({"threshold": 1.5}, InputError, r"outside \(0, 1\]"),
-    ({"min_size": 1}, InputError, "at least 2"),
-    ({"collection": "empty"}, StoreError, "collection 'empty' has no stored vectors"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"threshold": 0.0}, InputError, r"--threshold 0.0 is outside \(0, 1\]"),
+        ({"threshold": 1.5}, InputError, r"outside \(0, 1\]"),
+        ({"min_size": 1}, InputError, "at least 2"),
+        ({"collection": "empty"}, StoreError, "collection 'empty' has no stored vectors"),
+    ],
+)
 def test_bad_parameters_change_nothing(config, kwargs, error, match):
     add_docs(config, wave_docs(basis()))
     before = state_of(config)
@@ -128,8 +159,9 @@ def test_a_store_being_rebuilt_is_refused(config, tmp_path):
     add_docs(config, wave_docs(basis()))
     (tmp_path / "store" / "generations" / "next").mkdir(parents=True)
     before = state_of(config)
-    result = CliRunner().invoke(main, ["dedup", "--collection", "c", "--store",
-                                       str(tmp_path / "store")])
+    result = CliRunner().invoke(
+        main, ["dedup", "--collection", "c", "--store", str(tmp_path / "store")]
+    )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "being rebuilt" in lines[0] and "nothing was changed" in lines[0]
@@ -139,15 +171,18 @@ def test_a_store_being_rebuilt_is_refused(config, tmp_path):
 def test_cli_dedup_json_and_status(config, tmp_path):
     add_docs(config, wave_docs(basis()))
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"store: {{path: {config.store.path}}}\nindex: {{spec: Flat}}\n"
-                   "dedup: {threshold: 0.9, min_size: 2}\n")
+    cfg.write_text(
+        f"store: {{path: {config.store.path}}}\nindex: {{spec: Flat}}\n"
+        "dedup: {threshold: 0.9, min_size: 2}\n"
+    )
     runner = CliRunner()
     result = runner.invoke(main, ["dedup", "--collection", "c", "--config", str(cfg), "--json"])
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in result.output.strip().splitlines()]
     assert lines[0]["summary"]["groups"] == 1 and lines[1]["size"] == 3
-    bad = runner.invoke(main, ["dedup", "--collection", "c", "--config", str(cfg),
-                               "--threshold", "2"])
+    bad = runner.invoke(
+        main, ["dedup", "--collection", "c", "--config", str(cfg), "--threshold", "2"]
+    )
     assert bad.exit_code == 1 and bad.output.count("\n") == 1
     status = runner.invoke(main, ["status", "--config", str(cfg), "--json"])
     info = json.loads(status.output)
@@ -159,8 +194,10 @@ def test_search_unique_collapses_a_wave(tiny_config, tmp_path):
     from indexer.indexing.run import run_index
 
     rows = [{"id": f"w{i}", "text": "the cat sat on the mat"} for i in range(4)]
-    rows += [{"id": "o1", "text": "parse command line arguments in python"},
-             {"id": "o2", "text": "compress a file with gzip"}]
+    rows += [
+        {"id": "o1", "text": "parse command line arguments in python"},
+        {"id": "o2", "text": "compress a file with gzip"},
+    ]
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = tiny_config.with_overrides(**{"dedup.min_size": 2})
@@ -186,8 +223,10 @@ def test_the_ivf_path_finds_the_same_groups(config, monkeypatch):
 
     e = basis()
     rng = np.random.default_rng(3)
-    filler = [(f"f{i}", f"filler {i}", unit(rng.standard_normal(DIM).astype(np.float32)), {})
-              for i in range(200)]
+    filler = [
+        (f"f{i}", f"filler {i}", unit(rng.standard_normal(DIM).astype(np.float32)), {})
+        for i in range(200)
+    ]
     ids = add_docs(config, wave_docs(e) + filler)
     exact = run_dedup(config, "c")
     with Store(config.store.path, read_only=True, snapshot=False) as store:
@@ -212,13 +251,38 @@ def test_cli_search_unique_shows_group_sizes(tiny_config, tmp_path):
     run_dedup(tiny_config, "c", threshold=0.99)
     cfg = tmp_path / "config.yaml"
     cfg.write_text(yaml.safe_dump(tiny_config.model_dump()))
-    result = CliRunner().invoke(main, ["search", "the cat sat on the mat", "--unique", "-k", "2",
-                                       "--mode", "dense", "--json", "--config", str(cfg)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "search",
+            "the cat sat on the mat",
+            "--unique",
+            "-k",
+            "2",
+            "--mode",
+            "dense",
+            "--json",
+            "--config",
+            str(cfg),
+        ],
+    )
     assert result.exit_code == 0, result.output
     hits = [json.loads(x) for x in result.output.strip().splitlines()]
     assert [h["group_size"] for h in hits] == [3, 1] and hits[1]["id"] == "o1"
-    table = CliRunner().invoke(main, ["search", "the cat sat on the mat", "--unique", "-k", "2",
-                                      "--mode", "dense", "--config", str(cfg)])
+    table = CliRunner().invoke(
+        main,
+        [
+            "search",
+            "the cat sat on the mat",
+            "--unique",
+            "-k",
+            "2",
+            "--mode",
+            "dense",
+            "--config",
+            str(cfg),
+        ],
+    )
     assert "[x3]" in table.output
 
 
@@ -227,10 +291,14 @@ def test_short_comments_sharing_two_words_are_not_copies():
 
     assert not same_words(word_set("@user she is"), word_set("@user Yeah she is"), 0.5)
     assert same_words(word_set("@user @user"), word_set("RT @user: 🔥 #tag"), 0.5)  # both empty
-    assert same_words(word_set("big news about the flood"),
-                      word_set("RT @user: BIG news about the flood!! https://t.co/x"), 0.9)
-    assert not same_words(word_set("big news about the flood"),
-                          word_set("big news about the fire today"), 0.6)  # 4/7
+    assert same_words(
+        word_set("big news about the flood"),
+        word_set("RT @user: BIG news about the flood!! https://t.co/x"),
+        0.9,
+    )
+    assert not same_words(
+        word_set("big news about the flood"), word_set("big news about the fire today"), 0.6
+    )  # 4/7
 
 
 def test_word_sets_decide_every_pair_as_same_words():
@@ -240,17 +308,39 @@ def test_word_sets_decide_every_pair_as_same_words():
     from indexer.dedup.text import WordSets, same_words
 
     rng = np.random.default_rng(5)
-    vocab = ["big", "news", "flood", "fire", "she", "is", "the", "cat", "sat", "mat", "@user",
-             "#tag", "https://t.co/x", "RT @a:", "🔥", "Flood!!"]
+    vocab = [
+        "big",
+        "news",
+        "flood",
+        "fire",
+        "she",
+        "is",
+        "the",
+        "cat",
+        "sat",
+        "mat",
+        "@user",
+        "#tag",
+        "https://t.co/x",
+        "RT @a:",
+        "🔥",
+        "Flood!!",
+    ]
     texts = {d: " ".join(rng.choice(vocab, rng.integers(0, 9))) for d in range(10, 90)}
     texts[91] = ""  # no words at all
-    words = WordSets([(np.array(list(texts)[:40]), list(texts.values())[:40]),
-                      (np.array(list(texts)[40:]), list(texts.values())[40:])])
+    words = WordSets(
+        [
+            (np.array(list(texts)[:40]), list(texts.values())[:40]),
+            (np.array(list(texts)[40:]), list(texts.values())[40:]),
+        ]
+    )
     a = rng.integers(5, 95, 3000)  # 5-9 and 92-94 have no stored text
     b = rng.integers(5, 95, 3000)
     for min_jaccard in (0.3, 0.6, 0.9):
         got = words.same(a, b, min_jaccard)
-        want = [same_words(word_set(texts.get(x, "")), word_set(texts.get(y, "")), min_jaccard)
-                for x, y in zip(a.tolist(), b.tolist())]
+        want = [
+            same_words(word_set(texts.get(x, "")), word_set(texts.get(y, "")), min_jaccard)
+            for x, y in zip(a.tolist(), b.tolist())
+        ]
         assert got.tolist() == want
     assert 0 < sum(want) < len(want)

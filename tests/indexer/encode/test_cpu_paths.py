@@ -58,6 +58,10 @@ def test_shipped_int8_records_name_the_packaged_weights():
         for isa, entry in record["classes"].items():
             assert isa in {"amx", "avx512-bf16", "avx512-vnni", "avx512", "avx2-vnni", "avx2"}
             assert entry["passed"] == all(g["passed"] for g in entry["gates"].values())
-            assert set(entry["gates"]) == {"min_cosine", "scifact_ndcg@10", "sts_spearman",
-                                           "offensive_macro_f1"}
+            assert set(entry["gates"]) == {
+                "min_cosine",
+                "scifact_ndcg@10",
+                "sts_spearman",
+                "offensive_macro_f1",
+            }
             assert entry["speed"]["fp32"] == 1.0

@@ -36,8 +36,13 @@ SDPA = {"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "mo
 TOKEN_TYPES = {"bert", "roberta", "xlm-roberta", "albert", "electra", "deberta-v2"}
 # where torch.onnx cannot trace the family, index warns once and queries use torch
 NO_EXPORT: set[str] = set()
-QUERIES = ["Luca lives in Milano", "the fast train", "Jürgen café straße", "#spurs U.S. 2024",
-           "a very good movie at NASA in Paris"]
+QUERIES = [
+    "Luca lives in Milano",
+    "the fast train",
+    "Jürgen café straße",
+    "#spurs U.S. 2024",
+    "a very good movie at NASA in Paris",
+]
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -62,17 +67,26 @@ def _corpus(path: Path, limit: int) -> Path:
 
 
 def _config(model_dir: Path, store: Path, max_length: int, **more) -> Config:
-    return Config().with_overrides(**{
-        "model.name": str(model_dir), "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": max_length, "long_documents.stride": 4,
-        "store.path": str(store), "search.query_encoder": "auto", **more})
+    return Config().with_overrides(
+        **{
+            "model.name": str(model_dir),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": max_length,
+            "long_documents.stride": 4,
+            "store.path": str(store),
+            "search.query_encoder": "auto",
+            **more,
+        }
+    )
 
 
 def test_loading_adapts_to_the_family(family):
     name, model_dir = family
     spec = FAMILIES[name]
-    encoder = Encoder(ModelConfig(name=str(model_dir), dtype="fp32", device="cpu",
-                                  max_length=spec.usable))
+    encoder = Encoder(
+        ModelConfig(name=str(model_dir), dtype="fp32", device="cpu", max_length=spec.usable)
+    )
     assert encoder.attention == ("sdpa" if name in SDPA else "eager")
     assert encoder.provenance.attention == encoder.attention
     assert encoder.token_types == (name in TOKEN_TYPES)
@@ -80,12 +94,16 @@ def test_loading_adapts_to_the_family(family):
     # the framing and pad id are the tokenizer's, never BERT's
     tok = encoder.tokenizer
     assert (encoder.cls_id, encoder.sep_id, encoder.pad_id) == (
-        tok.cls_token_id, tok.sep_token_id, tok.pad_token_id)
+        tok.cls_token_id,
+        tok.sep_token_id,
+        tok.pad_token_id,
+    )
     framed = tok("Luca", add_special_tokens=True)["input_ids"]
     assert encoder.wrap(encoder.tokenize(["Luca"])[0]) == framed
     with pytest.raises(ModelError, match=f"usable length .*: {spec.usable} tokens"):
-        Encoder(ModelConfig(name=str(model_dir), dtype="fp32", device="cpu",
-                            max_length=spec.usable + 2))
+        Encoder(
+            ModelConfig(name=str(model_dir), dtype="fp32", device="cpu", max_length=spec.usable + 2)
+        )
     # padding does not change a text's vector (the mask and position ids are right)
     alone = encoder.encode_texts(["Luca lives in Milano"])
     batched = encoder.encode_texts(["Luca lives in Milano", " ".join(WORDS[:20])])
@@ -102,7 +120,8 @@ def test_index_windows_and_onnx_query_equal_torch(family, tmp_path, caplog):
     with Store(cfg.store.path, read_only=True) as store:
         windows = store.con.execute(
             "SELECT count(*), max(n_tokens) FROM chunks JOIN documents USING (doc_id) "
-            "WHERE external_id = 'long'").fetchone()
+            "WHERE external_id = 'long'"
+        ).fetchone()
         provenance = store.vectors.provenance()
     assert windows[0] >= 2 and windows[1] <= limit
     assert provenance.attention == ("sdpa" if name in SDPA else "eager")
@@ -129,10 +148,19 @@ def _classifier_data(path: Path) -> Path:
     for i in range(24):
         label = "pos" if i % 2 else "neg"
         words = [rng.choice(WORDS[:10]) for _ in range(3)] + [rng.choice(good if i % 2 else bad)]
-        items.append({"text": f"{rng.choice(PEOPLE).capitalize()} " + " ".join(words),
-                      "label": label})
-    path.write_text(json.dumps({"label_names": ["neg", "pos"], "train": items,
-                                "validation": items[::2], "test": items[1::2]}))
+        items.append(
+            {"text": f"{rng.choice(PEOPLE).capitalize()} " + " ".join(words), "label": label}
+        )
+    path.write_text(
+        json.dumps(
+            {
+                "label_names": ["neg", "pos"],
+                "train": items,
+                "validation": items[::2],
+                "test": items[1::2],
+            }
+        )
+    )
     return path
 
 
@@ -167,15 +195,25 @@ def _conll(path: Path, items) -> Path:
     return path
 
 
-def _train(task: str, data: Path, model_dir: Path, out: Path, validation=None, test=None,
-           fmt: str = "auto", **settings) -> dict:
+def _train(
+    task: str,
+    data: Path,
+    model_dir: Path,
+    out: Path,
+    validation=None,
+    test=None,
+    fmt: str = "auto",
+    **settings,
+) -> dict:
     """`bertindex train TASK` without Prefect: the library calls its flow makes."""
     from indexer.heads.data import read_head_data
     from indexer.heads.train import TrainSettings, train_head
 
     splits = read_head_data(task, data, validation, test, fmt=fmt)
-    return train_head(splits, TrainSettings(task=task, base=model_dir, out=out, epochs=1,
-                                            batch_size=8, **settings))
+    return train_head(
+        splits,
+        TrainSettings(task=task, base=model_dir, out=out, epochs=1, batch_size=8, **settings),
+    )
 
 
 def _eval(task: str, head: Path, data: Path, fmt: str = "auto") -> dict:
@@ -195,7 +233,8 @@ def test_heads_train_eval_predict_annotate(family, tmp_path):
     data = _classifier_data(tmp_path / "clf.json")
     receipt = _train("classifier", data, model_dir, clf, fmt="splits")
     assert _eval("classifier", clf, data, fmt="splits")["macro_f1"] == pytest.approx(
-        receipt["test"]["macro_f1"])
+        receipt["test"]["macro_f1"]
+    )
 
     ner = tmp_path / "ner"
     train = _conll(tmp_path / "train.conll", _ner_sentences(24, 3))
@@ -212,15 +251,17 @@ def test_heads_train_eval_predict_annotate(family, tmp_path):
     from indexer.annotate.store_pass import annotate_store
     from indexer.heads.predict import load_head
 
-    cfg = _config(model_dir, tmp_path / "store", min(limit, 32),
-                  **{"search.query_encoder": "torch"})
+    cfg = _config(
+        model_dir, tmp_path / "store", min(limit, 32), **{"search.query_encoder": "torch"}
+    )
     corpus = _corpus(tmp_path / "c.jsonl", limit)
     texts = {r["id"]: r["text"] for r in map(json.loads, corpus.read_text().splitlines())}
     del texts["long"]  # predict refuses what it would have to window
     corpus.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in texts.items()))
     run_index([str(corpus)], cfg, collection="c")
-    annotator = Annotator(load_heads([f"clf={clf}", f"ner={ner}"]), dtype="fp32", device="cpu",
-                          max_length=limit)
+    annotator = Annotator(
+        load_heads([f"clf={clf}", f"ner={ner}"]), dtype="fp32", device="cpu", max_length=limit
+    )
     with Store(cfg.store.path) as store:
         assert annotate_store(store, annotator)["annotated"] == len(texts)
         stored = store.annotations.by_document([("c", k) for k in texts])
@@ -232,7 +273,8 @@ def test_heads_train_eval_predict_annotate(family, tmp_path):
         row = stored[("c", k)]
         assert [x["label"] for x in row["labels"]] == [label.label], k
         assert [(e["type"], e["start"], e["end"]) for e in row["entities"]] == [
-            (e.type, e.start, e.end) for e in found], k
+            (e.type, e.start, e.end) for e in found
+        ], k
 
 
 def test_pre_split_words_tokenise_as_running_text(family):
@@ -291,13 +333,18 @@ def test_left_padding_tokenizer_is_honoured(tmp_path):
     its own), and `cls` pooling, which would read padding at position 0, is refused."""
     model_dir = build_family("roberta", tmp_path / "left")
     settings = json.loads((model_dir / "tokenizer_config.json").read_text())
-    (model_dir / "tokenizer_config.json").write_text(json.dumps({**settings,
-                                                                 "padding_side": "left"}))
+    (model_dir / "tokenizer_config.json").write_text(
+        json.dumps({**settings, "padding_side": "left"})
+    )
     with pytest.raises(ModelError, match="pads on the left"):
-        Encoder(ModelConfig(name=str(model_dir), dtype="fp32", device="cpu", max_length=32,
-                            pooling="cls"))
-    encoder = Encoder(ModelConfig(name=str(model_dir), dtype="fp32", device="cpu",
-                                  max_length=32, pooling="mean"))
+        Encoder(
+            ModelConfig(
+                name=str(model_dir), dtype="fp32", device="cpu", max_length=32, pooling="cls"
+            )
+        )
+    encoder = Encoder(
+        ModelConfig(name=str(model_dir), dtype="fp32", device="cpu", max_length=32, pooling="mean")
+    )
     ids, mask = encoder.pad([[5, 6, 7], [8]])
     assert ids.tolist() == [[5, 6, 7], [1, 1, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     states = encoder.token_states([encoder.wrap([5, 6, 7]), encoder.wrap([8])])
@@ -312,7 +359,8 @@ def test_a_framing_other_than_one_token_each_side_is_refused():
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP] [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        single="[CLS] $A [SEP] [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]")
     with pytest.raises(ModelError, match=r"1 token\(s\) before and 2 after \(\[2, 4, 3, 3\]\)"):
         special_tokens(fast, "DIR")

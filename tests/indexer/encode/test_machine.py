@@ -17,9 +17,16 @@ from indexer.errors import ModelError
 pytestmark = pytest.mark.heavy
 
 CPU = torch.device("cpu")
-TEXTS = ["the cat sat on the mat", "dog", "parse command line arguments with python",
-         "red apple green pear", "the big river runs past the small city and the mountain",
-         "compress a file with gzip and write data", "the dog slept on the sofa", "blue sea"]
+TEXTS = [
+    "the cat sat on the mat",
+    "dog",
+    "parse command line arguments with python",
+    "red apple green pear",
+    "the big river runs past the small city and the mountain",
+    "compress a file with gzip and write data",
+    "the dog slept on the sofa",
+    "blue sea",
+]
 
 
 def test_override_replaces_the_cpus_flags(monkeypatch):
@@ -35,11 +42,14 @@ def test_override_replaces_the_cpus_flags(monkeypatch):
     assert machine.cpu_flags()[1] == "/proc/cpuinfo"
 
 
-@pytest.mark.parametrize("flags, dtype, words", [
-    ("avx2,fma", torch.float32, "no native bf16"),
-    ("avx2,avx512f,avx512_bf16", torch.bfloat16, "native bf16 (avx512_bf16)"),
-    ("avx2,amx_tile,amx_bf16", torch.bfloat16, "amx_bf16"),
-])
+@pytest.mark.parametrize(
+    "flags, dtype, words",
+    [
+        ("avx2,fma", torch.float32, "no native bf16"),
+        ("avx2,avx512f,avx512_bf16", torch.bfloat16, "native bf16 (avx512_bf16)"),
+        ("avx2,amx_tile,amx_bf16", torch.bfloat16, "amx_bf16"),
+    ],
+)
 def test_auto_follows_the_overridden_flags(monkeypatch, flags, dtype, words):
     monkeypatch.setenv(machine.FEATURES_ENV, flags)
     path = choose_path("auto", CPU)
@@ -53,9 +63,10 @@ def test_auto_follows_the_overridden_flags(monkeypatch, flags, dtype, words):
 def record(model_dir, classes, variant="keep-ffn-out"):
     from indexer.records.provenance import weights_hash
 
-    int8_check.write(model_dir / int8_check.CHECK_FILE,
-                     {"weights_hash": weights_hash(model_dir), "variant": variant,
-                      "classes": classes})
+    int8_check.write(
+        model_dir / int8_check.CHECK_FILE,
+        {"weights_hash": weights_hash(model_dir), "variant": variant, "classes": classes},
+    )
 
 
 def test_auto_picks_int8_only_with_a_passed_faster_check_for_this_class(monkeypatch, tmp_path):
@@ -65,18 +76,34 @@ def test_auto_picks_int8_only_with_a_passed_faster_check_for_this_class(monkeypa
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,fma")
     assert choose_path("auto", CPU, model).dtype == "fp32"  # no record
     assert "no int8 check recorded" in choose_path("auto", CPU, model).reason
-    record(model, {"avx2": {"passed": True, "speed": {"fp32": 1.0, "int8": 1.4}},
-                   "avx512-bf16": {"passed": True, "speed": {"fp32": 1.0, "bf16": 2.5, "int8": 1.6}}})
+    record(
+        model,
+        {
+            "avx2": {"passed": True, "speed": {"fp32": 1.0, "int8": 1.4}},
+            "avx512-bf16": {"passed": True, "speed": {"fp32": 1.0, "bf16": 2.5, "int8": 1.6}},
+        },
+    )
     path = choose_path("auto", CPU, model)
-    assert (path.dtype, path.variant) == ("int8", "keep-ffn-out") and "passed on avx2" in path.reason
+    assert (path.dtype, path.variant) == (
+        "int8",
+        "keep-ffn-out",
+    ) and "passed on avx2" in path.reason
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,avx512f,avx512_bf16")
     assert choose_path("auto", CPU, model).dtype == "bf16"  # passed, but bf16 is faster here
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,avx_vnni")
     assert choose_path("auto", CPU, model).dtype == "fp32"  # no record for avx2-vnni
     record(model, {"avx2-vnni": {"passed": True, "speed": {"fp32": 1.0, "int8": 1.05}}})
     assert choose_path("auto", CPU, model).dtype == "fp32"  # passed, but not 10 % faster
-    record(model, {"avx2-vnni": {"passed": False, "speed": {"fp32": 1.0, "int8": 1.9},
-                                 "gates": {"min_cosine": {"passed": False}}}})
+    record(
+        model,
+        {
+            "avx2-vnni": {
+                "passed": False,
+                "speed": {"fp32": 1.0, "int8": 1.9},
+                "gates": {"min_cosine": {"passed": False}},
+            }
+        },
+    )
     path = choose_path("auto", CPU, model)
     assert path.dtype == "fp32" and "failed on avx2-vnni (min_cosine)" in path.reason
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,fma")
@@ -113,8 +140,9 @@ def test_quantize_keeps_the_chosen_layers_fp32(tiny_model_dir):
 
     model = AutoModel.from_pretrained(tiny_model_dir).eval()
     names = quantizable(model, VARIANTS["keep-ffn-out"])
-    assert names and not any(n.endswith("layer.0.output.dense") or n.startswith("pooler")
-                             for n in names)
+    assert names and not any(
+        n.endswith("layer.0.output.dense") or n.startswith("pooler") for n in names
+    )
     assert any(n.endswith("attention.output.dense") for n in names)
     last = model.config.num_hidden_layers - 1
     kept = quantizable(model, VARIANTS["keep-first-last"])
@@ -161,8 +189,9 @@ def test_machine_info_and_the_flop_count(monkeypatch):
     info = limits.machine_info(["fp32", "int8"])
     assert info["isa"]["avx2"] and not info["isa"]["avx512f"] and info["isa_class"] == "avx2"
     assert info["emulated"] == {machine.FEATURES_ENV: "avx2"}
-    assert info["libraries"]["torch"] == torch.__version__.split("+")[0] or \
-        info["libraries"]["torch"].startswith(torch.__version__.split("+")[0])
+    assert info["libraries"]["torch"] == torch.__version__.split("+")[0] or info["libraries"][
+        "torch"
+    ].startswith(torch.__version__.split("+")[0])
     assert info["threads"]["torch_threads"] == torch.get_num_threads()
     assert all(v > 0 for v in info["matmul_peak_gflops"].values())
     assert info["cpu_model"]
@@ -181,12 +210,22 @@ def test_status_shows_the_encoder_path(monkeypatch, tmp_path, tiny_model_dir, sm
     from search.cli.main import main
 
     monkeypatch.setenv(machine.FEATURES_ENV, "avx2,fma")
-    cfg = Config().with_overrides(**{"model.name": str(tiny_model_dir), "model.device": "cpu",
-                                     "model.max_length": 16, "long_documents.stride": 4, "store.path": str(tmp_path / "s")})
+    cfg = Config().with_overrides(
+        **{
+            "model.name": str(tiny_model_dir),
+            "model.device": "cpu",
+            "model.max_length": 16,
+            "long_documents.stride": 4,
+            "store.path": str(tmp_path / "s"),
+        }
+    )
     assert describe_path(cfg.model)["dtype"] == "fp32"
     run_index([str(small_corpus)], cfg, collection="news")
-    out = CliRunner().invoke(main, ["status", "--store", str(tmp_path / "s"), "--json"],
-                             env={machine.FEATURES_ENV: "avx2,fma"})
+    out = CliRunner().invoke(
+        main,
+        ["status", "--store", str(tmp_path / "s"), "--json"],
+        env={machine.FEATURES_ENV: "avx2,fma"},
+    )
     assert out.exit_code == 0, out.output
     enc = json.loads(out.stdout)["encoder"]
     assert (enc["dtype"], enc["isa_class"], enc["configured"]) == ("fp32", "avx2", "auto")

@@ -31,9 +31,14 @@ from indexer.store import Store
 
 pytestmark = pytest.mark.heavy
 
-QUERIES = ["parse command line arguments", "cat", "the dog slept on the sofa",
-           "compress a file with gzip and write data to the big city by train",
-           "zzz unknownword", "red apple green pear blue river"]
+QUERIES = [
+    "parse command line arguments",
+    "cat",
+    "the dog slept on the sofa",
+    "compress a file with gzip and write data to the big city by train",
+    "zzz unknownword",
+    "red apple green pear blue river",
+]
 
 # the twin this CPU runs: 8-bit weights with VNNI, 7-bit without (`indexer.encode.onnx_int8`)
 TWIN, TWIN_INFO = int8_files(reduce_range=not has_vnni())
@@ -136,27 +141,51 @@ def test_every_pooling_exports_equal(tiny_config, tmp_path, pooling):
 
 
 def _cli(args, cwd, env_extra=None):
-    code = ("import sys\nfrom search.cli.main import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code or 0\n"
-            "else:\n    code = 0\n"
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)\n"
-            "sys.exit(code)\n")
+    code = (
+        "import sys\nfrom search.cli.main import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code or 0\n"
+        "else:\n    code = 0\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _config_file(cfg, path, **search):
-    data = {"model": {k: getattr(cfg.model, k) for k in ("name", "dtype", "device", "max_length")},
-            "long_documents": {"stride": 4}, "search": search}
+    data = {
+        "model": {k: getattr(cfg.model, k) for k in ("name", "dtype", "device", "max_length")},
+        "long_documents": {"stride": 4},
+        "search": search,
+    }
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 def test_cli_search_never_imports_torch(exported_store, tmp_path):
     config = _config_file(exported_store, tmp_path / "c.yaml")
-    result = _cli(["search", "parse command line arguments", "--store", exported_store.store.path,
-                   "--config", str(config), "--json", "-k", "3"], tmp_path)
+    result = _cli(
+        [
+            "search",
+            "parse command line arguments",
+            "--store",
+            exported_store.store.path,
+            "--config",
+            str(config),
+            "--json",
+            "-k",
+            "3",
+        ],
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines() == ["NO-TORCH"]
     hits = [json.loads(line) for line in result.stdout.splitlines()]
@@ -172,8 +201,17 @@ def test_missing_or_changed_export_falls_back_with_one_line(exported_store, tmp_
         fh.seek(200)
         fh.write(bytes([byte[0] ^ 1]))
     config = _config_file(exported_store, tmp_path / "c.yaml")
-    args = ["search", "parse command line arguments", "--store", exported_store.store.path,
-            "--config", str(config), "--json", "-k", "3"]
+    args = [
+        "search",
+        "parse command line arguments",
+        "--store",
+        exported_store.store.path,
+        "--config",
+        str(config),
+        "--json",
+        "-k",
+        "3",
+    ]
     result = _cli(args, tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -183,15 +221,21 @@ def test_missing_or_changed_export_falls_back_with_one_line(exported_store, tmp_
     # `onnx` required: an error naming the file and the fix
     strict = exported_store.with_overrides(**{"search.query_encoder": "onnx"})
     with Store(exported_store.store.path, read_only=True) as store:
-        with pytest.raises(ModelError, match="search.query_encoder is onnx but .*model.onnx "
-                           "differs from the sha256"):
+        with pytest.raises(
+            ModelError,
+            match="search.query_encoder is onnx but .*model.onnx differs from the sha256",
+        ):
             Searcher(strict, store).search("cat", 3)
         os.remove(model_file)
         with pytest.raises(Unavailable, match="FileNotFoundError"):
             OnnxEncoder.open(store.path, record, exported_store.model, store.vectors.provenance())
         with pytest.raises(Unavailable, match="outside"):
-            OnnxEncoder.open(store.path, {**record, "path": "../../x/model.onnx"},
-                             exported_store.model, store.vectors.provenance())
+            OnnxEncoder.open(
+                store.path,
+                {**record, "path": "../../x/model.onnx"},
+                exported_store.model,
+                store.vectors.provenance(),
+            )
 
 
 def test_a_bf16_encoder_exports_its_fp32_weights(tiny_config, tmp_path):
@@ -231,8 +275,9 @@ def test_onnx_int8_twin_is_made_once_checked_and_close(exported_store):
         assert cosine.min() > 0.9 and np.abs(a - b).max() > 1e-5  # close, but not fp32
         # the same dense ranking as fp32 (hybrid ties within 0.01 on this random model)
         query = "parse command line arguments"
-        assert [h.id for h in fast.search(query, 3, mode="dense")] == \
-            [h.id for h in exact.search(query, 3, mode="dense")]
+        assert [h.id for h in fast.search(query, 3, mode="dense")] == [
+            h.id for h in exact.search(query, 3, mode="dense")
+        ]
         mtime = os.stat(twin).st_mtime_ns
         assert Searcher(int8_cfg, store).encoder.model_file.name == TWIN
         assert os.stat(twin).st_mtime_ns == mtime  # reused, not made again
@@ -258,8 +303,10 @@ def test_int8_twin_weight_bits_follow_the_cpu(exported_store, monkeypatch):
     monkeypatch.setenv(FEATURES_ENV, "avx2,fma,avx512f,avx512_vnni")
     eight = int8_twin(model_file, record["sha256"])
     assert (seven.name, eight.name) == (int8_files(True)[0], int8_files(False)[0])
-    bits = [json.loads((model_file.parent / int8_files(r)[1]).read_text())["weight_bits"]
-            for r in (True, False)]
+    bits = [
+        json.loads((model_file.parent / int8_files(r)[1]).read_text())["weight_bits"]
+        for r in (True, False)
+    ]
     assert bits == [7, 8] and file_sha256(seven) != file_sha256(eight)
 
 

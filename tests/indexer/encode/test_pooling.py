@@ -22,8 +22,9 @@ from indexer.encode.pooling import (
 
 
 def test_mean_pool_ignores_padding():
-    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]],
-                           [[2.0, 0.0], [4.0, 2.0], [6.0, 4.0]]])
+    hidden = torch.tensor(
+        [[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]], [[2.0, 0.0], [4.0, 2.0], [6.0, 4.0]]]
+    )
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     # row 0: mean of (1,2),(3,4) = (2,3); row 1: mean of three rows = (4,2)
     assert mean_pool(hidden, mask).tolist() == [[2.0, 3.0], [4.0, 2.0]]
@@ -67,6 +68,7 @@ def test_l2_normalize():
 
 def _outputs(layers, pooler):
     """A HF-like model output over hand-built layers (embeddings + one tensor per layer)."""
+
     class Out:
         last_hidden_state = layers[-1]
         pooler_output = pooler
@@ -82,17 +84,23 @@ def test_numpy_pooling_of_the_onnx_path_equals_torch(mode, normalize):
     for every mode, on rows whose padding differs (padded states hold large values)."""
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
     layers = tuple(
-        torch.tensor([[[i + 1.0, -2.0], [3.0, i * 0.5], [-1.0, 4.0], [2.0, 2.0]],
-                      [[0.5, i - 2.0], [i * 1.5, 1.0], [900.0, -900.0], [700.0, 800.0]],
-                      [[-3.0, i + 0.25], [500.0, 600.0], [-400.0, 300.0], [200.0, 100.0]]])
-        for i in range(6))
+        torch.tensor(
+            [
+                [[i + 1.0, -2.0], [3.0, i * 0.5], [-1.0, 4.0], [2.0, 2.0]],
+                [[0.5, i - 2.0], [i * 1.5, 1.0], [900.0, -900.0], [700.0, 800.0]],
+                [[-3.0, i + 0.25], [500.0, 600.0], [-400.0, 300.0], [200.0, 100.0]],
+            ]
+        )
+        for i in range(6)
+    )
     pooler = torch.tensor([[0.25, -1.0], [2.0, 2.0], [-0.5, 0.0]])
     want = pool(_outputs(layers, pooler), mask, mode)
     if normalize:
         want = l2_normalize(want)
     kind = output_kind(mode)
-    exported = {"states": layers[-1], "pooler": pooler,
-                "last4": torch.cat(layers[-4:], dim=-1)}[kind]  # what the export returns
+    exported = {"states": layers[-1], "pooler": pooler, "last4": torch.cat(layers[-4:], dim=-1)}[
+        kind
+    ]  # what the export returns
     got = pool_output(exported.numpy(), mask.numpy(), kind, mode, normalize)
     assert got.dtype == np.float32 and got.shape == tuple(want.shape)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)

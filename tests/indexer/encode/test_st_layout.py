@@ -21,12 +21,23 @@ pytestmark = pytest.mark.heavy
 
 st = pytest.importorskip("sentence_transformers")
 
-TEXTS = ["parse command line arguments in python", "the cat sat on the mat",
-         "compress a file with gzip", "red apple green pear blue river big mountain"]
+TEXTS = [
+    "parse command line arguments in python",
+    "the cat sat on the mat",
+    "compress a file with gzip",
+    "red apple green pear blue river big mountain",
+]
 
 
-def save_st(path, tiny_model_dir, pooling="cls", normalize=True, prompts=None,
-            max_seq_length=24, similarity=None):
+def save_st(
+    path,
+    tiny_model_dir,
+    pooling="cls",
+    normalize=True,
+    prompts=None,
+    max_seq_length=24,
+    similarity=None,
+):
     """A tiny sentence-transformers model in its own layout, saved to `path`."""
     from sentence_transformers import SentenceTransformer
 
@@ -39,17 +50,24 @@ def save_st(path, tiny_model_dir, pooling="cls", normalize=True, prompts=None,
     dim = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
     pool = models.Pooling(dim(), pooling_mode=pooling)
     modules = [word, pool] + ([models.Normalize()] if normalize else [])
-    model = SentenceTransformer(modules=modules, prompts=prompts, device="cpu",
-                                similarity_fn_name=similarity)
+    model = SentenceTransformer(
+        modules=modules, prompts=prompts, device="cpu", similarity_fn_name=similarity
+    )
     model.save(str(path))
     return model
 
 
 def _config(model_dir, tmp_path, **model):
-    return Config().with_overrides(**{
-        "model.name": str(model_dir), "model.dtype": "fp32", "model.device": "cpu",
-        "long_documents.stride": 4, "store.path": str(tmp_path / "store"),
-        **{f"model.{k}": v for k, v in model.items()}})
+    return Config().with_overrides(
+        **{
+            "model.name": str(model_dir),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "long_documents.stride": 4,
+            "store.path": str(tmp_path / "store"),
+            **{f"model.{k}": v for k, v in model.items()},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +86,17 @@ def test_defaults_come_from_the_directory(st_cls, tmp_path, tiny_model_dir):
     # config.yaml (any set key) wins; the rest still come from the directory
     over = _config(path, tmp_path, pooling="mean", query_prompt="")
     assert (over.model.pooling, over.model.query_prompt, over.model.document_prompt) == (
-        "mean", "", "passage: ")
+        "mean",
+        "",
+        "passage: ",
+    )
     # another model.name reads that model's own (a plain HF dir: bertindex's defaults)
     plain = cfg.with_overrides(**{"model.name": str(tiny_model_dir)})
     assert (plain.model.pooling, plain.model.max_length, plain.model.query_prompt) == (
-        "mean", 256, "")
+        "mean",
+        256,
+        "",
+    )
 
 
 def test_queries_and_documents_equal_sentence_transformers(st_cls, tmp_path):
@@ -121,20 +145,31 @@ def test_older_layout_and_unsupported_settings(tmp_path, tiny_model_dir):
     path = tmp_path / "st-old"
     save_st(path, tiny_model_dir, pooling="mean")
     # sentence-transformers 2.x files: flags per mode, max_seq_length in sentence_bert_config
-    (path / "1_Pooling" / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": 32, "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}))
+    (path / "1_Pooling" / "config.json").write_text(
+        json.dumps(
+            {
+                "word_embedding_dimension": 32,
+                "pooling_mode_cls_token": False,
+                "pooling_mode_mean_tokens": True,
+                "pooling_mode_max_tokens": False,
+            }
+        )
+    )
     (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40}))
     assert model_defaults(path)["max_length"] == 40
     assert model_defaults(path)["pooling"] == "mean"
     (path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "max"}))
-    with pytest.raises(ConfigError, match=r"1_Pooling/config.json asks for max pooling.*"
-                                          r"model.pooling"):
+    with pytest.raises(
+        ConfigError,
+        match=r"1_Pooling/config.json asks for max pooling.*"
+        r"model.pooling",
+    ):
         _config(path, tmp_path)
     assert _config(path, tmp_path, pooling="mean").model.pooling == "mean"  # overridden
     modules = json.loads((path / "modules.json").read_text())
-    modules.append({"idx": 3, "name": "3", "path": "3_Dense",
-                    "type": "sentence_transformers.models.Dense"})
+    modules.append(
+        {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}
+    )
     (path / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(ConfigError, match="modules.json chains module.s. Dense"):
         _config(path, tmp_path, pooling="mean")

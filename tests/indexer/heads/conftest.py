@@ -10,9 +10,41 @@ import pytest
 from testkit import SHARED_DATA
 
 WORDS = [
-    "the", "a", "good", "bad", "movie", "film", "great", "awful", "john", "smith", "lives", "in",
-    "paris", "london", "works", "at", "acme", "corp", "and", "is", "very", "not", "un", "##believ",
-    "##able", "##s", "##ly", "play", "##ing", "new", "york", "mary", "loves", "hates", "this",
+    "the",
+    "a",
+    "good",
+    "bad",
+    "movie",
+    "film",
+    "great",
+    "awful",
+    "john",
+    "smith",
+    "lives",
+    "in",
+    "paris",
+    "london",
+    "works",
+    "at",
+    "acme",
+    "corp",
+    "and",
+    "is",
+    "very",
+    "not",
+    "un",
+    "##believ",
+    "##able",
+    "##s",
+    "##ly",
+    "play",
+    "##ing",
+    "new",
+    "york",
+    "mary",
+    "loves",
+    "hates",
+    "this",
 ]
 
 
@@ -44,17 +76,29 @@ def tiny_bert(tmp_path_factory) -> Path:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
     )
     tok.decoder = decoders.WordPiece()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
     )
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=512,
+    )
     BertModel(config).save_pretrained(path)
     fast.save_pretrained(path)
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
@@ -62,10 +106,18 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 CLASSIFIER_ITEMS = [
-    ("a good movie", "pos"), ("great film", "pos"), ("a great great movie", "pos"),
-    ("mary loves this film", "pos"), ("a very good film", "pos"), ("unbelievable good", "pos"),
-    ("a bad movie", "neg"), ("awful film", "neg"), ("a very bad bad movie", "neg"),
-    ("john hates this film", "neg"), ("not good", "neg"), ("awful awful", "neg"),
+    ("a good movie", "pos"),
+    ("great film", "pos"),
+    ("a great great movie", "pos"),
+    ("mary loves this film", "pos"),
+    ("a very good film", "pos"),
+    ("unbelievable good", "pos"),
+    ("a bad movie", "neg"),
+    ("awful film", "neg"),
+    ("a very bad bad movie", "neg"),
+    ("john hates this film", "neg"),
+    ("not good", "neg"),
+    ("awful awful", "neg"),
 ]
 
 NER_ITEMS = [
@@ -81,7 +133,12 @@ NER_ITEMS = [
 @pytest.fixture
 def classifier_json(tmp_path) -> Path:
     items = [{"text": t, "label": y} for t, y in CLASSIFIER_ITEMS]
-    doc = {"label_names": ["neg", "pos"], "train": items, "validation": items[::2], "test": items[1::2]}
+    doc = {
+        "label_names": ["neg", "pos"],
+        "train": items,
+        "validation": items[::2],
+        "test": items[1::2],
+    }
     path = tmp_path / "sentiment.json"
     path.write_text(json.dumps(doc))
     return path

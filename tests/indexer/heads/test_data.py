@@ -20,7 +20,9 @@ def test_json_with_label_names(classifier_json):
 
 
 def test_jsonl_one_file_per_split(tmp_path):
-    (tmp_path / "train.jsonl").write_text('{"text": "x", "label": "b"}\n\n{"text": "y", "label": "a", "id": "q7"}\n')
+    (tmp_path / "train.jsonl").write_text(
+        '{"text": "x", "label": "b"}\n\n{"text": "y", "label": "a", "id": "q7"}\n'
+    )
     (tmp_path / "dev.jsonl").write_text('{"text": "z", "label": "b"}\n')
     d = read_head_data("classifier", tmp_path / "train.jsonl", validation=tmp_path / "dev.jsonl")
     assert d.label_names == ["a", "b"]  # sorted names when none are given
@@ -32,7 +34,10 @@ def test_parquet_tokens(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"tokens": ["John", "lives"], "tags": ["B-PER", "O"]}, {"tokens": ["Paris"], "tags": ["B-LOC"]}]
+    rows = [
+        {"tokens": ["John", "lives"], "tags": ["B-PER", "O"]},
+        {"tokens": ["Paris"], "tags": ["B-LOC"]},
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
     pq.write_table(pa.Table.from_pylist(rows[:1]), tmp_path / "v.parquet")
     d = read_head_data("ner", tmp_path / "t.parquet", validation=tmp_path / "v.parquet")
@@ -43,8 +48,10 @@ def test_parquet_tokens(tmp_path):
 
 def test_conll_docstart_and_whitespace_lines(tmp_path):
     path = tmp_path / "x.conll"
-    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n   \n"
-                    "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n\n\n")
+    path.write_text(
+        "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n   \n"
+        "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n\n\n"
+    )
     d = read_head_data("ner", path, validation=path)
     train = d.splits["train"]
     assert [e.tokens for e in train] == [("EU", "rejects"), ("Peter", "Blackburn")]

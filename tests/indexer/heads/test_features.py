@@ -18,7 +18,10 @@ from indexer.heads.train import TrainSettings, train_head
 
 
 def _long_data(tmp_path):
-    items = [{"text": "good " * n, "label": "pos", "id": f"t{n}"} for n in (2, 9, 12, 3, 20, 30, 40, 50, 60)]
+    items = [
+        {"text": "good " * n, "label": "pos", "id": f"t{n}"}
+        for n in (2, 9, 12, 3, 20, 30, 40, 50, 60)
+    ]
     doc = {"train": items, "validation": items[:2]}
     path = tmp_path / "long.json"
     path.write_text(json.dumps(doc))
@@ -33,8 +36,10 @@ def test_refusal_names_count_ids_lengths_and_ways_out(tiny_bert, tmp_path):
     msg = str(err.value)
     # n words + [CLS] [SEP]: 7 of 9 train and 1 of 2 validation are over 10 tokens; five named
     assert msg.startswith("7 train + 1 validation example(s) are longer than --max-length 10")
-    assert ("t9 (11 tokens), t12 (14 tokens), t20 (22 tokens), t30 (32 tokens), t40 (42 tokens) "
-            "and 3 more") in msg
+    assert (
+        "t9 (11 tokens), t12 (14 tokens), t20 (22 tokens), t30 (32 tokens), t40 (42 tokens) "
+        "and 3 more"
+    ) in msg
     assert "raise --max-length to at least 62 (at most 512)" in msg
     assert "split these inputs" in msg
     assert not (tmp_path / "out").exists()
@@ -62,8 +67,13 @@ def test_training_batches_cover_every_index_once():
 
 def test_collate_pads_labels_with_ignore(tiny_bert):
     tok = AutoTokenizer.from_pretrained(tiny_bert)
-    enc = head_type("ner").encode(tok, [TokenExample("a", ("john",), (1,)), TokenExample("b", ("john", "unbelievables"), (1, 0))])
+    enc = head_type("ner").encode(
+        tok,
+        [TokenExample("a", ("john",), (1,)), TokenExample("b", ("john", "unbelievables"), (1, 0))],
+    )
     batch = collate(enc, [0, 1], pad_id=0)
-    assert batch["labels"].tolist() == [[-100, 1, -100, -100, -100, -100, -100],
-                                        [-100, 1, 0, -100, -100, -100, -100]]
+    assert batch["labels"].tolist() == [
+        [-100, 1, -100, -100, -100, -100, -100],
+        [-100, 1, 0, -100, -100, -100, -100],
+    ]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0], [1] * 7]

@@ -46,10 +46,10 @@ def test_word_with_no_tokens_is_skipped():
 def test_bio_spans_by_hand():
     tags = ["B-PER", "I-PER", "O", "I-LOC", "I-LOC", "B-LOC", "I-ORG", "B-MISC", "B-MISC", "I-MISC"]
     assert bio_spans(tags) == [
-        ("PER", 0, 2),   # B I
-        ("LOC", 3, 5),   # I after O opens a span (conlleval)
-        ("LOC", 5, 6),   # B closes the previous span even of the same type
-        ("ORG", 6, 7),   # I of another type opens a new span
+        ("PER", 0, 2),  # B I
+        ("LOC", 3, 5),  # I after O opens a span (conlleval)
+        ("LOC", 5, 6),  # B closes the previous span even of the same type
+        ("ORG", 6, 7),  # I of another type opens a new span
         ("MISC", 7, 8),
         ("MISC", 8, 10),
     ]
@@ -60,18 +60,29 @@ def test_bio_spans_by_hand():
 def test_bio_tag_checks_and_order():
     assert is_bio_tag("O") and is_bio_tag("B-PER") and is_bio_tag("I-MISC")
     assert not any(is_bio_tag(t) for t in ["B", "E-PER", "PER", "B_PER", "S-LOC"])
-    assert order_bio_labels(["I-PER", "O", "B-LOC", "B-PER"]) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert order_bio_labels(["I-PER", "O", "B-LOC", "B-PER"]) == [
+        "O",
+        "B-LOC",
+        "I-LOC",
+        "B-PER",
+        "I-PER",
+    ]
 
 
 def test_decode_bio_by_hand():
     import numpy as np
 
     names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-    probs = np.array([
-        [0.60, 0.30, 0.05, 0.00, 0.05],  # argmax O
-        [0.05, 0.05, 0.90, 0.00, 0.00],  # argmax I-PER: O -> I-PER is not BIO
-        [0.10, 0.00, 0.00, 0.05, 0.85],  # argmax I-LOC after PER: not BIO either
-    ]) + 1e-9
+    probs = (
+        np.array(
+            [
+                [0.60, 0.30, 0.05, 0.00, 0.05],  # argmax O
+                [0.05, 0.05, 0.90, 0.00, 0.00],  # argmax I-PER: O -> I-PER is not BIO
+                [0.10, 0.00, 0.00, 0.05, 0.85],  # argmax I-LOC after PER: not BIO either
+            ]
+        )
+        + 1e-9
+    )
     # best valid path B-PER I-PER O: log .30 + log .90 + log .10 = -3.61
     # (B-PER I-PER B-LOC: -5.30; O O O: -5.81; argmax O I-PER I-LOC is not BIO)
     assert decode_bio(np.log(probs), names) == [1, 2, 0]

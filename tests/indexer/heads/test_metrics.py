@@ -18,7 +18,13 @@ def test_entity_f1_hand_case():
     assert s["precision"] == pytest.approx(1 / 3)
     assert s["recall"] == pytest.approx(1 / 3)
     assert s["entity_f1"] == pytest.approx(1 / 3)
-    assert s["per_type"]["PER"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1, "predicted": 1}
+    assert s["per_type"]["PER"] == {
+        "precision": 1.0,
+        "recall": 1.0,
+        "f1": 1.0,
+        "support": 1,
+        "predicted": 1,
+    }
     assert s["per_type"]["LOC"]["support"] == 1 and s["per_type"]["LOC"]["predicted"] == 0
     assert s["per_type"]["ORG"]["predicted"] == 2 and s["per_type"]["ORG"]["f1"] == 0.0
 
@@ -31,7 +37,9 @@ def test_boundary_and_type_must_both_match():
 
 
 def _random_tags(rng: random.Random, n: int) -> list[str]:
-    return [rng.choice(["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG"]) for _ in range(n)]
+    return [
+        rng.choice(["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG"]) for _ in range(n)
+    ]
 
 
 def test_equals_seqeval_default():
@@ -40,7 +48,9 @@ def test_equals_seqeval_default():
     for _ in range(50):
         lengths = [rng.randint(1, 12) for _ in range(rng.randint(1, 8))]
         gold = [_random_tags(rng, n) for n in lengths]
-        pred = [_random_tags(rng, n) if rng.random() < 0.5 else list(g) for g, n in zip(gold, lengths)]
+        pred = [
+            _random_tags(rng, n) if rng.random() < 0.5 else list(g) for g, n in zip(gold, lengths)
+        ]
         ours = entity_f1(gold, pred)
         assert ours["entity_f1"] == pytest.approx(seqeval.f1_score(gold, pred))
         assert ours["precision"] == pytest.approx(seqeval.precision_score(gold, pred))
@@ -67,4 +77,6 @@ def test_macro_f1_by_hand_and_sklearn():
     for _ in range(20):
         g = [rng.randrange(3) for _ in range(30)]
         p = [rng.randrange(3) for _ in range(30)]
-        assert macro_f1(g, p, ["x", "y", "z"])["macro_f1"] == pytest.approx(f1_score(g, p, average="macro"))
+        assert macro_f1(g, p, ["x", "y", "z"])["macro_f1"] == pytest.approx(
+            f1_score(g, p, average="macro")
+        )

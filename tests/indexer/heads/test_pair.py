@@ -46,7 +46,13 @@ def test_pair_template_without_token_types(tiny_bert):
     assert "token_type_ids" not in tokenizer.model_input_names
     enc = head_type("pair").encode(tokenizer, [PairExample("x", "john", "the film", 0, 1.0)])
     assert tokenizer.convert_ids_to_tokens(enc.input_ids[0]) == [
-        "[CLS]", "john", "[SEP]", "the", "film", "[SEP]"]
+        "[CLS]",
+        "john",
+        "[SEP]",
+        "the",
+        "film",
+        "[SEP]",
+    ]
     assert enc.token_type_ids is None
     assert "token_type_ids" not in collate(enc, [0], pad_id=0)
 
@@ -56,10 +62,12 @@ def test_a_pair_longer_than_max_length_is_refused_by_name(tiny_model_dir, tmp_pa
 
     rows = toy_pairs(8, seed=3)
     rows[5]["text_b"] = " ".join(["river"] * 20)
-    data = read_head_data("pair", write_jsonl(tmp_path / "t.jsonl", rows),
-                          write_jsonl(tmp_path / "v.jsonl", rows[:4]))
-    settings = TrainSettings(task="pair", base=tiny_model_dir, out=tmp_path / "out", max_length=16,
-                             epochs=1)
+    data = read_head_data(
+        "pair", write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:4])
+    )
+    settings = TrainSettings(
+        task="pair", base=tiny_model_dir, out=tmp_path / "out", max_length=16, epochs=1
+    )
     with pytest.raises(InputError, match=r"--max-length 16 .*: p5 \(25 tokens\)"):
         train_head(data, settings)
     assert not (tmp_path / "out").exists()
@@ -70,15 +78,17 @@ def test_pair_data_refuses_mixed_targets_and_reads_stsb(tmp_path):
     with pytest.raises(InputError, match="line 1: has 'score' but other items have 'label'"):
         read_head_data("pair", write_jsonl(tmp_path / "mixed.jsonl", rows))
     sts = tmp_path / "sts-train.csv"  # the STS-B layout: tab-separated, no header, no quoting
-    sts.write_text("main-news\tMSRvid\t2012test\t0001\t4.200\tA "
-                   "man \"sings\".\tA man sings.\n"
-                   "main-news\tMSRvid\t2012test\t0002\t0.500\tA cat.\tA dog runs.\textra\tx\n")
+    sts.write_text(
+        "main-news\tMSRvid\t2012test\t0001\t4.200\tA "
+        'man "sings".\tA man sings.\n'
+        "main-news\tMSRvid\t2012test\t0002\t0.500\tA cat.\tA dog runs.\textra\tx\n"
+    )
     data = read_head_data("pair", sts)
     assert data.label_names == ["score"]
     first = data.splits["train"][0]
     assert (first.text_a, first.text_b, first.score) == ('A man "sings".', "A man sings.", 4.2)
     csv = tmp_path / "pairs.csv"
-    csv.write_text("text_a,text_b,label\nhi,there,yes\n\"a, b\",c,no\n")
+    csv.write_text('text_a,text_b,label\nhi,there,yes\n"a, b",c,no\n')
     data = read_head_data("pair", csv)
     assert data.label_names == ["no", "yes"] and data.splits["train"][1].text_a == "a, b"
 
@@ -111,8 +121,14 @@ def _shared_word_pairs(n: int, seed: int) -> list[dict]:
     rows = []
     for i in range(n):
         a, b = rng.choice(words), rng.choice(words)
-        rows.append({"id": f"s{i}", "text_a": f"{a} {rng.choice(FILLER)}",
-                     "text_b": f"{b} {rng.choice(FILLER)}", "score": float(a == b)})
+        rows.append(
+            {
+                "id": f"s{i}",
+                "text_a": f"{a} {rng.choice(FILLER)}",
+                "text_b": f"{b} {rng.choice(FILLER)}",
+                "score": float(a == b),
+            }
+        )
     return rows
 
 
@@ -128,10 +144,21 @@ def test_a_tuned_blend_saves_its_bi_encoder_inside_the_head(pair_bert, tmp_path)
     from indexer.heads.train import TrainSettings, train_head
 
     val = _shared_word_pairs(64, seed=4)
-    data = read_head_data("pair", write_jsonl(tmp_path / "train.jsonl", _shared_word_pairs(96, 3)),
-                          write_jsonl(tmp_path / "val.jsonl", val))
-    settings = TrainSettings(task="pair", base=pair_bert, out=tmp_path / "head", epochs=1,
-                             lr=1e-6, batch_size=16, threads=1, blend="tuned")
+    data = read_head_data(
+        "pair",
+        write_jsonl(tmp_path / "train.jsonl", _shared_word_pairs(96, 3)),
+        write_jsonl(tmp_path / "val.jsonl", val),
+    )
+    settings = TrainSettings(
+        task="pair",
+        base=pair_bert,
+        out=tmp_path / "head",
+        epochs=1,
+        lr=1e-6,
+        batch_size=16,
+        threads=1,
+        blend="tuned",
+    )
     receipt = train_head(data, settings)
     blend = receipt["blend"]
     assert len(blend["bi_encoder"]["loss"]) == blend["bi_encoder"]["epochs"] >= 1
@@ -141,8 +168,9 @@ def test_a_tuned_blend_saves_its_bi_encoder_inside_the_head(pair_bert, tmp_path)
     assert (tmp_path / "head" / BI_ENCODER_DIR / "config.json").is_file()
     moved = tmp_path / "elsewhere"
     shutil.move(str(tmp_path / "head"), str(moved))
-    result = evaluate_head(moved, read_head_data("pair", tmp_path / "val.jsonl",
-                                                 single_split="test"), "test")
+    result = evaluate_head(
+        moved, read_head_data("pair", tmp_path / "val.jsonl", single_split="test"), "test"
+    )
     assert result["spearman"] == pytest.approx(receipt["validation"]["spearman"], abs=1e-6)
     assert len(PairScorer(moved).score([(r["text_a"], r["text_b"]) for r in val[:4]])) == 4
 
@@ -170,8 +198,12 @@ def test_a_pair_head_refuses_head_only_and_single_texts(toy_head, tiny_model_dir
     head, _, _ = toy_head
     data = read_head_data("pair", head.parent / "train.jsonl", head.parent / "val.jsonl")
     with pytest.raises(ModelError, match="without them"):
-        train_head(data, TrainSettings(task="pair", base=tiny_model_dir, out=tmp_path / "o",
-                                       head_only=True, epochs=1))
+        train_head(
+            data,
+            TrainSettings(
+                task="pair", base=tiny_model_dir, out=tmp_path / "o", head_only=True, epochs=1
+            ),
+        )
     with pytest.raises(ModelError, match="scores pairs of texts"):
         load_head(head).predict(["the mat"])
 
@@ -184,8 +216,10 @@ def test_reranking_reorders_by_the_heads_scores_and_keeps_every_hit(toy_head):
     head, _, _ = toy_head
     scorer = PairScorer(head)
     texts = ["sea mat", "pear rug", "city mat", "sofa rug", "river mat", "apple rug", "sea rug"]
-    hits = [SearchHit(i + 1, 1.0 - i / 10, f"d{i}", "c", None, t, {}, 0, len(t))
-            for i, t in enumerate(texts)]
+    hits = [
+        SearchHit(i + 1, 1.0 - i / 10, f"d{i}", "c", None, t, {}, 0, len(t))
+        for i, t in enumerate(texts)
+    ]
     reranked = rerank_hits("cat apple", hits, scorer, depth=5)
     assert sorted(h.id for h in reranked) == sorted(h.id for h in hits)  # none dropped or added
     assert [h.rank for h in reranked] == list(range(1, len(hits) + 1))
@@ -211,8 +245,10 @@ def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
     head, _, _ = toy_head
     scorer = PairScorer(head)
     texts = ["sea rug", "pear rug", "city mat", "sofa rug", "river mat"]
-    hits = [SearchHit(i + 1, 1.0 - i / 10, f"d{i}", "c", None, t, {}, 0, len(t))
-            for i, t in enumerate(texts)]
+    hits = [
+        SearchHit(i + 1, 1.0 - i / 10, f"d{i}", "c", None, t, {}, 0, len(t))
+        for i, t in enumerate(texts)
+    ]
     kept = rerank_hits("cat apple", hits, scorer, depth=5, weight=0.0)
     assert [h.id for h in kept] == [h.id for h in hits]  # the first stage's order
     alone = rerank_hits("cat apple", hits, scorer, depth=5, weight=1.0)
@@ -221,9 +257,13 @@ def test_the_rerank_weight_mixes_the_first_stage_and_the_head(toy_head):
     # d2 and d4 are the relevant ones: the head finds them, the first stage ranks them low
     scores = [float(x) for x in scorer.score([("cat apple", t) for t in texts])]
     chosen = choose_rerank_weight([(hits, scores)], {"q": {"d2": 1, "d4": 1}}, ["q"])
-    assert chosen["weight"] > 0.0 and chosen["ndcg@10"][str(chosen["weight"])] > chosen["ndcg@10"]["0.0"]
+    assert (
+        chosen["weight"] > 0.0
+        and chosen["ndcg@10"][str(chosen["weight"])] > chosen["ndcg@10"]["0.0"]
+    )
     # a flat curve (a SciFact reranker's held-out nDCG@10): the lowest share near the best
     from indexer.reranker.weight import RERANK_TIE, lowest_of_the_best
+
     curve = {0.0: 0.7504, 0.2: 0.7686, 0.3: 0.7789, 0.5: 0.7791, 0.8: 0.77912, 1.0: 0.7737}
     assert lowest_of_the_best(curve) == 0.3 and lowest_of_the_best(curve, tie=0.0) == 0.8
     assert lowest_of_the_best({0.0: 0.70, 0.4: 0.70 + 2 * RERANK_TIE}) == 0.4
@@ -254,8 +294,9 @@ def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_co
     runner = CliRunner()
 
     def search(*extra) -> list[dict]:
-        result = runner.invoke(main, ["search", "cat mat", "--config", str(config), "--json",
-                                      "-k", "5", *extra])
+        result = runner.invoke(
+            main, ["search", "cat mat", "--config", str(config), "--json", "-k", "5", *extra]
+        )
         assert result.exit_code == 0, result.output
         return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -267,8 +308,12 @@ def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_co
     assert {h["id"] for h in reranked[:3]} == {h["id"] for h in plain[:3]}
     assert [h["id"] for h in reranked[3:]] == [h["id"] for h in plain[3:]]
     assert all(h["rerank"] is None for h in reranked[3:] + plain)
-    assert runner.invoke(main, ["search", "cat", "--config", str(config), "--rerank",
-                                str(head), "--unique"]).exit_code == 2
+    assert (
+        runner.invoke(
+            main, ["search", "cat", "--config", str(config), "--rerank", str(head), "--unique"]
+        ).exit_code
+        == 2
+    )
 
     served = tiny_config.with_overrides(**{"search.rerank": str(head), "search.rerank_depth": 3})
     with Store(served.store.path, read_only=True) as store:
@@ -281,7 +326,8 @@ def test_search_rerank_on_the_cli_and_the_server(toy_head, tiny_config, small_co
 
 
 def test_train_rerank_mines_pairs_and_keeps_a_share_chosen_on_held_out_queries(
-        pair_bert, tiny_config, tmp_path):
+    pair_bert, tiny_config, tmp_path
+):
     """`train rerank --beir DIR`: judged positives and hard negatives from the store's own
     hybrid hits (recorded), then the head's share of the order chosen by nDCG@10 on the held-out
     queries and kept in config.json, where search reads it."""
@@ -295,21 +341,53 @@ def test_train_rerank_mines_pairs_and_keeps_a_share_chosen_on_held_out_queries(
     folder = tmp_path / "mini"
     (folder / "qrels").mkdir(parents=True)
     animals, things = ["cat", "dog", "sea", "city"], ["mat", "rug", "pear", "river"]
-    docs = [{"_id": f"d{i}{j}", "title": "", "text": f"the {a} and the {t}"}
-            for i, a in enumerate(animals) for j, t in enumerate(things)]
-    queries = [{"_id": f"q{i}{j}", "text": f"{a} {t}"} for i, a in enumerate(animals)
-               for j, t in enumerate(things)]
+    docs = [
+        {"_id": f"d{i}{j}", "title": "", "text": f"the {a} and the {t}"}
+        for i, a in enumerate(animals)
+        for j, t in enumerate(things)
+    ]
+    queries = [
+        {"_id": f"q{i}{j}", "text": f"{a} {t}"}
+        for i, a in enumerate(animals)
+        for j, t in enumerate(things)
+    ]
     write_jsonl(folder / "corpus.jsonl", docs)
     write_jsonl(folder / "queries.jsonl", queries)
-    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{q['_id']}\td{q['_id'][1:]}\t1\n" for q in queries))
+    (folder / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q['_id']}\td{q['_id'][1:]}\t1\n" for q in queries)
+    )
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(tiny_config.model_dump()))
     out = tmp_path / "rerank"
-    result = CliRunner().invoke(main, [
-        "train", "rerank", "--beir", str(folder), "--negatives", "2", "--epochs", "2",
-        "--lr", "1e-3", "--batch-size", "8", "--base", str(pair_bert), "--max-length", "32",
-        "--validation-share", "0.25", "--out", str(out), "--config", str(config), "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "rerank",
+            "--beir",
+            str(folder),
+            "--negatives",
+            "2",
+            "--epochs",
+            "2",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "8",
+            "--base",
+            str(pair_bert),
+            "--max-length",
+            "32",
+            "--validation-share",
+            "0.25",
+            "--out",
+            str(out),
+            "--config",
+            str(config),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     short = json.loads(result.stdout)
     pairs = short["rerank_pairs"]

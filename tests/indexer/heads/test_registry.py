@@ -13,9 +13,11 @@ from indexer.heads.registry import HEAD_TYPE_NAMES, capabilities, head_type
 
 
 def test_capabilities_load_no_torch():
-    code = ("import sys; from indexer.heads.registry import capabilities; "
-            "assert capabilities('pair').scores_pairs; "
-            "assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
+    code = (
+        "import sys; from indexer.heads.registry import capabilities; "
+        "assert capabilities('pair').scores_pairs; "
+        "assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,5 +1,5 @@
-"""Raw text cut into the words a tagger was trained on (`indexer.heads.tagger.segment`): labels read on
-the first subword of each whitespace word, as training put them; spans at the exact character
+"""Raw text cut into the words a tagger was trained on (`indexer.heads.tagger.segment`): labels read
+on the first subword of each whitespace word, as training put them; spans at the exact character
 offsets of those words; `eval head --input raw-text` equal to what `annotate` stores."""
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ TEXTS = [
 def _tagger(base, out, bias=(0.0, 0.0, 1.0, 0.0, 1.0), segmentation=None, spread=1.0):
     torch.manual_seed(3)
     model = AutoModelForTokenClassification.from_pretrained(
-        base, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)),
-        label2id={n: i for i, n in enumerate(LABELS)})
+        base,
+        num_labels=len(LABELS),
+        id2label=dict(enumerate(LABELS)),
+        label2id={n: i for i, n in enumerate(LABELS)},
+    )
     with torch.no_grad():
         model.classifier.weight.normal_(0.0, spread)  # wide: tags differ from token to token
         model.classifier.bias.copy_(torch.tensor(bias))
@@ -71,8 +74,9 @@ def test_predict_reads_the_positions_training_labelled(tiny_bert, tmp_path):
     tagger = load_head(head)
     assert tagger.options == {"segmentation": "whitespace"}
     kind = head_type("ner")
-    examples = [TokenExample(f"t{i}", tuple(t.split()), (0,) * len(t.split()))
-                for i, t in enumerate(TEXTS)]
+    examples = [
+        TokenExample(f"t{i}", tuple(t.split()), (0,) * len(t.split())) for i, t in enumerate(TEXTS)
+    ]
     encoded = kind.encode(tagger.tokenizer, examples)  # the training path
     rows = model_logits(kind, tagger.model, encoded, pad_id_of(tagger.tokenizer), 8)
     expected = []
@@ -80,8 +84,12 @@ def test_predict_reads_the_positions_training_labelled(tiny_bert, tmp_path):
         spans = whitespace_words(text)
         ids, _ = decode_words(x.numpy(), LABELS)
         tags = [LABELS[i] for i in ids]
-        expected.append([(kind_, spans[a][0], spans[b - 1][1], text[spans[a][0]:spans[b - 1][1]])
-                         for kind_, a, b in bio_spans(tags)])
+        expected.append(
+            [
+                (kind_, spans[a][0], spans[b - 1][1], text[spans[a][0] : spans[b - 1][1]])
+                for kind_, a, b in bio_spans(tags)
+            ]
+        )
     got = [_spans(ents) for ents in tagger.predict(TEXTS)]
     assert got == expected
     assert any(t in {"#Spurs", "U.S.", "U.S.A."} for ents in got for *_, t in ents), got
@@ -126,43 +134,71 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     from search.cli.main import main as cli
 
     tokens = [t.split() for t in TEXTS[:3]] + [["john", "smith", "lives", "in", "paris"]]
-    gold = [["O", "O", "B-ORG", "O", "B-LOC", "O", "O", "B-LOC", "O"],
-            ["B-LOC", "O", "O", "B-LOC", "I-LOC", "B-LOC"],
-            ["B-ORG", "O", "B-ORG", "I-ORG", "O", "B-LOC"],
-            ["B-ORG", "I-ORG", "O", "O", "B-LOC"]]
+    gold = [
+        ["O", "O", "B-ORG", "O", "B-LOC", "O", "O", "B-LOC", "O"],
+        ["B-LOC", "O", "O", "B-LOC", "I-LOC", "B-LOC"],
+        ["B-ORG", "O", "B-ORG", "I-ORG", "O", "B-LOC"],
+        ["B-ORG", "I-ORG", "O", "O", "B-LOC"],
+    ]
     items = [{"tokens": t, "tags": g} for t, g in zip(tokens, gold)]
     path = tmp_path / "ner.json"
     path.write_text(json.dumps({"train": items, "validation": items, "test": items}))
     data = read_head_data("ner", path, fmt="splits")
     out = tmp_path / "head"
-    receipt = train_head(data, TrainSettings("ner", tiny_bert, out, epochs=1, batch_size=2,
-                                             lr=5e-3))
+    receipt = train_head(
+        data, TrainSettings("ner", tiny_bert, out, epochs=1, batch_size=2, lr=5e-3)
+    )
     assert json.loads((out / "config.json").read_text())[SEGMENTATION_KEY] == "whitespace"
     assert receipt["raw_text"]["segmentation"] == "whitespace"
 
-    config = Config().with_overrides(**{
-        "model.name": str(tiny_bert), "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": 64, "long_documents.stride": 8,
-        "store.path": str(tmp_path / "store"), "search.query_encoder": "torch"})
+    config = Config().with_overrides(
+        **{
+            "model.name": str(tiny_bert),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": 64,
+            "long_documents.stride": 8,
+            "store.path": str(tmp_path / "store"),
+            "search.query_encoder": "torch",
+        }
+    )
     config_file = tmp_path / "config.yaml"
     config_file.write_text(json.dumps(config.model_dump(exclude_unset=True)))
-    result = CliRunner().invoke(cli, ["eval", "head", str(out), "--data", str(path),
-                                      "--format", "splits", "--input", "raw-text", "--config", str(config_file),
-                                      "--json"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            "head",
+            str(out),
+            "--data",
+            str(path),
+            "--format",
+            "splits",
+            "--input",
+            "raw-text",
+            "--config",
+            str(config_file),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     scores = json.loads(result.output)
     assert scores["input"] == "raw-text" and scores["examples"] == 4
 
     corpus = tmp_path / "joined.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"t{i}", "text": " ".join(t)}) + "\n"
-                              for i, t in enumerate(tokens)))
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "text": " ".join(t)}) + "\n" for i, t in enumerate(tokens)
+        )
+    )
     wide = _tagger(tiny_bert, tmp_path / "wide")  # many entities, many of them right
     run_index([str(corpus)], config, "docs")
     run_annotate([f"trained={out}", f"wide={wide}"], config)
     with Store(config.store.path) as store:
         rows = store.con.execute(
             "SELECT e.head, d.external_id, e.type, e.start_char, e.end_char FROM entities e "
-            "JOIN documents d USING (doc_id)").fetchall()
+            "JOIN documents d USING (doc_id)"
+        ).fetchall()
     golds = gold_char_spans(data.splits["test"], data.label_names)
     for name, head_scores in (("trained", scores), ("wide", evaluate_raw_text(wide, data, config))):
         stored = {(int(doc[1:]), kind, s, e) for h, doc, kind, s, e in rows if h == name}
@@ -172,7 +208,20 @@ def test_raw_text_eval_equals_stored_entities(tiny_bert, tmp_path):
     assert len(stored) > 5 and 0 < expected["entity_f1"] < 1  # the wide head: a real test
     assert receipt["raw_text"]["entity_f1"] == pytest.approx(scores["entity_f1"])
 
-    refused = CliRunner().invoke(cli, ["eval", "head", str(out), "--data", str(path),
-                                       "--input", "raw-text", "--decode", "argmax",
-                                       "--config", str(config_file)])
+    refused = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            "head",
+            str(out),
+            "--data",
+            str(path),
+            "--input",
+            "raw-text",
+            "--decode",
+            "argmax",
+            "--config",
+            str(config_file),
+        ],
+    )
     assert refused.exit_code == 2 and "decodes bio only" in refused.output

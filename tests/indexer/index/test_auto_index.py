@@ -81,8 +81,15 @@ def built(spec="auto", n=6000, dim=32, seed=0, **overrides):
     vectors = clustered(n, dim, seed=seed, spread=0.7)  # wider than 0.35: harder neighbours
     ids = np.arange(1000, 1000 + n, dtype=np.int64)
     cfg = IndexConfig(**{"spec": spec, "flat_limit": 0, "tune_sample": 300} | overrides)
-    prov = Provenance(model_name="synthetic", weights_hash="-", pooling="mean", normalize=True,
-                      max_length=16, dim=dim, dtype="fp32")
+    prov = Provenance(
+        model_name="synthetic",
+        weights_hash="-",
+        pooling="mean",
+        normalize=True,
+        max_length=16,
+        dim=dim,
+        dtype="fp32",
+    )
     chosen = choose_spec(n, dim, cfg) if spec == "auto" else spec
     return VectorIndex.build(chosen, prov, cfg, vectors, ids), vectors, ids
 
@@ -165,8 +172,20 @@ def test_deletes_are_left_out_until_a_rebuild_is_due(spec, tmp_path):
 def test_pipeline_deletes_from_an_index_that_cannot_remove(spec, tiny_config, tmp_path):
     from indexer.ops.consistency import check_store
 
-    words = ["cat", "dog", "train", "sea", "river", "apple", "pear", "house", "car", "city",
-             "rug", "mountain"]
+    words = [
+        "cat",
+        "dog",
+        "train",
+        "sea",
+        "river",
+        "apple",
+        "pear",
+        "house",
+        "car",
+        "city",
+        "rug",
+        "mountain",
+    ]
     rng = np.random.default_rng(0)
     rows = [{"id": f"d{i}", "text": " ".join(rng.choice(words, 5))} for i in range(60)]
     corpus = tmp_path / "many.jsonl"

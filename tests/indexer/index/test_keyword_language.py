@@ -26,8 +26,10 @@ CASES = {
     "english": ("The children were running through the gardens", ["gardening", "runs"]),
     "italian": ("Le città italiane hanno molte biblioteche antiche", ["biblioteca", "citta"]),
     "german": ("Die Kinder spielen in den großen Häusern an der Straße", ["Haus", "strasse"]),
-    "french": ("Les étudiants travaillaient dans les bibliothèques municipales",
-               ["bibliothèque", "etudiant"]),
+    "french": (
+        "Les étudiants travaillaient dans les bibliothèques municipales",
+        ["bibliothèque", "etudiant"],
+    ),
     "spanish": ("Los niños jugaban en las montañas nevadas", ["montaña", "nino"]),
     "portuguese": ("As crianças cantavam nas escolas públicas", ["criança", "publica"]),
     "dutch": ("De kinderen fietsten langs de mooie grachten", ["gracht", "fietst"]),
@@ -46,10 +48,17 @@ def multilingual_store(tiny_model_dir, tmp_path_factory):
     from indexer.config import Config
 
     tmp_path = tmp_path_factory.mktemp("multilingual")
-    tiny_config = Config().with_overrides(**{
-        "model.name": str(tiny_model_dir), "model.dtype": "fp32", "model.device": "cpu",
-        "model.max_length": 16, "long_documents.stride": 4, "store.path": str(tmp_path / "store"),
-        "search.query_encoder": "torch"})
+    tiny_config = Config().with_overrides(
+        **{
+            "model.name": str(tiny_model_dir),
+            "model.dtype": "fp32",
+            "model.device": "cpu",
+            "model.max_length": 16,
+            "long_documents.stride": 4,
+            "store.path": str(tmp_path / "store"),
+            "search.query_encoder": "torch",
+        }
+    )
     rows = [{"id": lang, "text": text} for lang, (text, _) in CASES.items()]
     rows += [{"id": f"filler{i}", "text": t} for i, t in enumerate(FILLER)]
     corpus = tmp_path / "multi.jsonl"

@@ -29,6 +29,8 @@ def one_faiss_thread():
     faiss.omp_set_num_threads(1)
     yield
     faiss.omp_set_num_threads(before)
+
+
 PROVENANCE = Provenance("m", "h", "mean", True, 16, DIM, "fp32")
 
 
@@ -47,7 +49,7 @@ def test_sharded_build_equals_one_process_build(spec):
 
     def batches():
         for start in range(0, N, BATCH):
-            yield ids[start:start + BATCH], vectors[start:start + BATCH]
+            yield ids[start : start + BATCH], vectors[start : start + BATCH]
 
     one = VectorIndex.build_from_batches(spec, PROVENANCE, config, batches, N)
     with ThreadPoolExecutor(2) as pool:
@@ -70,19 +72,35 @@ def test_merge_shards_keeps_every_id():
     from indexer.index.shards import train_shard_template
 
     template = train_shard_template("IVF8,Flat", DIM, vectors[:2000])
-    shards = [add_to_shard(template, ids[s:s + 1000], vectors[s:s + 1000])
-              for s in range(0, N, 1000)]
+    shards = [
+        add_to_shard(template, ids[s : s + 1000], vectors[s : s + 1000]) for s in range(0, N, 1000)
+    ]
     merged = merge_shards(template, shards)
     assert merged.ntotal == N
-    found = np.concatenate([np.array([merged.invlists.get_single_id(li, j)
-                                      for j in range(merged.invlists.list_size(li))],
-                                     dtype=np.int64) for li in range(8)])
+    found = np.concatenate(
+        [
+            np.array(
+                [
+                    merged.invlists.get_single_id(li, j)
+                    for j in range(merged.invlists.list_size(li))
+                ],
+                dtype=np.int64,
+            )
+            for li in range(8)
+        ]
+    )
     assert sorted(found.tolist()) == sorted(ids.tolist())
 
 
-@pytest.mark.parametrize("spec, why", [("HNSW32", "not IVF"), ("Flat", "not IVF"),
-                                       ("IVF16,PQ4x4fs", "fast-scan"),
-                                       ("IVF16,PQ4,RFlat", "rescoring")])
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ("HNSW32", "not IVF"),
+        ("Flat", "not IVF"),
+        ("IVF16,PQ4x4fs", "fast-scan"),
+        ("IVF16,PQ4,RFlat", "rescoring"),
+    ],
+)
 def test_unmergeable_specs_say_why(spec, why):
     assert why in unmergeable(spec)
     with pytest.raises(VectorIndexError, match=why):

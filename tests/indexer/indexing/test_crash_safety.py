@@ -88,8 +88,9 @@ def test_sigkill_anywhere_then_rerun_equals_one_clean_run(tiny_config, tmp_path)
     # phase 2: 30 changed, 40 gone (on_missing: delete), 50 new; killed in each kind of write
     changed = {f"d{i}" for i in range(100, 130)}
     dropped = {f"d{i}" for i in range(500, 540)}
-    corpus2 = write_corpus(tmp_path / "docs2.jsonl", 3000, seed=1, drop=dropped,
-                           change=changed, extra=50)
+    corpus2 = write_corpus(
+        tmp_path / "docs2.jsonl", 3000, seed=1, drop=dropped, change=changed, extra=50
+    )
     assert run_forked(ref_cfg, corpus2, "delete") == 0
     for at in ("batch.before_commit:1", "delete.before_commit", "index.before_pointer"):
         assert run_forked(cfg, corpus2, "delete", crash_at=at) == -signal.SIGKILL, at
@@ -108,8 +109,7 @@ def test_rerun_encodes_nothing_then_only_changes(tiny_config, tmp_path):
     assert first["encoded"] == 200
     again = run_index([str(corpus)], tiny_config, batch_size=BATCH)
     assert (again["encoded"], again["index"]["version"]) == (0, None)
-    corpus = write_corpus(tmp_path / "docs.jsonl", 200, seed=3, change={"d1", "d2", "d3"},
-                          extra=5)
+    corpus = write_corpus(tmp_path / "docs.jsonl", 200, seed=3, change={"d1", "d2", "d3"}, extra=5)
     third = run_index([str(corpus)], tiny_config, batch_size=BATCH)
     assert (third["encoded"], third["skipped_unchanged"]) == (8, 197)
     assert check_store(tiny_config).problems == []

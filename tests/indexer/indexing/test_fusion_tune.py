@@ -24,8 +24,10 @@ from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.store import DocText, Store
 
-WORDS = ("apple river stone cloud engine garden silver paper window forest signal copper "
-         "harbor lantern meadow rocket violet castle puzzle thunder").split()
+WORDS = (
+    "apple river stone cloud engine garden silver paper window forest signal copper "
+    "harbor lantern meadow rocket violet castle puzzle thunder"
+).split()
 
 
 def _corpus(path, n: int) -> str:
@@ -33,19 +35,25 @@ def _corpus(path, n: int) -> str:
     rng = np.random.default_rng(7)
     rows = []
     for i in range(n):
-        sentences = [" ".join(rng.choice(WORDS, int(rng.integers(5, 9)))).capitalize() + "."
-                     for _ in range(3)]
+        sentences = [
+            " ".join(rng.choice(WORDS, int(rng.integers(5, 9)))).capitalize() + "."
+            for _ in range(3)
+        ]
         rows.append({"id": f"d{i}", "title": f"doc {i}", "text": " ".join(sentences)})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
 
 def test_pseudo_queries_are_cut_out_of_their_document():
-    docs = [DocText(1, "T", "Alpha beta gamma delta epsilon. Zeta eta theta iota kappa lambda."),
-            DocText(2, None, "Only one sentence of five words here."),
-            DocText(3, None, "Short. Alpha beta gamma delta epsilon zeta.")]
-    assert split_sentences(docs[0].text) == ["Alpha beta gamma delta epsilon.",
-                                             "Zeta eta theta iota kappa lambda."]
+    docs = [
+        DocText(1, "T", "Alpha beta gamma delta epsilon. Zeta eta theta iota kappa lambda."),
+        DocText(2, None, "Only one sentence of five words here."),
+        DocText(3, None, "Short. Alpha beta gamma delta epsilon zeta."),
+    ]
+    assert split_sentences(docs[0].text) == [
+        "Alpha beta gamma delta epsilon.",
+        "Zeta eta theta iota kappa lambda.",
+    ]
     queries = draw_pseudo_queries(docs, 10, seed=0)
     assert [q.doc_id for q in queries] == [1]  # two usable sentences needed ("Short." is not)
     q = queries[0]
@@ -72,8 +80,9 @@ def test_index_run_tunes_records_and_searches_use_it(tiny_config, tmp_path):
     assert summary["index"]["fusion"]["queries"] == MIN_QUERY_DOCS
     with Store(config.store.path, read_only=True) as store:  # the published snapshot
         tuning = store.vectors.fusion_tuning()
-        assert tuning is not None and tuning.dense_weight == summary["index"]["fusion"][
-            "dense_weight"]
+        assert (
+            tuning is not None and tuning.dense_weight == summary["index"]["fusion"]["dense_weight"]
+        )
         assert tuning.dense_weight in WEIGHTS and tuning.documents == MIN_QUERY_DOCS + 10
         assert tuning.weights_hash == store.vectors.provenance().weights_hash
         curve = {float(w): v for w, v in tuning.curve.items()}

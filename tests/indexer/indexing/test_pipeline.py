@@ -22,7 +22,9 @@ def search(cfg, query, **kw):
 
 def test_index_then_each_document_finds_itself_first(tiny_config, small_corpus):
     summary = run_index([str(small_corpus)], tiny_config)
-    assert (summary["read"], summary["encoded"], summary["rejected"]) == (5, 5, 0), summary["rejections"]
+    assert (summary["read"], summary["encoded"], summary["rejected"]) == (5, 5, 0), summary[
+        "rejections"
+    ]
     assert summary["chunks"] > 5  # the long document became several windows
     for line in small_corpus.read_text().splitlines():
         row = json.loads(line)

@@ -20,7 +20,8 @@ def test_make_windows_wraps_and_maps_characters():
     text = "aa bb cc dd ee"
     ids = [10, 11, 12, 13, 14]
     offsets = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
-    windows = make_windows(ids, offsets, len(text), cls_id=1, sep_id=2, max_length=5,
-                           stride=1, mode="chunk")
+    windows = make_windows(
+        ids, offsets, len(text), cls_id=1, sep_id=2, max_length=5, stride=1, mode="chunk"
+    )
     assert [w.ids for w in windows] == [[1, 10, 11, 12, 2], [1, 12, 13, 14, 2]]
-    assert [text[w.start_char:w.end_char] for w in windows] == ["aa bb cc", "cc dd ee"]
+    assert [text[w.start_char : w.end_char] for w in windows] == ["aa bb cc", "cc dd ee"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import pytest
 
-from indexer.config import SourceConfig
+from indexer.config.flows import SourceConfig
 from indexer.errors import ConfigError, InputError
 from indexer.indexing.run import run_index
 from indexer.ingest.formats import FORMATS, corpus_suffixes, detect_format, format_names
@@ -39,7 +39,8 @@ def write_mixed_folder(folder: Path) -> Path:
 
 
 def test_every_registered_kind_in_a_directory_is_read_and_others_are_reported(
-        tiny_config, tmp_path):
+    tiny_config, tmp_path
+):
     folder = write_mixed_folder(tmp_path / "corpus")
     summary = run_index([str(folder)], tiny_config)
     names = sorted(Path(p).name for p in summary["files"])
@@ -63,11 +64,22 @@ def test_a_directory_without_corpus_files_is_an_error_naming_what_it_holds(tmp_p
         expand_paths([folder])
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("x.jsonl", "jsonl"), ("x.ndjson", "jsonl"), ("x.json", "jsonl"), ("X.JSONL.GZ", "jsonl"),
-    ("x.csv", "csv"), ("x.csv.gz", "csv"), ("x.tsv", "tsv"), ("x.tsv.gz", "tsv"),
-    ("x.parquet", "parquet"), ("x.txt", "text"), ("x.txt.gz", "text"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("x.jsonl", "jsonl"),
+        ("x.ndjson", "jsonl"),
+        ("x.json", "jsonl"),
+        ("X.JSONL.GZ", "jsonl"),
+        ("x.csv", "csv"),
+        ("x.csv.gz", "csv"),
+        ("x.tsv", "tsv"),
+        ("x.tsv.gz", "tsv"),
+        ("x.parquet", "parquet"),
+        ("x.txt", "text"),
+        ("x.txt.gz", "text"),
+    ],
+)
 def test_detect_format_by_name(name, expected):
     assert detect_format(Path(name)) == expected
 
@@ -105,8 +117,9 @@ def test_config_file_with_an_unknown_format_names_the_key(tmp_path):
         load_config(path)
 
 
-def test_a_text_file_named_is_one_document_per_line_and_a_folder_leaves_it_out(tiny_config,
-                                                                                tmp_path):
+def test_a_text_file_named_is_one_document_per_line_and_a_folder_leaves_it_out(
+    tiny_config, tmp_path
+):
     """`.txt` (TweetEval's `*_text.txt`): each non-blank line a document `<name>:<line>`, a
     line that is not UTF-8 rejected by number; a folder given whole reports its .txt files
     as not read (a README.txt is not a corpus)."""
@@ -121,10 +134,14 @@ def test_a_text_file_named_is_one_document_per_line_and_a_folder_leaves_it_out(t
         doc_ids = [int(i) for ids, _ in store.dedup.iter_texts("default") for i in ids]
         hits = store.reads.fetch_documents(doc_ids)
     assert sorted((h.external_id, h.text) for h in hits.values()) == [
-        ("tweets.txt:1", "the cat sat"), ("tweets.txt:3", "the dog slept"),
-        ("tweets.txt:5", "red apple")]
+        ("tweets.txt:1", "the cat sat"),
+        ("tweets.txt:3", "the dog slept"),
+        ("tweets.txt:5", "red apple"),
+    ]
     folder = write_mixed_folder(tmp_path / "corpus")
     (folder / "README.txt").write_text("how this folder was made\n")
     other = tiny_config.with_overrides(**{"store.path": str(tmp_path / "store2")})
-    reported = {Path(r["source"]).name: r["reason"] for r in run_index([str(folder)], other)["rejections"]}
+    reported = {
+        Path(r["source"]).name: r["reason"] for r in run_index([str(folder)], other)["rejections"]
+    }
     assert "read only when named" in reported["README.txt"]

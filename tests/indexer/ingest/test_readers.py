@@ -23,7 +23,7 @@ def test_jsonl_bad_lines_are_rejected_and_the_rest_goes_on(tmp_path):
     path.write_bytes(
         b'{"id": 1, "text": "good one", "n": NaN}\n'
         b'{"id": 2, "text": ""}\n'
-        b'{broken\n'
+        b"{broken\n"
         b'{"id": 3, "text": null}\n'
         b'{"id": 1, "text": "duplicate"}\n'
         b'{"id": 4, "text": "caf\xff"}\n'
@@ -45,8 +45,9 @@ def test_jsonl_bad_lines_are_rejected_and_the_rest_goes_on(tmp_path):
 
 
 def test_csv_and_parquet_with_field_mapping(tmp_path):
-    frame = pl.DataFrame({"doc": ["x", "y"], "body": ["first text", "second text"],
-                          "year": [2020, 2021]})
+    frame = pl.DataFrame(
+        {"doc": ["x", "y"], "body": ["first text", "second text"], "year": [2020, 2021]}
+    )
     frame.write_csv(tmp_path / "c.csv")
     frame.write_parquet(tmp_path / "c.parquet")
     fields = FieldMap(id_field="doc", text_field="body", title_field=None)
@@ -54,7 +55,9 @@ def test_csv_and_parquet_with_field_mapping(tmp_path):
         records, rejected = records_and_rejects(tmp_path / name, fields=fields)
         assert not rejected
         assert [(r.external_id, r.text, r.row) for r in records] == [
-            ("x", "first text", 1), ("y", "second text", 2)]
+            ("x", "first text", 1),
+            ("y", "second text", 2),
+        ]
         assert str(records[1].metadata["year"]) == "2021"
 
 
@@ -63,7 +66,9 @@ def test_missing_text_column_names_the_columns(tmp_path):
     path.write_text("id,body\n1,hello\n")
     records, rejected = records_and_rejects(path)
     assert not records
-    assert "missing text field 'text'" in rejected[0].reason and "--text-field" in rejected[0].reason
+    assert (
+        "missing text field 'text'" in rejected[0].reason and "--text-field" in rejected[0].reason
+    )
 
 
 def test_beir_corpus_gz_and_default_ids(tmp_path):

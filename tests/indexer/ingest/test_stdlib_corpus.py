@@ -14,22 +14,29 @@ from indexer.store import Store
 def test_passages_from_source_without_importing(tmp_path):
     pkg = tmp_path / "toolbox"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text('"""Toolbox: helpers for parsing and writing many things."""\n')
+    (pkg / "__init__.py").write_text(
+        '"""Toolbox: helpers for parsing and writing many things."""\n'
+    )
     (pkg / "io.py").write_text(
         '"""Input and output helpers for the toolbox package, in one place."""\n'
         'raise SystemExit("never imported")\n'
-        'def read_all(path):\n'
+        "def read_all(path):\n"
         '    """Read every line of a file and return them as a list of strings."""\n'
         'def _private():\n    """A private helper that must not become a passage at all."""\n'
         'class Writer:\n    """Write records to a file, one per line, flushing as it goes."""\n'
         '    def write(self):\n        """Write one record to the file and flush it at once."""\n'
     )
     (tmp_path / "test").mkdir()
-    (tmp_path / "test" / "t.py").write_text('"""Tests are skipped entirely by the corpus reader."""\n')
+    (tmp_path / "test" / "t.py").write_text(
+        '"""Tests are skipped entirely by the corpus reader."""\n'
+    )
     rows = list(iter_passages(tmp_path))
     assert [(r["id"], r["kind"]) for r in rows] == [
-        ("toolbox", "module"), ("toolbox.io", "module"), ("toolbox.io.read_all", "function"),
-        ("toolbox.io.Writer", "class")]
+        ("toolbox", "module"),
+        ("toolbox.io", "module"),
+        ("toolbox.io.read_all", "function"),
+        ("toolbox.io.Writer", "class"),
+    ]
     assert rows[2]["module"] == "toolbox.io" and rows[2]["line"] == 3
 
 

@@ -35,9 +35,11 @@ def test_reindex_switches_encoder_and_survives_kills(tiny_config, small_corpus, 
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path) as store:
         doc_ids = store.reads.document_hashes()
-        store.con.execute("INSERT INTO annotations (doc_id, head, head_version, label, probability) "
-                          "VALUES (?, 'topic', 'h1', 'pets', 0.9)",
-                          [min(doc_ids)])
+        store.con.execute(
+            "INSERT INTO annotations (doc_id, head, head_version, label, probability) "
+            "VALUES (?, 'topic', 'h1', 'pets', 0.9)",
+            [min(doc_ids)],
+        )
     old_hits = search_ids(tiny_config, "parse command line arguments in python")
     new_cfg = tiny_config.with_overrides(**{"model.pooling": "cls"})
     load_encoder.cache_clear()

@@ -67,7 +67,8 @@ def test_labels_exact_where_the_margin_is_clear():
 
 def test_entities_spans_exact_scores_near():
     ref = [("d1", "ner", "PER", 0, 5, "Alice", 0.7)] + [
-        ("d%d" % i, "ner", "LOC", 0, 4, "Rome", 0.6) for i in range(2, 200)]
+        ("d%d" % i, "ner", "LOC", 0, 4, "Rome", 0.6) for i in range(2, 200)
+    ]
     near = [r[:-1] + (r[-1] + 1e-4,) for r in ref]
     assert same_entities(near, ref, FP32) == []
     assert same_entities(near[1:], ref, FP32) == []  # one near-tie span of 199: within 1 %

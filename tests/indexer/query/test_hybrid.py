@@ -29,7 +29,10 @@ def test_rrf_by_hand():
     assert [d for d, _ in fusion.rrf([dense, keyword], k=60)] == [1, 3, 2]
     # k=1, keyword list weighted 3: doc 3 has 1/4 + 3/2, doc 1 has 1/2 + 3/3
     assert fusion.rrf([dense, keyword], k=1, weights=[1, 3]) == [
-        (3, pytest.approx(1.75)), (1, pytest.approx(1.5)), (2, pytest.approx(1 / 3))]
+        (3, pytest.approx(1.75)),
+        (1, pytest.approx(1.5)),
+        (2, pytest.approx(1 / 3)),
+    ]
 
 
 def test_weighted_min_max_by_hand():
@@ -48,7 +51,7 @@ def test_zscore_by_hand():
     dense = [(1, 0.9), (2, 0.6), (3, 0.3)]  # mean 0.6, std sqrt(0.06)
     keyword = [(3, 10.0), (4, 2.0)]  # mean 6, std 4
     fused = dict(fusion.zscore([dense, keyword], [0.5, 0.5]))
-    std = 0.06 ** 0.5
+    std = 0.06**0.5
     assert fused[1] == pytest.approx(0.5 * 0.6 / std)
     assert fused[2] == pytest.approx(0.5 * 0.3 / std)
     assert fused[3] == pytest.approx(0.5 * 8 / 4)
@@ -77,24 +80,38 @@ def test_keyword_index_follows_adds_changes_and_deletes(tiny_config, small_corpu
     summary = run_index([str(small_corpus)], tiny_config)
     assert summary["index"]["keyword"]["added"] == 5
     assert _keyword_ids(tiny_config, "gzip") == ["b2"]
-    assert _keyword_ids(tiny_config, "sitting cats") == ["a1"]  # stemmed: sat != sitting, cats -> cat
+    assert _keyword_ids(tiny_config, "sitting cats") == [
+        "a1"
+    ]  # stemmed: sat != sitting, cats -> cat
     # change a1's text, add d1
     rows = [json.loads(line) for line in small_corpus.read_text().splitlines()]
     rows[0]["text"] = "a banana boat"
     rows.append({"id": "d1", "text": "gzip compression of command output", "kind": "code"})
     summary = run_index([str(_write(tmp_path / "v2.jsonl", rows))], tiny_config)
-    assert summary["index"]["keyword"] == {"documents": 6, "added": 1, "updated": 1,
-                                           "removed": 0, "rebuilt": False}
+    assert summary["index"]["keyword"] == {
+        "documents": 6,
+        "added": 1,
+        "updated": 1,
+        "removed": 0,
+        "rebuilt": False,
+    }
     assert "a1" not in _keyword_ids(tiny_config, "cat")
     assert _keyword_ids(tiny_config, "boat") == ["a1"]
     assert sorted(_keyword_ids(tiny_config, "gzip")) == ["b2", "d1"]
     # a document removed from the store leaves the keyword index on the next sync
     with Store(tiny_config.store.path) as store:
-        doc_id = store.con.execute("SELECT doc_id FROM documents WHERE external_id = 'b2'").fetchone()[0]
+        doc_id = store.con.execute(
+            "SELECT doc_id FROM documents WHERE external_id = 'b2'"
+        ).fetchone()[0]
         store.con.execute("DELETE FROM documents WHERE doc_id = ?", [doc_id])
         assert sync_keyword_index(store)["removed"] == 1
-        assert sync_keyword_index(store) == {"documents": 5, "added": 0, "updated": 0,
-                                             "removed": 0, "rebuilt": False}
+        assert sync_keyword_index(store) == {
+            "documents": 5,
+            "added": 0,
+            "updated": 0,
+            "removed": 0,
+            "rebuilt": False,
+        }
     assert _keyword_ids(tiny_config, "gzip") == ["d1"]
 
 
@@ -112,8 +129,9 @@ def test_filters_apply_in_every_mode(tiny_config, small_corpus):
     with Store(tiny_config.store.path, read_only=True) as store:
         searcher = Searcher(tiny_config, store)
         for mode in ("dense", "keyword", "hybrid"):
-            hits = searcher.search("the cat sat on the mat python", 10, where=[("kind", "code")],
-                                   mode=mode)
+            hits = searcher.search(
+                "the cat sat on the mat python", 10, where=[("kind", "code")], mode=mode
+            )
             assert hits and {h.metadata["kind"] for h in hits} == {"code"}, mode
             assert searcher.search("cat", 5, collection="other", mode=mode) == []
         hybrid = searcher.search("parse command line arguments in python", 3, mode="hybrid")
@@ -132,8 +150,20 @@ def cli_config(tiny_config, small_corpus, tmp_path):
 def test_cli_mode(cli_config):
     runner = CliRunner()
     for mode in ("dense", "keyword", "hybrid"):
-        result = runner.invoke(main, ["search", "gzip compress", "--config", str(cli_config),
-                                      "--mode", mode, "--json", "-k", "2"])
+        result = runner.invoke(
+            main,
+            [
+                "search",
+                "gzip compress",
+                "--config",
+                str(cli_config),
+                "--mode",
+                mode,
+                "--json",
+                "-k",
+                "2",
+            ],
+        )
         assert result.exit_code == 0, result.output
         hits = [json.loads(line) for line in result.stdout.splitlines()]
         assert hits and hits[0]["rank"] == 1, mode
@@ -149,8 +179,9 @@ def test_cli_mode(cli_config):
             assert hits[0]["dense"] is not None and hits[0]["keyword"] is not None
     result = runner.invoke(main, ["search", "gzip", "--config", str(cli_config), "--mode", "bm25"])
     assert result.exit_code == 2
-    result = runner.invoke(main, ["search", "zebra", "--config", str(cli_config), "--mode",
-                                  "keyword", "--json"])
+    result = runner.invoke(
+        main, ["search", "zebra", "--config", str(cli_config), "--mode", "keyword", "--json"]
+    )
     assert result.exit_code == 0 and result.stdout == ""
 
 
@@ -186,8 +217,14 @@ def test_cli_search_through_a_real_server(tiny_config, small_corpus):
 
     run_index([str(small_corpus)], tiny_config)
     with Store(tiny_config.store.path, read_only=True) as store:
-        server = uvicorn.Server(uvicorn.Config(create_app(Searcher(tiny_config, store)),
-                                               host="127.0.0.1", port=0, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(Searcher(tiny_config, store)),
+                host="127.0.0.1",
+                port=0,
+                log_level="warning",
+            )
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         while not server.started:
@@ -196,8 +233,9 @@ def test_cli_search_through_a_real_server(tiny_config, small_corpus):
         url = f"http://127.0.0.1:{port}"
         try:
             assert [h.id for h in remote_search(url, "gzip", 2, mode="keyword")] == ["b2"]
-            result = CliRunner().invoke(main, ["search", "gzip", "--server", url, "--mode",
-                                               "keyword", "--json"])
+            result = CliRunner().invoke(
+                main, ["search", "gzip", "--server", url, "--mode", "keyword", "--json"]
+            )
             assert result.exit_code == 0, result.output
             assert json.loads(result.stdout.splitlines()[0])["id"] == "b2"
         finally:
@@ -210,17 +248,34 @@ def test_cli_search_through_a_real_server(tiny_config, small_corpus):
 def test_eval_beir_reports_each_mode(tiny_config, tmp_path):
     folder = tmp_path / "mini"
     (folder / "qrels").mkdir(parents=True)
-    docs = [{"_id": "d1", "title": "cats", "text": "the cat sat on the mat"},
-            {"_id": "d2", "title": "code", "text": "parse command line arguments in python"},
-            {"_id": "d3", "title": "", "text": "compress a file with gzip"}]
+    docs = [
+        {"_id": "d1", "title": "cats", "text": "the cat sat on the mat"},
+        {"_id": "d2", "title": "code", "text": "parse command line arguments in python"},
+        {"_id": "d3", "title": "", "text": "compress a file with gzip"},
+    ]
     _write(folder / "corpus.jsonl", docs)
-    _write(folder / "queries.jsonl", [{"_id": "q1", "text": "gzip a file"},
-                                      {"_id": "q2", "text": "cat on a mat"}])
+    _write(
+        folder / "queries.jsonl",
+        [{"_id": "q1", "text": "gzip a file"}, {"_id": "q2", "text": "cat on a mat"}],
+    )
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq2\td1\t1\n")
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(tiny_config.model_dump()))
-    result = CliRunner().invoke(main, ["eval", "beir", str(folder), "--config", str(config),
-                                       "--mode", "keyword", "--mode", "hybrid", "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "beir",
+            str(folder),
+            "--config",
+            str(config),
+            "--mode",
+            "keyword",
+            "--mode",
+            "hybrid",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     scores = json.loads(result.stdout)
     assert set(scores["modes"]) == {"keyword", "hybrid"} and scores["queries"] == 2
@@ -279,5 +334,7 @@ def test_msmarco_subset_default_holds_against_the_better_half():
     scores = json.loads(result.stdout)
     modes = scores["modes"]
     assert scores["queries"] == 43 and modes["hybrid"]["queries"] == 43  # all judged queries
-    assert modes["hybrid"]["ndcg@10"] >= max(modes["dense"]["ndcg@10"],
-                                              modes["keyword"]["ndcg@10"]) - 0.005
+    assert (
+        modes["hybrid"]["ndcg@10"]
+        >= max(modes["dense"]["ndcg@10"], modes["keyword"]["ndcg@10"]) - 0.005
+    )

@@ -37,12 +37,24 @@ DOCS = [
 
 @pytest.fixture
 def store_config(tmp_path) -> Config:
-    config = Config().with_overrides(**{"store.path": str(tmp_path / "store"),
-                                        "index.spec": "Flat", "dedup.min_size": 2,
-                                        "dedup.min_jaccard": 0.0})
+    config = Config().with_overrides(
+        **{
+            "store.path": str(tmp_path / "store"),
+            "index.spec": "Flat",
+            "dedup.min_size": 2,
+            "dedup.min_jaccard": 0.0,
+        }
+    )
     e = basis()
-    vectors = [unit(e[0]), near(e[0], 1), near(e[0], 2), unit(e[1]), unit(e[2]), unit(e[3]),
-               unit(e[4])]  # d1, d2, d3: one wave
+    vectors = [
+        unit(e[0]),
+        near(e[0], 1),
+        near(e[0], 2),
+        unit(e[1]),
+        unit(e[2]),
+        unit(e[3]),
+        unit(e[4]),
+    ]  # d1, d2, d3: one wave
     docs = []
     for (doc, t, src, _, _), v in zip(DOCS, vectors):
         meta = {k: val for k, val in (("t", t), ("src", src)) if val is not None}
@@ -55,8 +67,12 @@ def store_config(tmp_path) -> Config:
             if label is None:
                 continue
             rows.append((doc_id, texts[doc_id], "h"))
-            notes.append(Annotation(labels=[Label(label[0], label[1], "sent")],
-                                    entities=[Entity(t, 0, len(x), x, 0.9, "ner") for t, x in ents]))
+            notes.append(
+                Annotation(
+                    labels=[Label(label[0], label[1], "sent")],
+                    entities=[Entity(t, 0, len(x), x, 0.9, "ner") for t, x in ents],
+                )
+            )
         store.annotations.write(rows, notes, {"sent": "v1", "ner": "v1"})
     run_dedup(config, "c")
     return config
@@ -70,24 +86,41 @@ def report(config: Config, **kwargs) -> dict:
 def test_week_buckets_by_hand(store_config):
     r = report(store_config, by="week", time_field="t")
     assert [(b["bucket"], b["documents"]) for b in r["buckets"]] == [
-        ("2024-01-01", 2), ("2024-01-08", 3), ("unknown", 2)]
+        ("2024-01-01", 2),
+        ("2024-01-08", 3),
+        ("unknown", 2),
+    ]
     w1, w2, unknown = r["buckets"]
-    assert w1["heads"]["sent"] == {"documents": 2, "mean_score": 0.75, "labels": {
-        "neg": {"count": 1, "mean_score": 0.6, "share": 0.5},
-        "pos": {"count": 1, "mean_score": 0.9, "share": 0.5}}}
-    assert w2["heads"]["sent"]["labels"]["pos"] == {"count": 2, "mean_score": 0.75,
-                                                     "share": 0.6667}
+    assert w1["heads"]["sent"] == {
+        "documents": 2,
+        "mean_score": 0.75,
+        "labels": {
+            "neg": {"count": 1, "mean_score": 0.6, "share": 0.5},
+            "pos": {"count": 1, "mean_score": 0.9, "share": 0.5},
+        },
+    }
+    assert w2["heads"]["sent"]["labels"]["pos"] == {"count": 2, "mean_score": 0.75, "share": 0.6667}
     assert w2["heads"]["sent"]["mean_score"] == pytest.approx(0.6667, abs=1e-4)
-    assert unknown["heads"]["sent"]["labels"] == {"pos": {"count": 1, "mean_score": 1.0,
-                                                          "share": 1.0}}
+    assert unknown["heads"]["sent"]["labels"] == {
+        "pos": {"count": 1, "mean_score": 1.0, "share": 1.0}
+    }
     # entities: documents mentioning them (case folded), change against the previous week
-    assert w1["entities"] == {"ORG": [{"text": "acme", "count": 2, "change": None}],
-                              "PER": [{"text": "bob", "count": 1, "change": None}]}
-    assert w2["entities"]["ORG"] == [{"text": "zed", "count": 2, "change": 2},
-                                     {"text": "acme", "count": 1, "change": -1}]
+    assert w1["entities"] == {
+        "ORG": [{"text": "acme", "count": 2, "change": None}],
+        "PER": [{"text": "bob", "count": 1, "change": None}],
+    }
+    assert w2["entities"]["ORG"] == [
+        {"text": "zed", "count": 2, "change": 2},
+        {"text": "acme", "count": 1, "change": -1},
+    ]
     assert w2["entities"]["PER"] == [{"text": "bob", "count": 1, "change": 0}]
-    assert w2["rising"][0] == {"type": "ORG", "text": "zed", "count": 2, "share": 0.6667,
-                               "share_change": 0.6667}
+    assert w2["rising"][0] == {
+        "type": "ORG",
+        "text": "zed",
+        "count": 2,
+        "share": 0.6667,
+        "share_change": 0.6667,
+    }
     assert w1["rising"] == [] and unknown["rising"] == []
     # the wave d1, d2, d3 (group of 3): two copies in week 1, one in week 2
     assert [(w["in_bucket"], w["size"]) for w in w1["waves"]] == [(2, 3)]
@@ -99,17 +132,26 @@ def test_week_buckets_by_hand(store_config):
 def test_day_field_and_window(store_config):
     days = report(store_config, by="day", time_field="t")
     assert [(b["bucket"], b["documents"]) for b in days["buckets"]] == [
-        ("2024-01-01", 1), ("2024-01-03", 1), ("2024-01-09", 2), ("2024-01-11", 1),
-        ("unknown", 2)]
+        ("2024-01-01", 1),
+        ("2024-01-03", 1),
+        ("2024-01-09", 2),
+        ("2024-01-11", 1),
+        ("unknown", 2),
+    ]
     by_src = report(store_config, by="src")
     assert [(b["bucket"], b["documents"]) for b in by_src["buckets"]] == [
-        ("app", 3), ("web", 3), ("unknown", 1)]
-    assert all(e["change"] is None for b in by_src["buckets"] for es in b["entities"].values()
-               for e in es)
-    window = report(store_config, by="week", time_field="t", since="2024-01-08",
-                    until="2024-01-10")
+        ("app", 3),
+        ("web", 3),
+        ("unknown", 1),
+    ]
+    assert all(
+        e["change"] is None for b in by_src["buckets"] for es in b["entities"].values() for e in es
+    )
+    window = report(store_config, by="week", time_field="t", since="2024-01-08", until="2024-01-10")
     assert [(b["bucket"], b["documents"]) for b in window["buckets"]] == [
-        ("2024-01-08", 2), ("unknown", 2)]  # d3, d7 (01-09); d4 is 01-11 UTC
+        ("2024-01-08", 2),
+        ("unknown", 2),
+    ]  # d3, d7 (01-09); d4 is 01-11 UTC
 
 
 def test_missing_time_field_is_an_error_naming_it(store_config):
@@ -126,8 +168,7 @@ def test_missing_time_field_is_an_error_naming_it(store_config):
 def test_cli_json_one_object_per_bucket(store_config, tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text(f"store: {{path: {store_config.store.path}}}\nfields: {{time: t}}\n")
-    result = CliRunner().invoke(main, ["report", "--config", str(cfg), "--json", "--heads",
-                                       "sent"])
+    result = CliRunner().invoke(main, ["report", "--config", str(cfg), "--json", "--heads", "sent"])
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in result.output.strip().splitlines()]
     assert [b["bucket"] for b in lines] == ["2024-01-01", "2024-01-08", "unknown"]
@@ -176,7 +217,8 @@ def test_html_renders_in_headless_chromium(store_config, tmp_path):
         driver.get(page.as_uri())
         drawn = driver.execute_script(
             "return document.querySelectorAll('.js-plotly-plot .main-svg').length > 0 ? "
-            "document.querySelectorAll('.js-plotly-plot').length : 0")
+            "document.querySelectorAll('.js-plotly-plot').length : 0"
+        )
         bars = driver.execute_script("return document.querySelectorAll('.bars .point').length")
         errors = console_errors(driver)
         shot = screenshot(driver, tmp_path / "report.png")

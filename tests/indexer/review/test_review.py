@@ -30,9 +30,14 @@ pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 NAMES = ["neg", "pos"]
 # id -> (text, model label, probability): uncertain order is d3, d1, d5, d2, d4, d6
-DOCS = {"d1": ("a calm day by the sea", "pos", 0.55), "d2": ("the dog slept", "neg", 0.80),
-        "d3": ("prices went up again", "pos", 0.51), "d4": ("a great film", "pos", 0.97),
-        "d5": ("the train was late", "neg", 0.60), "d6": ("rain all week", "neg", 0.99)}
+DOCS = {
+    "d1": ("a calm day by the sea", "pos", 0.55),
+    "d2": ("the dog slept", "neg", 0.80),
+    "d3": ("prices went up again", "pos", 0.51),
+    "d4": ("a great film", "pos", 0.97),
+    "d5": ("the train was late", "neg", 0.60),
+    "d6": ("rain all week", "neg", 0.99),
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,12 @@ def annotated(tiny_model_dir, tmp_path_factory):
     """A store of six documents labelled by head `clf` (and `clf2` for two of them)."""
     root = tmp_path_factory.mktemp("review")
     corpus = root / "docs.jsonl"
-    corpus.write_text("".join(json.dumps({"id": k, "text": t, "lang": "en" if k != "d5" else "fr"})
-                              + "\n" for k, (t, _, _) in DOCS.items()))
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": k, "text": t, "lang": "en" if k != "d5" else "fr"}) + "\n"
+            for k, (t, _, _) in DOCS.items()
+        )
+    )
     config = tiny_model_config(tiny_model_dir, root / "store")
     run_index([str(corpus)], config, collection="docs")
     return config, root
@@ -55,20 +64,31 @@ def store(annotated, tmp_path):
     config, _ = annotated
     shutil.copytree(config.store.path, tmp_path / "store")
     with Store(tmp_path / "store") as s:
-        docs = s.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
-                             "ORDER BY doc_id").fetchall()
-        s.annotations.write([d[:3] for d in docs],
-                          [Annotation(labels=[Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf",
-                                                    1 - DOCS[d[3]][2])]) for d in docs],
-                          {"clf": "v1"})
+        docs = s.con.execute(
+            "SELECT doc_id, text, content_hash, external_id FROM documents ORDER BY doc_id"
+        ).fetchall()
+        s.annotations.write(
+            [d[:3] for d in docs],
+            [
+                Annotation(labels=[Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])])
+                for d in docs
+            ],
+            {"clf": "v1"},
+        )
         other = {"d1": "neg", "d4": "pos"}  # clf2 disagrees on d1 only
         picked = [d for d in docs if d[3] in other]
-        s.annotations.write([d[:3] for d in picked],
-                          [Annotation(labels=[Label(other[d[3]], 0.7, "clf2")]) for d in picked],
-                          {"clf2": "v1"})
-        s.reviews.record_heads([("clf", "classifier", NAMES, "heads/clf", "v1"),
-                            ("clf2", "classifier", NAMES, "heads/clf2", "v1"),
-                            ("ner", "ner", ["O", "B-LOC", "I-LOC"], "heads/ner", "v1")])
+        s.annotations.write(
+            [d[:3] for d in picked],
+            [Annotation(labels=[Label(other[d[3]], 0.7, "clf2")]) for d in picked],
+            {"clf2": "v1"},
+        )
+        s.reviews.record_heads(
+            [
+                ("clf", "classifier", NAMES, "heads/clf", "v1"),
+                ("clf2", "classifier", NAMES, "heads/clf2", "v1"),
+                ("ner", "ner", ["O", "B-LOC", "I-LOC"], "heads/ner", "v1"),
+            ]
+        )
         yield s
 
 
@@ -87,11 +107,18 @@ def test_strategy_orders_by_hand():
     top = np.array([0.9, 0.5, 0.7, 0.5])
     assert st.uncertain_order(top).tolist() == [1, 3, 2, 0]
     # three labels: 0.5 vs 0.45 is closer than 0.5 vs 0.1
-    assert st.margin_order(np.array([0.5, 0.5, 0.9]), np.array([0.1, 0.45, 0.05])).tolist() == [1, 0, 2]
+    assert st.margin_order(np.array([0.5, 0.5, 0.9]), np.array([0.1, 0.45, 0.05])).tolist() == [
+        1,
+        0,
+        2,
+    ]
     # unknown runner-up -> 1 - top (exact for two labels)
-    np.testing.assert_allclose(st.margins(np.array([0.8, 0.6]), np.array([np.nan, 0.3])), [0.6, 0.3])
-    assert st.disagree_order(["a", "b", "a"], ["a", "a", "b"], np.array([.9, .9, .6]),
-                             np.array([.9, .8, .6])).tolist() == [2, 1]
+    np.testing.assert_allclose(
+        st.margins(np.array([0.8, 0.6]), np.array([np.nan, 0.3])), [0.6, 0.3]
+    )
+    assert st.disagree_order(
+        ["a", "b", "a"], ["a", "a", "b"], np.array([0.9, 0.9, 0.6]), np.array([0.9, 0.8, 0.6])
+    ).tolist() == [2, 1]
     assert sorted(st.random_order(5, 1).tolist()) == list(range(5))
     assert st.random_order(5, 1).tolist() == st.random_order(5, 1).tolist()
     assert st.collapse_groups([5, 3, 7, 1, 9], {5: 100, 7: 100, 1: 200, 9: 200}) == [5, 3, 1]
@@ -107,7 +134,14 @@ def test_export_orders_filters_and_skips_reviewed(store):
     assert ids(rows) == ["d3", "d1", "d5"]
     assert rows[0]["predicted"] == "pos" and rows[0]["score"] == 0.51 and rows[0]["label"] == ""
     assert rows[0]["text"] == DOCS["d3"][0] and rows[0]["collection"] == "docs"
-    assert ids(select_for_review(store, "clf", "margin", n=6)) == ["d3", "d1", "d5", "d2", "d4", "d6"]
+    assert ids(select_for_review(store, "clf", "margin", n=6)) == [
+        "d3",
+        "d1",
+        "d5",
+        "d2",
+        "d4",
+        "d6",
+    ]
     assert ids(select_for_review(store, "clf", "uncertain", n=6, where=[("lang", "fr")])) == ["d5"]
     assert ids(select_for_review(store, "clf", "disagree", n=5, other="clf2")) == ["d1"]
     assert len(select_for_review(store, "clf", "random", n=6, seed=3)) == 6
@@ -121,19 +155,35 @@ def test_export_orders_filters_and_skips_reviewed(store):
 
 def test_export_collapses_near_duplicates_with_a_grouping(store, monkeypatch):
     groups = {doc_id(store, "d3"): 1, doc_id(store, "d1"): 1, doc_id(store, "d5"): 1}
-    monkeypatch.setattr(store.dedup, "groups_of", lambda ids: {d: groups[d] for d in ids if d in groups},
-                        raising=False)
+    monkeypatch.setattr(
+        store.dedup,
+        "groups_of",
+        lambda ids: {d: groups[d] for d in ids if d in groups},
+        raising=False,
+    )
     assert ids(select_for_review(store, "clf", "uncertain", n=3)) == ["d3", "d2", "d4"]
 
 
 def test_review_file_round_trip_csv_and_jsonl(tmp_path):
-    rows = [{"id": "x,1", "collection": "c", "head": "h", "predicted": "pos", "score": 0.5,
-             "label": "", "title": None, "text": 'say "hi",\nthen go'}]
+    rows = [
+        {
+            "id": "x,1",
+            "collection": "c",
+            "head": "h",
+            "predicted": "pos",
+            "score": 0.5,
+            "label": "",
+            "title": None,
+            "text": 'say "hi",\nthen go',
+        }
+    ]
     for suffix in (".csv", ".jsonl"):
         path = tmp_path / f"r{suffix}"
         write_review_file(path, rows)
         back = list(read_review_file(path))
-        assert [r.fields["id"] for r in back] == ["x,1"] and back[0].fields["text"] == rows[0]["text"]
+        assert [r.fields["id"] for r in back] == ["x,1"] and back[0].fields["text"] == rows[0][
+            "text"
+        ]
     with pytest.raises(InputError, match=r"\.jsonl or \.csv"):
         write_review_file(tmp_path / "r.xlsx", rows)
 
@@ -173,8 +223,9 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
     assert store.reviews.count("clf") == before + 2
     d1, d6 = doc_id(store, "d1"), doc_id(store, "d6")
     assert store.reviews.current_labels("clf", [d1, d6]) == {d1: "neg", d6: "neg"}
-    row = store.con.execute("SELECT reviewer, reviewed_at::VARCHAR, source FROM reviews "
-                            "WHERE doc_id = ?", [d1]).fetchone()
+    row = store.con.execute(
+        "SELECT reviewer, reviewed_at::VARCHAR, source FROM reviews WHERE doc_id = ?", [d1]
+    ).fetchone()
     assert row == ("ann", "2026-11-30 10:00:00", "labels.jsonl")
     # again: nothing new; then a changed label is appended, the earlier one kept in history
     assert import_rows(store, read_review_file(path), "clf", "labels.jsonl").stored == 0
@@ -187,11 +238,13 @@ def test_import_checks_every_row_and_keeps_the_rest(store, tmp_path):
 
 def test_import_a_spreadsheet_csv_bom_crlf_quotes(store, tmp_path):
     path = tmp_path / "sheet.csv"
-    body = ('id,collection,text,label,reviewer\r\n'
-            'd1,docs,"a calm day, by the ""sea""\r\nsecond line",pos,"Smith, Ann"\r\n'
-            'd2,docs,x,neg,\r\n'
-            'd9,docs,x,pos,\r\n'
-            ',,,,\r\n')
+    body = (
+        "id,collection,text,label,reviewer\r\n"
+        'd1,docs,"a calm day, by the ""sea""\r\nsecond line",pos,"Smith, Ann"\r\n'
+        "d2,docs,x,neg,\r\n"
+        "d9,docs,x,pos,\r\n"
+        ",,,,\r\n"
+    )
     path.write_bytes(b"\xef\xbb\xbf" + body.encode())
     s = import_rows(store, read_review_file(path), "clf", "sheet.csv", reviewer="env-user")
     assert (s.stored, s.rejected_total) == (2, 1)
@@ -236,8 +289,9 @@ def test_label_filters_prefer_human_labels_and_annotate_never_overwrites(store):
     assert d1 in neg and d1 not in pos and d2 in neg
     assert store.filters.doc_ids(labels=[("clf", "neg")], human=True).tolist() == [d1]
     # the model labels the document again: the person's label still decides
-    docs = store.con.execute("SELECT doc_id, text, content_hash FROM documents WHERE doc_id = ?",
-                             [d1]).fetchall()
+    docs = store.con.execute(
+        "SELECT doc_id, text, content_hash FROM documents WHERE doc_id = ?", [d1]
+    ).fetchall()
     store.annotations.write(docs, [Annotation(labels=[Label("pos", 0.99, "clf")])], {"clf": "v2"})
     assert store.reviews.current_labels("clf", [d1]) == {d1: "neg"}
     assert d1 not in set(store.filters.doc_ids(labels=[("clf", "pos")]).tolist())
@@ -256,15 +310,25 @@ def test_reviewed_documents_join_the_train_split_only(store, tmp_path):
     store.con.execute("UPDATE documents SET content_hash = 'changed' WHERE external_id = 'd4'")
     path = store.path
     store.close()
-    data = HeadData("classifier", NAMES, {
-        "train": [SentenceExample("t1", "x", 0)],
-        "validation": [SentenceExample("v1", DOCS["d2"][0], 1)],  # d2's text: left out
-        "test": [SentenceExample("s1", "z", 0)]})
+    data = HeadData(
+        "classifier",
+        NAMES,
+        {
+            "train": [SentenceExample("t1", "x", 0)],
+            "validation": [SentenceExample("v1", DOCS["d2"][0], 1)],  # d2's text: left out
+            "test": [SentenceExample("s1", "z", 0)],
+        },
+    )
     add_reviewed(data, path, "clf")
     assert [(e.id, e.label) for e in data.splits["train"]] == [("t1", 0), ("reviewed:d1", 0)]
     assert len(data.splits["validation"]) == len(data.splits["test"]) == 1
-    assert data.reviewed == {"head": "clf", "store": str(path), "added_to_train": 1, "stale": 1,
-                             "in_eval": 1}
+    assert data.reviewed == {
+        "head": "clf",
+        "store": str(path),
+        "added_to_train": 1,
+        "stale": 1,
+        "in_eval": 1,
+    }
     with pytest.raises(InputError, match="not in the data's labels"):
         add_reviewed(HeadData("classifier", ["a", "b"], {"train": []}), path, "clf")
 
@@ -280,15 +344,32 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
     cfg.write_text(yaml.safe_dump(config.with_overrides(**{"store.path": str(path)}).model_dump()))
     runner = CliRunner()
     out = tmp_path / "next.csv"
-    r = runner.invoke(main, ["review", "export", "--head", "clf", "--n", "2", "--out", str(out),
-                             "--config", str(cfg), "--json"])
+    r = runner.invoke(
+        main,
+        [
+            "review",
+            "export",
+            "--head",
+            "clf",
+            "--n",
+            "2",
+            "--out",
+            str(out),
+            "--config",
+            str(cfg),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["exported"] == 2
     text = out.read_text()
     assert text.splitlines()[0] == "id,collection,head,predicted,score,label,title,text"
-    out.write_text(text.replace(",pos,0.51,,", ",pos,0.51,neg,").replace(",pos,0.55,,", ",pos,0.55,bad,"))
-    r = runner.invoke(main, ["review", "import", str(out), "--head", "clf", "--config", str(cfg),
-                             "--json"])
+    out.write_text(
+        text.replace(",pos,0.51,,", ",pos,0.51,neg,").replace(",pos,0.55,,", ",pos,0.55,bad,")
+    )
+    r = runner.invoke(
+        main, ["review", "import", str(out), "--head", "clf", "--config", str(cfg), "--json"]
+    )
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert (summary["stored"], summary["rejected"]) == (1, 1)
@@ -296,8 +377,21 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
     r = runner.invoke(main, ["status", "--config", str(cfg), "--json"])  # the run log has it
     review_runs = [x for x in json.loads(r.stdout)["runs"] if x["kind"] == "review"]
     assert [x["status"] for x in review_runs] == ["completed"]
-    r = runner.invoke(main, ["search", "prices", "--label", "clf=neg", "--human", "--mode", "keyword",
-                             "--config", str(cfg), "--json"])
+    r = runner.invoke(
+        main,
+        [
+            "search",
+            "prices",
+            "--label",
+            "clf=neg",
+            "--human",
+            "--mode",
+            "keyword",
+            "--config",
+            str(cfg),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     hits = [json.loads(x) for x in r.stdout.splitlines()]
     assert [h["id"] for h in hits] == ["d3"]
@@ -305,8 +399,19 @@ def test_cli_export_import_and_search_human(store, tmp_path, annotated):
     assert [(x["head"], x["label"]) for x in hits[0]["reviewed"]] == [("clf", "neg")]
     r = runner.invoke(main, ["search", "x", "--human", "--config", str(cfg)])
     assert r.exit_code == 2
-    r = runner.invoke(main, ["review", "export", "--head", "clf", "--out", str(tmp_path / "a.txt"),
-                             "--config", str(cfg)])
+    r = runner.invoke(
+        main,
+        [
+            "review",
+            "export",
+            "--head",
+            "clf",
+            "--out",
+            str(tmp_path / "a.txt"),
+            "--config",
+            str(cfg),
+        ],
+    )
     assert r.exit_code == 1 and ".jsonl or .csv" in r.output
 
 
@@ -338,20 +443,26 @@ def test_review_api_answers_and_refusals(store, annotated):
     assert r.status_code == 200
     assert r.json()["document"]["id"] == "d1" and r.json()["labels"] == NAMES
     d1 = r.json()["document"]["doc_id"]
-    assert client.get("/review/api/next", params={"head": "clf", "strategy": "disagree"}).status_code == 400
+    assert (
+        client.get("/review/api/next", params={"head": "clf", "strategy": "disagree"}).status_code
+        == 400
+    )
     assert client.get("/review/api/next", params={"head": "clf", "skip": "1,x"}).status_code == 400
     assert client.get("/review/api/next", params={"head": "nope"}).status_code == 400
     bad = client.post("/review/api/label", json={"head": "clf", "doc_id": d1, "label": "maybe"})
     assert bad.status_code == 400 and "not one of" in bad.json()["detail"]
     gone = client.post("/review/api/label", json={"head": "clf", "doc_id": 999999, "label": "pos"})
     assert gone.status_code == 400 and "no longer in the store" in gone.json()["detail"]
-    ok = client.post("/review/api/label", json={"head": "clf", "doc_id": d1, "label": "pos",
-                                                 "reviewer": "kim", "session": "s" * 32})
+    ok = client.post(
+        "/review/api/label",
+        json={"head": "clf", "doc_id": d1, "label": "pos", "reviewer": "kim", "session": "s" * 32},
+    )
     assert ok.status_code == 200
     undo = {"head": "clf", "review_id": ok.json()["review_id"], "ticket": ok.json()["undo"]}
     assert client.post("/review/api/undo", json=undo).status_code == 403  # no session: not its
-    assert client.post("/review/api/undo", json={**undo, "session": "s" * 32}
-                       ).json() == {"undone": True}
+    assert client.post("/review/api/undo", json={**undo, "session": "s" * 32}).json() == {
+        "undone": True
+    }
     page = client.get("/review")
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert client.get("/review/static/../../config.yaml").status_code == 404

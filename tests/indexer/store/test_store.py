@@ -49,8 +49,9 @@ def chunks_for(doc_ids: list[int], seed: int = 0) -> ChunkRows:
     return ChunkRows(list(doc_ids), [0] * n, [0] * n, [3] * n, [2] * n, vectors)
 
 
-def add(store: Store, collection: str, records: list[Record], seed: int = 0
-        ) -> tuple[list[int], list[int], ChunkRows]:
+def add(
+    store: Store, collection: str, records: list[Record], seed: int = 0
+) -> tuple[list[int], list[int], ChunkRows]:
     """Write `records` as new documents; returns (doc ids, chunk ids, the chunks written)."""
     doc_ids = store.documents.next_ids("doc_ids", len(records))
     rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, records)]
@@ -69,9 +70,19 @@ def store(tmp_path):
 
 def test_migrations_from_an_empty_file(tmp_path):
     with Store(tmp_path / "s") as store:
-        assert store.side.names() == ["annotated", "annotations", "dedup_members",
-                                      "dedup_state", "entities", "inbox_ledger", "rejected",
-                                      "review_heads", "reviews", "runs", "tokens"]
+        assert store.side.names() == [
+            "annotated",
+            "annotations",
+            "dedup_members",
+            "dedup_state",
+            "entities",
+            "inbox_ledger",
+            "rejected",
+            "review_heads",
+            "reviews",
+            "runs",
+            "tokens",
+        ]
         assert store.counts.documents() == store.counts.chunks() == store.vectors.count() == 0
         assert store.vectors.provenance() is None
         assert store.data_version() == SCHEMA_VERSION - 1  # each step after 1 moved it
@@ -88,8 +99,9 @@ def test_a_schema_1_store_is_upgraded_and_a_newer_one_refused(tmp_path):
     with Store(folder) as store:
         assert "annotations" in store.side.names()
     with duckdb.connect(str(folder / DB_NAME)) as con:
-        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                    [str(max(MIGRATIONS) + 1)])
+        con.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(max(MIGRATIONS) + 1)]
+        )
     with pytest.raises(StoreError, match="newer bertindex"):
         Store(folder)
     with pytest.raises(StoreError, match="newer bertindex"):
@@ -105,13 +117,16 @@ def test_write_batch_then_read_back(store):
     }
     assert store.documents.existing("other", ["a"]) == {}
     hits = store.reads.fetch_hits(chunk_ids)
-    assert [(h.external_id, h.text, h.metadata, h.start_char, h.end_char)
-            for h in (hits[c] for c in chunk_ids)] == [("a", "cat sat", {"lang": "en"}, 0, 3),
-                                                       ("b", "dog ran", {"lang": "fr"}, 0, 3)]
+    assert [
+        (h.external_id, h.text, h.metadata, h.start_char, h.end_char)
+        for h in (hits[c] for c in chunk_ids)
+    ] == [("a", "cat sat", {"lang": "en"}, 0, 3), ("b", "dog ran", {"lang": "fr"}, 0, 3)]
     whole = store.reads.fetch_documents(doc_ids)[doc_ids[1]]
     assert (whole.chunk_id, whole.start_char, whole.end_char) == (-1, 0, len("dog ran"))
-    assert store.reads.documents_text(doc_ids[::-1]) == [DocText(doc_ids[0], None, "cat sat"),
-                                                         DocText(doc_ids[1], None, "dog ran")]
+    assert store.reads.documents_text(doc_ids[::-1]) == [
+        DocText(doc_ids[0], None, "cat sat"),
+        DocText(doc_ids[1], None, "dog ran"),
+    ]
     np.testing.assert_array_equal(store.vectors.fetch(np.asarray(chunk_ids)), chunks.vectors)
     ids, vecs = next(iter(store.vectors.iter_batches()))
     np.testing.assert_array_equal(ids, chunk_ids)
@@ -119,17 +134,28 @@ def test_write_batch_then_read_back(store):
     keys, docs, _, _ = store.vectors.chunk_span_map()
     assert dict(zip(keys.tolist(), docs.tolist())) == dict(zip(chunk_ids, doc_ids))
     assert store.counts.collections() == [
-        {"collection": "docs", "documents": 2, "chunks": 2, "vectors": 2}]
+        {"collection": "docs", "documents": 2, "chunks": 2, "vectors": 2}
+    ]
     assert store.checks.integrity_counts().__dict__ == {
-        "duplicate_ids": 0, "orphan_chunks": 0, "stray_vectors": 0}
+        "duplicate_ids": 0,
+        "orphan_chunks": 0,
+        "stray_vectors": 0,
+    }
 
 
 def test_changed_document_replaces_its_chunks(store):
     (doc_id,), (old_chunk,), _ = add(store, "docs", [record("a", "first")])
     changed = record("a", "second")
     new = chunks_for([doc_id], seed=1)
-    added, removed = store.documents.write_batch("docs", [], [(doc_id, changed, content_hash(changed))],
-                                                 [], new, [Rejected("x.jsonl", 3, None, "bad")], "run2")
+    added, removed = store.documents.write_batch(
+        "docs",
+        [],
+        [(doc_id, changed, content_hash(changed))],
+        [],
+        new,
+        [Rejected("x.jsonl", 3, None, "bad")],
+        "run2",
+    )
     assert removed == [old_chunk] and added != [old_chunk]
     assert store.documents.existing("docs", ["a"])["a"].content_hash == content_hash(changed)
     assert store.reads.documents_text([doc_id]) == [DocText(doc_id, None, "second")]
@@ -156,8 +182,12 @@ def test_delete_by_id_and_keep(store):
 
 def test_failed_batch_leaves_nothing(store, monkeypatch):
     add(store, "docs", [record("a", "kept")])
-    before = (store.data_version(), store.counts.documents(), store.counts.chunks(),
-              store.vectors.count())
+    before = (
+        store.data_version(),
+        store.counts.documents(),
+        store.counts.chunks(),
+        store.vectors.count(),
+    )
 
     def fail(name):
         if name == "batch.before_commit":
@@ -166,26 +196,41 @@ def test_failed_batch_leaves_nothing(store, monkeypatch):
     monkeypatch.setattr(documents_module, "crash_point", fail)
     with pytest.raises(RuntimeError, match="disk full"):
         add(store, "docs", [record("b", "lost"), record("c", "lost too")])
-    assert (store.data_version(), store.counts.documents(), store.counts.chunks(),
-            store.vectors.count()) == before
+    assert (
+        store.data_version(),
+        store.counts.documents(),
+        store.counts.chunks(),
+        store.vectors.count(),
+    ) == before
     assert sorted(store.documents.existing("docs", ["a", "b", "c"])) == ["a"]
     assert store.runs.last() == []
 
 
 HOSTILE = [
-    "x' OR '1'='1", "'; DROP TABLE documents; --", '" OR 1=1 --', "*", "$..lang", "a.b",
-    "lang') OR ('1'='1", "\x00", "%", "_",
+    "x' OR '1'='1",
+    "'; DROP TABLE documents; --",
+    '" OR 1=1 --',
+    "*",
+    "$..lang",
+    "a.b",
+    "lang') OR ('1'='1",
+    "\x00",
+    "%",
+    "_",
 ]
 
 
 def test_hostile_filter_values_are_bound(store):
-    doc_ids, chunk_ids, _ = add(store, "docs", [record("a", "t", lang="en", **{"a.b": "dot"}),
-                                                record("b", "u", lang="fr")])
+    doc_ids, chunk_ids, _ = add(
+        store, "docs", [record("a", "t", lang="en", **{"a.b": "dot"}), record("b", "u", lang="fr")]
+    )
     np.testing.assert_array_equal(store.filters.doc_ids(where=[("lang", "en")]), [doc_ids[0]])
     np.testing.assert_array_equal(store.filters.chunk_ids(where=[("a.b", "dot")]), [chunk_ids[0]])
+
     def clauses_for(value):
-        return filter_clauses("d.", value, [(value, value)], [(value, value)],
-                              [(value, value), (value, None)])
+        return filter_clauses(
+            "d.", value, [(value, value)], [(value, value)], [(value, value), (value, None)]
+        )
 
     benign = clauses_for("en")
     for value in HOSTILE:
@@ -193,9 +238,14 @@ def test_hostile_filter_values_are_bound(store):
         assert clauses.sql == benign.sql  # the SQL text never depends on a value
         assert clauses.sql.count("?") == len(clauses.params)
         assert clauses.params.count(value) == 7  # all but the where key, bound as a JSON pointer
-        for filters in ({"collection": value}, {"where": [("lang", value)]},
-                        {"where": [(value, "en")]}, {"labels": [(value, value)]},
-                        {"entities": [(value, value)]}, {"entities": [(value, None)]}):
+        for filters in (
+            {"collection": value},
+            {"where": [("lang", value)]},
+            {"where": [(value, "en")]},
+            {"labels": [(value, value)]},
+            {"entities": [(value, value)]},
+            {"entities": [(value, None)]},
+        ):
             assert len(store.filters.doc_ids(**filters)) == 0, filters
             assert len(store.filters.chunk_ids(**filters)) == 0, filters
     assert store.filters.doc_ids() is None and store.filters.chunk_ids() is None
@@ -232,8 +282,9 @@ def _sql_uses(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Attribute) and node.attr in ("con", "execute", "executemany"):
             found.append(f"{node.lineno}: .{node.attr}")
-        elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "duckdb"
-                                                  for a in node.names):
+        elif isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] == "duckdb" for a in node.names
+        ):
             found.append(f"{node.lineno}: import duckdb")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "duckdb":
             found.append(f"{node.lineno}: from duckdb import")
@@ -252,7 +303,8 @@ def test_only_the_store_package_speaks_sql():
                 offenders[name] = uses
     assert not offenders, (
         f"SQL outside indexer/store/: {offenders}. Add a Store method in the store module "
-        "of that concept and call it instead")
+        "of that concept and call it instead"
+    )
     for name in PENDING_SQL:  # drop an entry once its module no longer needs it
         assert _sql_uses(ROOT / name), f"{name} no longer speaks SQL: remove it from PENDING_SQL"
 
@@ -263,12 +315,17 @@ def test_recorded_run_logs_completion_failure_and_interruption(tmp_path):
             assert store.runs.last_of("dedup")["status"] == "running"
             run.summary = {"read": 3}
         done = store.runs.last_of("dedup")
-        assert (done["run_id"], done["status"], done["summary"]) == (run.id, "completed",
-                                                                     {"read": 3})
+        assert (done["run_id"], done["status"], done["summary"]) == (
+            run.id,
+            "completed",
+            {"read": 3},
+        )
         assert done["finished_at"] >= done["started_at"]
 
-        with pytest.raises(RuntimeError, match="disk\nfull"), \
-                store.runs.recorded_run("report") as failing:
+        with (
+            pytest.raises(RuntimeError, match="disk\nfull"),
+            store.runs.recorded_run("report") as failing,
+        ):
             failing.summary = {"buckets": 2}
             raise RuntimeError("disk\nfull")
         failed = store.runs.last_of("report")
@@ -286,8 +343,13 @@ def test_recorded_run_logs_completion_failure_and_interruption(tmp_path):
         with store.runs.recorded_run("delete"):
             pass
         statuses = {r["kind"]: r["status"] for r in store.runs.last(10)}
-    assert statuses == {"index": "interrupted", "delete": "completed", "doctor": "failed",
-                        "report": "failed", "dedup": "completed"}
+    assert statuses == {
+        "index": "interrupted",
+        "delete": "completed",
+        "doctor": "failed",
+        "report": "failed",
+        "dedup": "completed",
+    }
 
 
 def test_a_group_of_tables_stands_on_a_bare_core(tmp_path):

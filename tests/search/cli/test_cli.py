@@ -33,14 +33,22 @@ def test_every_command_has_help_text():
         assert "Usage:" in result.output
 
 
-
 def write_config(root, tiny_model_dir):
     config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": {"name": str(tiny_model_dir), "dtype": "fp32", "device": "cpu", "max_length": 32},
-        "long_documents": {"stride": 8},
-        "store": {"path": str(root / "store")},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {
+                    "name": str(tiny_model_dir),
+                    "dtype": "fp32",
+                    "device": "cpu",
+                    "max_length": 32,
+                },
+                "long_documents": {"stride": 8},
+                "store": {"path": str(root / "store")},
+            }
+        )
+    )
     return config
 
 
@@ -65,8 +73,12 @@ def cli_store(tmp_path_factory, tiny_model_dir, prefect_api):
 def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model_dir, prefect_api):
     config = write_config(tmp_path, tiny_model_dir)
     corpus = tmp_path / "docs.jsonl"
-    rows = [{"id": "a1", "text": "the cat sat"}, {"id": "a2", "text": "the dog slept"},
-            {"id": "b1", "text": "red apple"}, {"id": "b2", "text": "   "}]  # b2: empty text
+    rows = [
+        {"id": "a1", "text": "the cat sat"},
+        {"id": "a2", "text": "the dog slept"},
+        {"id": "b1", "text": "red apple"},
+        {"id": "b2", "text": "   "},
+    ]  # b2: empty text
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = ["index", str(corpus), "--config", str(config), "--batch-size", "2", "--json"]
     result = CliRunner().invoke(main, [*args, "--strict"])
@@ -80,28 +92,47 @@ def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     with Store(tmp_path / "store", read_only=True) as store:
-        assert sorted(store.documents.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2", "b1"]
+        assert sorted(store.documents.existing("default", ["a1", "a2", "b1", "b2"])) == [
+            "a1",
+            "a2",
+            "b1",
+        ]
 
 
 def test_index_summary(cli_store):
     _, summary = cli_store
     assert {k: summary[k] for k in ("read", "encoded", "skipped_unchanged", "rejected")} == {
-        "read": 4, "encoded": 3, "skipped_unchanged": 0, "rejected": 1}
+        "read": 4,
+        "encoded": 3,
+        "skipped_unchanged": 0,
+        "rejected": 1,
+    }
     assert summary["rejections"][0]["row"] == 4
 
 
 def test_search_json_and_where(cli_store):
     config, _ = cli_store
     runner = CliRunner()
-    result = runner.invoke(main, ["search", "the cat sat on the mat", "--config", str(config),
-                                  "--json", "-k", "2"])
+    result = runner.invoke(
+        main, ["search", "the cat sat on the mat", "--config", str(config), "--json", "-k", "2"]
+    )
     assert result.exit_code == 0, result.output
     hits = [json.loads(line) for line in result.stdout.splitlines()]
     assert hits[0]["id"] == "p1" and hits[0]["rank"] == 1
     # `SearchHit.to_dict`, as POST /search answers, then the document's labels and entities
     assert list(hits[0]) == [*HIT_FIELDS, "labels", "entities"]
-    result = runner.invoke(main, ["search", "the cat sat on the mat", "--config", str(config),
-                                  "--json", "--where", "topic=code"])
+    result = runner.invoke(
+        main,
+        [
+            "search",
+            "the cat sat on the mat",
+            "--config",
+            str(config),
+            "--json",
+            "--where",
+            "topic=code",
+        ],
+    )
     assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["c1"]
     table = runner.invoke(main, ["search", "cat", "--config", str(config)])
     assert table.exit_code == 0 and "rank" in table.stdout
@@ -109,8 +140,18 @@ def test_search_json_and_where(cli_store):
 
 def test_no_hits_is_success(cli_store):
     config, _ = cli_store
-    result = CliRunner().invoke(main, ["search", "cat", "--config", str(config), "--json",
-                                       "--where", "topic=x'; DROP TABLE documents; --"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "search",
+            "cat",
+            "--config",
+            str(config),
+            "--json",
+            "--where",
+            "topic=x'; DROP TABLE documents; --",
+        ],
+    )
     assert result.exit_code == 0 and result.stdout == ""
 
 
@@ -118,10 +159,16 @@ def test_exit_codes(cli_store, tmp_path):
     config, _ = cli_store
     runner = CliRunner()
     assert runner.invoke(main, ["search"]).exit_code == 2
-    assert runner.invoke(main, ["search", "cat", "--where", "novalue", "--config", str(config)]).exit_code == 2
+    assert (
+        runner.invoke(
+            main, ["search", "cat", "--where", "novalue", "--config", str(config)]
+        ).exit_code
+        == 2
+    )
     assert runner.invoke(main, ["search", "cat", "--bogus"]).exit_code == 2
-    missing = runner.invoke(main, ["search", "cat", "--config", str(config), "--store",
-                                   str(tmp_path / "none")])
+    missing = runner.invoke(
+        main, ["search", "cat", "--config", str(config), "--store", str(tmp_path / "none")]
+    )
     assert missing.exit_code == 1 and "no store" in missing.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  nmae: x\n")

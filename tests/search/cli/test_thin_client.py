@@ -62,9 +62,23 @@ def test_search_through_a_server_loads_no_model_or_index(tiny_config, small_corp
     config.write_text(yaml.safe_dump(tiny_config.model_dump()))
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config), "--port",
-         str(port), "--workers", "1"], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "search.cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + START_SECONDS
         while not healthy(port):
@@ -72,8 +86,13 @@ def test_search_through_a_server_loads_no_model_or_index(tiny_config, small_corp
             assert time.monotonic() < deadline, f"server did not start in {START_SECONDS} s"
             time.sleep(0.2)
         client = subprocess.run(
-            [sys.executable, "-c", CLIENT, f"http://127.0.0.1:{port}", *HEAVY], cwd=ROOT,
-            capture_output=True, text=True, timeout=CLIENT_SECONDS, check=False)
+            [sys.executable, "-c", CLIENT, f"http://127.0.0.1:{port}", *HEAVY],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=CLIENT_SECONDS,
+            check=False,
+        )
     finally:
         server.terminate()
         try:

@@ -29,15 +29,22 @@ from search.cli.serve import SESSION_FILE
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned=2"> & "quotes"'
-DOCS = {"h1": (HOSTILE, "pos", 0.51), "h2": ("the dog slept", "neg", 0.60),
-        "h3": ("a great film", "pos", 0.90)}
+DOCS = {
+    "h1": (HOSTILE, "pos", 0.51),
+    "h2": ("the dog slept", "neg", 0.60),
+    "h3": ("a great film", "pos", 0.90),
+}
 
 
 def reviews(store_path) -> list[tuple]:
     with Store(store_path, read_only=True, snapshot=False) as store:
-        return [tuple(r) for r in store.con.execute(
-            "SELECT d.external_id, r.label, r.reviewer, r.source FROM reviews r "
-            "JOIN documents d USING (doc_id) ORDER BY r.review_id").fetchall()]
+        return [
+            tuple(r)
+            for r in store.con.execute(
+                "SELECT d.external_id, r.label, r.reviewer, r.source FROM reviews r "
+                "JOIN documents d USING (doc_id) ORDER BY r.review_id"
+            ).fetchall()
+        ]
 
 
 @pytest.fixture
@@ -47,16 +54,24 @@ def served(request, tiny_model_dir, tmp_path):
     None, the session address `serve` wrote to its 0600 file or None)."""
     scope = getattr(request, "param", None)
     corpus = tmp_path / "docs.jsonl"
-    corpus.write_text("".join(json.dumps({"id": k, "text": t}) + "\n" for k, (t, _, _) in DOCS.items()))
+    corpus.write_text(
+        "".join(json.dumps({"id": k, "text": t}) + "\n" for k, (t, _, _) in DOCS.items())
+    )
     config = tiny_model_config(tiny_model_dir, tmp_path / "store")
     run_index([str(corpus)], config, collection="docs")
     with Store(config.store.path) as store:
         base = store.data_version()
-        docs = store.con.execute("SELECT doc_id, text, content_hash, external_id FROM documents "
-                                 "ORDER BY doc_id").fetchall()
-        store.annotations.write([d[:3] for d in docs], [Annotation(labels=[
-            Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])]) for d in docs],
-            {"clf": "v1"})
+        docs = store.con.execute(
+            "SELECT doc_id, text, content_hash, external_id FROM documents ORDER BY doc_id"
+        ).fetchall()
+        store.annotations.write(
+            [d[:3] for d in docs],
+            [
+                Annotation(labels=[Label(DOCS[d[3]][1], DOCS[d[3]][2], "clf", 1 - DOCS[d[3]][2])])
+                for d in docs
+            ],
+            {"clf": "v1"},
+        )
         store.reviews.record_heads([("clf", "classifier", ["neg", "pos"], "heads/clf", "v1")])
         token = store.tokens.create("rita", scope) if scope else None
         sync_vector_index(store, config, [], [], base)
@@ -64,9 +79,22 @@ def served(request, tiny_model_dir, tmp_path):
     path.write_text(yaml.safe_dump(config.model_dump()))
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", BERTINDEX_REVIEWER="tester")
-    server = subprocess.Popen([sys.executable, "-m", "search.cli.main", "serve", "--config",
-                               str(path), "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "search.cli.main",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while not listeners(port):
@@ -93,8 +121,12 @@ def test_review_page_labels_skips_and_undoes(served, tmp_path):
             return driver.find_element(By.ID, "doc-id").text
 
         def next_is(external_id: str) -> None:
-            wait.until(lambda d: d.find_element(By.ID, "doc-id").text == external_id
-                       and not d.find_element(By.ID, "doc").get_attribute("hidden"))
+            wait.until(
+                lambda d: (
+                    d.find_element(By.ID, "doc-id").text == external_id
+                    and not d.find_element(By.ID, "doc").get_attribute("hidden")
+                )
+            )
 
         assert shown() == "h1"  # least sure first
         assert driver.find_element(By.ID, "doc-text").text == HOSTILE  # text, not markup
@@ -123,8 +155,11 @@ def test_review_page_labels_skips_and_undoes(served, tmp_path):
         next_is("h3")
         driver.find_element(By.TAG_NAME, "body").send_keys("2")
         wait.until(lambda d: "nothing left" in d.find_element(By.ID, "status").text)
-        assert reviews(store_path) == [("h1", "pos", "tester", "page"), ("h2", "neg", "tester", "page"),
-                                       ("h3", "pos", "tester", "page")]
+        assert reviews(store_path) == [
+            ("h1", "pos", "tester", "page"),
+            ("h2", "neg", "tester", "page"),
+            ("h3", "pos", "tester", "page"),
+        ]
         assert driver.execute_script("return window.pwned === undefined")
         driver.get(f"http://127.0.0.1:{port}/review?head=nope")
         wait.until(lambda d: "has not annotated" in d.find_element(By.ID, "status").text)
@@ -150,12 +185,18 @@ def test_pages_with_tokens(served):
         status = lambda d: d.find_element(By.ID, "status").text  # noqa: E731
         driver.get(f"{base}/review?head=clf")
         wait.until(lambda d: "needs an access token" in status(d) and "401" in status(d))
-        assert not driver.find_elements(By.ID, "doc-text") or not driver.find_element(
-            By.ID, "doc-text").text
+        assert (
+            not driver.find_elements(By.ID, "doc-text")
+            or not driver.find_element(By.ID, "doc-text").text
+        )
         driver.find_element(By.ID, "token-input").send_keys(token)
         driver.find_element(By.ID, "token-use").click()
-        wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h1"
-                   and not d.find_element(By.ID, "doc").get_attribute("hidden"))
+        wait.until(
+            lambda d: (
+                d.find_element(By.ID, "doc-id").text == "h1"
+                and not d.find_element(By.ID, "doc").get_attribute("hidden")
+            )
+        )
         options = [o.text for o in driver.find_elements(By.CSS_SELECTOR, "#head option")]
         assert options == ["clf"]
         driver.find_element(By.TAG_NAME, "body").send_keys("1")
@@ -163,16 +204,24 @@ def test_pages_with_tokens(served):
         assert who_labelled(store_path) == [("h1", "neg", "rita")]
 
         driver.get(session.replace("/#", "/review?head=clf#"))  # the address serve printed
-        wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h2"
-                   and not d.find_element(By.ID, "doc").get_attribute("hidden"))
+        wait.until(
+            lambda d: (
+                d.find_element(By.ID, "doc-id").text == "h2"
+                and not d.find_element(By.ID, "doc").get_attribute("hidden")
+            )
+        )
         assert "token" not in driver.current_url
         driver.find_element(By.TAG_NAME, "body").send_keys("2")
         wait.until(lambda d: d.find_element(By.ID, "doc-id").text == "h3")
         assert who_labelled(store_path)[-1] == ("h2", "pos", "serve")
 
         driver.get(f"{base}/?q=film&mode=keyword")  # the tab keeps its token
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#hits li.hit")
-                   and not d.find_element(By.TAG_NAME, "body").get_attribute("data-busy"))
+        wait.until(
+            lambda d: (
+                d.find_elements(By.CSS_SELECTOR, "#hits li.hit")
+                and not d.find_element(By.TAG_NAME, "body").get_attribute("data-busy")
+            )
+        )
         assert driver.find_element(By.ID, "query").get_attribute("value") == "film"
         assert driver.find_element(By.ID, "mode").get_attribute("value") == "keyword"
         assert "q=film" in driver.current_url and "mode=keyword" in driver.current_url

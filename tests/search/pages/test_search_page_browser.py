@@ -52,8 +52,11 @@ def demo_server(tmp_path_factory):
         store.annotations.write(rows, annotations, {"kind": "v1", "ner": "v1"})
         sync_vector_index(store, config, [], [], base)
     with Store(config.store.path, read_only=True) as store:
-        server = uvicorn.Server(uvicorn.Config(create_app(Searcher(config, store)),
-                                               host="127.0.0.1", port=0, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(Searcher(config, store)), host="127.0.0.1", port=0, log_level="warning"
+            )
+        )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.time() + 60
@@ -87,7 +90,8 @@ def search(driver, query: str | None = None) -> None:
 def hit_ids(driver) -> list[str]:
     """The ids of the hits shown, read in one step (the list is replaced as a whole)."""
     return driver.execute_script(
-        "return [...document.querySelectorAll('#hits li')].map(li => li.dataset.id)")
+        "return [...document.querySelectorAll('#hits li')].map(li => li.dataset.id)"
+    )
 
 
 def settled(driver) -> bool:
@@ -123,8 +127,11 @@ def test_search_facet_and_next_page(demo_server):
         screenshot(driver, tmp / "search.png")
 
         # a facet: only classes; its count is the number of class documents in the store
-        facet = next(b for b in driver.find_elements(By.CSS_SELECTOR, "#label-facets .facet")
-                     if b.text.startswith("class"))
+        facet = next(
+            b
+            for b in driver.find_elements(By.CSS_SELECTOR, "#label-facets .facet")
+            if b.text.startswith("class")
+        )
         classes = int(facet.find_element(By.CLASS_NAME, "count").text)
         facet.click()
         wait_for(driver, lambda d: settled(d) and hit_ids(d) and hit_ids(d) != first)
@@ -133,7 +140,10 @@ def test_search_facet_and_next_page(demo_server):
         assert kinds and set(kinds) == {"kind: class"}
         assert hit_ids(driver)[0].startswith("argparse.")
         on = driver.find_element(By.CSS_SELECTOR, "#label-facets .facet.on")
-        assert on.text.startswith("class") and int(on.find_element(By.CLASS_NAME, "count").text) == classes
+        assert (
+            on.text.startswith("class")
+            and int(on.find_element(By.CLASS_NAME, "count").text) == classes
+        )
         screenshot(driver, tmp / "facet.png")
 
         # the next page continues the ranking
@@ -170,12 +180,15 @@ def test_bad_input_is_shown_as_text(demo_server):
         driver.find_element(By.ID, "where-value").send_keys(hostile)
         driver.find_element(By.ID, "add-where").click()
         wait_for(driver, lambda d: settled(d) and "No results" in message(d))
-        assert message(driver) == (f"No results for “parse command line arguments” with "
-                                   f"kind = {hostile}.")
+        assert message(driver) == (
+            f"No results for “parse command line arguments” with kind = {hostile}."
+        )
         assert hostile in driver.find_element(By.ID, "active-filters").text
         scripts = [e.get_attribute("src") for e in driver.find_elements(By.TAG_NAME, "script")]
-        assert [x.rsplit("/", 2)[-2:] for x in scripts] == [["static", "token.js"],
-                                                            ["static", "app.js"]]  # its own
+        assert [x.rsplit("/", 2)[-2:] for x in scripts] == [
+            ["static", "token.js"],
+            ["static", "app.js"],
+        ]  # its own
         assert driver.find_elements(By.CSS_SELECTOR, "#message *, #active-filters img") == []
         with pytest.raises(NoAlertPresentException):
             driver.switch_to.alert.text  # noqa: B018

@@ -44,8 +44,11 @@ def serving(config, store):
 
     from search.server import create_app
 
-    server = uvicorn.Server(uvicorn.Config(create_app(Searcher(config, store)), host="127.0.0.1",
-                                           port=0, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(Searcher(config, store)), host="127.0.0.1", port=0, log_level="warning"
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -68,7 +71,8 @@ def shown(driver) -> list[tuple[str, str]]:
     return driver.execute_script(
         "if ('busy' in document.body.dataset) return [];"
         "return [...document.querySelectorAll('#hits li')]"
-        ".map(li => [li.dataset.id, li.querySelector('.meta').textContent])")
+        ".map(li => [li.dataset.id, li.querySelector('.meta').textContent])"
+    )
 
 
 def rerank_scores(hits: list[tuple[str, str]]) -> list[float | None]:
@@ -86,17 +90,19 @@ def sent(driver) -> list[dict]:
     return driver.execute_script("return window.sentSearches")
 
 
-def test_rerank_switch_on_the_search_page(toy_head, tiny_config, small_corpus,
-                                          tmp_path):
+def test_rerank_switch_on_the_search_page(toy_head, tiny_config, small_corpus, tmp_path):
     head, _, _ = toy_head
     run_index([str(small_corpus)], tiny_config)
-    reranking = tiny_config.with_overrides(**{"search.rerank": str(head),
-                                              "search.rerank_depth": DEPTH})
-    with (Store(tiny_config.store.path, read_only=True) as store,
-          serving(reranking, store) as url, serving(tiny_config, store) as plain_url,
-          headless_chromium() as driver):
-        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                               {"source": RECORD_SEARCHES})
+    reranking = tiny_config.with_overrides(
+        **{"search.rerank": str(head), "search.rerank_depth": DEPTH}
+    )
+    with (
+        Store(tiny_config.store.path, read_only=True) as store,
+        serving(reranking, store) as url,
+        serving(tiny_config, store) as plain_url,
+        headless_chromium() as driver,
+    ):
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_SEARCHES})
         switch = lambda: driver.find_element(By.ID, "rerank")  # noqa: E731
 
         # a server without a reranker: no switch, the request of before, no rerank scores

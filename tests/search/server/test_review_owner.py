@@ -84,8 +84,9 @@ def test_another_token_cannot_undo_it_even_with_its_ticket(served):
 def test_undo_is_refused_after_the_window(served):
     client, tokens, config = served
     stored = label(client, tokens["review"], first_doc(client, tokens["review"]))
-    old = UndoTickets(UNDO_KEY).issue(stored["review_id"], "kind", "token:review-user",
-                                      now=time.time() - UNDO_SECONDS - 1)
+    old = UndoTickets(UNDO_KEY).issue(
+        stored["review_id"], "kind", "token:review-user", now=time.time() - UNDO_SECONDS - 1
+    )
     undo = {"head": "kind", "review_id": stored["review_id"], "ticket": old}
     answer = client.post("/review/api/undo", json=undo, headers=bearer(tokens["review"]))
     assert answer.status_code == 403 and "minutes after the label" in answer.json()["detail"]
@@ -96,13 +97,16 @@ def test_imported_rows_are_never_deleted_from_the_page(served, tmp_path):
     client, tokens, config = served
     doc_id = first_doc(client, tokens["review"])
     with Store(config.store.path, read_only=True, snapshot=False) as store:
-        external = store.con.execute("SELECT external_id, collection FROM documents "
-                                     "WHERE doc_id = ?", [doc_id]).fetchone()
+        external = store.con.execute(
+            "SELECT external_id, collection FROM documents WHERE doc_id = ?", [doc_id]
+        ).fetchone()
     labels = tmp_path / "labels.jsonl"
-    labels.write_text(json.dumps({"id": external[0], "collection": external[1],
-                                  "label": "pet"}) + "\n")
-    r = CliRunner().invoke(main, ["review", "import", str(labels), "--head", "kind",
-                                  "--store", config.store.path])
+    labels.write_text(
+        json.dumps({"id": external[0], "collection": external[1], "label": "pet"}) + "\n"
+    )
+    r = CliRunner().invoke(
+        main, ["review", "import", str(labels), "--head", "kind", "--store", config.store.path]
+    )
     assert r.exit_code == 0, r.output
     [imported] = rows(config)
     # even a ticket the server signed for this id and this token does not reach an imported row
@@ -131,8 +135,9 @@ def test_without_tokens_the_page_session_owns_its_labels(tiny_config, small_corp
         # a tokenless server checks Origin on reads as on writes
         cross = client.get("/review/api/heads", headers={"Origin": "http://evil.example"})
         assert cross.status_code == 403
-        cross = client.post("/search", json={"query": "cat"},
-                            headers={"Origin": "http://evil.example"})
+        cross = client.post(
+            "/search", json={"query": "cat"}, headers={"Origin": "http://evil.example"}
+        )
         assert cross.status_code == 403 and "hits" not in cross.text
         assert client.get("/review/api/heads", headers={"Origin": BASE}).status_code == 200
 
@@ -142,17 +147,24 @@ def test_readers_never_block_writers(served, small_corpus, tmp_path, monkeypatch
     import` run: all three succeed, and the revoked token is refused within 2 s."""
     client, tokens, config = served
     monkeypatch.setattr(access, "CHECK_EVERY_S", 0.2)
-    reads = [("GET", "/review/api/heads", None), ("GET", "/review/api/next", {"head": "kind"}),
-             ("POST", "/search", {"query": "cat", "k": 3}), ("POST", "/facets", {}),
-             ("GET", "/health", None)]
+    reads = [
+        ("GET", "/review/api/heads", None),
+        ("GET", "/review/api/next", {"head": "kind"}),
+        ("POST", "/search", {"query": "cat", "k": 3}),
+        ("POST", "/facets", {}),
+        ("GET", "/health", None),
+    ]
     stop, statuses = threading.Event(), []
 
     def loop() -> None:
         while not stop.is_set():
             for method, url, body in reads:
                 kwargs = {"params": body} if method == "GET" else {"json": body}
-                statuses.append(client.request(method, url, headers=bearer(tokens["read"]),
-                                               **kwargs).status_code)
+                statuses.append(
+                    client.request(
+                        method, url, headers=bearer(tokens["read"]), **kwargs
+                    ).status_code
+                )
 
     reader = threading.Thread(target=loop, daemon=True)
     reader.start()
@@ -160,8 +172,9 @@ def test_readers_never_block_writers(served, small_corpus, tmp_path, monkeypatch
         while len(statuses) < len(reads):  # the loop is running before the writers start
             time.sleep(0.05)
         runner = CliRunner()
-        revoked = runner.invoke(main, ["token", "revoke", "other-reviewer", "--store",
-                                       config.store.path])
+        revoked = runner.invoke(
+            main, ["token", "revoke", "other-reviewer", "--store", config.store.path]
+        )
         assert revoked.exit_code == 0, revoked.output
         deadline = time.monotonic() + 2.0
         while client.post("/facets", json={}, headers=bearer(tokens["other"])).status_code != 401:
@@ -174,13 +187,15 @@ def test_readers_never_block_writers(served, small_corpus, tmp_path, monkeypatch
         doc_id = first_doc(client, tokens["read"])
         with Store(config.store.path, read_only=True, snapshot=False) as store:
             external, collection = store.con.execute(
-                "SELECT external_id, collection FROM documents WHERE doc_id = ?",
-                [doc_id]).fetchone()
+                "SELECT external_id, collection FROM documents WHERE doc_id = ?", [doc_id]
+            ).fetchone()
         labels = tmp_path / "labels.jsonl"
-        labels.write_text(json.dumps({"id": external, "collection": collection,
-                                      "label": "pet"}) + "\n")
-        imported = runner.invoke(main, ["review", "import", str(labels), "--head", "kind",
-                                        "--store", config.store.path])
+        labels.write_text(
+            json.dumps({"id": external, "collection": collection, "label": "pet"}) + "\n"
+        )
+        imported = runner.invoke(
+            main, ["review", "import", str(labels), "--head", "kind", "--store", config.store.path]
+        )
         assert imported.exit_code == 0, imported.output
     finally:
         stop.set()

@@ -51,8 +51,9 @@ def tls_files(tmp_path):
     return paths
 
 
-def https_status(port: int, context: ssl.SSLContext, method: str = "GET", path: str = "/health",
-                 **kwargs) -> tuple[int, bytes]:
+def https_status(
+    port: int, context: ssl.SSLContext, method: str = "GET", path: str = "/health", **kwargs
+) -> tuple[int, bytes]:
     conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
     try:
         conn.request(method, path, **kwargs)
@@ -88,10 +89,27 @@ def test_https_on_two_workers_verified_by_the_thin_client(tiny_config, small_cor
     session_file = Path(tiny_config.store.path) / SESSION_FILE
     trusted = ssl.create_default_context(cafile=str(ca))
     server = subprocess.Popen(
-        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config), "--port",
-         str(port), "--workers", "2", "--tls-cert", str(cert), "--tls-key", str(key)],
-        cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "search.cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         health = json.loads(wait_https(server, port, trusted))
         assert set(health) >= {"status", "version", "index_version"}
@@ -101,8 +119,15 @@ def test_https_on_two_workers_verified_by_the_thin_client(tiny_config, small_cor
         assert stat.S_IMODE(session_file.stat().st_mode) == 0o600
         assert session_file.read_text().startswith(f"https://127.0.0.1:{port}/#token=bi_")
         # a chunked body is refused before it is read, over the real server too
-        status, _ = https_status(port, trusted, "POST", "/search", body=iter([b'{"query"', b":1}"]),
-                                 encode_chunked=True, headers={"Authorization": f"Bearer {token}"})
+        status, _ = https_status(
+            port,
+            trusted,
+            "POST",
+            "/search",
+            body=iter([b'{"query"', b":1}"]),
+            encode_chunked=True,
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert status == 411
         url = f"https://127.0.0.1:{port}"
         token_file = tmp_path / "token"
@@ -140,7 +165,9 @@ def test_bind_rules_off_loopback(tmp_path, monkeypatch):
     monkeypatch.setattr(serve_cli, "serve_processes", fake)
     store = str(tmp_path / "store")
     runner = CliRunner()
-    assert runner.invoke(main, ["token", "create", "--name", "ops", "--store", store]).exit_code == 0
+    assert (
+        runner.invoke(main, ["token", "create", "--name", "ops", "--store", store]).exit_code == 0
+    )
     r = runner.invoke(main, ["serve", "--host", "0.0.0.0", "--store", store])
     assert r.exit_code == 2 and not seen
     [line] = r.stderr.strip().splitlines()
@@ -152,8 +179,20 @@ def test_bind_rules_off_loopback(tmp_path, monkeypatch):
     assert "#token=" not in r.stderr and SESSION_FILE in r.stderr  # the address stays in the file
     assert not (tmp_path / "store" / SESSION_FILE).exists()
     _, cert, key = tls_files(tmp_path)
-    r = runner.invoke(main, ["serve", "--host", "0.0.0.0", "--store", store, "--tls-cert",
-                             str(cert), "--tls-key", str(key)])
+    r = runner.invoke(
+        main,
+        [
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--store",
+            store,
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+        ],
+    )
     assert r.exit_code == 0 and "warning" not in r.stderr
     assert seen["tls"] == (str(cert), str(key))
     r = runner.invoke(main, ["serve", "--store", store, "--tls-cert", str(cert)])
@@ -190,8 +229,9 @@ def test_a_busy_store_answers_409_without_the_holder(tmp_path, caplog):
 
 
 def test_the_token_comes_from_the_environment_or_a_file_never_argv(tmp_path):
-    r = CliRunner().invoke(main, ["search", "x", "--server", "http://127.0.0.1:9", "--token",
-                                  "bi_secret"])
+    r = CliRunner().invoke(
+        main, ["search", "x", "--server", "http://127.0.0.1:9", "--token", "bi_secret"]
+    )
     assert r.exit_code == 2 and TOKEN_ENV in r.output and "--token-file" in r.output
     help_text = CliRunner().invoke(main, ["search", "--help"]).output
     assert "--token-file" in help_text and "--token " not in help_text
@@ -204,12 +244,16 @@ def test_tokens_expire(tiny_config, small_corpus, tmp_path):
     run_index([str(small_corpus)], tiny_config)
     store_dir = str(tiny_config.store.path)
     runner = CliRunner()
-    r = runner.invoke(main, ["token", "create", "--name", "soon", "--expires", "30d", "--store",
-                             store_dir, "--json"])
+    r = runner.invoke(
+        main,
+        ["token", "create", "--name", "soon", "--expires", "30d", "--store", store_dir, "--json"],
+    )
     assert r.exit_code == 0, r.output
     soon = json.loads(r.stdout)
-    r = runner.invoke(main, ["token", "create", "--name", "dated", "--expires", "2999-01-31",
-                             "--store", store_dir])
+    r = runner.invoke(
+        main,
+        ["token", "create", "--name", "dated", "--expires", "2999-01-31", "--store", store_dir],
+    )
     assert r.exit_code == 0, r.output
     create_x = ["token", "create", "--name", "x", "--store", store_dir, "--expires"]
     r = runner.invoke(main, [*create_x, "2001-01-01"])
@@ -232,8 +276,9 @@ def test_tokens_expire(tiny_config, small_corpus, tmp_path):
     assert client.post("/search", json=body, headers=_bearer(soon["token"])).status_code == 200
     store.close()
     with Store(store_dir) as writer:
-        writer.con.execute("UPDATE tokens SET expires_at = TIMESTAMP '2001-01-01' WHERE "
-                           "name = 'soon'")
+        writer.con.execute(
+            "UPDATE tokens SET expires_at = TIMESTAMP '2001-01-01' WHERE name = 'soon'"
+        )
     time.sleep(1.1)  # servers look at the store's files once a second
     r = client.post("/search", json=body, headers=_bearer(soon["token"]))
     assert r.status_code == 401 and "expired" in r.json()["detail"]
@@ -243,9 +288,11 @@ def test_tokens_expire(tiny_config, small_corpus, tmp_path):
 def test_tokens_of_a_file_from_before_expiry_read_as_never_expiring(tmp_path):
     path = tmp_path / "store.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE tokens (name VARCHAR PRIMARY KEY, scope VARCHAR NOT NULL, "
-                "token_hash VARCHAR NOT NULL UNIQUE, created_at TIMESTAMP NOT NULL, "
-                "last_used_at TIMESTAMP)")
+    con.execute(
+        "CREATE TABLE tokens (name VARCHAR PRIMARY KEY, scope VARCHAR NOT NULL, "
+        "token_hash VARCHAR NOT NULL UNIQUE, created_at TIMESTAMP NOT NULL, "
+        "last_used_at TIMESTAMP)"
+    )
     con.execute("INSERT INTO tokens VALUES ('a', 'read', 'h', TIMESTAMP '2026-01-01', NULL)")
     con.close()
     [row] = read_tokens_file(path)
@@ -318,8 +365,10 @@ def test_a_chunked_body_is_refused_like_an_unbounded_one():
     async def receive():
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    for headers in ([(b"transfer-encoding", b"chunked")],
-                    [(b"content-length", b"10"), (b"transfer-encoding", b"chunked")]):
+    for headers in (
+        [(b"transfer-encoding", b"chunked")],
+        [(b"content-length", b"10"), (b"transfer-encoding", b"chunked")],
+    ):
         sent.clear()
         scope = {"type": "http", "method": "POST", "path": "/search", "headers": headers}
         asyncio.run(BodyLimit(app, 1024)(scope, receive, send))

@@ -33,10 +33,14 @@ def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
         ("GET", "/review/static/{name}"): {"url": "/review/static/review.js"},
         ("GET", "/review/api/heads"): {"url": "/review/api/heads"},
         ("GET", "/review/api/next"): {"url": "/review/api/next", "params": {"head": "kind"}},
-        ("POST", "/review/api/label"): {"url": "/review/api/label",
-                                        "json": {"head": "kind", "doc_id": doc_id, "label": "code"}},
-        ("POST", "/review/api/undo"): {"url": "/review/api/undo",
-                                       "json": {"head": "kind", "review_id": 999999}},
+        ("POST", "/review/api/label"): {
+            "url": "/review/api/label",
+            "json": {"head": "kind", "doc_id": doc_id, "label": "code"},
+        },
+        ("POST", "/review/api/undo"): {
+            "url": "/review/api/undo",
+            "json": {"head": "kind", "review_id": 999999},
+        },
     }
 
 
@@ -62,8 +66,9 @@ def guarded(tiny_config, small_corpus):
 
 
 def send(client, req: dict, method: str, headers: dict | None = None):
-    return client.request(method, req["url"], params=req.get("params"), json=req.get("json"),
-                          headers=headers or {})
+    return client.request(
+        method, req["url"], params=req.get("params"), json=req.get("json"), headers=headers or {}
+    )
 
 
 def test_every_route_has_an_entry_and_answers_by_its_scope(guarded):
@@ -111,8 +116,9 @@ def test_every_route_has_an_entry_and_answers_by_its_scope(guarded):
             assert own.status_code == 200, where
 
 
-def test_a_store_without_tokens_answers_as_before_but_not_to_foreign_hosts(tiny_config,
-                                                                           small_corpus):
+def test_a_store_without_tokens_answers_as_before_but_not_to_foreign_hosts(
+    tiny_config, small_corpus
+):
     from fastapi.testclient import TestClient
 
     prepare(tiny_config, small_corpus, scopes=())
@@ -124,16 +130,24 @@ def test_a_store_without_tokens_answers_as_before_but_not_to_foreign_hosts(tiny_
         assert client.get("/review/api/heads").json() == {"heads": ["kind"]}
         for host in ("localhost:8765", "[::1]:8765", "127.0.0.2"):
             assert client.get("/health", headers={"Host": host}).status_code == 200, host
-        rebound = client.post("/search", json={"query": "cat"},
-                              headers={"Host": "attacker.example"})
+        rebound = client.post(
+            "/search", json={"query": "cat"}, headers={"Host": "attacker.example"}
+        )
         assert rebound.status_code == 403 and "hits" not in rebound.text
         # what held before holds: form / text-plain posts 422, big bodies 413, k capped
-        assert client.post("/search", content=b"query=cat",
-                           headers={"Content-Type": "text/plain"}).status_code == 422
+        assert (
+            client.post(
+                "/search", content=b"query=cat", headers={"Content-Type": "text/plain"}
+            ).status_code
+            == 422
+        )
         assert client.post("/search", json={"query": "x" * 20_000}).status_code == 413
         assert client.post("/search", json={"query": "cat", "k": 5000}).status_code == 422
-        cross = client.post("/review/api/undo", json={"head": "kind", "review_id": 1},
-                            headers={"Origin": "http://evil.example"})
+        cross = client.post(
+            "/review/api/undo",
+            json={"head": "kind", "review_id": 1},
+            headers={"Origin": "http://evil.example"},
+        )
         assert cross.status_code == 403  # writes from another site, even without tokens
 
 
@@ -155,18 +169,29 @@ def test_labels_record_the_token_name_and_revoked_tokens_stop(guarded, monkeypat
     monkeypatch.setattr(access, "CHECK_EVERY_S", 0.0)
     review = {"Authorization": f"Bearer {tokens['review']}"}
     doc = client.get("/review/api/next", params={"head": "kind"}, headers=review).json()
-    stored = client.post("/review/api/label", headers=review,
-                         json={"head": "kind", "doc_id": doc["document"]["doc_id"],
-                               "label": "code"})
+    stored = client.post(
+        "/review/api/label",
+        headers=review,
+        json={"head": "kind", "doc_id": doc["document"]["doc_id"], "label": "code"},
+    )
     assert stored.status_code == 200
-    r = CliRunner().invoke(main, ["review", "history", "--head", "kind", "--json",
-                                  "--store", config.store.path])
+    r = CliRunner().invoke(
+        main, ["review", "history", "--head", "kind", "--json", "--store", config.store.path]
+    )
     assert r.exit_code == 0, r.output
     [row] = [json.loads(x) for x in r.stdout.splitlines()]
     assert (row["who"], row["reviewer"], row["label"], row["source"]) == (
-        "review-user", "review-user", "code", "page")
-    assert CliRunner().invoke(main, ["token", "revoke", "review-user", "--store",
-                                     config.store.path]).exit_code == 0
+        "review-user",
+        "review-user",
+        "code",
+        "page",
+    )
+    assert (
+        CliRunner()
+        .invoke(main, ["token", "revoke", "review-user", "--store", config.store.path])
+        .exit_code
+        == 0
+    )
     refused = client.post("/facets", json={}, headers=review)
     assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
     read = {"Authorization": f"Bearer {tokens['read']}"}
@@ -176,8 +201,9 @@ def test_labels_record_the_token_name_and_revoked_tokens_stop(guarded, monkeypat
 def test_token_commands(tmp_path):
     store = str(tmp_path / "store")
     runner = CliRunner()
-    made = runner.invoke(main, ["token", "create", "--name", "alice", "--scope", "review",
-                                "--store", store])
+    made = runner.invoke(
+        main, ["token", "create", "--name", "alice", "--scope", "review", "--store", store]
+    )
     assert made.exit_code == 0, made.output
     secret = made.stdout.strip()
     assert secret.startswith("bi_") and len(secret) > 40
@@ -231,10 +257,13 @@ def test_open_bind_without_tokens_is_refused_before_loading(tmp_path, monkeypatc
         announce("serving")
 
     monkeypatch.setattr(serve_cli, "serve_processes", fake)
-    assert CliRunner().invoke(main, ["token", "create", "--name", "ops", "--store",
-                                     store]).exit_code == 0
-    r = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0", "--store", store,
-                                  "--insecure-http"])
+    assert (
+        CliRunner().invoke(main, ["token", "create", "--name", "ops", "--store", store]).exit_code
+        == 0
+    )
+    r = CliRunner().invoke(
+        main, ["serve", "--host", "0.0.0.0", "--store", store, "--insecure-http"]
+    )
     assert r.exit_code == 0, r.output
     assert seen["settings"].session_hash and seen["settings"].host == "0.0.0.0"
     url = seen["url"]  # stderr is no terminal here: the address went to a 0600 file
@@ -248,12 +277,25 @@ def test_dask_security_settings_pass_through_config():
 
     from indexer.config import Config
 
-    cfg = Config.model_validate({"dask": {"address": "tls://10.0.0.5:8786", "security": {
-        "tls_ca_file": "ca.pem", "tls_client_cert": "c.pem", "tls_client_key": "k.pem",
-        "require_encryption": True}}})
+    cfg = Config.model_validate(
+        {
+            "dask": {
+                "address": "tls://10.0.0.5:8786",
+                "security": {
+                    "tls_ca_file": "ca.pem",
+                    "tls_client_cert": "c.pem",
+                    "tls_client_key": "k.pem",
+                    "require_encryption": True,
+                },
+            }
+        }
+    )
     assert cfg.dask.security.security_kwargs() == {
-        "tls_ca_file": "ca.pem", "tls_client_cert": "c.pem", "tls_client_key": "k.pem",
-        "require_encryption": True}
+        "tls_ca_file": "ca.pem",
+        "tls_client_cert": "c.pem",
+        "tls_client_key": "k.pem",
+        "require_encryption": True,
+    }
     assert Config().dask.security.security_kwargs() == {}  # plain TCP unless configured
     with pytest.raises(ValidationError, match="tls_ca_file"):
         Config.model_validate({"dask": {"address": "tls://10.0.0.5:8786"}})

@@ -20,8 +20,10 @@ UNSCALED = (bool, type(None))
 def _bounded(info) -> bool:
     """A field's metadata names an upper bound (`le`/`lt` for numbers, `max_length` for
     strings, lists and maps)."""
-    return any(isinstance(m, (annotated_types.Le, annotated_types.Lt, annotated_types.MaxLen))
-               for m in info.metadata)
+    return any(
+        isinstance(m, (annotated_types.Le, annotated_types.Lt, annotated_types.MaxLen))
+        for m in info.metadata
+    )
 
 
 def _items_bounded(annotation) -> bool:
@@ -56,20 +58,25 @@ def test_every_request_field_that_scales_work_is_capped(tiny_config, small_corpu
         unbounded, seen = [], 0
         for route in fastapi_app.router.routes:
             dependant = getattr(route, "dependant", None)
-            if dependant is None or not any((m, route.path) in table
-                                            for m in getattr(route, "methods", ())):
+            if dependant is None or not any(
+                (m, route.path) in table for m in getattr(route, "methods", ())
+            ):
                 continue
             for param in dependant.body_params:
                 for name, info in param.field_info.annotation.model_fields.items():
                     seen += 1
-                    if _scales(info.annotation) and not (_bounded(info) and
-                                                         _items_bounded(info.annotation)):
+                    if _scales(info.annotation) and not (
+                        _bounded(info) and _items_bounded(info.annotation)
+                    ):
                         unbounded.append(f"{route.path} body.{name}")
             for param in dependant.query_params + dependant.path_params:
                 seen += 1
                 info = param.field_info
-                if _scales(param.field_info.annotation) and not _bounded(info) \
-                        and route.path not in ("/static/{name}", "/review/static/{name}"):
+                if (
+                    _scales(param.field_info.annotation)
+                    and not _bounded(info)
+                    and route.path not in ("/static/{name}", "/review/static/{name}")
+                ):
                     unbounded.append(f"{route.path} ?{param.name}")
         assert seen > 20
         assert not unbounded, f"request fields without a cap: {unbounded}"

@@ -43,9 +43,11 @@ def client(tiny_config, small_corpus):
     from search.server import create_app
 
     run_index([str(small_corpus)], tiny_config)
-    annotate_by_hand(tiny_config,
-                     {"a1": "pet", "a2": "pet", "b1": "code", "b2": "code"},
-                     {"b1": [("LANG", "python")], "b2": [("TOOL", "gzip")]})
+    annotate_by_hand(
+        tiny_config,
+        {"a1": "pet", "a2": "pet", "b1": "code", "b2": "code"},
+        {"b1": [("LANG", "python")], "b2": [("TOOL", "gzip")]},
+    )
     with Store(tiny_config.store.path, read_only=True) as store:
         yield TestClient(create_app(Searcher(tiny_config, store)))
 
@@ -65,9 +67,11 @@ def test_page_and_its_files_are_served(client):
 
 def test_facets_count_documents_passing_the_filters(client):
     counts = client.post("/facets", json={}).json()
-    assert counts == {"collections": {"default": 5},
-                      "labels": {"kind": {"code": 2, "pet": 2}},
-                      "entities": {"LANG": 1, "TOOL": 1}}
+    assert counts == {
+        "collections": {"default": 5},
+        "labels": {"kind": {"code": 2, "pet": 2}},
+        "entities": {"LANG": 1, "TOOL": 1},
+    }
     code = client.post("/facets", json={"labels": ["kind=code"]}).json()
     assert code["labels"] == {"kind": {"code": 2}} and code["entities"] == {"LANG": 1, "TOOL": 1}
     assert code["collections"] == {"default": 2}
@@ -78,14 +82,25 @@ def test_facets_count_documents_passing_the_filters(client):
 
 
 def test_hits_carry_annotations_highlights_and_side_scores(client):
-    answer = client.post("/search", json={"query": "parse command line arguments", "k": 5,
-                                          "mode": "keyword", "annotations": True,
-                                          "highlight": True}).json()
+    answer = client.post(
+        "/search",
+        json={
+            "query": "parse command line arguments",
+            "k": 5,
+            "mode": "keyword",
+            "annotations": True,
+            "highlight": True,
+        },
+    ).json()
     top = answer["hits"][0]
     assert top["id"] == "b1" and answer["mode"] == "keyword"
     assert top["labels"][0]["label"] == "code" and top["entities"][0]["text"] == "python"
     assert [top["window"][a:b] for a, b in top["highlights"]] == [
-        "parse", "command", "line", "arguments"]
+        "parse",
+        "command",
+        "line",
+        "arguments",
+    ]
     assert top["keyword"] == top["score"] and top["dense"] is None
     hybrid = client.post("/search", json={"query": "parse command line arguments"}).json()
     sides = [(h["dense"], h["keyword"]) for h in hybrid["hits"]]
@@ -108,15 +123,17 @@ def test_search_json_and_post_search_give_one_hit_shape(client, tiny_config, tmp
 
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(tiny_config.model_dump()))
-    result = CliRunner().invoke(main, ["search", "gzip compress", "--config", str(config),
-                                       "--json", "-k", "3"])
+    result = CliRunner().invoke(
+        main, ["search", "gzip compress", "--config", str(config), "--json", "-k", "3"]
+    )
     assert result.exit_code == 0, result.output
     printed = [json.loads(line) for line in result.stdout.splitlines()]
     served = client.post("/search", json={"query": "gzip compress", "k": 3}).json()["hits"]
     assert served and all(list(h) == list(HIT_FIELDS) for h in served)
     assert [{key: h[key] for key in HIT_FIELDS} for h in printed] == served
-    annotated = client.post("/search", json={"query": "gzip compress", "k": 3,
-                                             "annotations": True}).json()["hits"]
+    annotated = client.post(
+        "/search", json={"query": "gzip compress", "k": 3, "annotations": True}
+    ).json()["hits"]
     assert printed == annotated
 
 
@@ -133,8 +150,9 @@ def test_bad_requests_get_one_line_messages(client):
     assert long.json()["detail"] == "query: String should have at most 4000 characters"
     empty = client.post("/search", json={"query": ""})
     assert empty.status_code == 422 and empty.json()["detail"].startswith("query: ")
-    hostile = client.post("/search", json={"query": "cat",
-                                           "where": {"kind": '"><script>alert(1)</script>'}})
+    hostile = client.post(
+        "/search", json={"query": "cat", "where": {"kind": '"><script>alert(1)</script>'}}
+    )
     assert hostile.status_code == 200 and hostile.json()["hits"] == []
 
 
@@ -142,12 +160,15 @@ def test_queries_run_side_by_side_with_the_same_answers(client):
     queries = ["the cat", "gzip data", "parse arguments", "red apple", "sofa dog", "python"]
     modes = ["hybrid", "dense", "keyword"]
     filters = [{}, {"where": {"kind": "code"}}, {"labels": ["kind=pet"]}]  # FAISS selectors too
-    requests = [{"query": q, "k": 3, "mode": m, "annotations": True, **f}
-                for q in queries for m in modes for f in filters] * 2
+    requests = [
+        {"query": q, "k": 3, "mode": m, "annotations": True, **f}
+        for q in queries
+        for m in modes
+        for f in filters
+    ] * 2
     serial = [client.post("/search", json=r).json()["hits"] for r in requests]
     with ThreadPoolExecutor(8) as pool:
-        parallel = list(pool.map(lambda r: client.post("/search", json=r).json()["hits"],
-                                 requests))
+        parallel = list(pool.map(lambda r: client.post("/search", json=r).json()["hits"], requests))
     assert parallel == serial
 
 
