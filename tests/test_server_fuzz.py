@@ -1,0 +1,119 @@
+"""Bad input, tried by a machine: Schemathesis generates requests for every route of `bertindex
+serve` (valid ones and ones that break the schema: wrong types, missing fields, out-of-range
+numbers, odd strings) from the app's OpenAPI schema, built here only (the server has
+`openapi_url=None`), and sends them in process through the whole ASGI stack (body limit,
+access guard, routes). No answer may be a 5xx or take long, and no request may write outside
+its token's scope: with a `read` token the store is left as it was (a token's last use
+aside), with a `review` token only the review history may change.
+
+Bounded for `make test`: a fixed number of examples per run, derandomized (the same requests
+on every run), no example database.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from pathlib import Path
+from typing import ForwardRef
+
+import pytest
+from test_server_access import BASE, UNDO_KEY, app_for, prepare
+
+from indexer.store import Store
+
+pytest.importorskip("schemathesis")
+
+EXAMPLES = 150  # per token: ~300 requests in all, a few seconds on two cores
+SLOW_S = 10.0  # an answer slower than this counts as a hang
+# the tables a scope may change: every request records its token's last use
+MAY_CHANGE = {"read": {"tokens"}, "review": {"tokens", "reviews"}}
+
+
+def schema_of(app) -> dict:
+    """The OpenAPI document of the server's FastAPI app with every route in it, the page routes
+    (left out of the production schema) too.
+
+    Routes that return a `Response` name it in a string annotation FastAPI cannot resolve (the
+    routes import it inside `create_app`); it never serialises through that model, so the
+    copies here drop it rather than describe it.
+    """
+    from fastapi.openapi.utils import get_openapi
+
+    routes = []
+    for route in app.app.app.routes:
+        route = copy.copy(route)
+        route.include_in_schema = True
+        if isinstance(getattr(route, "response_model", None), ForwardRef):
+            route.response_model = route.response_field = None
+        routes.append(route)
+    return get_openapi(title="bertindex", version="test", routes=routes)
+
+
+def table_digests(store_path: str | Path) -> dict[str, str]:
+    """A digest of every table's rows in the live store."""
+    with Store(store_path, read_only=True, snapshot=False) as store:
+        names = [r[0] for r in store.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND table_type = 'BASE TABLE'").fetchall()]
+        return {name: hashlib.sha256(repr(sorted(map(repr, store.con.execute(
+            f'SELECT * FROM "{name}"').fetchall()))).encode()).hexdigest() for name in names}
+
+
+def file_digests(store_path: str | Path) -> dict[str, str]:
+    """A digest of every file of the store but the live database (indexes, snapshots)."""
+    root = Path(store_path)
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith("store.duckdb") and p.suffix != ".lock"}
+
+
+def fuzz(app, token: str) -> dict:
+    """Send EXAMPLES generated requests (valid and invalid, every route) with `token`; returns
+    the count of requests and of answers per status."""
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_dict(schema_of(app))
+    schema.app = app  # in process, through BodyLimit and the access guard
+    cases = st.one_of(schema.as_strategy(GenerationMode.POSITIVE),
+                      schema.as_strategy(GenerationMode.NEGATIVE))
+    seen: dict = {"requests": 0, "statuses": {}}
+
+    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    @given(case=cases)
+    def one(case) -> None:
+        started = time.perf_counter()
+        answer = case.call(base_url=BASE, headers={"Authorization": f"Bearer {token}"})
+        took = time.perf_counter() - started
+        seen["requests"] += 1
+        seen["statuses"][answer.status_code] = seen["statuses"].get(answer.status_code, 0) + 1
+        where = f"{case.method} {case.formatted_path}: {case.as_curl_command()}"
+        assert answer.status_code < 500, f"{where} -> {answer.status_code} {answer.text[:500]}"
+        assert took < SLOW_S, f"{where} took {took:.1f} s"
+
+    one()
+    return seen
+
+
+@pytest.mark.parametrize("scope", ["read", "review"])
+def test_generated_requests_get_no_5xx_and_write_only_in_scope(tiny_config, small_corpus,
+                                                               scope):
+    tokens = prepare(tiny_config, small_corpus)
+    path = tiny_config.store.path
+    tables, files = table_digests(path), file_digests(path)
+    store, app = app_for(tiny_config)
+    with store:
+        seen = fuzz(app, tokens[scope])
+    print(f"\n{scope} token: {seen['requests']} requests, statuses {seen['statuses']}")
+    assert seen["requests"] >= EXAMPLES // 2
+    assert file_digests(path) == files
+    after = table_digests(path)
+    changed = {name for name in tables if after.get(name) != tables[name]}
+    assert changed <= MAY_CHANGE[scope], f"{scope} token changed {changed - MAY_CHANGE[scope]}"
+    assert set(after) == set(tables)
+    assert UNDO_KEY  # the app signs undo tickets with the shared test key
