@@ -2,7 +2,9 @@
 process on a free loopback port) over a small store (the packaged model, a few hundred
 generated documents), `--clients` threads sending `POST /search` for `--seconds`, while
 `bertindex index` publishes two new index versions (new documents, and new texts for some old
-ones) and one worker process is SIGKILLed partway. The load goes on until both versions are
+ones) and one worker process is SIGKILLed partway, after the first publish, so that its
+replacement opens the new version (a worker keeps the version it opened) while the second
+run writes. The load goes on until both versions are
 published, so on a busy machine the run can last longer than `--seconds`.
 
 Reports requests, errors (split into those in flight when the worker was killed and any
@@ -117,13 +119,19 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 300) -> None:
     raise SystemExit("server did not become ready")
 
 
-def client(port: int, stop: threading.Event, seed: int, log: list) -> None:
-    """Send searches over one keep-alive connection until `stop`; append (start, end, status
-    or error name, hits as (collection, id, text)) per request to `log`; after an error,
-    reconnect."""
+def client(port: int, stop: threading.Event, seed: int, log: list, per_connection: int) -> None:
+    """Send searches over keep-alive connections until `stop`, a new one after each
+    `per_connection` requests (so connections spread over the workers, a replaced one too)
+    and after an error; append (start, end, status or error name, hits as (collection, id,
+    text)) per request to `log`."""
     rng = random.Random(seed)
     conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    sent = 0
     while not stop.is_set():
+        sent += 1
+        if sent % per_connection == 0:
+            conn.close()
+            conn = http.client.HTTPConnection(HOST, port, timeout=30)
         body = json.dumps({"query": " ".join(rng.sample(WORDS, 3)), "k": 5})
         started = time.time()
         try:
@@ -140,9 +148,11 @@ def client(port: int, stop: threading.Event, seed: int, log: list) -> None:
     conn.close()
 
 
-def publish(args, store: Path, corpora: list[Path], t0: float, record: dict) -> None:
+def publish(args, store: Path, corpora: list[Path], t0: float, record: dict,
+            first: threading.Event) -> None:
     """The two index runs, one after the other, each no earlier than its moment of the run
-    (fractions of --seconds); records each version published and its documents."""
+    (fractions of --seconds); records each version published and its documents and sets
+    `first` once the first is out."""
     for at, corpus in zip(args.publish_at, corpora):
         time.sleep(max(0.0, t0 + at * args.seconds - time.time()))
         seconds = index(corpus, store)
@@ -150,11 +160,15 @@ def publish(args, store: Path, corpora: list[Path], t0: float, record: dict) -> 
         record["versions"][version] = docs
         record["index_runs"].append({"version": version, "seconds": round(seconds, 2),
                                      "published_at_s": round(time.time() - t0, 2)})
+        first.set()
 
 
-def kill_one(args, serve_pid: int, t0: float, record: dict) -> None:
-    """SIGKILL one worker at --kill-at of the run, then wait (up to 60 s) until the
-    supervisor has as many workers as before, the killed one not among them."""
+def kill_one(args, serve_pid: int, t0: float, record: dict, first: threading.Event) -> None:
+    """SIGKILL one worker once the first new version is out, at --kill-at of the run at the
+    earliest (so its replacement opens the new version while the second run writes), then
+    wait (up to 60 s) until the supervisor has as many workers as before, the killed one not
+    among them."""
+    first.wait()
     time.sleep(max(0.0, t0 + args.kill_at * args.seconds - time.time()))
     before = worker_pids(serve_pid)
     victim = before[0]
@@ -185,14 +199,10 @@ def summarise(log: list, record: dict, args, elapsed: float) -> dict:
     in_flight = [r for r in failed if r[0] <= kill_time <= r[1] + KILL_SLACK_S]
     other = [r for r in failed if r not in in_flight]
     latency = np.array([r[1] - r[0] for r in ok]) * 1000
-    newest: dict[str, int] = {}
-    mixed = 0
+    by_versions: dict[str, int] = {}  # "v1,v2": answers whose hits are in both as they are
     for r in ok:
-        holders = from_versions(r[3], record["versions"])
-        if not holders:
-            mixed += 1
-        else:
-            newest[max(holders)] = newest.get(max(holders), 0) + 1
+        holders = ",".join(sorted(from_versions(r[3], record["versions"]))) or "none"
+        by_versions[holders] = by_versions.get(holders, 0) + 1
     return {
         "machine": machine(), "clients": args.clients, "seconds": round(elapsed, 1),
         "workers": args.workers, "documents": args.docs,
@@ -207,8 +217,8 @@ def summarise(log: list, record: dict, args, elapsed: float) -> dict:
         "index_runs": record["index_runs"],
         "kill": {k: v for k, v in kill.items() if k != "time"},
         "worker_replaced": bool(kill.get("workers_after")),
-        "answers_by_newest_matching_version": newest,
-        "answers_not_from_one_published_version": mixed,
+        "answers_by_matching_versions": by_versions,
+        "answers_not_from_one_published_version": by_versions.get("none", 0),
     }
 
 
@@ -218,11 +228,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--docs", type=int, default=300, help="documents before the runs")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--requests-per-connection", type=int, default=50)
     parser.add_argument("--publish-at", type=float, nargs=2, default=(0.1, 0.5),
                         help="when the two index runs start, at the earliest (fractions of "
                              "--seconds); the load goes on until both have published")
     parser.add_argument("--kill-at", type=float, default=0.4,
-                        help="when one worker is SIGKILLed (fraction of --seconds)")
+                        help="when one worker is SIGKILLed, at the earliest (fraction of "
+                             "--seconds; never before the first new version is out)")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "benchmarks" / "results" / "serve_under_faults.json")
     args = parser.parse_args()
@@ -250,13 +262,16 @@ def main() -> int:
         while len(worker_pids(server.pid)) < args.workers:
             time.sleep(0.2)
         stop, log = threading.Event(), []
-        threads = [threading.Thread(target=client, args=(port, stop, i, log))
+        threads = [threading.Thread(target=client,
+                                    args=(port, stop, i, log, args.requests_per_connection))
                    for i in range(args.clients)]
         record["t0"] = t0 = time.time()
         for t in threads:
             t.start()
-        publisher = threading.Thread(target=publish, args=(args, store, corpora, t0, record))
-        killer = threading.Thread(target=kill_one, args=(args, server.pid, t0, record))
+        first = threading.Event()
+        publisher = threading.Thread(target=publish, args=(args, store, corpora, t0, record,
+                                                           first))
+        killer = threading.Thread(target=kill_one, args=(args, server.pid, t0, record, first))
         publisher.start()
         killer.start()
         time.sleep(max(0.0, t0 + args.seconds - time.time()))
