@@ -200,9 +200,11 @@ def summarise(log: list, record: dict, args, elapsed: float) -> dict:
     other = [r for r in failed if r not in in_flight]
     latency = np.array([r[1] - r[0] for r in ok]) * 1000
     by_versions: dict[str, int] = {}  # "v1,v2": answers whose hits are in both as they are
-    for r in ok:
+    first_at: dict[str, float] = {}  # when each such set first answered (s into the run)
+    for r in sorted(ok):
         holders = ",".join(sorted(from_versions(r[3], record["versions"]))) or "none"
         by_versions[holders] = by_versions.get(holders, 0) + 1
+        first_at.setdefault(holders, round(r[1] - record["t0"], 2))
     return {
         "machine": machine(), "clients": args.clients, "seconds": round(elapsed, 1),
         "workers": args.workers, "documents": args.docs,
@@ -218,6 +220,7 @@ def summarise(log: list, record: dict, args, elapsed: float) -> dict:
         "kill": {k: v for k, v in kill.items() if k != "time"},
         "worker_replaced": bool(kill.get("workers_after")),
         "answers_by_matching_versions": by_versions,
+        "first_answer_at_s": first_at,
         "answers_not_from_one_published_version": by_versions.get("none", 0),
     }
 
