@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import ForwardRef
 
 import pytest
-from test_server_access import BASE, app_for, prepare
+from server_kit import BASE, app_for, prepare
 
 from indexer.store import Store
 
+pytestmark = pytest.mark.heavy
 EXAMPLES = 150  # per token: ~300 requests in all, a few seconds on two cores
 SLOW_S = 10.0  # an answer slower than this counts as a hang
 # the tables a scope may change: every request records its token's last use; a label steps
