@@ -71,7 +71,8 @@ def index(corpus: Path, store: Path) -> float:
 def published(store: Path) -> tuple[str, dict[tuple[str, str], str]]:
     """The current version and its snapshot's documents: (collection, id) -> text."""
     import duckdb
-    from indexer.versions import SNAPSHOT_FILE, current_version, version_dir
+
+    from indexer.records.versions import SNAPSHOT_FILE, current_version, version_dir
 
     version = current_version(store)
     con = duckdb.connect(str(version_dir(store, version) / SNAPSHOT_FILE), read_only=True)
