@@ -60,6 +60,18 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def write_corpora(work: Path, n: int) -> list[Path]:
+    """The first corpus (`n` documents) and the two the index runs add: each a third as many
+    new documents, and new text for a different third of the first ones."""
+    third = n // 3
+    paths = [write_jsonl(work / "v0.jsonl", documents(range(n), 0, 0))]
+    for v in (1, 2):
+        rows = (documents(range(third * (v - 1), third * v), v, v)
+                + documents(range(n + third * (v - 1), n + third * v), v, 10 + v))
+        paths.append(write_jsonl(work / f"v{v}.jsonl", rows))
+    return paths
+
+
 def index(corpus: Path, store: Path) -> float:
     """`bertindex index` in its own process; returns its wall time."""
     started = time.perf_counter()
@@ -244,13 +256,8 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bertindex-faults-"))
     store = work / "store"
-    n = args.docs
-    first = write_jsonl(work / "v0.jsonl", documents(range(n), 0, 0))
-    # each run adds a third as many new documents and gives a third of the old ones new text
-    corpora = [write_jsonl(work / f"v{v}.jsonl", documents(range(n // 3 * (v - 1), n // 3 * v), v, v)
-                           + documents(range(n + n // 3 * (v - 1), n + n // 3 * v), v, 10 + v))
-               for v in (1, 2)]
-    print(f"indexing {n} documents into {store} ...", flush=True)
+    first, *corpora = write_corpora(work, args.docs)
+    print(f"indexing {args.docs} documents into {store} ...", flush=True)
     index(first, store)
     version, docs = published(store)
     record: dict = {"versions": {version: docs}, "index_runs": []}
