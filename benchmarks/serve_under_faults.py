@@ -41,9 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BIN = Path(sys.executable).parent / "bertindex"
 HOST = "127.0.0.1"
-WORDS = ("river mountain city train harbour garden market bridge castle forest lake island "
-         "winter summer music history science engine bread coffee letter window road "
-         "storm valley library theatre painter farmer doctor").split()
+WORDS = (
+    "river mountain city train harbour garden market bridge castle forest lake island "
+    "winter summer music history science engine bread coffee letter window road "
+    "storm valley library theatre painter farmer doctor"
+).split()
 KILL_SLACK_S = 0.5  # a request that ended this soon after the kill counts as in flight
 
 
@@ -51,8 +53,14 @@ def documents(ids: range, version: int, seed: int) -> list[dict]:
     """Generated documents: a few sentences of WORDS, a tag naming the version that wrote
     them (so a changed document's text differs between versions)."""
     rng = random.Random(seed)
-    return [{"id": f"d{i}", "text": f"version {version}. " + " ".join(
-        rng.choice(WORDS) for _ in range(rng.randint(20, 60)))} for i in ids]
+    return [
+        {
+            "id": f"d{i}",
+            "text": f"version {version}. "
+            + " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 60))),
+        }
+        for i in ids
+    ]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -66,8 +74,9 @@ def write_corpora(work: Path, n: int) -> list[Path]:
     third = n // 3
     paths = [write_jsonl(work / "v0.jsonl", documents(range(n), 0, 0))]
     for v in (1, 2):
-        rows = (documents(range(third * (v - 1), third * v), v, v)
-                + documents(range(n + third * (v - 1), n + third * v), v, 10 + v))
+        rows = documents(range(third * (v - 1), third * v), v, v) + documents(
+            range(n + third * (v - 1), n + third * v), v, 10 + v
+        )
         paths.append(write_jsonl(work / f"v{v}.jsonl", rows))
     return paths
 
@@ -75,8 +84,13 @@ def write_corpora(work: Path, n: int) -> list[Path]:
 def index(corpus: Path, store: Path) -> float:
     """`bertindex index` in its own process; returns its wall time."""
     started = time.perf_counter()
-    subprocess.run([str(BIN), "index", str(corpus), "--store", str(store), "--collection",
-                    "docs"], check=True, capture_output=True, text=True, cwd=ROOT)
+    subprocess.run(
+        [str(BIN), "index", str(corpus), "--store", str(store), "--collection", "docs"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return time.perf_counter() - started
 
 
@@ -150,8 +164,11 @@ def client(port: int, stop: threading.Event, seed: int, log: list, per_connectio
             conn.request("POST", "/search", body, {"Content-Type": "application/json"})
             answer = conn.getresponse()
             data = answer.read()
-            hits = ([(h["collection"], h["id"], h["text"]) for h in json.loads(data)["hits"]]
-                    if answer.status == 200 else [])
+            hits = (
+                [(h["collection"], h["id"], h["text"]) for h in json.loads(data)["hits"]]
+                if answer.status == 200
+                else []
+            )
             log.append((started, time.time(), answer.status, hits))
         except (OSError, http.client.HTTPException) as exc:
             log.append((started, time.time(), type(exc).__name__, []))
@@ -160,8 +177,9 @@ def client(port: int, stop: threading.Event, seed: int, log: list, per_connectio
     conn.close()
 
 
-def publish(args, store: Path, corpora: list[Path], t0: float, record: dict,
-            first: threading.Event) -> None:
+def publish(
+    args, store: Path, corpora: list[Path], t0: float, record: dict, first: threading.Event
+) -> None:
     """The two index runs, one after the other, each no earlier than its moment of the run
     (fractions of --seconds); records each version published and its documents and sets
     `first` once the first is out."""
@@ -170,8 +188,13 @@ def publish(args, store: Path, corpora: list[Path], t0: float, record: dict,
         seconds = index(corpus, store)
         version, docs = published(store)
         record["versions"][version] = docs
-        record["index_runs"].append({"version": version, "seconds": round(seconds, 2),
-                                     "published_at_s": round(time.time() - t0, 2)})
+        record["index_runs"].append(
+            {
+                "version": version,
+                "seconds": round(seconds, 2),
+                "published_at_s": round(time.time() - t0, 2),
+            }
+        )
         first.set()
 
 
@@ -186,21 +209,25 @@ def kill_one(args, serve_pid: int, t0: float, record: dict, first: threading.Eve
     victim = before[0]
     os.kill(victim, signal.SIGKILL)
     killed = time.time()
-    record["kill"] = {"time": killed, "at_s": round(killed - t0, 2), "pid": victim,
-                      "workers_before": before}
+    record["kill"] = {
+        "time": killed,
+        "at_s": round(killed - t0, 2),
+        "pid": victim,
+        "workers_before": before,
+    }
     while time.time() < killed + 60:
         after = worker_pids(serve_pid)
         if len(after) == len(before) and victim not in after:
-            record["kill"].update(workers_after=after,
-                                  replaced_in_s=round(time.time() - killed, 2))
+            record["kill"].update(workers_after=after, replaced_in_s=round(time.time() - killed, 2))
             return
         time.sleep(0.1)
 
 
 def from_versions(hits: list, versions: dict) -> list[str]:
     """The published versions holding every hit (collection, id, text) of one answer."""
-    return [v for v, docs in versions.items()
-            if all(docs.get((c, i)) == text for c, i, text in hits)]
+    return [
+        v for v, docs in versions.items() if all(docs.get((c, i)) == text for c, i, text in hits)
+    ]
 
 
 def summarise(log: list, record: dict, args, elapsed: float) -> dict:
@@ -218,13 +245,20 @@ def summarise(log: list, record: dict, args, elapsed: float) -> dict:
         by_versions[holders] = by_versions.get(holders, 0) + 1
         first_at.setdefault(holders, round(r[1] - record["t0"], 2))
     return {
-        "machine": machine(), "clients": args.clients, "seconds": round(elapsed, 1),
-        "workers": args.workers, "documents": args.docs,
-        "requests": len(log), "answers": len(ok), "errors": len(failed),
-        "errors_in_flight_at_kill": len(in_flight), "errors_other": len(other),
+        "machine": machine(),
+        "clients": args.clients,
+        "seconds": round(elapsed, 1),
+        "workers": args.workers,
+        "documents": args.docs,
+        "requests": len(log),
+        "answers": len(ok),
+        "errors": len(failed),
+        "errors_in_flight_at_kill": len(in_flight),
+        "errors_other": len(other),
         "error_kinds": sorted({str(r[2]) for r in failed}),
-        "other_errors": [{"at_s": round(r[0] - record["t0"], 2), "error": str(r[2])}
-                         for r in other[:20]],
+        "other_errors": [
+            {"at_s": round(r[0] - record["t0"], 2), "error": str(r[2])} for r in other[:20]
+        ],
         "throughput_rps": round(len(ok) / elapsed, 1),
         "p50_ms": round(float(np.percentile(latency, 50)), 1) if len(ok) else None,
         "p99_ms": round(float(np.percentile(latency, 99)), 1) if len(ok) else None,
@@ -244,14 +278,24 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=300, help="documents before the runs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--requests-per-connection", type=int, default=50)
-    parser.add_argument("--publish-at", type=float, nargs=2, default=(0.1, 0.5),
-                        help="when the two index runs start, at the earliest (fractions of "
-                             "--seconds); the load goes on until both have published")
-    parser.add_argument("--kill-at", type=float, default=0.4,
-                        help="when one worker is SIGKILLed, at the earliest (fraction of "
-                             "--seconds; never before the first new version is out)")
-    parser.add_argument("--out", type=Path,
-                        default=ROOT / "benchmarks" / "results" / "serve_under_faults.json")
+    parser.add_argument(
+        "--publish-at",
+        type=float,
+        nargs=2,
+        default=(0.1, 0.5),
+        help="when the two index runs start, at the earliest (fractions of "
+        "--seconds); the load goes on until both have published",
+    )
+    parser.add_argument(
+        "--kill-at",
+        type=float,
+        default=0.4,
+        help="when one worker is SIGKILLed, at the earliest (fraction of "
+        "--seconds; never before the first new version is out)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "serve_under_faults.json"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bertindex-faults-"))
@@ -264,23 +308,35 @@ def main() -> int:
 
     port = free_port()
     serve_log = (work / "serve.log").open("w")
-    server = subprocess.Popen([str(BIN), "serve", "--store", str(store), "--port", str(port),
-                               "--workers", str(args.workers)], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=serve_log)
+    server = subprocess.Popen(
+        [
+            str(BIN),
+            "serve",
+            "--store",
+            str(store),
+            "--port",
+            str(port),
+            "--workers",
+            str(args.workers),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=serve_log,
+    )
     try:
         wait_ready(port, server)
         while len(worker_pids(server.pid)) < args.workers:
             time.sleep(0.2)
         stop, log = threading.Event(), []
-        threads = [threading.Thread(target=client,
-                                    args=(port, stop, i, log, args.requests_per_connection))
-                   for i in range(args.clients)]
+        threads = [
+            threading.Thread(target=client, args=(port, stop, i, log, args.requests_per_connection))
+            for i in range(args.clients)
+        ]
         record["t0"] = t0 = time.time()
         for t in threads:
             t.start()
         first = threading.Event()
-        publisher = threading.Thread(target=publish, args=(args, store, corpora, t0, record,
-                                                           first))
+        publisher = threading.Thread(target=publish, args=(args, store, corpora, t0, record, first))
         killer = threading.Thread(target=kill_one, args=(args, server.pid, t0, record, first))
         publisher.start()
         killer.start()
@@ -304,14 +360,21 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "serve_log_tail"}, indent=2))
-    print(f"{result['requests']} requests, {result['errors']} errors "
-          f"({result['errors_in_flight_at_kill']} in flight on the killed worker, "
-          f"{result['errors_other']} other), p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, "
-          f"worker {result['kill'].get('pid')} replaced: {result['worker_replaced']}, "
-          f"answers not from one published version: "
-          f"{result['answers_not_from_one_published_version']}")
-    return 0 if result["errors_other"] == 0 and result["worker_replaced"] and \
-        result["answers_not_from_one_published_version"] == 0 else 1
+    print(
+        f"{result['requests']} requests, {result['errors']} errors "
+        f"({result['errors_in_flight_at_kill']} in flight on the killed worker, "
+        f"{result['errors_other']} other), p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, "
+        f"worker {result['kill'].get('pid')} replaced: {result['worker_replaced']}, "
+        f"answers not from one published version: "
+        f"{result['answers_not_from_one_published_version']}"
+    )
+    return (
+        0
+        if result["errors_other"] == 0
+        and result["worker_replaced"]
+        and result["answers_not_from_one_published_version"] == 0
+        else 1
+    )
 
 
 if __name__ == "__main__":

@@ -67,16 +67,26 @@ def narrowed(schema: dict, facts: dict) -> dict:
     for model in ("Filters", "SearchRequest"):
         props = parts[model]["properties"]
         props["collection"] = {"anyOf": [{"enum": facts["collections"]}, {"type": "null"}]}
-        props["labels"]["items"] = {"enum": [f"{h}={name}" for h in facts["heads"]
-                                             for name in facts["labels"]]}
-        props["where"] = {"type": "object", "additionalProperties": False,
-                          "properties": {k: {"enum": v} for k, v in facts["where"].items()}}
+        props["labels"]["items"] = {
+            "enum": [f"{h}={name}" for h in facts["heads"] for name in facts["labels"]]
+        }
+        props["where"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: {"enum": v} for k, v in facts["where"].items()},
+        }
     label = parts["LabelRequest"]["properties"]
-    label.update(head=head, label={"enum": facts["labels"]},
-                 doc_id={"type": "integer", "minimum": lo, "maximum": hi})
+    label.update(
+        head=head,
+        label={"enum": facts["labels"]},
+        doc_id={"type": "integer", "minimum": lo, "maximum": hi},
+    )
     parts["UndoRequest"]["properties"].update(head=head)
-    values = {"head": head, "strategy": {"enum": ["uncertain", "margin", "random"]},
-              "collection": {"enum": facts["collections"]}}
+    values = {
+        "head": head,
+        "strategy": {"enum": ["uncertain", "margin", "random"]},
+        "collection": {"enum": facts["collections"]},
+    }
     for path, operations in schema["paths"].items():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
@@ -96,26 +106,38 @@ def store_facts(store_path: str | Path) -> dict:
     with Store(store_path, read_only=True, snapshot=False) as store:
         con = store.con
         lo, hi = con.execute("SELECT min(doc_id), max(doc_id) FROM documents").fetchone()
-        collections = [r[0] for r in con.execute(
-            "SELECT DISTINCT collection FROM documents").fetchall()]
-    return {"doc_ids": (lo, hi), "heads": ["kind"], "labels": ["code", "pet"],
-            "collections": collections, "where": {"kind": ["pet", "code", "long"],
-                                                  "lang": ["en", "xx"]},
-            "files": {"/static/{name}": sorted(STATIC_FILES),
-                      "/review/static/{name}": sorted(PAGE_FILES)}}
+        collections = [
+            r[0] for r in con.execute("SELECT DISTINCT collection FROM documents").fetchall()
+        ]
+    return {
+        "doc_ids": (lo, hi),
+        "heads": ["kind"],
+        "labels": ["code", "pet"],
+        "collections": collections,
+        "where": {"kind": ["pet", "code", "long"], "lang": ["en", "xx"]},
+        "files": {
+            "/static/{name}": sorted(STATIC_FILES),
+            "/review/static/{name}": sorted(PAGE_FILES),
+        },
+    }
 
 
 def table_digests(store_path: str | Path) -> dict[str, str]:
     """A digest of every table's rows in the live store; the data version (`meta`'s key that
     every write transaction steps) apart from the rest of `meta`."""
+
     def digest(sql: str) -> str:
         rows = sorted(map(repr, store.con.execute(sql).fetchall()))
         return hashlib.sha256(repr(rows).encode()).hexdigest()
 
     with Store(store_path, read_only=True, snapshot=False) as store:
-        names = [r[0] for r in store.con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-            "AND table_type = 'BASE TABLE'").fetchall()]
+        names = [
+            r[0]
+            for r in store.con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+                "AND table_type = 'BASE TABLE'"
+            ).fetchall()
+        ]
         digests = {name: digest(f'SELECT * FROM "{name}"') for name in names}
         digests["meta"] = digest("SELECT * FROM meta WHERE key <> 'data_version'")
         digests["data_version"] = digest("SELECT * FROM meta WHERE key = 'data_version'")
@@ -125,9 +147,11 @@ def table_digests(store_path: str | Path) -> dict[str, str]:
 def file_digests(store_path: str | Path) -> dict[str, str]:
     """A digest of every file of the store but the live database (indexes, snapshots)."""
     root = Path(store_path)
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.startswith("store.duckdb") and p.suffix != ".lock"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith("store.duckdb") and p.suffix != ".lock"
+    }
 
 
 def fuzz(app, token: str, facts: dict) -> dict:
@@ -140,17 +164,23 @@ def fuzz(app, token: str, facts: dict) -> dict:
 
     schema = schemathesis.openapi.from_dict(narrowed(schema_of(app), facts))
     schema.app = app  # in process, through BodyLimit and the access guard
-    cases = st.one_of(schema.as_strategy(GenerationMode.POSITIVE),
-                      schema.as_strategy(GenerationMode.NEGATIVE))
+    cases = st.one_of(
+        schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE)
+    )
     seen: dict = {"requests": 0, "statuses": {}}
 
-    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
     @given(case=cases)
     def one(case) -> None:
         where = f"{case.method} {case.formatted_path}: {case.as_curl_command()}"
-        call = caller.submit(case.call, base_url=BASE,
-                             headers={"Authorization": f"Bearer {token}"})
+        call = caller.submit(case.call, base_url=BASE, headers={"Authorization": f"Bearer {token}"})
         try:  # a hang fails the test instead of stalling the run
             answer = call.result(timeout=SLOW_S)
         except concurrent.futures.TimeoutError:
@@ -168,8 +198,7 @@ def fuzz(app, token: str, facts: dict) -> dict:
 
 
 @pytest.mark.parametrize("scope", ["read", "review"])
-def test_generated_requests_get_no_5xx_and_write_only_in_scope(tiny_config, small_corpus,
-                                                               scope):
+def test_generated_requests_get_no_5xx_and_write_only_in_scope(tiny_config, small_corpus, scope):
     tokens = prepare(tiny_config, small_corpus)
     path = tiny_config.store.path
     tables, files = table_digests(path), file_digests(path)
