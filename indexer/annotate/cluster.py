@@ -129,6 +129,33 @@ def partition_rows(todo: int, slots: int) -> int:
     return max(MIN_ROWS, min(MAX_ROWS, math.ceil(todo / max(1, slots * PER_SLOT))))
 
 
+class _PartitionWriter:
+    """Commits annotated partitions in order, one transaction each, checking that each came
+    back from the partition it was sent for and from the writer's heads."""
+
+    def __init__(self, store: Store, versions: dict, bar: Progress):
+        self.store, self.versions, self.bar = store, versions, bar
+        self.tally = WorkTally()
+        self.labels = self.entities = 0
+
+    def settle(self, pid: str, docs: list, sent: int, future) -> None:
+        part = future.result()
+        if part.pid != pid:
+            raise ModelError(f"partition {pid}: the worker sent back partition {part.pid}")
+        if part.versions != self.versions:
+            raise ModelError(
+                f"worker {part.work.worker} ran heads {part.versions} on partition {pid}, the "
+                f"writer has {self.versions}; put the same head directories at the same paths "
+                "on every worker"
+            )
+        batch = part.annotations(len(docs))
+        self.store.annotations.write(docs, batch, self.versions)
+        self.tally.add(part.work, sent, part.nbytes())
+        self.labels += sum(len(a.labels) for a in batch)
+        self.entities += sum(len(a.entities) for a in batch)
+        self.bar.update(len(docs))
+
+
 def annotate_store_on_cluster(
     store: Store,
     annotator: Annotator,
@@ -168,33 +195,10 @@ def annotate_store_on_cluster(
                 f"worker {worker} loaded heads {found}, the writer has {versions}; put the "
                 "same head directories at the same paths on every worker"
             )
-    tally = WorkTally()
-    rows = partition_rows(len(todo), slots)
+    writer = _PartitionWriter(store, versions, Progress(len(todo), "annotating", "doc", progress))
     run = uuid.uuid4().hex[:8]
     pending: deque = deque()
-    n_labels = n_entities = 0
-    bar = Progress(len(todo), "annotating", "doc", progress)
-
-    def settle() -> None:
-        nonlocal n_labels, n_entities
-        pid, docs, sent, future = pending.popleft()
-        part = future.result()
-        if part.pid != pid:
-            raise ModelError(f"partition {pid}: the worker sent back partition {part.pid}")
-        if part.versions != versions:
-            raise ModelError(
-                f"worker {part.work.worker} ran heads {part.versions} on partition {pid}, the "
-                f"writer has {versions}; put the same head directories at the same paths on "
-                "every worker"
-            )
-        batch = part.annotations(len(docs))
-        store.annotations.write(docs, batch, versions)
-        tally.add(part.work, sent, part.nbytes())
-        n_labels += sum(len(a.labels) for a in batch)
-        n_entities += sum(len(a.entities) for a in batch)
-        bar.update(len(docs))
-
-    for docs in store.annotations.iter_doc_texts(todo, rows):
+    for docs in store.annotations.iter_doc_texts(todo, partition_rows(len(todo), slots)):
         pid = f"{collection or 'all'} docs {docs[0][0]}-{docs[-1][0]}"
         texts = [t for _, t, _ in docs]
         future = submit(
@@ -202,10 +206,11 @@ def annotate_store_on_cluster(
         )
         pending.append((pid, docs, text_bytes(texts), future))
         while len(pending) > 2 * slots:
-            settle()
+            writer.settle(*pending.popleft())
     while pending:
-        settle()
-    bar.close()
+        writer.settle(*pending.popleft())
+    writer.bar.close()
+    tally, n_labels, n_entities = writer.tally, writer.labels, writer.entities
     return {
         "documents": total,
         "annotated": len(todo),

@@ -87,25 +87,7 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
                 dynamo=False,
             )
         encoder.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))
-        info = {
-            "provenance": {
-                k: getattr(encoder.provenance, k)
-                for k in ("model_name", "weights_hash", "pooling", "dim")
-            },
-            "output": kind,
-            # the usable length (`model_facts.usable_length`), not the raw position count
-            "max_positions": encoder.length.limit,
-            "cls_id": encoder.cls_id,
-            "sep_id": encoder.sep_id,
-            "pad_id": encoder.pad_id,
-            "padding_side": encoder.specials.padding_side,
-            "sha256": file_sha256(tmp / MODEL_FILE),
-            "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
-            # the weights it came from: a search trusts the hash while these are unchanged
-            "weights": {"dir": str(encoder.model_dir), "files": weight_stats(encoder.model_dir)},
-            "opset": OPSET,
-            "torch": torch.__version__,
-        }
+        info = _export_info(encoder, tmp, kind)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
         for name in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE):
             fsync_file(tmp / name)
@@ -117,6 +99,32 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("exported the query encoder to %s", folder / MODEL_FILE)
     return _record(Path(store_dir), folder, info)
+
+
+def _export_info(encoder, tmp: Path, kind: str) -> dict:
+    """What `info.json` says of an export in `tmp`: the encoder it came from, its special
+    tokens and length, the files' sha256, and the weights' stats a search trusts it by."""
+    import torch
+
+    return {
+        "provenance": {
+            k: getattr(encoder.provenance, k)
+            for k in ("model_name", "weights_hash", "pooling", "dim")
+        },
+        "output": kind,
+        # the usable length (`model_facts.usable_length`), not the raw position count
+        "max_positions": encoder.length.limit,
+        "cls_id": encoder.cls_id,
+        "sep_id": encoder.sep_id,
+        "pad_id": encoder.pad_id,
+        "padding_side": encoder.specials.padding_side,
+        "sha256": file_sha256(tmp / MODEL_FILE),
+        "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
+        # the weights it came from: a search trusts the hash while these are unchanged
+        "weights": {"dir": str(encoder.model_dir), "files": weight_stats(encoder.model_dir)},
+        "opset": OPSET,
+        "torch": torch.__version__,
+    }
 
 
 def _record(store_dir: Path, folder: Path, info: dict) -> dict:

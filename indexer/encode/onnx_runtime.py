@@ -28,6 +28,43 @@ from indexer.records.provenance import EXPORT_KEYS, Provenance, weight_stats, we
 QUERY_BATCH = 64  # queries per onnxruntime call
 
 
+def _checked_info(model_file: Path, record: dict, stored: Provenance | None) -> dict:
+    """The export's info file, once its files match the sha256 the index version records and
+    its provenance matches the stored vectors' (`stored` None: not checked).
+
+    Raises:
+        Unavailable: a file missing, unreadable or changed, or an export of other weights.
+    """
+    folder = model_file.parent
+    try:
+        info = json.loads((folder / INFO_FILE).read_text())
+        st = model_file.stat()
+        if [st.st_size, st.st_mtime_ns] != [
+            record.get("size"),
+            record.get("mtime_ns"),
+        ] and file_sha256(model_file) != record.get("sha256"):
+            raise Unavailable(f"{model_file} differs from the sha256 its index version records")
+        if file_sha256(folder / TOKENIZER_FILE) != record.get("tokenizer_sha256"):
+            raise Unavailable(
+                f"{folder / TOKENIZER_FILE} differs from the sha256 its index version records"
+            )
+    except (OSError, ValueError, KeyError) as exc:
+        raise Unavailable(f"{folder}: {type(exc).__name__}: {exc}") from None
+    exported = info["provenance"]
+    if stored is not None:
+        diffs = [
+            f"{k}: {exported[k]!r} != {getattr(stored, k)!r}"
+            for k in EXPORT_KEYS
+            if exported[k] != getattr(stored, k)
+        ]
+        if diffs:
+            raise Unavailable(
+                f"{model_file} was exported from another encoder than the "
+                f"stored vectors' (export != store: {'; '.join(diffs)})"
+            )
+    return info
+
+
 class OnnxEncoder:
     """Encodes texts with an exported model: `tokenizers` + onnxruntime + numpy pooling.
 
@@ -128,32 +165,8 @@ class OnnxEncoder:
             raise Unavailable(
                 f"the index version names {model_file}, outside {store_dir / ENCODERS_DIR}"
             )
-        try:
-            info = json.loads((folder / INFO_FILE).read_text())
-            st = model_file.stat()
-            if [st.st_size, st.st_mtime_ns] != [
-                record.get("size"),
-                record.get("mtime_ns"),
-            ] and file_sha256(model_file) != record.get("sha256"):
-                raise Unavailable(f"{model_file} differs from the sha256 its index version records")
-            if file_sha256(folder / TOKENIZER_FILE) != record.get("tokenizer_sha256"):
-                raise Unavailable(
-                    f"{folder / TOKENIZER_FILE} differs from the sha256 its index version records"
-                )
-        except (OSError, ValueError, KeyError) as exc:
-            raise Unavailable(f"{folder}: {type(exc).__name__}: {exc}") from None
+        info = _checked_info(model_file, record, stored)
         exported = info["provenance"]
-        if stored is not None:
-            diffs = [
-                f"{k}: {exported[k]!r} != {getattr(stored, k)!r}"
-                for k in EXPORT_KEYS
-                if exported[k] != getattr(stored, k)
-            ]
-            if diffs:
-                raise Unavailable(
-                    f"{model_file} was exported from another encoder than the "
-                    f"stored vectors' (export != store: {'; '.join(diffs)})"
-                )
         if config.max_length > info["max_positions"]:
             raise ModelError(
                 f"model.max_length {config.max_length} exceeds the usable length "

@@ -307,23 +307,8 @@ def tune_batches(
     k = min(11, count)
     exact = exact_neighbours(queries, batches, k)
     truth = [set(_top10_others(r, o)) for r, o in zip(exact, own)]
-    curve: dict[int, float] = {}
-
-    def recall(value: int) -> float:
-        if value not in curve:
-            _, found = index.search(
-                queries, k, params=search_params(param, value, k_factor=k_factor)
-            )
-            curve[value] = float(
-                np.mean(
-                    [
-                        len(t & set(_top10_others(f, o))) / max(len(t), 1)
-                        for f, t, o in zip(found, truth, own)
-                    ]
-                )
-            )
-        return curve[value]
-
+    recall = _RecallCurve(index, queries, k, truth, own, param, k_factor)
+    curve = recall.curve
     smallest, reached = smallest_reaching(recall, values, target)
     if not reached:
         log.warning(
@@ -351,6 +336,36 @@ def tune_batches(
         "smallest": int(smallest),
         "headroom": headroom,
     } | ({} if k_factor is None else {"k_factor": k_factor})
+
+
+class _RecallCurve:
+    """recall@10 of `index` at a value of its search parameter, measured once per value (the
+    queries' own ids left out of both lists); `curve` keeps every value measured."""
+
+    def __init__(
+        self,
+        index,
+        queries: np.ndarray,
+        k: int,
+        truth: list[set],
+        own,
+        param: str,
+        k_factor: int | None,
+    ):
+        self.index, self.queries, self.k, self.truth, self.own = index, queries, k, truth, own
+        self.param, self.k_factor = param, k_factor
+        self.curve: dict[int, float] = {}
+
+    def __call__(self, value: int) -> float:
+        if value not in self.curve:
+            params = search_params(self.param, value, k_factor=self.k_factor)
+            _, found = self.index.search(self.queries, self.k, params=params)
+            hits = [
+                len(t & set(_top10_others(f, o))) / max(len(t), 1)
+                for f, t, o in zip(found, self.truth, self.own)
+            ]
+            self.curve[value] = float(np.mean(hits))
+        return self.curve[value]
 
 
 def smallest_reaching(

@@ -237,6 +237,26 @@ def import_rows(
         item = _check_row(raw, head, info.label_names, collection, who, now, summary)
         if item is not None:
             checked.append(item)
+    last = _resolve(store, checked, summary)
+    current = store.reviews.current_labels(head, list(last))
+    new: list[NewReview] = []
+    for doc_id, (item, digest) in last.items():
+        if current.get(doc_id) == item.label:
+            summary.unchanged += 1
+            continue
+        summary.changed += doc_id in current
+        new.append(NewReview(doc_id, item.label, item.reviewer, item.when, digest, source))
+    store.reviews.append(head, new)
+    summary.stored = len(new)
+    return summary
+
+
+def _resolve(
+    store: Store, checked: list[_Checked], summary: ImportSummary
+) -> dict[int, tuple[_Checked, str]]:
+    """The stored document of each checked row (doc id -> the row that wins, the text's
+    digest): a row whose id names no document, or documents in several collections, is
+    refused; of rows with the same document the last wins, the others are `duplicates`."""
     found = store.reviews.resolve_documents(
         sorted({(c.collection, c.id) for c in checked}, key=lambda k: (k[0] or "", k[1]))
     )
@@ -267,17 +287,7 @@ def import_rows(
     for doc_id, seen in lines.items():
         if len(seen) > 1:
             summary.duplicates.append({"id": last[doc_id][0].id, "lines": seen, "kept": seen[-1]})
-    current = store.reviews.current_labels(head, list(last))
-    new: list[NewReview] = []
-    for doc_id, (item, digest) in last.items():
-        if current.get(doc_id) == item.label:
-            summary.unchanged += 1
-            continue
-        summary.changed += doc_id in current
-        new.append(NewReview(doc_id, item.label, item.reviewer, item.when, digest, source))
-    store.reviews.append(head, new)
-    summary.stored = len(new)
-    return summary
+    return last
 
 
 def _check_row(

@@ -16,6 +16,7 @@ cluster.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -257,7 +258,7 @@ def test_worker_killed_mid_run_gives_the_same_store(
     with Client(address, timeout=START_S) as client:  # SIGKILL itself at its second partition
         (addr,) = [a for a, pid in client.run(os.getpid).items() if pid == victim.pid]
         client.run(
-            __import__("indexer.core.faults").faults.arm,
+            importlib.import_module("indexer.core.faults").arm,
             "partition.before_return:2",
             workers=[addr],
         )
