@@ -62,15 +62,15 @@ class WordSets:
 
     def __init__(self, batches):
         vocab: dict[str, int] = {}
-        docs, lengths, flat = [], array("q"), array("i")  # compact, unlike lists of ints
+        docs, counts, flat = [], array("q"), array("i")  # compact, unlike lists of ints
         for doc_ids, texts in batches:
             docs.append(np.asarray(doc_ids, np.int64))
             for text in texts:
                 ids = sorted({vocab.setdefault(w, len(vocab)) for w in word_set(text)})
-                lengths.append(len(ids))
+                counts.append(len(ids))
                 flat.extend(ids)
         doc_ids = np.concatenate(docs) if docs else np.zeros(0, np.int64)
-        lengths = np.frombuffer(lengths, np.int64) if len(lengths) else np.zeros(0, np.int64)
+        lengths = np.frombuffer(counts, np.int64) if len(counts) else np.zeros(0, np.int64)
         order = np.argsort(doc_ids, kind="stable")
         starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)])[:-1]
         words = np.frombuffer(flat, np.int32) if len(flat) else np.zeros(0, np.int32)

@@ -15,6 +15,7 @@ import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from indexer.errors import ModelError
 
@@ -41,7 +42,7 @@ def resolve_class(auto_class, config):
     Raises:
         ModelError: the auto class has no model for this config's type.
     """
-    mapping = getattr(auto_class, "_model_mapping", None)
+    mapping: Any = getattr(auto_class, "_model_mapping", None)  # None: a TypeError below
     try:
         return mapping[type(config)]
     except (KeyError, TypeError):

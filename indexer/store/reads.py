@@ -48,13 +48,13 @@ SMALL_ID_LIST = 256  # up to this many ids are written into the SQL as a literal
 
 
 @contextlib.contextmanager
-def _id_list(store, ids: list[int]) -> Iterator[tuple[str, list]]:
+def _id_list(core: StoreCore, ids: list[int]) -> Iterator[tuple[str, list]]:
     """(SQL for `x IN ...`, its parameters) for int ids: a short list (a search's hits) as a
     literal list, a long one as a registered Arrow view (`StoreCore.bound`)."""
     if len(ids) <= SMALL_ID_LIST:
         yield "(" + ",".join(str(int(i)) for i in ids) + ")", []
         return
-    with store.bound(ids) as view:
+    with core.bound(ids) as view:
         yield view, []
 
 
@@ -86,7 +86,7 @@ class DocumentReads:
         """
         if not len(chunk_ids):
             return {}
-        with _id_list(self, [int(i) for i in chunk_ids]) as (ids, params):
+        with _id_list(self.core, [int(i) for i in chunk_ids]) as (ids, params):
             rows = self.core.con.execute(SELECT_CHUNK_HITS.format(ids=ids), params).fetchall()
         return {
             r[0]: Hit(r[0], r[1], r[2], r[3], r[4], r[5], _metadata(r[6]), r[7], r[8]) for r in rows
@@ -102,7 +102,7 @@ class DocumentReads:
         """
         if not len(doc_ids):
             return {}
-        with _id_list(self, [int(d) for d in doc_ids]) as (ids, params):
+        with _id_list(self.core, [int(d) for d in doc_ids]) as (ids, params):
             rows = self.core.con.execute(SELECT_DOCUMENT_HITS.format(ids=ids), params).fetchall()
         return {
             r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], _metadata(r[5]), 0, len(r[4])) for r in rows
