@@ -8,6 +8,10 @@ A remote caller is never told who holds the store's writer lock (`StoreBusy` nam
 and command line): it gets BUSY_DETAIL, and the detail is logged here at INFO; the CLI prints
 the full message locally. Exceptions outside the map (a bug) stay FastAPI's plain 500. Imports no
 web framework at module level: the CLI loads `search.body_limit` at start.
+
+The OpenAI-compatible routes (`/v1/...`, `search.openai_routes`) answer their own refusals and
+invalid bodies in OpenAI's shape instead, `{"error": {"message", "type", "param", "code"}}`, with
+400 where the rest of the API says 422: that is what the clients written for OpenAI read.
 """
 
 from __future__ import annotations
@@ -50,6 +54,33 @@ class TooLarge(Refusal):
     headers = {"Connection": "close"}
 
 
+class OpenAIError(Exception):
+    """A refusal of an OpenAI-compatible route, answered in OpenAI's error shape.
+
+    Args:
+        status: the HTTP status.
+        message: what is wrong and what to send instead.
+        param: the request field at fault (None: none in particular).
+        code: OpenAI's machine-readable code (`model_not_found`, ...; None: none).
+    """
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ):
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+    def response(self):
+        from starlette.responses import JSONResponse
+
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        body = {"message": str(self), "type": kind, "param": self.param, "code": self.code}
+        return JSONResponse({"error": body}, status_code=self.status)
+
+
+OPENAI_PREFIX = "/v1/"  # the routes whose errors are OpenAIError's shape
+
+
 # the most specific class of an exception that is listed decides
 STATUS: dict[type[Exception], int] = {
     InputError: 400,  # the request's own fault: a malformed filter, an unknown head or label
@@ -89,7 +120,8 @@ def error_response(exc: Exception):
 
 def install(app) -> None:
     """Answer every exception class of `STATUS` raised in a route through `error_response`,
-    and request validation errors as 422 with one line naming each field's problem.
+    request validation errors as 422 with one line naming each field's problem (400 in
+    OpenAI's shape under `OPENAI_PREFIX`), and `OpenAIError` in its shape.
 
     Args:
         app: a FastAPI app.
@@ -101,11 +133,19 @@ def install(app) -> None:
         return error_response(exc)
 
     async def invalid(request, exc):
+        if request.url.path.startswith(OPENAI_PREFIX):
+            first = next(iter(exc.errors()), {})
+            param = next((str(x) for x in first.get("loc", ()) if x != "body"), None)
+            return OpenAIError(400, _one_line(exc), param).response()
         return JSONResponse({"detail": _one_line(exc)}, status_code=422)
+
+    async def openai(request, exc):
+        return exc.response()
 
     for cls in STATUS:
         app.add_exception_handler(cls, mapped)
     app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(OpenAIError, openai)
 
 
 def _one_line(exc) -> str:

@@ -3,7 +3,8 @@ model, FAISS and keyword indexes stay loaded, so a query costs only encode + sea
 Does not start processes or listen (`search.workers`); the client is `search.client`.
 
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
-`POST /facets`, and the review page `/review` (`search.review_page`). Each route declares the scope
+`POST /facets`, the review page `/review` (`search.review_page`) and the OpenAI-compatible
+`POST /v1/embeddings` and `GET /v1/models` (`search.openai_routes`). Each route declares the scope
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
 the configured size, POST bodies without a Content-Length and chunked ones are refused before
@@ -276,7 +277,10 @@ def create_app(
         with serial:
             return store.filters.facet_counts(**filters)
 
+    from search.openai_routes import add_openai_routes
     from search.review_page import add_review_routes
+
+    add_openai_routes(app, searcher, pin_threads)  # /v1/embeddings, /v1/models
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
     add_review_routes(app, store.path, write_lock, undo_key)  # /review (search/review_page.py)

@@ -9,6 +9,7 @@ Imports neither torch nor transformers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -193,11 +194,29 @@ class OnnxEncoder:
             raise Unavailable(f"onnxruntime cannot load {model_file}: {str(exc)[:200]}") from None
 
     # -- encoding ---------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids without special tokens, no truncation (as `Encoder.tokenize`)."""
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def wrap(self, ids: Sequence[int]) -> list[int]:
+        """The tokenizer's framing around ids: [CLS] ids [SEP], <s> ids </s>, …"""
+        return [self.cls_id, *ids, self.sep_id]
+
+    @functools.cached_property
+    def document_prefix(self) -> list[int]:
+        """The document prompt's tokens, put after [CLS] in every window (as the torch
+        `Encoder.document_prefix`); made on first use, a search never needs them."""
+        prompt = self.config.document_prompt
+        return self.tokenize([prompt])[0] if prompt else []
+
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         """One vector per text, truncated to `max_length` tokens, as `Encoder.encode_texts`."""
         room = self.config.max_length - 2
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        seqs = [[self.cls_id, *e.ids[:room], self.sep_id] for e in encodings]
+        return self.encode_ids([self.wrap(ids[:room]) for ids in self.tokenize(texts)])
+
+    def encode_ids(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Encode token id sequences that carry their special tokens (as `Encoder.encode_ids`),
+        longest first in batches of `QUERY_BATCH`; (len(seqs), dim) float32 in input order."""
         out = np.zeros((len(seqs), self.dim), dtype=np.float32)
         order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
         for start in range(0, len(order), QUERY_BATCH):

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from indexer.config import Config
+from indexer.config import Config, ModelConfig
 from indexer.encode.onnx_files import Unavailable
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.errors import ModelError
@@ -29,9 +29,28 @@ class QueryEncoder(Protocol):
     """
 
     provenance: Provenance  # what produced its vectors, checked against the store's
+    config: ModelConfig  # its prompts and max length
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         """`model.query_prompt` + each query, one (len(queries), dim) float32 row each."""
+        ...
+
+    # what `indexer.encode.embed` needs to encode texts as the index run encodes documents
+    @property
+    def document_prefix(self) -> list[int]:
+        """The document prompt's token ids (empty: no prompt)."""
+        ...
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text without special tokens, not truncated."""
+        ...
+
+    def wrap(self, ids: Sequence[int]) -> list[int]:
+        """ids framed by the tokenizer's special tokens."""
+        ...
+
+    def encode_ids(self, sequences: Sequence[Sequence[int]]) -> np.ndarray:
+        """One (len(sequences), dim) float32 row per framed id sequence, in input order."""
         ...
 
 
