@@ -240,6 +240,13 @@ def stop(server: subprocess.Popen) -> None:
         server.wait(timeout=30)
 
 
+def vector_of(embedding) -> np.ndarray:
+    """A vector the SDK returned: floats, or base64 of little-endian float32."""
+    if isinstance(embedding, str):
+        return np.frombuffer(base64.b64decode(embedding), "<f4")
+    return np.array(embedding, np.float32)
+
+
 @pytest.mark.parametrize("with_token", [False, True])
 def test_the_openai_sdk_against_bertindex_serve(tiny_config, small_corpus, tmp_path, with_token):
     openai = pytest.importorskip("openai")
@@ -260,9 +267,12 @@ def test_the_openai_sdk_against_bertindex_serve(tiny_config, small_corpus, tmp_p
         [model] = [m.id for m in client.models.list()]
         expected = load_encoder(tiny_config.model).encode_texts(TEXTS)
         tol = for_dtype("fp32")
-        for fmt in ("float", "base64"):  # the SDK decodes base64 itself
-            answer = client.embeddings.create(model=model, input=TEXTS, encoding_format=fmt)
-            got = np.array([d.embedding for d in answer.data], np.float32)
+        # unasked, the SDK asks for base64 and decodes it; asked for base64, it hands it on
+        for fmt in ("float", "base64", None):
+            asked = {"encoding_format": fmt} if fmt else {}
+            answer = client.embeddings.create(model=model, input=TEXTS, **asked)
+            got = np.stack([vector_of(d.embedding) for d in answer.data])
+            assert isinstance(answer.data[0].embedding, str) == (fmt == "base64")
             assert cosines(got, expected).min() >= tol.min_cosine, fmt
             assert answer.usage.prompt_tokens == answer.usage.total_tokens > len(TEXTS) * 2
         cut = client.embeddings.create(model=model, input="the cat", dimensions=8)

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.heavy
 OPEN = access.OPEN
 
 
-def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
-    """One honest request per route: what a test sends to reach each."""
+def sample_requests(doc_id: int, model: str) -> dict[tuple[str, str], dict]:
+    """One honest request per route: what a test sends to reach each (`model`: the served
+    encoder's id)."""
     return {
         ("GET", "/"): {"url": "/"},
         ("GET", "/static/{name}"): {"url": "/static/app.js"},
@@ -40,6 +41,11 @@ def sample_requests(doc_id: int) -> dict[tuple[str, str], dict]:
         ("POST", "/review/api/undo"): {
             "url": "/review/api/undo",
             "json": {"head": "kind", "review_id": 999999},
+        },
+        ("GET", "/v1/models"): {"url": "/v1/models"},
+        ("POST", "/v1/embeddings"): {
+            "url": "/v1/embeddings",
+            "json": {"input": ["cat", "dog"], "model": model},
         },
     }
 
@@ -81,7 +87,7 @@ def test_every_route_has_an_entry_and_answers_by_its_scope(guarded):
     assert sorted(set(table) - set(routes)) == []  # no stale entries
     with Store(config.store.path, read_only=True, snapshot=False) as store:
         doc_id = store.con.execute("SELECT min(doc_id) FROM documents").fetchone()[0]
-    samples = sample_requests(doc_id)
+    samples = sample_requests(doc_id, fastapi_app.state.searcher.encoder.provenance.model_name)
     assert sorted(samples) == sorted(routes)  # a new route needs a sample here too
     for (method, path), needed in table.items():
         req = samples[(method, path)]
