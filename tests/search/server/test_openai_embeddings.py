@@ -7,7 +7,6 @@ process, with and without a token."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
 import sys
