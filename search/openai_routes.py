@@ -17,7 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from indexer.encode.embed import TooLong, embed, sequences
+from indexer.encode.embed import Embedded, TooLong, embed, sequences
+from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import InputError
 from indexer.query.searcher import Searcher
 from search.access import needs
@@ -103,42 +104,8 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
     def embeddings(request: EmbeddingsRequest) -> Response:  # a plain def: on FastAPI's pool
         """One vector per input, as `bertindex index` encodes a document (or a search a
         query), with the tokens they took."""
-        if request.model != served:
-            raise OpenAIError(
-                404,
-                f"The model `{request.model}` does not exist: this server embeds with "
-                f"`{served}` (GET /v1/models)",
-                "model",
-                "model_not_found",
-            )
-        texts = [x for x in request.input if isinstance(x, str)]
-        if len(texts) < len(request.input):
-            raise OpenAIError(
-                400,
-                "token-id inputs are not accepted: send the text, the server tokenizes it "
-                "with the model's own tokenizer",
-                "input",
-                "invalid_input",
-            )
         pin_threads()
-        try:
-            seqs = sequences(encoder, texts, request.input_type == "query", request.truncate)
-            total = sum(len(s) for s in seqs)
-            if total > MAX_REQUEST_TOKENS:
-                raise OpenAIError(
-                    400,
-                    f"the inputs are {total} tokens together, over this server's cap of "
-                    f"{MAX_REQUEST_TOKENS} a request; send them in several requests",
-                    "input",
-                    "max_tokens_per_request",
-                )
-            done = embed(encoder, seqs, request.dimensions)
-        except TooLong as exc:
-            raise OpenAIError(
-                400, f"{exc} (`truncate: true`)", "input", "context_length_exceeded"
-            ) from None
-        except InputError as exc:  # dimensions above the model's
-            raise OpenAIError(400, str(exc), "dimensions") from None
+        done = encode_request(encoder, served, request)
         data = [
             {"object": "embedding", "index": i, "embedding": _encoded(v, request.encoding_format)}
             for i, v in enumerate(done.vectors)
@@ -151,6 +118,48 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         return Response(json.dumps(body), media_type="application/json")
+
+
+def encode_request(encoder: QueryEncoder, served: str, request: EmbeddingsRequest) -> Embedded:
+    """The vectors and token counts of a request's inputs, or the OpenAIError that refuses it:
+    another model than `served`, token ids, an input over the model's limit without `truncate`,
+    more tokens than `MAX_REQUEST_TOKENS`, more `dimensions` than the model has."""
+    if request.model != served:
+        raise OpenAIError(
+            404,
+            f"The model `{request.model}` does not exist: this server embeds with "
+            f"`{served}` (GET /v1/models)",
+            "model",
+            "model_not_found",
+        )
+    texts = [x for x in request.input if isinstance(x, str)]
+    if len(texts) < len(request.input):
+        raise OpenAIError(
+            400,
+            "token-id inputs are not accepted: send the text, the server tokenizes it "
+            "with the model's own tokenizer",
+            "input",
+            "invalid_input",
+        )
+    try:
+        seqs = sequences(encoder, texts, request.input_type == "query", request.truncate)
+        total = sum(len(s) for s in seqs)
+        if total > MAX_REQUEST_TOKENS:
+            raise OpenAIError(
+                400,
+                f"the inputs are {total} tokens together, over this server's cap of "
+                f"{MAX_REQUEST_TOKENS} a request; send them in several requests",
+                "input",
+                "max_tokens_per_request",
+            )
+        done = embed(encoder, seqs, request.dimensions)
+    except TooLong as exc:
+        raise OpenAIError(
+            400, f"{exc} (`truncate: true`)", "input", "context_length_exceeded"
+        ) from None
+    except InputError as exc:  # dimensions above the model's
+        raise OpenAIError(400, str(exc), "dimensions") from None
+    return done
 
 
 def _encoded(vector, encoding_format: str):
