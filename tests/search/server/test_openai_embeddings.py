@@ -186,11 +186,14 @@ def test_prompts_document_and_query(tiny_config, small_corpus):
 
 
 def test_the_onnx_query_encoder_matches_the_stored_vectors(tiny_config, small_corpus):
-    """Served by the index version's ONNX export, the document vectors still match what the
-    torch encoder stored, within the tolerance of the stored dtype (`indexer.ops.tolerance`)."""
+    """Served by the index version's ONNX export, the document vectors (the document prompt
+    included) still match what the torch encoder stored, within the tolerance of the stored
+    dtype (`indexer.ops.tolerance`)."""
     from fastapi.testclient import TestClient
 
-    config = tiny_config.with_overrides(**{"search.query_encoder": "onnx"})
+    config = tiny_config.with_overrides(
+        **{"search.query_encoder": "onnx", "model.document_prompt": "passage: "}
+    )
     prepare(config, small_corpus, scopes=())
     store, app = app_for(config)
     with store:
