@@ -1,9 +1,10 @@
-"""Ports for tests that start `bertindex serve` as a real process: a free local port, and the
-addresses listening on a port as the kernel lists them."""
+"""Ports for tests that start `bertindex serve` as a real process: a free local port, the
+addresses listening on a port as the kernel lists them, and stopping the process."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 
@@ -25,3 +26,13 @@ def listeners(port: int) -> list[str]:
             if int(hex_port, 16) == port and fields[3] == "0A":  # 0A: LISTEN
                 found.append(address)
     return found
+
+
+def stop(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)

@@ -15,6 +15,7 @@ import time
 
 import pytest
 import yaml
+from port_kit import stop
 from testkit import ROOT
 
 from indexer.indexing.run import run_index
@@ -94,12 +95,7 @@ def test_search_through_a_server_loads_no_model_or_index(tiny_config, small_corp
             check=False,
         )
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=20)
+        stop(server, timeout=20)
     assert client.returncode == 0, client.stderr[-2000:]
     report = json.loads(client.stdout.splitlines()[-1])
     assert report["exit_code"] == 0, report["stderr"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from port_kit import free_port
+from port_kit import free_port, stop
 from server_kit import BASE, app_for, prepare
 from testkit import ROOT
 
@@ -231,15 +231,6 @@ def start_serve(config_file, port: int) -> subprocess.Popen:
             pass
         assert time.monotonic() < deadline, "server did not start in 180 s"
         time.sleep(0.3)
-
-
-def stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait(timeout=30)
 
 
 def vector_of(embedding) -> np.ndarray:

@@ -24,7 +24,7 @@ import duckdb
 import pytest
 import yaml
 from click.testing import CliRunner
-from port_kit import free_port
+from port_kit import free_port, stop
 from testkit import ROOT
 
 from indexer.errors import InputError
@@ -144,12 +144,7 @@ def test_https_on_two_workers_verified_by_the_thin_client(tiny_config, small_cor
         r = runner.invoke(main, [*args, "--ca-cert", str(ca)])  # no token
         assert r.exit_code == 1 and "401" in r.stderr and TOKEN_ENV in r.stderr
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=30)
+        stop(server)
     assert not session_file.exists()  # removed when serve stops
 
 
