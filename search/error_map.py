@@ -78,6 +78,10 @@ class OpenAIError(Exception):
         return JSONResponse({"error": body}, status_code=self.status)
 
 
+class NotFound(Exception):
+    """A route's resource is not on this server (e.g. no reranker configured)."""
+
+
 OPENAI_PREFIX = "/v1/"  # the routes whose errors are OpenAIError's shape
 
 
@@ -86,6 +90,7 @@ STATUS: dict[type[Exception], int] = {
     InputError: 400,  # the request's own fault: a malformed filter, an unknown head or label
     Unauthenticated: 401,
     Forbidden: 403,
+    NotFound: 404,
     StoreError: 409,  # another process writes the store: the same request may pass later
     LengthRequired: 411,
     TooLarge: 413,

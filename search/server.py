@@ -278,9 +278,11 @@ def create_app(
             return store.filters.facet_counts(**filters)
 
     from search.openai_routes import add_openai_routes
+    from search.rerank_route import add_rerank_route
     from search.review_page import add_review_routes
 
     add_openai_routes(app, searcher, pin_threads)  # /v1/embeddings, /v1/models
+    add_rerank_route(app, searcher, pin_threads)  # /rerank (TEI and Cohere shapes)
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
     add_review_routes(app, store.path, write_lock, undo_key)  # /review (search/review_page.py)

@@ -1,0 +1,88 @@
+"""`POST /rerank` in the TEI and Cohere shapes, scored by the server's pair head: the order is
+the head's (`PairScorer.score`), `top_n` and the returned texts follow each shape, the cap is
+`search.rerank_max_depth`, and a token is needed (a server without a reranker answers 404:
+the route-table walk in test_server_access.py)."""
+
+from __future__ import annotations
+
+import pytest
+from server_kit import BASE, app_for, prepare
+
+from indexer.heads.pair.scorer import PairScorer
+
+pytestmark = pytest.mark.heavy  # an indexed store and the toy pair head per module
+
+QUERY = "the cat sat"
+TEXTS = ["red apple banana", "the cat sat on the mat", "a dog slept on the sofa", "the cat"]
+
+
+@pytest.fixture(scope="module")
+def served(toy_head, tiny_model_dir, tmp_path_factory):
+    from fastapi.testclient import TestClient
+    from testkit import tiny_model_config
+
+    head, _, _ = toy_head
+    root = tmp_path_factory.mktemp("rerank-route")
+    config = tiny_model_config(tiny_model_dir, root / "store").with_overrides(
+        **{"search.rerank": str(head), "search.rerank_max_depth": 5}
+    )
+    corpus = root / "docs.jsonl"
+    corpus.write_text('{"id": "a", "text": "the cat sat"}\n{"id": "b", "text": "a dog"}\n')
+    tokens = prepare(config, corpus)
+    store, app = app_for(config)
+    with store:
+        yield TestClient(app, base_url=BASE), tokens, head
+
+
+def bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def expected(head) -> list[tuple[int, float]]:
+    scores = PairScorer(head).score([(QUERY, t) for t in TEXTS])
+    return sorted(((i, float(s)) for i, s in enumerate(scores)), key=lambda x: (-x[1], x[0]))
+
+
+def test_tei_shape(served):
+    client, tokens, head = served
+    answer = client.post(
+        "/rerank",
+        json={"query": QUERY, "texts": TEXTS, "return_text": True},
+        headers=bearer(tokens["read"]),
+    )
+    assert answer.status_code == 200, answer.text
+    rows = answer.json()
+    assert [r["index"] for r in rows] == [i for i, _ in expected(head)]
+    assert [r["score"] for r in rows] == pytest.approx([s for _, s in expected(head)], abs=1e-6)
+    assert all(r["text"] == TEXTS[r["index"]] for r in rows)
+
+
+def test_cohere_shape_and_top_n(served):
+    client, tokens, head = served
+    body = {
+        "model": "any",
+        "query": QUERY,
+        "documents": [TEXTS[0], {"text": TEXTS[1]}, TEXTS[2], {"text": TEXTS[3]}],
+        "top_n": 2,
+        "return_documents": True,
+    }
+    answer = client.post("/rerank", json=body, headers=bearer(tokens["read"]))
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [r["index"] for r in results] == [i for i, _ in expected(head)][:2]
+    assert all(r["document"]["text"] == TEXTS[r["index"]] for r in results)
+    assert [r["relevance_score"] for r in results] == pytest.approx(
+        [s for _, s in expected(head)][:2], abs=1e-6
+    )
+
+
+def test_refusals(served):
+    client, tokens, _ = served
+    read = bearer(tokens["read"])
+    assert client.post("/rerank", json={"query": QUERY, "texts": TEXTS}).status_code == 401
+    both = client.post(
+        "/rerank", json={"query": QUERY, "texts": TEXTS, "documents": TEXTS}, headers=read
+    )
+    assert both.status_code == 422 and "one of the two" in both.text
+    over = client.post("/rerank", json={"query": QUERY, "texts": TEXTS * 2}, headers=read)
+    assert over.status_code == 400 and "search.rerank_max_depth: 5" in over.json()["detail"]
