@@ -1,8 +1,8 @@
 """`POST /v1/embeddings` and `GET /v1/models` (issue 39): OpenAI's shapes, errors and caps in
 process; the vectors equal the store's own document vectors (`Encoder.encode_texts` of the same
-texts, the stored chunk vectors, the query prompt when asked), within the project's tolerance
-when the ONNX query encoder serves them; and the real `openai` SDK against a `bertindex serve`
-process, with and without a token."""
+texts, the stored chunk vectors, the query prompt when asked) within the project's tolerance
+(other batches, other kernels' summing order; indexer/ops/tolerance.py); and the real
+`openai` SDK against a `bertindex serve` process, with and without a token."""
 
 from __future__ import annotations
 
@@ -87,18 +87,20 @@ def test_vectors_are_the_document_encoding_with_usage(served):
     assert [(d["object"], d["index"]) for d in body["data"]] == [
         ("embedding", i) for i in range(len(TEXTS))
     ]
-    np.testing.assert_array_equal(floats(answer), encoder.encode_texts(TEXTS))
+    # other batches than `encode_texts` makes: equal within the project's tolerance (a kernel
+    # may sum in an order that depends on the batch's shape; indexer/ops/tolerance.py)
+    tol = for_dtype(encoder.provenance.dtype)
+    assert cosines(floats(answer), encoder.encode_texts(TEXTS)).min() >= tol.min_cosine
     tokens = sum(len(ids) + 2 for ids in encoder.tokenize(TEXTS))  # [CLS] text [SEP]
     assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
     one = embed(client, model, TEXTS[0])  # a single string is a list of one
-    np.testing.assert_array_equal(floats(one), floats(answer)[:1])
+    assert cosines(floats(one), floats(answer)[:1]).min() >= tol.min_cosine  # a batch of 1
     # the vectors the store holds for the documents the index run encoded as one window
     stored = stored_single_windows(config)
     assert len(stored) >= 3
     texts = sorted(stored)
-    np.testing.assert_allclose(
-        floats(embed(client, model, texts)), np.stack([stored[t] for t in texts]), atol=1e-6
-    )
+    served_vectors = floats(embed(client, model, texts))
+    assert cosines(served_vectors, np.stack([stored[t] for t in texts])).min() >= tol.min_cosine
 
 
 def test_base64_and_dimensions(served):
@@ -138,9 +140,9 @@ def test_errors_in_openai_shape(served):
     assert "truncate" in error["message"]
     cut = embed(client, model, ["cat", long], truncate=True)
     assert cut.status_code == 200
-    np.testing.assert_array_equal(
-        floats(cut), load_encoder(config.model).encode_texts(["cat", long])
-    )
+    encoder = load_encoder(config.model)
+    expected = encoder.encode_texts(["cat", long])  # its first window: the one the cut keeps
+    assert cosines(floats(cut), expected).min() >= for_dtype(encoder.provenance.dtype).min_cosine
     assert cut.json()["usage"]["prompt_tokens"] == 3 + 16  # cut to the model's limit
     for bad in ({"input": "cat"}, {"model": model}, {"input": [], "model": model}):
         invalid = client.post("/v1/embeddings", json=bad)
@@ -179,9 +181,11 @@ def test_prompts_document_and_query(tiny_config, small_corpus):
         stored = stored_single_windows(config)
         texts = sorted(stored)
         documents = floats(embed(client, model, texts))
-        np.testing.assert_allclose(documents, np.stack([stored[t] for t in texts]), atol=1e-6)
+        encoder = load_encoder(config.model)
+        tol = for_dtype(encoder.provenance.dtype)
+        assert cosines(documents, np.stack([stored[t] for t in texts])).min() >= tol.min_cosine
         queries = floats(embed(client, model, texts, input_type="query"))
-        np.testing.assert_array_equal(queries, load_encoder(config.model).encode_queries(texts))
+        assert cosines(queries, encoder.encode_queries(texts)).min() >= tol.min_cosine
         assert not np.allclose(queries, documents)
 
 
