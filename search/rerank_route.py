@@ -21,6 +21,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from indexer.config import SearchConfig
 from indexer.errors import InputError
 from indexer.query.searcher import Searcher
 from search.access import needs
@@ -68,8 +69,21 @@ class RerankRequest(BaseModel):
         return [d if isinstance(d, str) else d.text for d in self.documents or []]
 
 
-def rank(searcher: Searcher, request: RerankRequest) -> list[tuple[int, float]]:
-    """(input index, score) of each text, best first (ties keep the input order).
+def check_depth(count: int, settings: SearchConfig, what: str) -> None:
+    """Refuse more pairs than `search.rerank_max_depth`: a client must not choose the CPU a
+    request costs (each pair ~25 ms). `what` names the request's field in the message."""
+    cap = settings.rerank_max_depth
+    if count > cap:
+        raise InputError(
+            f"{what} {count} is above this server's cap (search.rerank_max_depth: {cap})"
+        )
+
+
+def rank(
+    searcher: Searcher, request: RerankRequest, passages: list[str]
+) -> list[tuple[int, float]]:
+    """(input index, score) of each of `passages` (the request's texts), best first (ties
+    keep the input order).
 
     Raises:
         NotFound: no reranker is configured.
@@ -81,12 +95,7 @@ def rank(searcher: Searcher, request: RerankRequest) -> list[tuple[int, float]]:
             "this server has no reranker: set search.rerank in its config.yaml to a pair "
             "head (`bertindex train rerank`)"
         )
-    passages = request.passages()
-    if len(passages) > settings.rerank_max_depth:
-        raise InputError(
-            f"{len(passages)} texts is above this server's cap "
-            f"(search.rerank_max_depth: {settings.rerank_max_depth})"
-        )
+    check_depth(len(passages), settings, "texts:")
     scores = searcher.reranker(settings.rerank).score([(request.query, p) for p in passages])
     order = sorted(range(len(passages)), key=lambda i: (-scores[i], i))
     return [(i, float(scores[i])) for i in order[: request.top_n or len(order)]]
@@ -104,8 +113,8 @@ def add_rerank_route(app, searcher: Searcher, before_query) -> None:
     def rerank(request: RerankRequest):
         """Score `query` against each text with the server's pair head, best first."""
         before_query()
-        ranked = rank(searcher, request)
         passages = request.passages()
+        ranked = rank(searcher, request, passages)
         if request.texts is not None:
             return [
                 {"index": i, "score": s, **({"text": passages[i]} if request.return_text else {})}

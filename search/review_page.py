@@ -196,8 +196,8 @@ def add_review_routes(
         with Store(store_path, read_only=True) as store:
             # labelled since the last publish (by this or another page): read from the live
             # file for a moment, lock-free; while a writer holds it the snapshot must do
-            live = read_reviewed_since(store_path, head) or set()
-            skipped |= live - store.reviews.reviewed_ids(head)
+            last = store.reviews.last_review_id()
+            skipped |= read_reviewed_since(store_path, head, last) or set()
             rows = select_for_review(
                 store, head, strategy, n=len(skipped) + 1, collection=collection
             )

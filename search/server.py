@@ -37,6 +37,7 @@ from indexer.query.searcher import Searcher
 from search.access import OPEN, AccessGuard, TokenBook, needs
 from search.body_limit import MAX_BODY_BYTES, BodyLimit
 from search.error_map import install as install_error_map
+from search.rerank_route import add_rerank_route, check_depth
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,6 @@ def create_app(
             return store.filters.facet_counts(**filters)
 
     from search.openai_routes import add_openai_routes
-    from search.rerank_route import add_rerank_route
     from search.review_page import add_review_routes
 
     add_openai_routes(app, searcher, pin_threads)  # /v1/embeddings, /v1/models
@@ -301,12 +301,8 @@ def check_rerank(request: SearchRequest, settings: SearchConfig) -> None:
             "this server has no reranker: set search.rerank in its "
             "config.yaml to a pair head (`bertindex train rerank`)"
         )
-    cap = settings.rerank_max_depth
-    if request.rerank_depth is not None and request.rerank_depth > cap:
-        raise InputError(
-            f"rerank_depth {request.rerank_depth} is above this server's cap "
-            f"(search.rerank_max_depth: {cap})"
-        )
+    if request.rerank_depth is not None:
+        check_depth(request.rerank_depth, settings, "rerank_depth")
 
 
 def _static(name: str) -> bytes:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from indexer.core.timeutil import utc_now
 from indexer.store.core import StoreCore
+from indexer.store.schema import read_briefly
 
 RECORD_HEAD = "INSERT OR REPLACE INTO review_heads VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_HEAD = "SELECT task, label_names, path, head_version FROM review_heads WHERE head = ?"
@@ -58,7 +58,7 @@ PAGE_SOURCE = "page"  # `source` of a label stored from the review page (`review
 _OWN_PAGE_ROW = "review_id = ? AND head = ? AND source = ? AND who IS NOT DISTINCT FROM ?"
 DELETE_PAGE_REVIEW = f"DELETE FROM reviews WHERE {_OWN_PAGE_ROW}"
 COUNT_PAGE_REVIEW = f"SELECT count(*) FROM reviews WHERE {_OWN_PAGE_ROW}"
-REVIEWED_IDS = "SELECT DISTINCT doc_id FROM reviews WHERE head = ?"
+REVIEWED_SINCE = "SELECT DISTINCT doc_id FROM reviews WHERE head = ? AND review_id > ?"
 COUNT_REVIEWS = "SELECT count(*) FROM reviews WHERE head = ?"
 SELECT_REVIEWED = (
     "SELECT c.doc_id, d.external_id, d.text, c.label, c.content_hash = d.content_hash AS fresh "
@@ -161,11 +161,10 @@ class ReviewTables:
         """True when the store has the review tables (schema step 4)."""
         return bool(self.core.scalar(HAS_TABLE, ["reviews"]))
 
-    def reviewed_ids(self, head: str) -> set[int]:
-        """The documents a person has labelled for `head`."""
-        if not self.has_tables():
-            return set()
-        return {r[0] for r in self.core.con.execute(REVIEWED_IDS, [head]).fetchall()}
+    def last_review_id(self) -> int:
+        """The highest review number in this file (0: none): what a reader of a snapshot asks
+        the live file about (`read_reviewed_file`)."""
+        return int(self.core.scalar(NEXT_REVIEW_ID)) if self.has_tables() else 0
 
     def record_heads(self, heads: Sequence[tuple[str, str, list[str], str, str]]) -> None:
         """Remember heads `annotate` ran: (name, task, label names, directory, version)."""
@@ -354,21 +353,15 @@ class ReviewTables:
         return [tuple(r) for r in self.core.con.execute(SELECT_REVIEWED, [head]).fetchall()]
 
 
-def read_reviewed_file(path: Path, head: str) -> set[int] | None:
-    """The documents labelled for `head` in one DuckDB file, opened read-only for the moment
-    it takes (no writer lock: the review page learns what was labelled since the last publish).
+def read_reviewed_file(path: Path, head: str, after: int) -> set[int] | None:
+    """The documents labelled for `head` in one DuckDB file by reviews numbered above `after`,
+    read without the writer lock (`schema.read_briefly`): the review page learns what was
+    labelled since the last publish, at a cost that grows with that, not with every label.
 
     Returns:
         The doc ids, or None when the file cannot be opened now (a writer holds it) or has
         no review table.
     """
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        return None
-    try:
-        return {r[0] for r in con.execute(REVIEWED_IDS, [head]).fetchall()}
-    except duckdb.Error:
-        return None
-    finally:
-        con.close()
+    return read_briefly(
+        path, lambda con: {r[0] for r in con.execute(REVIEWED_SINCE, [head, after]).fetchall()}
+    )

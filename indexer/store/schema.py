@@ -4,13 +4,17 @@ the one-value read every module uses). No data rows."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 
 from indexer.errors import StoreError
 from indexer.records.annotations import Entity, Label
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 6
 
@@ -227,3 +231,27 @@ def apply_migration(con: duckdb.DuckDBPyConnection, step: int) -> None:
     for sql in MIGRATIONS[step]:
         con.execute(sql)
     con.execute(SET_META, ["schema_version", str(step)])
+
+
+def read_briefly(path: Path, read: Callable[[duckdb.DuckDBPyConnection], T]) -> T | None:
+    """What `read` returns from one DuckDB file opened read-only for the moment it takes,
+    without the store's writer lock: how a server learns of tokens and review labels written
+    to the live file since the last publish.
+
+    Args:
+        path: a store's `store.duckdb` (it must exist).
+        read: the query, given the connection.
+    Returns:
+        Its result, or None when the file cannot be opened now (a writer holds it) or `read`
+        fails on it (a file from before the table it reads); the caller keeps what it knew.
+    """
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return read(con)
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()

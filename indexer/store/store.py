@@ -26,11 +26,12 @@ from indexer.store.trends import Trends
 from indexer.store.vectors import Vectors
 
 
-def read_reviewed_since(store_dir: str | Path, head: str) -> set[int] | None:
-    """Documents labelled for `head` in the live file (not the published snapshot), read
-    without the writer lock; None while a writer holds the file (`reviews.read_reviewed_file`)."""
+def read_reviewed_since(store_dir: str | Path, head: str, after: int) -> set[int] | None:
+    """Documents labelled for `head` in the live file by reviews numbered above `after` (the
+    published snapshot's `reviews.last_review_id()`), read without the writer lock; None while
+    a writer holds the file (`reviews.read_reviewed_file`)."""
     path = Path(store_dir) / DB_NAME
-    return read_reviewed_file(path, head) if path.is_file() else None
+    return read_reviewed_file(path, head, after) if path.is_file() else None
 
 
 def read_token_table(store_dir: str | Path) -> list[StoredToken] | None:

@@ -25,7 +25,7 @@ from indexer.core.choices import TokenScope
 from indexer.core.timeutil import utc_now
 from indexer.errors import InputError
 from indexer.store.core import StoreCore
-from indexer.store.schema import scalar
+from indexer.store.schema import read_briefly, scalar
 
 TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
 TOKEN_BYTES = 32
@@ -125,14 +125,7 @@ def read_tokens_file(path: Path) -> list[StoredToken] | None:
     """
     if not path.is_file():
         return []
-    try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        return None
-    try:
-        return _rows(con)
-    finally:
-        con.close()
+    return read_briefly(path, _rows)
 
 
 class TokenTables:
