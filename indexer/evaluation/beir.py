@@ -20,7 +20,6 @@ from indexer.ingest.formats.base import UNSPLIT
 from indexer.ingest.formats.jsonl import read_labelled_jsonl
 from indexer.query.rerank import rerank_hits
 from indexer.query.searcher import MODES, Searcher
-from indexer.store import Store
 
 TOP_K = 100  # hits scored per query (recall@100)
 
@@ -118,8 +117,7 @@ def evaluate_beir(
             [str(folder)], cfg, collection=collection or folder.name, fmt="beir", progress=progress
         )
         encoder = load_encoder(cfg.model)
-        with Store(cfg.store.path, read_only=True) as opened:
-            searcher = Searcher(cfg, opened, encoder)
+        with Searcher.open(cfg, encoder) as searcher:
             ids = list(queries)[:max_queries]
             scorer = searcher.reranker(rerank) if rerank else None
             per_mode, timing = _score_modes(
@@ -131,7 +129,7 @@ def evaluate_beir(
                 scorer,
                 depth,
             )
-            tuning = opened.vectors.fusion_tuning()
+            tuning = searcher.store.vectors.fusion_tuning()
             fused = cfg.search.model_dump() | {
                 "dense_weight_used": searcher.dense_weight,
                 "tuning": tuning.to_dict() if tuning is not None else None,

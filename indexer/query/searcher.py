@@ -58,6 +58,7 @@ class Searcher:
         self.config = config
         self.store = store
         self._encoder = encoder
+        self._owns_store = False  # `open` sets it: `close` then closes the store too
         self._keyword: KeywordIndex | None = None
         self._dense_weight: float | None = None  # `dense_weight`, read on first use
         self._rerankers: dict[str, object] = {}  # head path -> PairScorer, loaded on first use
@@ -69,6 +70,39 @@ class Searcher:
         )
         if self.index is not None:
             self._check_in_step(self.index)
+
+    @classmethod
+    def open(cls, config: Config, encoder: QueryEncoder | None = None) -> Searcher:
+        """A Searcher over the configured store (`store.path`), opened read-only on its
+        published snapshot; `close` (or a `with` block) closes the store. One object to hold
+        in a notebook instead of a store and a searcher.
+
+        Args:
+            config: the configuration (its `store.path` names the store).
+            encoder: as the constructor's.
+        Returns:
+            The Searcher, owning its store.
+        """
+        store = Store(config.store.path, read_only=True)
+        try:
+            searcher = cls(config, store, encoder)
+        except BaseException:
+            store.close()
+            raise
+        searcher._owns_store = True
+        return searcher
+
+    def close(self) -> None:
+        """Close the store when this Searcher opened it (`open`); a store passed in stays
+        open, its opener closes it."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _check_in_step(self, index: VectorIndex) -> None:
         """The index and the store it is searched with hold the same chunks: cheap checks of

@@ -29,7 +29,6 @@ from indexer.reranker.pairs import (
     split_queries,
 )
 from indexer.reranker.weight import tune_rerank_weight
-from indexer.store import Store
 
 RERANK_MAX_LENGTH = 256  # `max_length="auto"`: query + passage, the passage cut to fit
 
@@ -79,15 +78,9 @@ def train_reranker(
         queries = dict(list(queries.items())[: source.max_queries])
     collection = source.collection or source.folder.name
     run_index([str(source.folder)], config, collection=collection, fmt="beir", progress=progress)
-    with Store(config.store.path, read_only=True) as store:
+    with Searcher.open(config) as searcher:
         items, record = mine_pairs(
-            Searcher(config, store),
-            collection,
-            queries,
-            qrels,
-            source.negatives,
-            source.mine_depth,
-            seed,
+            searcher, collection, queries, qrels, source.negatives, source.mine_depth, seed
         )
     length = RERANK_MAX_LENGTH if max_length == "auto" else int(max_length)
     settings = TrainSettings(
@@ -109,10 +102,8 @@ def train_reranker(
     receipt = train_head(
         _head_data(source, config, train_items, val_items), settings, progress=progress
     )
-    with Store(config.store.path, read_only=True) as store:
-        weight = tune_rerank_weight(
-            Searcher(config, store), collection, out, {q: queries[q] for q in held}, qrels
-        )
+    with Searcher.open(config) as searcher:
+        weight = tune_rerank_weight(searcher, collection, out, {q: queries[q] for q in held}, qrels)
     write_line(
         f"reranker's share of the order: {weight['weight']} (validation nDCG@10 "
         f"{weight['ndcg@10']['0.0']:.4f} first stage -> "
