@@ -3,8 +3,10 @@ model, FAISS and keyword indexes stay loaded, so a query costs only encode + sea
 Does not start processes or listen (`search.workers`); the client is `search.client`.
 
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
-`POST /facets`, the review page `/review` (`search.review_page`) and the OpenAI-compatible
-`POST /v1/embeddings` and `GET /v1/models` (`search.openai_routes`). Each route declares the scope
+`POST /facets`, the review page `/review` (`search.review_page`), the OpenAI-compatible
+`POST /v1/embeddings` and `GET /v1/models` (`search.openai_routes`), `POST /rerank`
+(`search.rerank_route`) and the heads' `POST /predict` and `POST /annotate`
+(`search.predict_routes`). Each route declares the scope
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
 the configured size, POST bodies without a Content-Length and chunked ones are refused before
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +40,9 @@ from search.access import OPEN, AccessGuard, TokenBook, needs
 from search.body_limit import MAX_BODY_BYTES, BodyLimit
 from search.error_map import install as install_error_map
 from search.rerank_route import add_rerank_route, check_depth
+
+if TYPE_CHECKING:  # torch loads only where heads are served: an ONNX query path never needs it
+    from indexer.annotate.served import ServedHeads
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +161,7 @@ def create_app(
     bound: str | None = None,
     session_hash: str | None = None,
     undo_key: str | None = None,
+    heads: ServedHeads | None = None,
 ):
     """The FastAPI application serving `searcher`.
 
@@ -170,6 +176,8 @@ def create_app(
         session_hash: SHA-256 of the session token `serve` minted (None: none).
         undo_key: signs the review page's undo tickets; the same in every server process
             (None: a random one for this app).
+        heads: the heads `POST /predict` and `POST /annotate` run (`serve --heads`; None:
+            none, and both answer 404).
     Returns:
         The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit` (the
         FastAPI app itself is `.app.app`; attributes reach it through both).
@@ -188,6 +196,7 @@ def create_app(
     )
     install_error_map(app)
     app.state.searcher = searcher
+    app.state.heads = heads
     store = searcher.store
     if store.read_only:
         store.share_across_threads()
@@ -279,10 +288,12 @@ def create_app(
             return store.filters.facet_counts(**filters)
 
     from search.openai_routes import add_openai_routes
+    from search.predict_routes import add_predict_routes
     from search.review_page import add_review_routes
 
     add_openai_routes(app, searcher, pin_threads)  # /v1/embeddings, /v1/models
     add_rerank_route(app, searcher, pin_threads)  # /rerank (TEI and Cohere shapes)
+    add_predict_routes(app, heads, pin_threads)  # /predict, /annotate (`serve --heads`)
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
     add_review_routes(app, store.path, write_lock, undo_key)  # /review (search/review_page.py)

@@ -39,7 +39,9 @@ class ServeSettings:
     name the server answers), the SHA-256 of `serve`'s session token (`session_hash`; the
     token itself never reaches the workers) and the key every process signs the review page's
     undo tickets with (`undo_key`: random per `serve`, so a ticket from one worker is good in
-    another and none outlives the server)."""
+    another and none outlives the server), and the heads `POST /predict` and `POST /annotate`
+    run (`heads`: `NAME=DIR` each, as `bertindex annotate --heads` takes them; each process
+    loads them)."""
 
     config_path: str | None
     store_path: str
@@ -48,18 +50,21 @@ class ServeSettings:
     host: str | None = None
     session_hash: str | None = None
     undo_key: str | None = None
+    heads: tuple[str, ...] = ()
 
 
 def open_app(settings: ServeSettings):
-    """Load the configuration, open the store read-only, load the Searcher and return the
-    app (one per server process; the store stays open for the process's life).
+    """Load the configuration, open the store read-only, load the Searcher and the served
+    heads, and return the app (one per server process; the store stays open for the
+    process's life).
 
     Args:
         settings: what to open and the app's limits.
     Returns:
         The ASGI app of `search.server.create_app`.
     Raises:
-        BertindexError: the store, index or model cannot be opened (before any listening).
+        BertindexError: the store, index, model or a head cannot be opened (before any
+            listening).
     """
     import faiss  # the model, FAISS and the store load here, not when the CLI starts
 
@@ -72,6 +77,11 @@ def open_app(settings: ServeSettings):
     store = Store(config.store.path, read_only=True)
     try:
         store.set_threads(settings.threads)
+        heads = None
+        if settings.heads:
+            from indexer.annotate.served import ServedHeads
+
+            heads = ServedHeads.load(settings.heads, config)
         return create_app(
             Searcher(config, store),
             settings.max_body_bytes,
@@ -79,6 +89,7 @@ def open_app(settings: ServeSettings):
             bound=settings.host,
             session_hash=settings.session_hash,
             undo_key=settings.undo_key,
+            heads=heads,
         )
     except BaseException:
         store.close()
@@ -92,13 +103,14 @@ def app_from_environment():
     Returns:
         The process's app.
     """
-    return open_app(ServeSettings(**json.loads(os.environ[SETTINGS_ENV])))
+    fields = json.loads(os.environ[SETTINGS_ENV])
+    return open_app(ServeSettings(**{**fields, "heads": tuple(fields["heads"])}))
 
 
 def worker_count(requested: int | str, app) -> int:
     """Server processes for `--workers`: a number as given; `auto`, one per core (at most
-    MAX_AUTO_WORKERS) while that many copies of this app's indexes and model fit in half of
-    the available memory, else fewer, at least one.
+    MAX_AUTO_WORKERS) while that many copies of this app's indexes, model and heads fit in
+    half of the available memory, else fewer, at least one.
 
     Args:
         requested: a number of processes, or `auto`.
@@ -108,8 +120,8 @@ def worker_count(requested: int | str, app) -> int:
     """
     if requested != "auto":
         return int(requested)
-    searcher = app.app.state.searcher
-    each = WORKER_OVERHEAD_BYTES + _loaded_bytes(searcher)
+    state = app.app.state
+    each = WORKER_OVERHEAD_BYTES + _loaded_bytes(state.searcher) + _heads_bytes(state.heads)
     cores = os.cpu_count() or 1
     fit = int(_available_memory() // 2 // each)
     return max(1, min(cores, MAX_AUTO_WORKERS, fit))
@@ -133,6 +145,15 @@ def _loaded_bytes(searcher: Searcher) -> int:
     if model_file is not None:
         total += model_file.stat().st_size
     return total
+
+
+def _heads_bytes(heads) -> int:
+    """The weight files of the served heads (`ServedHeads`; None: none)."""
+    from indexer.records.provenance import weight_files
+
+    if heads is None:
+        return 0
+    return sum(f.stat().st_size for h in heads.heads.values() for f in weight_files(h.path))
 
 
 def _available_memory() -> int:

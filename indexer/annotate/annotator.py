@@ -100,9 +100,14 @@ def load_heads(args: Sequence[str]) -> list[Head]:
         name, path = parse_head_arg(arg)
         if any(h.name == name for h in heads):
             raise ModelError(f"two heads are named '{name}'; name them with NAME=DIR")
-        kind, model, tokenizer = load_model_dir(path)
+        try:
+            kind, model, tokenizer = load_model_dir(path)
+        except ModelError as exc:
+            raise ModelError(f"head '{name}': {exc}") from None
         if not getattr(tokenizer, "is_fast", False):
-            raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is required")
+            raise ModelError(
+                f"head '{name}': {path}: a fast tokenizer (tokenizer.json) is required"
+            )
         key = _backbone_key(model) if _splits(kind, model) else f"solo:{name}"
         labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
         heads.append(
@@ -305,9 +310,10 @@ class Annotator:
         )
 
     @classmethod
-    def for_config(cls, heads: list[Head], config) -> Annotator:
+    def for_config(cls, heads: list[Head], config, streams: int | None = None) -> Annotator:
         """An Annotator with the encoder settings of a `Config` (dtype, device, windows, token
-        budget): what `bertindex annotate` and `eval head --input raw-text` run."""
+        budget): what `bertindex annotate` and `eval head --input raw-text` run (`streams`:
+        as the constructor's; `serve` runs one, on the request's thread)."""
         m = config.model
         return cls(
             heads,
@@ -316,6 +322,7 @@ class Annotator:
             max_length=m.max_length,
             stride=config.long_documents.stride,
             batch_tokens=m.batch_tokens,
+            streams=streams,
         )
 
     @property
@@ -343,13 +350,13 @@ class Annotator:
             first = next(it, None)
             if first is None:
                 return
-            pending = pool.submit(self._tokenize_all, first)
+            pending = pool.submit(self.tokenize, first)
             texts = first
             while True:
                 encodings = pending.result()
                 nxt = next(it, None)
                 if nxt is not None:
-                    pending = pool.submit(self._tokenize_all, nxt)
+                    pending = pool.submit(self.tokenize, nxt)
                 yield self._run(texts, encodings)
                 if nxt is None:
                     return
@@ -422,11 +429,38 @@ class Annotator:
             raise ModelError(
                 "the index's embedding is not shared with these heads; call share_embedding first"
             )
-        return self._run(texts, self._tokenize_all(texts), embed=True)
+        return self._run(texts, self.tokenize(texts), embed=True)
 
-    # -- internals ---------------------------------------------------------------------
-    def _tokenize_all(self, texts: Sequence[str]) -> list:
-        """Per group: the fast tokenizer's encodings (no special tokens, offsets, no truncation)."""
+    def annotate_tokenized(self, texts: Sequence[str], encodings: list) -> list[Annotation]:
+        """`annotate` of texts already tokenised by `tokenize` (one chunk, on this thread)."""
+        return self._run(texts, encodings)
+
+    def text_logits(
+        self, texts: Sequence[str], encodings: list, first_window: bool = False
+    ) -> dict[str, np.ndarray]:
+        """Each text's logits per label from every head whose type scores texts
+        (`Capabilities.scores_texts`), reduced over its windows as `annotate` reduces them
+        before its softmax (a classifier: their mean).
+
+        Args:
+            texts: the texts.
+            encodings: `tokenize(texts)`.
+            first_window: read each text's first window only (a long text cut to the heads'
+                `max_length`), not all of them.
+        Returns:
+            {head name: (texts, labels) float64 logits}.
+        """
+        mode = "truncate" if first_window else "chunk"
+        out = {}
+        for g, _, windows, outputs, _ in self._passes(encodings, mode=mode):
+            for h, kept in zip(g.heads, outputs):
+                if h.kind.capabilities.scores_texts:
+                    out[h.name] = h.kind.text_logits(len(texts), len(h.labels), windows, kept)
+        return out
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """Per head group: the fast tokenizer's encodings of `texts` (no special tokens, with
+        offsets, no truncation)."""
         out = []
         for g in self.groups:
             enc = g.tokenizer(
@@ -441,26 +475,45 @@ class Annotator:
             out.append(enc)
         return out
 
+    # -- internals ---------------------------------------------------------------------
     def _run(self, texts: Sequence[str], encodings: list, embed: bool = False):
         """Annotations of `texts`; with `embed`, also (annotations, ChunkRows) of the index."""
         results = [Annotation() for _ in texts]
         chunks = None
+        for g, enc, windows, outputs, vectors in self._passes(encodings, embed):
+            for h, kept in zip(g.heads, outputs):
+                per_text = h.kind.annotate(h.name, h.labels, texts, enc, windows, kept, **h.options)
+                for result, found in zip(results, per_text):
+                    result.add(found)
+            if vectors is not None:
+                chunks = _chunk_rows(texts, enc["offset_mapping"], windows, vectors)
+        return (results, chunks) if embed else results
+
+    def _passes(self, encodings: list, embed: bool = False, mode: str = "chunk") -> Iterator:
+        """Run each head group over its windows of the texts (`mode`: every window, `chunk`,
+        or each text's first, `truncate`).
+
+        Yields:
+            Per group: (group, its encodings, windows as (text index, token start, token
+            end), per head each window's `window_output`, and with `embed` the shared group's
+            (windows, dim) vectors, else None).
+        """
         room = self.max_length - 2
         with stream_map(self.streams) as run_all:
             for g, enc in zip(self.groups, encodings):
-                # windows: (text index, token start, token end)
                 windows = [
                     (i, s, e)
                     for i, ids in enumerate(enc["input_ids"])
-                    for s, e in window_spans(len(ids), room, self.stride, "chunk")
+                    for s, e in window_spans(len(ids), room, self.stride, mode)
                 ]
                 lengths = [e - s + 2 for _, s, e in windows]
                 top = g.embed if embed and g is self.embed_group else None
-                want = top is not None
                 outputs: list[list] = [[None] * len(windows) for _ in g.heads]  # per head, window
                 vectors = np.zeros((len(windows), top.dim), np.float32) if top is not None else None
                 batches = self._batches(lengths)
-                step = functools.partial(self._forward, g, enc["input_ids"], windows, lengths, want)
+                step = functools.partial(
+                    self._forward, g, enc["input_ids"], windows, lengths, top is not None
+                )
                 for positions, (outs, vecs) in zip(batches, run_all(step, batches)):
                     if vectors is not None and vecs is not None:
                         vectors[positions] = vecs.numpy()
@@ -468,15 +521,7 @@ class Annotator:
                         for row, w in enumerate(positions):
                             _, s, e = windows[w]
                             kept[w] = h.kind.window_output(out[row], e - s)
-                for h, kept in zip(g.heads, outputs):
-                    per_text = h.kind.annotate(
-                        h.name, h.labels, texts, enc, windows, kept, **h.options
-                    )
-                    for result, found in zip(results, per_text):
-                        result.add(found)
-                if vectors is not None:
-                    chunks = _chunk_rows(texts, enc["offset_mapping"], windows, vectors)
-        return (results, chunks) if embed else results
+                yield g, enc, windows, outputs, vectors
 
     def _forward(
         self, g: _Group, token_ids, windows, lengths, embed: bool, positions: list[int]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from indexer.errors import InputError
+from indexer.errors import InputError, ModelError
 from indexer.heads.registry import Capabilities, capabilities
 from indexer.records.annotations import Entity, Label
 
@@ -92,9 +92,9 @@ class HeadType(ABC, Generic[ExampleT]):
     `backbone_features`, `feature_logits`, `feature_targets`; eval (`heads.inference`,
     `heads.evaluate`): `logits`, `example_logits`, `metric`, `score`, `receipt_fields`,
     `baseline`; predict and annotate: `result_type`, `predict`, `top`, `window_output`,
-    `annotate`. The rows a result becomes are its `result_type`'s (`Label`, `Entity`). What
-    only some types do is in `capabilities` (`heads.registry.Capabilities`). A type is
-    generic in its example class (`ExampleT`), the one its `example` returns.
+    `annotate`, `text_logits`. The rows a result becomes are its `result_type`'s (`Label`,
+    `Entity`). What only some types do is in `capabilities` (`heads.registry.Capabilities`).
+    A type is generic in its example class (`ExampleT`), the one its `example` returns.
     """
 
     name: ClassVar[str]  # `bertindex train NAME`, the receipt's `task`
@@ -282,6 +282,22 @@ class HeadType(ABC, Generic[ExampleT]):
     def window_output(self, out: torch.Tensor, n_tokens: int) -> np.ndarray:
         """What to keep of one window's logits ([CLS] + `n_tokens` + [SEP])."""
 
+    def text_logits(
+        self,
+        n_texts: int,
+        n_labels: int,
+        windows: Sequence[tuple[int, int, int]],
+        outputs: Sequence[np.ndarray],
+    ) -> np.ndarray:
+        """(texts, labels) logits of each text from its windows' `window_output`s, as
+        `annotate` reduces them before its softmax; for types that score texts
+        (`Capabilities.scores_texts`) only.
+
+        Args:
+            windows: (text index, token start, token end) per window.
+        """
+        raise ModelError(f"a {self.name} head gives no score per label of a text")
+
     @abstractmethod
     def annotate(
         self,
@@ -307,8 +323,6 @@ def bert_head_parts(model) -> tuple[torch.nn.Module, torch.nn.Module]:
     Raises:
         ModelError: naming the model class and the way out (train without --head-only).
     """
-    from indexer.errors import ModelError
-
     dropout, classifier = getattr(model, "dropout", None), getattr(model, "classifier", None)
     if dropout is None or classifier is None or not hasattr(model.base_model, "embeddings"):
         raise ModelError(

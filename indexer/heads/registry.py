@@ -28,6 +28,8 @@ class Capabilities:
     Args:
         scores_spans: its results are entity spans over the text (a tagger): `eval head
             --input raw-text` and a training receipt's `raw_text` score it on joined words.
+        scores_texts: it gives each text a score per label (a classifier,
+            `HeadType.text_logits`): `serve`'s `POST /predict` answers with them.
         scores_pairs: it scores pairs of texts, never single ones (a cross-encoder):
             `PairScorer` and search reranking load it; `annotate` and `predict` refuse it.
         reviewable: people's labels of its results can be imported (`review import`) and
@@ -37,6 +39,7 @@ class Capabilities:
     """
 
     scores_spans: bool = False
+    scores_texts: bool = False
     scores_pairs: bool = False
     reviewable: bool = False
     blends: bool = False
@@ -45,7 +48,7 @@ class Capabilities:
 _TYPES = {  # name -> ("module:class", what it can do)
     "classifier": (
         "indexer.heads.classifier.head_type:SequenceClassifier",
-        Capabilities(reviewable=True),
+        Capabilities(scores_texts=True, reviewable=True),
     ),
     "ner": ("indexer.heads.tagger.head_type:TokenTagger", Capabilities(scores_spans=True)),
     "pair": ("indexer.heads.pair.head_type:PairHead", Capabilities(scores_pairs=True, blends=True)),

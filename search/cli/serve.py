@@ -94,6 +94,15 @@ def _workers(ctx, param, value: str) -> int | str:
     f"number, or auto (one per core, at most {MAX_AUTO_WORKERS}, while the "
     "copies fit in half the available memory).",
 )
+@click.option(
+    "--heads",
+    "head_args",
+    multiple=True,
+    metavar="[NAME=]DIR",
+    help="A head written by `bertindex train` to serve (repeatable): a classifier answers "
+    "POST /predict, a NER tagger POST /annotate, as `bertindex annotate --heads` runs "
+    "them. Named after its folder unless NAME= is given.",
+)
 @config_options
 @handle_errors
 def serve(
@@ -105,11 +114,13 @@ def serve(
     max_request_bytes,
     threads,
     workers,
+    head_args,
     config_path,
     store_path,
 ):
     """Serve searches over HTTP(S) with the model kept loaded: a search page at /, and
-    POST /search, POST /facets, GET /health.
+    POST /search, POST /facets, GET /health; with --heads, POST /predict (classifiers) and
+    POST /annotate (NER taggers).
 
     Open http://HOST:PORT/ in a browser, or query it with
     `bertindex search QUERY --server http://HOST:PORT` (https:// with --tls-cert).
@@ -135,6 +146,7 @@ def serve(
         host,
         session and hash_token(session),
         undo_key=secrets.token_hex(32),
+        heads=_heads(head_args),
     )
     scheme = "https" if tls else "http"
     # a wildcard bind is no address to open: the page address names one the Host check takes
@@ -168,6 +180,27 @@ def serve(
 
 
 WILDCARDS = ("0.0.0.0", "::", "[::]")
+
+
+def _heads(args: tuple[str, ...]) -> tuple[str, ...]:
+    """`--heads` as `NAME=DIR` with absolute paths, for every server process; a DIR that is
+    no directory is refused (exit 2) naming the head. What is in it is checked when the heads
+    load, before listening."""
+    if not args:
+        return ()
+    from indexer.annotate.annotator import parse_head_arg
+
+    out = []
+    for arg in args:
+        name, path = parse_head_arg(arg)
+        if not path.is_dir():
+            raise click.BadParameter(
+                f"head '{name}': {path} is no directory; give NAME=DIR with a head folder "
+                "written by `bertindex train` (its --out)",
+                param_hint="--heads",
+            )
+        out.append(f"{name}={path.resolve()}")
+    return tuple(out)
 
 
 def _check_bind(host: str, tokens: bool, tls: bool, insecure_http: bool) -> None:

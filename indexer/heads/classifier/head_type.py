@@ -182,16 +182,25 @@ class SequenceClassifier(HeadType[SentenceExample]):
         windows: Sequence[tuple[int, int, int]],
         outputs: Sequence[np.ndarray],
     ) -> list[list[Label]]:
-        """Each text's label from the mean of its windows' logits."""
-        n = len(texts)
-        logits = np.stack(outputs) if outputs else np.zeros((0, len(label_names)), np.float32)
-        sums = np.zeros((n, len(label_names)), np.float64)
-        counts = np.zeros(n, np.int64)
+        """Each text's label from the mean of its windows' logits (`text_logits`)."""
+        mean = self.text_logits(len(texts), len(label_names), windows, outputs)
+        return [[label] for label in labels_from_logits(mean, label_names, head)]
+
+    def text_logits(
+        self,
+        n_texts: int,
+        n_labels: int,
+        windows: Sequence[tuple[int, int, int]],
+        outputs: Sequence[np.ndarray],
+    ) -> np.ndarray:
+        """The mean of each text's windows' logits (each window counts once), float64."""
+        logits = np.stack(outputs) if outputs else np.zeros((0, n_labels), np.float32)
+        sums = np.zeros((n_texts, n_labels), np.float64)
+        counts = np.zeros(n_texts, np.int64)
         doc = np.fromiter((w[0] for w in windows), np.int64, len(windows))
         np.add.at(sums, doc, logits)
         np.add.at(counts, doc, 1)
-        mean = sums / np.maximum(counts, 1)[:, None]  # (texts, C): average of window logits
-        return [[label] for label in labels_from_logits(mean, label_names, head)]
+        return sums / np.maximum(counts, 1)[:, None]  # (texts, C)
 
 
 class _ClassifierTop(torch.nn.Module):
