@@ -32,8 +32,10 @@ def prepare(config, corpus, scopes=SCOPES) -> dict[str, str]:
     return tokens
 
 
-def app_for(config):
+def app_for(config, heads=None):
+    """(the store, opened read-only, and the app over it); `heads`: the `ServedHeads` its
+    `POST /predict` and `POST /annotate` run (None: none)."""
     from search.server import create_app
 
     store = Store(config.store.path, read_only=True)
-    return store, create_app(Searcher(config, store), undo_key=UNDO_KEY)
+    return store, create_app(Searcher(config, store), undo_key=UNDO_KEY, heads=heads)
