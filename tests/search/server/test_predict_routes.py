@@ -23,6 +23,7 @@ from testkit import tiny_model_config
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.served import ServedHeads
 from indexer.annotate.store_pass import annotate_and_publish
+from indexer.errors import ModelError
 from indexer.heads.base import softmax
 from indexer.store import Store
 from search import predict_routes
@@ -273,6 +274,16 @@ def test_serve_refuses_a_head_it_cannot_load_before_listening(tiny_config, small
     assert empty.exit_code == 1, empty.output
     assert "error: head 'clf'" in empty.output and "no config.json" in empty.output
     assert "Traceback" not in empty.output
+
+
+def test_a_pair_head_is_refused_with_where_it_is_served(tiny_model_dir, tiny_config, tmp_path):
+    from transformers import BertForSequenceClassification
+
+    pair = BertForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    pair.config.bertindex_head_type = "pair"  # a reranker (`bertindex train rerank`)
+    save_head(pair, tiny_model_dir, tmp_path / "pair")
+    with pytest.raises(ModelError, match="head 'rr' .* scores pairs .* search.rerank"):
+        ServedHeads.load([f"rr={tmp_path / 'pair'}"], tiny_config)
 
 
 def test_predict_over_http_from_bertindex_serve(heads, tiny_config, small_corpus, tmp_path):
