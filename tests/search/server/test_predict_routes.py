@@ -198,6 +198,22 @@ def test_a_long_input_is_refused_unless_truncated_to_its_first_window(served, ti
     assert [r["score"] for r in cut.json()[1]] == pytest.approx([r["score"] for r in alone])
 
 
+ODD = ["", "   ", "\x00\u200b", "naïve café ☕ 東京 مرحبا", "x" * 300, "a\u0301" * 20]
+
+
+def test_odd_texts_get_an_answer_of_their_own(served):
+    """Empty, blank, control and zero-width characters, accents, emoji, other scripts, one
+    300-letter word, combining marks: an answer per text, spans that are slices of it."""
+    scored = served.client.post("/predict", json={"inputs": ODD, "head": "clf", "truncate": True})
+    assert scored.status_code == 200, scored.text
+    assert all(sum(r["score"] for r in row) == pytest.approx(1) for row in scored.json())
+    spans = served.client.post("/annotate", json={"inputs": ODD})
+    assert spans.status_code == 200, spans.text
+    assert spans.json()[0] == spans.json()[1] == []
+    for text, found in zip(ODD, spans.json()):
+        assert all(text[e["start"] : e["end"]] == e["text"] for e in found), text
+
+
 def test_the_head_is_named_or_the_only_one_of_its_kind(served):
     post = served.client.post
     several = post("/predict", json={"inputs": "the cat"})
