@@ -6,7 +6,9 @@ What a head keeps of each window and how it turns windows into results (labels, 
 decoded as `predict` decodes them) is its head type's (`heads.base.HeadType`). Texts are tokenised
 once, cut into windows (never truncated), length-sorted into batches under a token budget, and
 the next chunk of texts is tokenised on a background thread while the current one computes.
-Does not read files or write the store (see `indexer.store.annotations` and `flows.annotate`).
+`text_logits` gives a classifier's scores per label as `annotate` reduces them, before its
+softmax (`indexer.annotate.served`). Does not read files or write the store (see
+`indexer.store.annotations` and `flows.annotate`).
 """
 
 from __future__ import annotations
