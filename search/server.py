@@ -4,7 +4,8 @@ Does not start processes or listen (`search.workers`); the client is `search.cli
 
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
 `POST /facets`, the review page `/review` (`search.review_page`) and the OpenAI-compatible
-`POST /v1/embeddings` and `GET /v1/models` (`search.openai_routes`). Each route declares the scope
+`POST /v1/embeddings` and `GET /v1/models` (`search.openai_routes`) and `GET /metrics`
+(`search.metrics`, which also counts every request). Each route declares the scope
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
 the configured size, POST bodies without a Content-Length and chunked ones are refused before
@@ -37,6 +38,7 @@ from indexer.query.searcher import Searcher
 from search.access import OPEN, AccessGuard, TokenBook, needs
 from search.body_limit import MAX_BODY_BYTES, BodyLimit
 from search.error_map import install as install_error_map
+from search.metrics import MetricsMiddleware, ServerMetrics, add_metrics_route
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +172,9 @@ def create_app(
         undo_key: signs the review page's undo tickets; the same in every server process
             (None: a random one for this app).
     Returns:
-        The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit` (the
-        FastAPI app itself is `.app.app`; attributes reach it through both).
+        The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit`, wrapped
+        in `search.metrics.MetricsMiddleware` (attributes reach the FastAPI app through all
+        three).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import Response
@@ -194,7 +197,8 @@ def create_app(
     else:
         serial = threading.Lock()
     searcher.warm()  # model, keyword index and chunk map now, not on the first requests
-    pin_threads = thread_pinner(threads)
+    metrics = ServerMetrics.for_process()
+    pin_threads = metrics.timed(thread_pinner(threads))  # + the queue wait (search.metrics)
 
     @app.get("/", include_in_schema=False, dependencies=[needs(OPEN)])
     def page() -> Response:
@@ -281,7 +285,8 @@ def create_app(
     from search.rerank_route import add_rerank_route
     from search.review_page import add_review_routes
 
-    add_openai_routes(app, searcher, pin_threads)  # /v1/embeddings, /v1/models
+    add_openai_routes(app, searcher, pin_threads, metrics.count_embedded)  # /v1/embeddings ...
+    add_metrics_route(app, metrics, searcher)  # /metrics (search/metrics.py)
     add_rerank_route(app, searcher, pin_threads)  # /rerank (TEI and Cohere shapes)
 
     write_lock = threading.Lock()  # one writer connection to the live store from this process
@@ -290,7 +295,7 @@ def create_app(
         store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock
     )
     guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
-    return BodyLimit(guard, max_body_bytes)
+    return MetricsMiddleware(BodyLimit(guard, max_body_bytes), app, metrics)
 
 
 def check_rerank(request: SearchRequest, settings: SearchConfig) -> None:

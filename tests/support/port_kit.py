@@ -1,17 +1,47 @@
-"""Ports for tests that start `bertindex serve` as a real process: a free local port, the
-addresses listening on a port as the kernel lists them, and stopping the process."""
+"""Ports for tests that start `bertindex serve` as a real process: a free local port, starting
+the process, the addresses listening on a port as the kernel lists them, and stopping it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+from testkit import ROOT
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def start_serve(config_file, port: int, *options: str, env: dict | None = None):
+    """`bertindex serve --config CONFIG_FILE --port PORT [OPTIONS]` on 127.0.0.1, returned once
+    `/health` answers (`env`: variables added to the test's environment)."""
+    import httpx
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config_file)]
+        + ["--port", str(port), *options],
+        cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 180
+    while True:
+        assert server.poll() is None, server.communicate(timeout=10)[1].decode()[-2000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "server did not start in 180 s"
+        time.sleep(0.3)
 
 
 def listeners(port: int) -> list[str]:

@@ -7,18 +7,13 @@ texts, the stored chunk vectors, the query prompt when asked) within the project
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from port_kit import free_port, stop
+from port_kit import free_port, start_serve, stop
 from server_kit import BASE, app_for, prepare
-from testkit import ROOT
 
 from indexer.encode.encoder import load_encoder
 from indexer.encode.onnx_runtime import OnnxEncoder
@@ -211,30 +206,6 @@ def test_the_onnx_query_encoder_matches_the_stored_vectors(tiny_config, small_co
         assert cosines(served_vectors, np.stack([stored[t] for t in texts])).min() >= (
             for_dtype(dtype).min_cosine
         )
-
-
-def start_serve(config_file, port: int) -> subprocess.Popen:
-    """`bertindex serve` on 127.0.0.1:port, once /health answers."""
-    import httpx
-
-    server = subprocess.Popen(
-        [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config_file)]
-        + ["--port", str(port)],
-        cwd=ROOT,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 180
-    while True:
-        assert server.poll() is None, server.communicate(timeout=10)[1].decode()[-2000:]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "server did not start in 180 s"
-        time.sleep(0.3)
 
 
 def vector_of(embedding) -> np.ndarray:
