@@ -12,8 +12,10 @@ gauges dropped at the next scrape (`mark_process_dead`); its counts stay in the 
 
 Labels stay bounded: `route` is the matched route's template (`/static/{name}`, never the raw
 path; a path no route has is `unmatched`), `method` one of METHODS or `other`, `status` the
-answer's code. The middleware costs ~19 µs a request (TestClient `GET /health`: 1.36 against
-1.34 ms, 2,000 calls each; Intel(R) Xeon(R) Processor, 2 cores shared).
+answer's code. The middleware costs ~10 µs a request around a no-op ASGI app (20,000 calls,
+labels from its cache; a path not in the cache adds ~30 µs of route matching), against ~300 µs
+for `GET /health` and ~10 ms for a search; TestClient `GET /health`, 2,000 calls x 9: 2.20
+against 2.17 ms median, within the noise (Intel(R) Xeon(R) Processor, 2 cores, shared).
 """
 
 from __future__ import annotations
