@@ -6,6 +6,7 @@ names what is served; who may scrape; a dead worker's live gauges dropped; and a
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import subprocess
 import sys
@@ -13,12 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from port_kit import free_port, start_serve, stop
 from server_kit import BASE, app_for, prepare
 from testkit import ROOT
 
 from indexer.indexing.run import run_index
-from indexer.store import Store
+from indexer.store import SCOPES, Store, read_token_table, scope_allows
+from search.cli.main import main
 from search.metrics import MULTIPROC_ENV, UNMATCHED, ServerMetrics
 
 pytestmark = pytest.mark.heavy
@@ -147,6 +150,28 @@ def test_who_may_scrape(tiny_config, small_corpus, scope, status):
         if scope == "metrics":  # a scraper's token reads no document
             search = client.post("/search", json={"query": "cat"}, headers=headers)
             assert search.status_code == 403 and "hits" not in search.text
+
+
+def test_the_metrics_scope_sits_beside_the_others_and_the_cli_makes_it(tmp_path):
+    reach = {held: {n for n in SCOPES if scope_allows(held, n)} for held in SCOPES}
+    assert reach == {
+        "read": {"read"},
+        "review": {"read", "review"},
+        "metrics": {"metrics"},
+        "admin": {"read", "review", "metrics", "admin"},
+    }
+    store = str(tmp_path / "store")
+    runner = CliRunner()
+    made = runner.invoke(
+        main, ["token", "create", "--name", "prom", "--scope", "metrics", "--store", store]
+    )
+    assert made.exit_code == 0, made.output
+    [row] = json.loads(runner.invoke(main, ["token", "list", "--json", "--store", store]).stdout)
+    assert (row["name"], row["scope"]) == ("prom", "metrics")
+    assert [t.scope for t in read_token_table(store)] == ["metrics"]
+    assert (
+        "[read|review|metrics|admin]" in runner.invoke(main, ["token", "create", "--help"]).stdout
+    )
 
 
 def test_a_dead_workers_live_gauges_are_dropped(tmp_path):
