@@ -235,18 +235,23 @@ def test_one_scrape_adds_up_both_workers_of_bertindex_serve(tiny_config, small_c
         def search(_) -> int:  # a connection each, so the kernel spreads them
             return httpx.post(f"{url}/search", json={"query": "cat"}, headers=reader).status_code
 
+        def both_answered() -> bool:  # (the second worker may still be loading at first)
+            per_worker = per_worker_searches(shared)
+            return len(per_worker) == 2 and all(per_worker.values())
+
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            while sent < 300 and not (sent and all(per_worker_searches(shared).values())):
+            while sent < 300 and not both_answered():
                 assert set(pool.map(search, range(12))) == {200}
                 sent += 12
-        per_worker = per_worker_searches(shared)
-        assert len(per_worker) == 2 and all(per_worker.values()), per_worker
+        assert both_answered(), per_worker_searches(shared)
         for _ in range(4):  # whichever worker answers the scrape sees both
             answer = httpx.get(f"{url}/metrics", headers=scraper)
             assert answer.status_code == 200, answer.text
             families = scraped(answer.text)
             total = value(families, "bertindex_requests_total", route="/search", status="200")
             assert total == sent
+            assert value(families, "bertindex_requests_in_flight") == 1  # this scrape only
+            assert value(families, "bertindex_index_documents") == 5  # max of the two, not sum
         assert httpx.get(f"{url}/metrics", headers=reader).status_code == 403
     finally:
         stop(server)
