@@ -1,15 +1,18 @@
 """`GET /metrics` (search/metrics.py): a scrape parsed with prometheus_client's own parser counts
 requests by route template and status, times them, counts /v1/embeddings' inputs and tokens and
 names what is served; who may scrape; a dead worker's live gauges dropped; and a real
-`bertindex serve --workers 2` whose scrape adds both workers' requests."""
+`bertindex serve --workers 2` whose scrape adds both workers' requests, and forgets a killed
+worker's live gauges."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -253,6 +256,18 @@ def test_one_scrape_adds_up_both_workers_of_bertindex_serve(tiny_config, small_c
             assert value(families, "bertindex_requests_in_flight") == 1  # this scrape only
             assert value(families, "bertindex_index_documents") == 5  # max of the two, not sum
         assert httpx.get(f"{url}/metrics", headers=reader).status_code == 403
+        # a worker killed: uvicorn's supervisor starts another, and a scrape drops the dead
+        # one's live gauges and keeps its counts
+        dead = next(iter(per_worker_searches(shared)))
+        assert list(shared.glob(f"gauge_live*_{dead}.db"))
+        os.kill(int(dead), signal.SIGKILL)
+        deadline = time.monotonic() + 180
+        while len(per_worker_searches(shared)) < 3:  # the new worker's files
+            assert time.monotonic() < deadline, "no new worker in 180 s"
+            time.sleep(0.5)
+        answer = httpx.get(f"{url}/metrics", headers=scraper)
+        assert value(scraped(answer.text), "bertindex_requests_total", route="/search") == sent
+        assert not list(shared.glob(f"gauge_live*_{dead}.db"))
     finally:
         stop(server)
     assert made and not any(d.exists() for d in made)  # removed with the server
