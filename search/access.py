@@ -8,11 +8,13 @@ Rules, in order: a Host that is not loopback, the address the request arrived on
 `serve` bound or a name in `server.allowed_hosts` gets 403; then, while the store has tokens
 (or `serve` minted a session token), every route but the open ones needs
 `Authorization: Bearer TOKEN`: none, an unknown one or an expired one gets 401, a token whose scope
-is below the route's gets 403; then a write (a route needing more than `read`), and on a server
-without tokens any route but the open ones, whose Origin is not the server's own (or that a browser
-marks `Sec-Fetch-Site: cross-site`) gets 403. The open routes are `/health` and the page shells
-(`/`, `/review` and their static files: package files with no store data; the pages then send the
-token with each call). A store without tokens on loopback answers as before: no token needed.
+does not reach the route's gets 403 (`indexer.store.tokens.GRANTS`: `read` < `review` < `admin`;
+`metrics` reaches `/metrics` only); then a route needing another scope than `read` (the writes,
+`/metrics`), and on a server without tokens any route but the open ones, whose Origin is not the
+server's own (or that a browser marks `Sec-Fetch-Site: cross-site`) gets 403. The open routes
+are `/health` and the page shells (`/`, `/review` and their static files: package files with no
+store data; the pages then send the token with each call). A store without tokens on loopback
+answers as before: no token needed.
 
 Tokens are read from the live store, again whenever its files change (at most once a
 second), so `token create` and `token revoke` count within a second on a running server; while
@@ -388,8 +390,9 @@ class AccessGuard:
                     f"create --scope {needed}`)"
                 )
             scope.setdefault("state", {})["caller"] = caller
-        # writes always; reads too on a server without tokens, where nothing else tells a
-        # page of another site (a fetch, an <img>: no Origin, but Sec-Fetch-Site) from ours
+        # writes and /metrics always; reads too on a server without tokens, where nothing
+        # else tells a page of another site (a fetch, an <img>: no Origin, but Sec-Fetch-Site)
+        # from ours
         if needed != OPEN and (needed != SCOPES[0] or not self.book.required):
             origin = headers.get("origin")
             own = f"{scope.get('scheme', 'http')}://{raw_host.strip().lower()}"

@@ -79,13 +79,16 @@ class EmbeddingsRequest(BaseModel):
         return value
 
 
-def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) -> None:
+def add_openai_routes(
+    app, searcher: Searcher, pin_threads: Callable[[], None], count: Callable[[int, int], None]
+) -> None:
     """Add `POST /v1/embeddings` and `GET /v1/models` (both need `read`) to `app`.
 
     Args:
         app: the FastAPI app of `search.server.create_app`.
         searcher: its loaded Searcher: its encoder encodes.
         pin_threads: called first in each request's thread (`search.server.thread_pinner`).
+        count: called with (inputs, tokens) of each answer (`search.metrics`).
     """
     from fastapi.responses import Response
 
@@ -111,6 +114,7 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
             for i, v in enumerate(done.vectors)
         ]
         tokens = sum(done.tokens)
+        count(len(data), tokens)
         body = {
             "object": "list",
             "data": data,

@@ -5,8 +5,9 @@ Does not start processes or listen (`search.workers`); the client is `search.cli
 Endpoints: `GET /` (the search page, `search/static/`), `GET /health`, `POST /search`,
 `POST /facets`, the review page `/review` (`search.review_page`), the OpenAI-compatible
 `POST /v1/embeddings` and `GET /v1/models` (`search.openai_routes`), `POST /rerank`
-(`search.rerank_route`) and the heads' `POST /predict` and `POST /annotate`
-(`search.predict_routes`). Each route declares the scope
+(`search.rerank_route`), the heads' `POST /predict` and `POST /annotate`
+(`search.predict_routes`) and `GET /metrics` (`search.metrics`, which also counts every
+request). Each route declares the scope
 it needs (`search.access.needs`), checked before any route runs (`search.access`: Host, Origin,
 tokens); the library's errors become statuses in one place (`search.error_map`). Bodies over
 the configured size, POST bodies without a Content-Length and chunked ones are refused before
@@ -39,6 +40,7 @@ from indexer.query.searcher import Searcher
 from search.access import OPEN, AccessGuard, TokenBook, needs
 from search.body_limit import MAX_BODY_BYTES, BodyLimit
 from search.error_map import install as install_error_map
+from search.metrics import MetricsMiddleware, ServerMetrics, add_metrics_route
 from search.rerank_route import add_rerank_route, check_depth
 
 if TYPE_CHECKING:  # torch loads only where heads are served: an ONNX query path never needs it
@@ -179,8 +181,9 @@ def create_app(
         heads: the heads `POST /predict` and `POST /annotate` run (`serve --heads`; None:
             none, and both answer 404).
     Returns:
-        The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit` (the
-        FastAPI app itself is `.app.app`; attributes reach it through both).
+        The FastAPI app behind `search.access.AccessGuard`, wrapped in `BodyLimit`, wrapped
+        in `search.metrics.MetricsMiddleware` (attributes reach the FastAPI app through all
+        three).
     """
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import Response
@@ -204,7 +207,8 @@ def create_app(
     else:
         serial = threading.Lock()
     searcher.warm()  # model, keyword index and chunk map now, not on the first requests
-    pin_threads = thread_pinner(threads)
+    metrics = ServerMetrics.for_process()
+    pin_threads = metrics.timed(thread_pinner(threads))  # + the queue wait (search.metrics)
 
     @app.get("/", include_in_schema=False, dependencies=[needs(OPEN)])
     def page() -> Response:
@@ -291,7 +295,8 @@ def create_app(
     from search.predict_routes import add_predict_routes
     from search.review_page import add_review_routes
 
-    add_openai_routes(app, searcher, pin_threads)  # /v1/embeddings, /v1/models
+    add_openai_routes(app, searcher, pin_threads, metrics.count_embedded)  # /v1/embeddings ...
+    add_metrics_route(app, metrics, searcher)  # /metrics (search/metrics.py)
     add_rerank_route(app, searcher, pin_threads)  # /rerank (TEI and Cohere shapes)
     add_predict_routes(app, heads, pin_threads)  # /predict, /annotate (`serve --heads`)
 
@@ -301,7 +306,7 @@ def create_app(
         store.path, session_hash, fallback=store.tokens.stored(), write_lock=write_lock
     )
     guard = AccessGuard(app, book, searcher.config.server.allowed_hosts, bound)
-    return BodyLimit(guard, max_body_bytes)
+    return MetricsMiddleware(BodyLimit(guard, max_body_bytes), app, metrics)
 
 
 def check_rerank(request: SearchRequest, settings: SearchConfig) -> None:

@@ -191,6 +191,8 @@ def serve(
     """
     import uvicorn
 
+    from search.metrics import multiprocess_dir
+
     app = open_app(settings)
     count = worker_count(workers, app)
     scheme = "https" if tls else "http"
@@ -207,4 +209,5 @@ def serve(
     app.app.state.searcher.store.close()
     del app
     os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(settings))
-    uvicorn.run(APP_FACTORY, factory=True, workers=count, **options)
+    with multiprocess_dir():  # the workers' metrics, merged by each scrape (search.metrics)
+        uvicorn.run(APP_FACTORY, factory=True, workers=count, **options)

@@ -34,9 +34,9 @@ Decode = Literal["bio", "argmax"]
 # `review export --strategy`: which documents a person labels first (indexer.review.strategies)
 ReviewStrategy = Literal["uncertain", "margin", "disagree", "random"]
 
-# `token create --scope`: what a token may do on `bertindex serve`, weakest first; each scope
-# includes those before it (indexer.store.tokens, search.access)
-TokenScope = Literal["read", "review", "admin"]
+# `token create --scope`: what a token may do on `bertindex serve` (what each reaches:
+# indexer.store.tokens.GRANTS; checked by search.access)
+TokenScope = Literal["read", "review", "metrics", "admin"]
 
 # how a tagger cuts raw text into its training words (indexer.heads.tagger.segment)
 Segmentation = Literal["whitespace", "tokenizer"]

@@ -1,8 +1,9 @@
-"""Access tokens in the store: a name, a scope (`read`, `review`, `admin`) and the SHA-256 of
-the token, never the token itself; creating, listing, revoking, recording when each was last
-used, and reading the table back for a server (`read_token_table`). Table from schema step 5,
-its expiry from step 6 (`indexer/store/schema.py`). Does not check a request (`search.access` does);
-`TokenTables` is `store.tokens`.
+"""Access tokens in the store: a name, a scope (`read`, `review`, `metrics`, `admin`: what each
+reaches is GRANTS) and the SHA-256 of the token, never the token itself; creating, listing,
+revoking, recording when each was last used, and reading the table back for a server
+(`read_token_table`). Table from schema step 5, its expiry from step 6
+(`indexer/store/schema.py`). Does not check a request (`search.access` does); `TokenTables` is
+`store.tokens`.
 
 A token is 32 random bytes (`secrets.token_urlsafe`), so a plain SHA-256 is enough to make a
 stolen store useless for logging in: nothing slow (bcrypt, scrypt) is needed against guessing
@@ -29,7 +30,16 @@ from indexer.store.schema import read_briefly, scalar
 
 TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
 TOKEN_BYTES = 32
-SCOPES: tuple[str, ...] = get_args(TokenScope)  # weakest first: each includes the ones before
+SCOPES: tuple[str, ...] = get_args(TokenScope)
+# what a token of each scope reaches: `read` < `review` < `admin`, each with the ones before it;
+# `metrics` reaches `GET /metrics` only (a scraper's token reads no document), and only `admin`
+# reaches every route. The schema stores a scope as plain VARCHAR: no step for a new scope.
+GRANTS: dict[str, frozenset[str]] = {
+    "read": frozenset({"read"}),
+    "review": frozenset({"read", "review"}),
+    "metrics": frozenset({"metrics"}),
+    "admin": frozenset(SCOPES),
+}
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 HAS_TOKENS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'tokens'"
 INSERT_TOKEN = (
@@ -91,13 +101,13 @@ def hash_token(token: str) -> str:
 
 
 def scope_allows(held: str, needed: str) -> bool:
-    """True when a token of scope `held` may use a route that needs `needed`.
+    """True when a token of scope `held` may use a route that needs `needed` (GRANTS).
 
     Args:
         held: the token's scope, one of SCOPES.
         needed: the route's scope, one of SCOPES.
     """
-    return SCOPES.index(held) >= SCOPES.index(needed)
+    return needed in GRANTS[held]
 
 
 def new_token() -> str:

@@ -54,8 +54,8 @@ def token() -> None:
     type=click.Choice(SCOPE_CHOICES),
     default="read",
     show_default=True,
-    help="read: search, facets, review queues; review: also store review labels; "
-    "admin: everything.",
+    help="read: search, facets, embeddings, review queues; review: also store review "
+    "labels; metrics: GET /metrics only; admin: everything.",
 )
 @click.option(
     "--expires",

@@ -1,6 +1,5 @@
 """Ports for tests that start `bertindex serve` as a real process: a free local port, starting
-it on one, the addresses listening on a port as the kernel lists them, and stopping the
-process."""
+the process, the addresses listening on a port as the kernel lists them, and stopping it."""
 
 from __future__ import annotations
 
@@ -20,16 +19,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_serve(config_file, port: int, *args: str) -> subprocess.Popen:
-    """`bertindex serve --config CONFIG_FILE --port PORT ARGS` on 127.0.0.1, once /health
-    answers (its stderr is in the failure when it exits first)."""
+def start_serve(config_file, port: int, *options: str, env: dict | None = None):
+    """`bertindex serve --config CONFIG_FILE --port PORT [OPTIONS]` on 127.0.0.1, returned once
+    `/health` answers (`env`: variables added to the test's environment)."""
     import httpx
 
     server = subprocess.Popen(
         [sys.executable, "-m", "search.cli.main", "serve", "--config", str(config_file)]
-        + ["--port", str(port), *args],
+        + ["--port", str(port), *options],
         cwd=ROOT,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

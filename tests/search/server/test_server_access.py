@@ -47,6 +47,7 @@ def sample_requests(doc_id: int, model: str) -> dict[tuple[str, str], dict]:
             "url": "/v1/embeddings",
             "json": {"input": ["cat", "dog"], "model": model},
         },
+        ("GET", "/metrics"): {"url": "/metrics"},
         # allowed, it reaches the route, which says this store's server has no reranker
         ("POST", "/rerank"): {
             "url": "/rerank",
