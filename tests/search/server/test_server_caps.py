@@ -4,6 +4,7 @@ depth is bounded by the server's config whatever the client asks."""
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 
 import annotated_types
 import pytest
@@ -94,3 +95,16 @@ def test_the_rerank_depth_is_capped_by_the_server(tiny_config, small_corpus, dep
         assert answer.status_code == status, answer.text
         if status == 400:
             assert "search.rerank_max_depth: 100" in answer.json()["detail"]
+
+
+def test_the_guides_route_table_is_the_servers(tiny_config, small_corpus):
+    """docs/guides/server.md lists every route with the scope it declares, no more, no less."""
+    prepare(tiny_config, small_corpus, scopes=())
+    store, app = app_for(tiny_config)
+    with store:
+        served = {(m, p): s for (m, p), s in access.route_table(app.app.app).items()}
+    guide = (Path(__file__).parents[3] / "docs" / "guides" / "server.md").read_text()
+    section = guide.split("## Routes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:4] for line in section.splitlines() if line.startswith("| ")]
+    listed = {(m.strip(), p.strip().strip("`")): s.strip() for m, p, s in rows[1:]}
+    assert listed == served
