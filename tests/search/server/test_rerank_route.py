@@ -86,3 +86,47 @@ def test_refusals(served):
     assert both.status_code == 422 and "one of the two" in both.text
     over = client.post("/rerank", json={"query": QUERY, "texts": TEXTS * 2}, headers=read)
     assert over.status_code == 400 and "search.rerank_max_depth: 5" in over.json()["detail"]
+
+
+@pytest.mark.slow
+def test_httpx_against_bertindex_serve_with_a_token(toy_head, tiny_model_dir, tmp_path):
+    """A TEI-shaped and a Cohere-shaped call from `httpx` to a real `bertindex serve`, with a
+    Bearer token: the same order and scores as the head's own, 401 without the token."""
+    import httpx
+    import yaml
+    from port_kit import free_port, start_serve, stop
+    from testkit import tiny_model_config
+
+    head, _, _ = toy_head
+    config = tiny_model_config(tiny_model_dir, tmp_path / "store").with_overrides(
+        **{"search.rerank": str(head)}
+    )
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text('{"id": "a", "text": "the cat sat"}\n{"id": "b", "text": "a dog"}\n')
+    token = prepare(config, corpus, scopes=("read",))["read"]
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump()))
+    port = free_port()
+    server = start_serve(str(config_file), port)
+    want = expected(head)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            tei = client.post(
+                "/rerank", json={"query": QUERY, "texts": TEXTS}, headers=bearer(token)
+            )
+            assert tei.status_code == 200, tei.text
+            assert [r["index"] for r in tei.json()] == [i for i, _ in want]
+            assert [r["score"] for r in tei.json()] == pytest.approx([s for _, s in want], abs=1e-4)
+            cohere = client.post(
+                "/rerank",
+                json={"query": QUERY, "documents": TEXTS, "top_n": 2, "return_documents": True},
+                headers=bearer(token),
+            )
+            assert cohere.status_code == 200, cohere.text
+            results = cohere.json()["results"]
+            assert [(r["index"], r["document"]["text"]) for r in results] == [
+                (i, TEXTS[i]) for i, _ in want[:2]
+            ]
+            assert client.post("/rerank", json={"query": QUERY, "texts": TEXTS}).status_code == 401
+    finally:
+        stop(server)
