@@ -89,10 +89,10 @@ def _usable(path, model, ids, vectors, lengths, dim) -> VectorFile:
     else:
         matrix = np.zeros((len(ids), dim), np.float32)
         matrix[keep] = vectors(keep)
-    finite = np.isfinite(matrix).all(axis=1)
+    finite = np.asarray(np.isfinite(matrix).all(axis=1))
     first: dict[str, int] = {}
-    for i, key in enumerate(ids):
-        first.setdefault(key, i)
+    for pos, key in enumerate(ids):
+        first.setdefault(key, pos)
     unique = np.zeros(len(ids), bool)
     unique[list(first.values())] = True
     good = keep & finite & unique

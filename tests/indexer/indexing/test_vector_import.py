@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from testkit import write_vectors
 
 from indexer.encode.encoder import load_encoder
 from indexer.errors import InputError
@@ -25,22 +26,6 @@ def _vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     v = rng.standard_normal((n, dim)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def write_vectors(path, ids, vectors, model, fixed=True):
-    """A vector file in the format its suffix names (docs/guides/indexing.md)."""
-    if path.suffix == ".npz":
-        np.savez(path, ids=np.array(ids), vectors=vectors, model=model)
-        return path
-    flat = pa.array(np.asarray(vectors, np.float32).ravel())
-    column = (
-        pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
-        if fixed
-        else pa.array([list(map(float, row)) for row in vectors], pa.list_(pa.float32()))
-    )
-    table = pa.table({"id": ids, "vector": column}).replace_schema_metadata({"model": model})
-    pq.write_table(table, path)
-    return path
 
 
 @pytest.fixture
