@@ -116,7 +116,6 @@ def _usable(path, model, ids, vectors, lengths, dim) -> VectorFile:
 def _read_parquet(path: Path):
     """(model, ids, vectors(mask) -> (kept, dim) float32, lengths) of a Parquet file."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     table = pq.read_table(path, columns=[ID_COLUMN, VECTOR_COLUMN])
@@ -132,7 +131,12 @@ def _read_parquet(path: Path):
         raise InputError(
             f"{path}: column {VECTOR_COLUMN!r} is {column.type}; write a list of floats per row"
         )
-    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
+    if pa.types.is_fixed_size_list(column.type):
+        lengths = np.full(len(column), column.type.list_size, np.int64)
+    else:  # offsets: (n + 1,), a row's length is the step to the next
+        lengths = np.diff(column.offsets.to_numpy()).astype(np.int64)
+    if column.null_count:  # a null vector: no floats (pyarrow.compute costs 0.4 s to import)
+        lengths[column.is_null().to_numpy(zero_copy_only=False)] = 0
 
     def vectors(mask: np.ndarray) -> np.ndarray:
         kept = column.filter(pa.array(mask))
