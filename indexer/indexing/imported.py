@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.config import ModelConfig
 from indexer.errors import InputError
 from indexer.indexing.steps import BatchPlan
 from indexer.ingest.readers import Batch, Rejected
@@ -68,13 +69,14 @@ class ImportedVectors:
         self.not_imported = 0  # the file's rows `unmatched` returned
 
     @classmethod
-    def open(cls, path: str | Path, provenance: Provenance, normalize: bool) -> ImportedVectors:
+    def open(cls, path: str | Path, provenance: Provenance, model: ModelConfig) -> ImportedVectors:
         """Read `path` and check it declares the configured encoder's model and dimension.
 
         Args:
             path: the vector file (`indexer.ingest.vector_files` formats).
             provenance: the configured encoder's, which the store records.
-            normalize: scale the vectors to unit length (`model.normalize`).
+            model: the `model` section: with `normalize`, the vectors are scaled to unit
+                length, as the encoder stores its own.
         Returns:
             The ImportedVectors.
         Raises:
@@ -89,7 +91,7 @@ class ImportedVectors:
                 "(a new --store if this one holds another model's), or export the vectors "
                 "with the configured model"
             )
-        return cls(file, normalize)
+        return cls(file, model.normalize)
 
     def note(self, batch: Batch) -> None:
         """Mark the ids `batch` read (stored or rejected) as present in the corpus."""

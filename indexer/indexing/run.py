@@ -156,25 +156,18 @@ def run_index(
         strict: a batch with any rejection commits only its rejections (listed under
             `refused_batches`).
         steps: the steps to run (None: the plain functions).
-        vectors: a file of precomputed vectors (`indexer.ingest.vector_files`): documents
-            it has a vector for are stored with it, as one chunk, instead of being encoded;
-            its rows the corpus does not hold are rejected by file and row.
+        vectors: a vector file (`indexer.ingest.vector_files`): the documents it names are
+            stored with its vectors instead of being encoded (`indexer.indexing.imported`).
     Returns:
         The run summary: counts, `deleted`, `failed_batches`, `refused_batches`, the index
-        info, the run id, the first rejections; `vectors` (file, imported, not_imported)
-        with a vector file.
+        info, the run id, the first rejections, and `vectors` with a vector file.
     Raises:
-        InputError: the vector file cannot be read or is of another model or dimension
-            (before anything is written).
+        InputError: a vector file of another model or dimension, before anything is written.
     """
     steps = steps or Steps()
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
-    imported = (
-        None
-        if vectors is None
-        else ImportedVectors.open(vectors, encoder.provenance, config.model.normalize)
-    )
+    imported = ImportedVectors.open(vectors, encoder.provenance, config.model) if vectors else None
     with Store(Path(config.store.path)) as store, store.runs.recorded_run("index") as run:
         job = _IndexRun(
             store,
@@ -271,6 +264,8 @@ class _IndexRun:
     def add(self, batch: Batch, strict: bool) -> None:
         """Plan `batch` and send it to encode; settle what is due."""
         self._note_seen(batch)
+        if self.imported is not None:
+            self.imported.note(batch)  # before --strict drops its records: they were read
         if strict and batch.rejected:  # commit the rejections, not the documents
             self.refused.append(
                 {
@@ -288,7 +283,6 @@ class _IndexRun:
         plan = plan_batch(batch, self.store, self.collection)
         split, texts = None, plan.texts
         if self.imported is not None:
-            self.imported.note(batch)
             split = self.imported.split(plan)
             texts = [plan.texts[p] for p in split.rest]
         try:
