@@ -85,7 +85,7 @@ def _usable(path, model, ids, vectors, lengths, dim) -> VectorFile:
     """The rows of `dim` finite floats with a first-seen id; the others as rejections."""
     keep = lengths == dim
     if keep.all():
-        matrix = np.ascontiguousarray(vectors(keep), dtype=np.float32)  # (n, dim)
+        matrix = np.ascontiguousarray(vectors(None), dtype=np.float32)  # (n, dim)
     else:
         matrix = np.zeros((len(ids), dim), np.float32)
         matrix[keep] = vectors(keep)
@@ -114,7 +114,8 @@ def _usable(path, model, ids, vectors, lengths, dim) -> VectorFile:
 
 
 def _read_parquet(path: Path):
-    """(model, ids, vectors(mask) -> (kept, dim) float32, lengths) of a Parquet file."""
+    """(model, ids, vectors(mask or None: all) -> (kept, dim) floats, lengths) of a Parquet
+    file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -138,8 +139,8 @@ def _read_parquet(path: Path):
     if column.null_count:  # a null vector: no floats (pyarrow.compute costs 0.4 s to import)
         lengths[column.is_null().to_numpy(zero_copy_only=False)] = 0
 
-    def vectors(mask: np.ndarray) -> np.ndarray:
-        kept = column.filter(pa.array(mask))
+    def vectors(mask: np.ndarray | None) -> np.ndarray:  # None: every row
+        kept = column if mask is None else column.filter(pa.array(mask))
         values = kept.flatten().to_numpy(zero_copy_only=False)  # nulls inside: NaN
         return values.astype(np.float32, copy=False).reshape(len(kept), -1)
 
@@ -147,7 +148,8 @@ def _read_parquet(path: Path):
 
 
 def _read_npz(path: Path):
-    """(model, ids, vectors(mask) -> (kept, dim) float32, lengths) of a `numpy.savez` file."""
+    """(model, ids, vectors(mask or None: all) -> (kept, dim) floats, lengths) of a
+    `numpy.savez` file."""
     with np.load(path, allow_pickle=False) as arrays:
         missing = [k for k in ("ids", "vectors", MODEL_KEY) if k not in arrays.files]
         if missing:
@@ -163,4 +165,9 @@ def _read_npz(path: Path):
     if not np.issubdtype(matrix.dtype, np.floating) and not np.issubdtype(matrix.dtype, np.integer):
         raise InputError(f"{path}: vectors of dtype {matrix.dtype}; save float32 vectors")
     lengths = np.full(len(ids), matrix.shape[1], np.int64)
-    return model, [str(v) for v in ids.tolist()], lambda mask: matrix[mask], lengths
+    return (
+        model,
+        [str(v) for v in ids.tolist()],
+        lambda mask: matrix[slice(None) if mask is None else mask],
+        lengths,
+    )
