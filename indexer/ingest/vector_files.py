@@ -22,7 +22,6 @@ from indexer.errors import InputError
 from indexer.ingest.readers import Rejected
 
 ID_COLUMN, VECTOR_COLUMN, MODEL_KEY = "id", "vector", "model"
-SUFFIXES = (".parquet", ".npz")
 
 
 @dataclass
@@ -60,13 +59,13 @@ def read_vector_file(path: str | Path, dim: int) -> VectorFile:
             the file and the fix.
     """
     path = Path(path)
-    if path.suffix.lower() not in SUFFIXES:
+    read = READERS.get(path.suffix.lower())
+    if read is None:
         raise InputError(
-            f"{path}: a vector file must end in {' or '.join(SUFFIXES)} "
+            f"{path}: a vector file must end in {' or '.join(READERS)} "
             "(docs/guides/indexing.md, 'Importing vectors')"
         )
     try:
-        read = _read_parquet if path.suffix.lower() == ".parquet" else _read_npz
         model, ids, vectors, lengths = read(path)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
         raise InputError(f"{path}: cannot read the vector file: {exc}") from None
@@ -74,9 +73,9 @@ def read_vector_file(path: str | Path, dim: int) -> VectorFile:
     if len(ids) and not fits.any():
         found = sorted(set(lengths.tolist()))[:5]
         raise InputError(
-            f"{path}: vectors of {', '.join(map(str, found))} floats, but the store holds "
-            f"{dim}-dimensional vectors of model {model!r}: export the vectors with that "
-            "model, or index them into a new store (--store) configured with theirs"
+            f"{path}: vectors of {', '.join(map(str, found))} floats, but the configured model "
+            f"makes {dim}: export the vectors with it, or index them into a new --store "
+            f"configured with the model that made them ({model!r}, the file says)"
         )
     return _usable(path, model, ids, vectors, lengths, dim)
 
@@ -171,3 +170,7 @@ def _read_npz(path: Path):
         lambda mask: matrix[slice(None) if mask is None else mask],
         lengths,
     )
+
+
+# the readers by suffix: (model, ids, vectors(mask or None: all), lengths) of a file
+READERS = {".parquet": _read_parquet, ".npz": _read_npz}
