@@ -72,10 +72,12 @@ def index_corpus(
     progress: ProgressArg = False,
     on_missing: str = "keep",
     strict: bool = False,
+    vectors: str | None = None,
 ) -> dict:
     """Index corpus files into the configured store and return the run summary
     (`indexer.indexing.run.run_index` has the arguments); `runner: dask` encodes on the
-    Dask cluster and adds `cluster` (work per worker, bytes per document)."""
+    Dask cluster and adds `cluster` (work per worker, bytes per document). With a vector
+    file the run stays in this process: the writer stores the vectors it is given."""
     steps = Steps(
         load=load_model_task,
         encode=encode_batch,
@@ -83,7 +85,7 @@ def index_corpus(
         delete_missing=delete_missing_task,
         write=write_index,
     )
-    if config.runner == "dask":
+    if config.runner == "dask" and vectors is None:
         with cluster_client(config) as client:
             summary = run_index_on_cluster(
                 client,
@@ -110,6 +112,7 @@ def index_corpus(
             on_missing=on_missing,
             strict=strict,
             steps=steps,
+            vectors=vectors,
         )
     summary["dedup"] = keep_dedup_current(config)
     return summary

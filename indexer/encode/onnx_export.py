@@ -19,6 +19,7 @@ from indexer.config import Config
 from indexer.core.fsio import file_sha256, fsync_dir, fsync_file
 from indexer.encode.model_facts import forward_inputs, load_transformer
 from indexer.encode.onnx_files import (
+    GRAPH_INPUTS,
     INFO_FILE,
     MODEL_FILE,
     TOKENIZER_FILE,
@@ -70,8 +71,7 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         mask = torch.ones_like(ids)
         mask[1, 2:] = 0
         axes = {
-            "input_ids": {0: "batch", 1: "tokens"},
-            "attention_mask": {0: "batch", 1: "tokens"},
+            **{name: {0: "batch", 1: "tokens"} for name in GRAPH_INPUTS},
             "output": {0: "batch"} if kind == "pooler" else {0: "batch", 1: "tokens"},
         }
         with torch.inference_mode(), warnings.catch_warnings():
@@ -80,7 +80,7 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
                 wrapper,
                 (ids, mask),
                 str(tmp / MODEL_FILE),
-                input_names=["input_ids", "attention_mask"],
+                input_names=list(GRAPH_INPUTS),
                 output_names=["output"],
                 dynamic_axes=axes,
                 opset_version=OPSET,

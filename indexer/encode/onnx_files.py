@@ -38,6 +38,11 @@ def int8_files(reduce_range: bool) -> tuple[str, str]:
 # states concatenated (batch, tokens, 4 * hidden)
 OutputKind = Literal["states", "pooler", "last4"]
 
+# what an export is given, in this order: (batch, tokens) int64 each. The exporter drops an
+# input the graph never reads (a 0-layer model never reads the mask): a run feeds only the
+# inputs its graph declares (`OnnxEncoder.feed_names`)
+GRAPH_INPUTS = ("input_ids", "attention_mask")
+
 
 class Unavailable(Exception):
     """The ONNX query encoder cannot be used; the message says why."""

@@ -20,7 +20,13 @@ import numpy as np
 
 from indexer.config import ModelConfig, resolve_model_path
 from indexer.core.fsio import file_sha256
-from indexer.encode.onnx_files import ENCODERS_DIR, INFO_FILE, TOKENIZER_FILE, Unavailable
+from indexer.encode.onnx_files import (
+    ENCODERS_DIR,
+    GRAPH_INPUTS,
+    INFO_FILE,
+    TOKENIZER_FILE,
+    Unavailable,
+)
 from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_pooling import pool_output
 from indexer.errors import ModelError
@@ -94,6 +100,7 @@ class OnnxEncoder:
         self.tokenizer.no_padding()
         self.model_file = model_file
         self.session = self._session(threads or min(4, os.cpu_count() or 1))
+        self.feed_names = _feed_names(self.session, model_file)
         # the one-thread session, made when calls first overlap (the session itself when it
         # has one thread: onnxruntime runs overlapping calls of one session side by side)
         self._single = self.session if threads == 1 else None
@@ -190,6 +197,8 @@ class OnnxEncoder:
             model_file = int8_twin(model_file, record["sha256"])
         try:
             return cls(folder, info, config, model_file, provenance, 1 if int8 else None)
+        except Unavailable:
+            raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors: fall back
             raise Unavailable(f"onnxruntime cannot load {model_file}: {str(exc)[:200]}") from None
 
@@ -230,8 +239,9 @@ class OnnxEncoder:
                 )
                 ids[r, span] = seqs[i]
                 mask[r, span] = 1
+            given = {"input_ids": ids, "attention_mask": mask}
             with self._pick_session() as session:
-                (states,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
+                (states,) = session.run(None, {name: given[name] for name in self.feed_names})
             out[rows] = pool_output(
                 states, mask, self.info["output"], self.config.pooling, self.config.normalize
             )
@@ -241,6 +251,26 @@ class OnnxEncoder:
         """`model.query_prompt` + query, encoded as `encode_texts`."""
         prompt = self.config.query_prompt
         return self.encode_texts([prompt + q for q in queries] if prompt else queries)
+
+
+def _feed_names(session, model_file: Path) -> tuple[str, ...]:
+    """The inputs `session`'s graph declares, all of which a query can feed (GRAPH_INPUTS).
+
+    A graph may declare fewer: the exporter drops an input the computation never reads (a
+    0-layer model's `attention_mask`), so leaving it out changes no output; the pooling
+    still reads the mask outside the graph.
+
+    Raises:
+        Unavailable: the graph declares an input a query cannot feed, or no `input_ids`.
+    """
+    declared = tuple(i.name for i in session.get_inputs())
+    if "input_ids" not in declared or not set(declared) <= set(GRAPH_INPUTS):
+        raise Unavailable(
+            f"{model_file} declares the inputs {list(declared)}, but a query feeds input_ids "
+            f"and at most {list(GRAPH_INPUTS[1:])}; delete {model_file.parent} and index "
+            "again to export it anew"
+        )
+    return declared
 
 
 def _configured_weights_hash(config: ModelConfig, info: dict) -> str:

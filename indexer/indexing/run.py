@@ -21,6 +21,7 @@ from indexer.encode.encoder import Encoder, load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.index.keyword import sync_keyword_index
 from indexer.indexing.fusion_tune import is_due, tune_dense_weight
+from indexer.indexing.imported import ImportedVectors, Split
 from indexer.indexing.steps import (
     BatchPlan,
     BatchResult,
@@ -134,6 +135,7 @@ def run_index(
     on_missing: str = "keep",
     strict: bool = False,
     steps: Steps | None = None,
+    vectors: str | Path | None = None,
 ) -> dict:
     """Index corpus files into the configured store and return the run summary.
 
@@ -154,13 +156,18 @@ def run_index(
         strict: a batch with any rejection commits only its rejections (listed under
             `refused_batches`).
         steps: the steps to run (None: the plain functions).
+        vectors: a vector file (`indexer.ingest.vector_files`): the documents it names are
+            stored with its vectors instead of being encoded (`indexer.indexing.imported`).
     Returns:
         The run summary: counts, `deleted`, `failed_batches`, `refused_batches`, the index
-        info, the run id, the first rejections.
+        info, the run id, the first rejections, and `vectors` with a vector file.
+    Raises:
+        InputError: a vector file of another model or dimension, before anything is written.
     """
     steps = steps or Steps()
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
+    imported = ImportedVectors.open(vectors, encoder.provenance, config.model) if vectors else None
     with Store(Path(config.store.path)) as store, store.runs.recorded_run("index") as run:
         job = _IndexRun(
             store,
@@ -171,6 +178,7 @@ def run_index(
             run.id,
             as_mode(progress),
             seen=set() if on_missing == "delete" else None,
+            imported=imported,
         )
         base_version = store.data_version()
         try:
@@ -180,6 +188,8 @@ def run_index(
             )
             for batch in reads:
                 job.add(batch, strict)
+            if imported is not None:  # every file read: the vector rows no document took
+                job.add(Batch(rejected=imported.unmatched()), strict)
             job.drain()
             del reads  # every file is read: free the run's ids before the index step
             removed = job.delete_missing()
@@ -233,12 +243,14 @@ class _IndexRun:
         run_id: str,
         mode: str,
         seen: set[str] | None,
+        imported: ImportedVectors | None = None,
     ):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
         self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run
         self.run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
         self.seen = seen  # on_missing: delete: every id the files hold
+        self.imported = imported
         self.total = BatchResult()
         self.rejected_rows: list = []
         self.failed: list[dict] = []
@@ -246,12 +258,14 @@ class _IndexRun:
         self.refused_records = 0
         self.deleted: list[str] = []
         self.delete_skipped: str | None = None
-        self.pending: deque[tuple[BatchPlan, Any]] = deque()
+        self.pending: deque[tuple[BatchPlan, Any, Split | None]] = deque()
         self.pending_ids: set[str] = set()
 
     def add(self, batch: Batch, strict: bool) -> None:
         """Plan `batch` and send it to encode; settle what is due."""
         self._note_seen(batch)
+        if self.imported is not None:
+            self.imported.note(batch)  # before --strict drops its records: they were read
         if strict and batch.rejected:  # commit the rejections, not the documents
             self.refused.append(
                 {
@@ -267,22 +281,26 @@ class _IndexRun:
         if self.pending_ids.intersection(ids):  # same id in a batch not yet written
             self.drain()
         plan = plan_batch(batch, self.store, self.collection)
+        split, texts = None, plan.texts
+        if self.imported is not None:
+            split = self.imported.split(plan)
+            texts = [plan.texts[p] for p in split.rest]
         try:
-            if self.steps.submit:
-                future = self.steps.encode(plan.describe(), plan.texts, self.config)
-            else:
-                future = self.steps.encode(
-                    plan.texts, self.config, self.encoder, self.encode_progress
-                )
+            future = self._encode(plan, texts) if texts or split is None else None
         except _FATAL:
             raise
         except Exception as exc:  # noqa: BLE001  (one batch: report, go on)
             self._fail(plan, exc)
             return
-        self.pending.append((plan, future))
+        self.pending.append((plan, future, split))
         self.pending_ids.update(ids)
         while len(self.pending) > self.steps.in_flight:
             self._settle_oldest()
+
+    def _encode(self, plan: BatchPlan, texts: list[str]):
+        if self.steps.submit:
+            return self.steps.encode(plan.describe(), texts, self.config)
+        return self.steps.encode(texts, self.config, self.encoder, self.encode_progress)
 
     def drain(self) -> None:
         """Settle every batch still encoding."""
@@ -299,11 +317,15 @@ class _IndexRun:
             self.delete_skipped = f"{no_id.source} row {no_id.row} has no readable id"
 
     def _settle_oldest(self) -> None:
-        plan, future = self.pending.popleft()
+        plan, future, split = self.pending.popleft()
         self.pending_ids.difference_update(r.external_id for r in plan.batch.records)
         try:
-            chunks = future.result() if self.steps.submit else future
+            chunks = future.result() if self.steps.submit and future is not None else future
+            if split is not None:
+                chunks = split.join(plan, chunks)
             self.total.merge(self.steps.commit(plan, chunks, self.store, self.run_id))
+            if self.imported is not None and split is not None:
+                self.imported.imported += len(split.taken)
             self.run_bar.update(len(plan.batch.records))
             room = max(0, _MAX_REJECTIONS - len(self.rejected_rows))
             self.rejected_rows.extend(plan.batch.rejected[:room])
@@ -353,6 +375,7 @@ class _IndexRun:
             "index": index_info,
             "run_id": self.run_id,
             **({"delete_skipped": self.delete_skipped} if skipped else {}),
+            **({"vectors": self.imported.summary()} if self.imported else {}),
             "rejections": [
                 {"source": r.source, "row": r.row, "id": r.external_id, "reason": r.reason}
                 for r in self.rejected_rows[:_MAX_REJECTIONS]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import click
 
@@ -87,6 +88,12 @@ def main() -> None:
     help="A batch with any rejected record stores none of its documents (only the "
     "rejections); exit code 1. Clean batches are stored.",
 )
+@click.option(
+    "--vectors",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Precomputed vectors (.parquet: id, vector columns, `model` metadata; .npz: ids, "
+    "vectors, model) stored for the documents they name instead of encoding them.",
+)
 @config_options
 @encode_options
 @json_option
@@ -101,6 +108,7 @@ def index(
     batch_size,
     on_missing,
     strict,
+    vectors,
     config_path,
     store_path,
     max_length,
@@ -135,13 +143,16 @@ def index(
         show_progress(),
         on_missing,
         strict=strict,
+        vectors=str(vectors) if vectors else None,
     )
     if as_json:
         print_json(summary)
     else:
         click.echo(
             f"read {summary['read']}, encoded {summary['encoded']}, "
-            f"unchanged {summary['skipped_unchanged']}, rejected {summary['rejected']}; "
+            f"unchanged {summary['skipped_unchanged']}, rejected {summary['rejected']}"
+            + (f", imported {summary['vectors']['imported']} vectors" if vectors else "")
+            + "; "
             f"index {summary['index']['ntotal']} vectors in {cfg.store.path}"
         )
         for r in summary["rejections"][:10]:

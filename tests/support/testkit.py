@@ -1,6 +1,6 @@
 """Helpers every test directory may import (tests/support is on pytest's `pythonpath`): the
-repository root, ../shared/data, the tiny random BERT's vocabulary and builder, and a Config on
-that model. The fixtures built from them live in tests/conftest.py."""
+repository root, ../shared/data, the tiny random BERT's vocabulary and builder, a Config on
+that model, and vector files to import. The fixtures built from them live in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -84,6 +84,27 @@ def build_tiny_bert(path: Path, layers: int = 4) -> Path:
     )  # wide weights: texts get distinct vectors
     BertModel(config).eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
+    return path
+
+
+def write_vectors(path: Path, ids, vectors, model: str, fixed: bool = True) -> Path:
+    """A vector file for `run_index(vectors=...)` in the format its suffix names (.npz or
+    .parquet; `fixed`: a fixed-size list column, else a list column)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".npz":
+        np.savez(path, ids=np.array(ids), vectors=vectors, model=model)
+        return path
+    flat = pa.array(np.asarray(vectors, np.float32).ravel())
+    column = (
+        pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+        if fixed
+        else pa.array([list(map(float, row)) for row in vectors], pa.list_(pa.float32()))
+    )
+    table = pa.table({"id": ids, "vector": column}).replace_schema_metadata({"model": model})
+    pq.write_table(table, path)
     return path
 
 

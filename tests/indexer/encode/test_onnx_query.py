@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from testkit import ROOT
+from testkit import ROOT, build_tiny_bert, tiny_model_config
 
 from indexer.core.fsio import file_sha256
 from indexer.core.machine import has_vnni
@@ -25,6 +25,7 @@ from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import ModelError
 from indexer.indexing.run import run_index
+from indexer.ops.tolerance import cosines, for_dtype
 from indexer.query.searcher import Searcher
 from indexer.records.versions import current_version, version_dir
 from indexer.store import Store
@@ -324,3 +325,65 @@ def test_indexing_for_onnx_int8_makes_the_twin_then(tiny_config, small_corpus):
     record = _version_info(cfg.store.path)["query_encoder"]
     folder = os.path.join(cfg.store.path, os.path.dirname(record["path"]))
     assert os.path.exists(os.path.join(folder, TWIN))
+
+
+@pytest.fixture(scope="module")
+def no_layer_bert(tmp_path_factory):
+    """A 0-layer BERT: its output is the embeddings alone, so the exporter drops the mask."""
+    return build_tiny_bert(tmp_path_factory.mktemp("no-layer-bert"), layers=0)
+
+
+def test_a_graph_without_the_mask_is_fed_what_it_declares(no_layer_bert, small_corpus, tmp_path):
+    """A 0-layer model's export declares only `input_ids`: the ONNX queries (padded batches,
+    the mask applied in the pooling) equal torch's, in and out of a search."""
+    cfg = tiny_model_config(no_layer_bert, tmp_path / "store", **{"search.query_encoder": "onnx"})
+    run_index([str(small_corpus)], cfg, collection="c")
+    record = _version_info(cfg.store.path)["query_encoder"]
+    graph = onnx.load(os.path.join(cfg.store.path, record["path"])).graph
+    assert [i.name for i in graph.input] == ["input_ids"]
+    torch_cfg = cfg.with_overrides(**{"search.query_encoder": "torch"})
+    with Store(cfg.store.path, read_only=True) as store:
+        fast, slow = Searcher(cfg, store), Searcher(torch_cfg, store)
+        assert isinstance(fast.encoder, OnnxEncoder) and fast.encoder.feed_names == ("input_ids",)
+        a, b = fast.encode_queries(QUERIES), slow.encode_queries(QUERIES)
+        assert cosines(a, b).min() >= for_dtype("fp32").min_cosine
+        # the padding is pooled out: a query alone equals itself in the padded batch
+        assert cosines(fast.encode_queries(QUERIES[1:2]), a[1:2]).min() >= 1 - 1e-6
+        hits = fast.search("parse command line arguments", 3, mode="dense")
+        assert [h.id for h in hits] == [
+            h.id for h in slow.search("parse command line arguments", 3, mode="dense")
+        ]
+
+
+def test_a_graph_asking_for_an_input_no_query_feeds_falls_back(exported_store, caplog, monkeypatch):
+    """A graph that declares an input a query cannot give (`token_type_ids` here) is refused
+    by name; `auto` then searches with torch after one line saying why."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from indexer.encode.onnx_runtime import _feed_names
+
+    ins = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, ["b", "t"])
+        for n in ("input_ids", "token_type_ids")
+    ]
+    out = helper.make_tensor_value_info("output", TensorProto.INT64, ["b", "t"])
+    graph = helper.make_graph(
+        [helper.make_node("Add", [i.name for i in ins], ["output"])], "g", ins, [out]
+    )
+    path = Path(exported_store.store.path) / "odd.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with pytest.raises(
+        Unavailable, match=r"odd.onnx declares the inputs \['input_ids', 'token_type_ids'\]"
+    ):
+        _feed_names(session, path)
+    # the same refusal from inside `open`: `auto` falls back to torch with one warning
+    monkeypatch.setattr(OnnxEncoder, "_session", lambda self, threads: session)
+    with Store(exported_store.store.path, read_only=True) as store:
+        searcher = Searcher(exported_store, store)
+        with caplog.at_level("WARNING"):
+            assert isinstance(searcher.encoder, Encoder)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "token_type_ids" in warnings[0] and "torch" in warnings[0]
+        assert searcher.search("cat", 3)

@@ -6,10 +6,14 @@ One Prefect flow run (the `index` command) per session, under Prefect's test har
 import json
 
 import click
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from testkit import write_vectors
 
+from indexer.config import Config
+from indexer.encode.encoder import load_encoder
 from indexer.query.hits import HIT_FIELDS
 from indexer.store import Store
 from search.cli.main import main
@@ -174,3 +178,26 @@ def test_exit_codes(cli_store, tmp_path):
     bad.write_text("model:\n  nmae: x\n")
     result = runner.invoke(main, ["search", "cat", "--config", str(bad)])
     assert result.exit_code == 1 and "unknown key 'model.nmae'" in result.stderr
+
+
+def test_index_vectors_imports_and_names_a_bad_file(tmp_path, tiny_model_dir, prefect_api):
+    """`index --vectors`: the documents the file names are stored with its vectors (the JSON
+    summary counts them); a file of another dimension exits 1 naming the file."""
+    config = write_config(tmp_path, tiny_model_dir)
+    cfg = Config().with_overrides(
+        **{"model.name": str(tiny_model_dir), "model.dtype": "fp32", "model.device": "cpu"}
+    )
+    encoder = load_encoder(cfg.model)
+    model, dim = encoder.provenance.model_name, encoder.dim
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text('{"id": "a", "text": "the cat"}\n{"id": "b", "text": "the dog"}\n')
+    vectors = np.eye(2, dim, dtype=np.float32)
+    good = write_vectors(tmp_path / "v.npz", ["a", "b"], vectors, model)
+    args = ["index", str(corpus), "--config", str(config), "--json", "--vectors"]
+    result = CliRunner().invoke(main, [*args, str(good)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["vectors"]["imported"] == 2
+    wide = write_vectors(tmp_path / "w.npz", ["a", "b"], np.eye(2, dim + 1), model)
+    result = CliRunner().invoke(main, [*args, str(wide)])
+    assert result.exit_code == 1
+    assert f"{wide}: vectors of {dim + 1} floats" in result.stderr
