@@ -2,7 +2,8 @@
 
 Layout under the store directory: `index/<version>/index.faiss` + `provenance.json` (+ the
 store snapshot that searches read), and `index/CURRENT` naming the live version (replaced with an
-atomic rename). Does not encode; the vectors come from the store, which is the truth this index
+atomic rename). Searches map `index.faiss` (one copy in the page cache for every process) rather
+than read it. Does not encode; the vectors come from the store, which is the truth this index
 is rebuilt from.
 """
 
@@ -90,6 +91,8 @@ class VectorIndex:
         spec: its factory string.
         provenance: what produced the vectors.
         config: search parameters (nprobe, efSearch).
+        mapped: `index`'s arrays are views of its file (`load(mapped=True)`), copied before
+            anything changes them.
     """
 
     def __init__(
@@ -100,8 +103,10 @@ class VectorIndex:
         config: IndexConfig,
         data_version: int | None = None,
         version: str | None = None,
+        mapped: bool = False,
     ):
         self.index = index
+        self.mapped = mapped
         self.spec = spec
         self.provenance = provenance
         self.config = config
@@ -179,6 +184,14 @@ class VectorIndex:
             )
         return out
 
+    def _own(self) -> None:
+        """Swap a mapped index for a private copy before FAISS changes it: a mapped index's
+        codes and lists are views of the file, and FAISS aborts the process (an assertion,
+        not an exception) when it resizes one. A writer loads with `mapped=False` instead."""
+        if self.mapped:
+            self.index = faiss.deserialize_index(faiss.serialize_index(self.index))
+            self.mapped = False
+
     @functools.cached_property
     def _tombstoned(self) -> bool:
         return _tombstoned(self.index)
@@ -205,6 +218,7 @@ class VectorIndex:
                     f"ids {again} were deleted from this {self.spec} index and are "
                     "added again; rebuild it with `bertindex index` on the store"
                 )
+            self._own()
             self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> bool:
@@ -225,6 +239,7 @@ class VectorIndex:
                 return False
             self.deleted = deleted
             return True
+        self._own()
         try:
             self.index.remove_ids(faiss.IDSelectorBatch(ids))
         except RuntimeError:
@@ -392,10 +407,22 @@ class VectorIndex:
         expected: Provenance | None = None,
         keys: Sequence[str] = (),
         version: str | None = None,
+        mapped: bool = True,
     ) -> VectorIndex | None:
         """Load the current version (or `version`); None when the store has no index yet.
 
-        Raises ProvenanceMismatch when `expected` disagrees with the index on `keys`.
+        Args:
+            mapped: map the file (FAISS `IO_FLAG_MMAP_IFC`) instead of reading a private copy:
+                flat and scalar-quantised codes, plain IVF lists (ids and PQ codes) and the
+                vectors of a rescoring stage stay in the page cache, one copy for every
+                process that maps this version, and a search reads only the pages it touches.
+                Fast-scan PQ lists, HNSW graphs (which FAISS writes to while searching), the
+                IDMap2 ids and the coarse centroids still become private memory. Versions are
+                never rewritten in place, so the mapping stays valid. False: a private copy,
+                for a writer that changes the index (`add`, `remove` copy a mapped one first).
+        Raises:
+            ProvenanceMismatch: `expected` disagrees with the index on `keys`.
+            VectorIndexError: a file of the version is missing or damaged.
         """
         root = Path(store_dir) / "index"
         version = version or current_version(store_dir)
@@ -423,36 +450,43 @@ class VectorIndex:
                     f"the store (index != store: {'; '.join(diffs)}); {fix}"
                 )
         try:
-            index = faiss.read_index(str(index_file))
+            index = faiss.read_index(str(index_file), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
         except RuntimeError as exc:
             reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
             raise VectorIndexError(
                 f"cannot read {index_file}: the file is damaged or truncated ({reason}); {fix}"
             ) from None
-        out = cls(index, info["spec"], provenance, config, info.get("data_version"), version)
+        out = cls(
+            index, info["spec"], provenance, config, info.get("data_version"), version, mapped
+        )
         out.tuning = info.get("tuning")
         out.query_encoder = info.get("query_encoder")
         if info.get("deleted"):
-            try:
-                out.deleted = np.load(folder / DELETED_FILE).astype(np.int64)
-            except (OSError, ValueError) as exc:
-                raise VectorIndexError(
-                    f"{folder / DELETED_FILE} is missing or damaged ({exc}); "
-                    "re-run `bertindex index` on the same store to rebuild "
-                    "the index"
-                ) from None
-            if len(out.deleted) != info["deleted"]:
-                raise VectorIndexError(
-                    f"{folder / DELETED_FILE} lists {len(out.deleted)} deleted "
-                    f"ids, provenance.json {info['deleted']}; re-run "
-                    "`bertindex index` on the same store to rebuild the index"
-                )
+            out.deleted = _read_deleted(folder / DELETED_FILE, info["deleted"])
         if "ntotal" in info and out.ntotal != info["ntotal"]:
             raise VectorIndexError(
                 f"{index_file} holds {out.ntotal} vectors but {info_file} records "
                 f"{info['ntotal']}: the file was damaged or replaced; {fix}"
             )
         return out
+
+
+def _read_deleted(path: Path, count: int) -> np.ndarray:
+    """The ids recorded as deleted beside an index (`DELETED_FILE`), checked against the
+    `count` its provenance.json records."""
+    try:
+        deleted = np.load(path).astype(np.int64)
+    except (OSError, ValueError) as exc:
+        raise VectorIndexError(
+            f"{path} is missing or damaged ({exc}); re-run `bertindex index` on the same "
+            "store to rebuild the index"
+        ) from None
+    if len(deleted) != count:
+        raise VectorIndexError(
+            f"{path} lists {len(deleted)} deleted ids, provenance.json {count}; re-run "
+            "`bertindex index` on the same store to rebuild the index"
+        )
+    return deleted
 
 
 def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:

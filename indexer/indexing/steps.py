@@ -232,7 +232,10 @@ def sync_vector_index(
     current = None
     if not force:
         try:
-            current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
+            # a private copy: an update in place changes it
+            current = VectorIndex.load(
+                store.path, config.index, provenance, QUERY_KEYS, mapped=False
+            )
         except (VectorIndexError, ProvenanceMismatch) as exc:
             log.warning("%s; rebuilding from the stored vectors", exc)
     query_encoder = export_for_index(store.path, config, provenance)

@@ -9,22 +9,15 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from vector_kit import clustered, synthetic_provenance
 
 from indexer.config import IndexConfig
-from indexer.encode.encoder import Provenance
 from indexer.errors import VectorIndexError
 from indexer.index.auto import choose_spec, estimate_bytes, tune
 from indexer.index.vector import VectorIndex
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.store import Store
-
-
-def clustered(n, dim=32, clusters=64, seed=0, spread=0.35):
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, dim))
-    x = centres[rng.integers(0, clusters, n)] + spread * rng.normal(size=(n, dim))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def test_choice_follows_size_and_memory_budget():
@@ -81,15 +74,7 @@ def built(spec="auto", n=6000, dim=32, seed=0, **overrides):
     vectors = clustered(n, dim, seed=seed, spread=0.7)  # wider than 0.35: harder neighbours
     ids = np.arange(1000, 1000 + n, dtype=np.int64)
     cfg = IndexConfig(**{"spec": spec, "flat_limit": 0, "tune_sample": 300} | overrides)
-    prov = Provenance(
-        model_name="synthetic",
-        weights_hash="-",
-        pooling="mean",
-        normalize=True,
-        max_length=16,
-        dim=dim,
-        dtype="fp32",
-    )
+    prov = synthetic_provenance(dim)
     chosen = choose_spec(n, dim, cfg) if spec == "auto" else spec
     return VectorIndex.build(chosen, prov, cfg, vectors, ids), vectors, ids
 

@@ -1,0 +1,94 @@
+"""Searches map a published index version instead of reading a private copy: the same results
+as a copy (filters and deletes included), the codes and rescoring vectors left in the file's
+shared pages, and a change to a mapped index made on a private copy, never on the file."""
+
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from vector_kit import clustered, synthetic_provenance
+
+from indexer.config import IndexConfig
+from indexer.index.vector import INDEX_FILE, VectorIndex
+
+SPECS = ["Flat", "IVF64,PQ8x4", "IVF64,PQ16x4fs,RFlat", "IVF64,PQ8x4,RFlat", "HNSW16,Flat"]
+N, DIM = 6000, 32
+
+
+def published(spec, tmp_path, deleted=0):
+    """(store dir, vectors, ids) with `spec` over clustered vectors saved as a version,
+    `deleted` of its ids removed before publishing."""
+    vectors = clustered(N, DIM, spread=0.7)
+    ids = np.arange(1000, 1000 + N, dtype=np.int64)
+    index = VectorIndex.build(spec, synthetic_provenance(DIM), IndexConfig(spec=spec), vectors, ids)
+    assert index.remove(ids[:deleted])
+    index.save(tmp_path)
+    return tmp_path, vectors, ids
+
+
+def file_pages(path: Path) -> dict[str, int]:
+    """kB by smaps field over this process's mappings of `path` (empty: not mapped)."""
+    out: dict[str, int] = {}
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        parts = line.split()
+        if not parts[0].endswith(":"):  # a mapping's header: range perms offset dev inode path
+            inside = len(parts) > 5 and parts[5] == str(path)
+        elif inside and parts[-1] == "kB":
+            out[parts[0][:-1]] = out.get(parts[0][:-1], 0) + int(parts[1])
+    return out
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_mapped_load_finds_what_a_private_copy_finds(spec, tmp_path):
+    store, vectors, ids = published(spec, tmp_path, deleted=0 if spec == "IVF64,PQ8x4" else 200)
+    config = IndexConfig(spec=spec)
+    mapped = VectorIndex.load(store, config)
+    copy = VectorIndex.load(store, config, mapped=False)
+    assert mapped.mapped and not copy.mapped
+    assert mapped.ntotal == copy.ntotal and np.array_equal(mapped.deleted, copy.deleted)
+    queries = vectors[::97] + 0.01
+    rng = np.random.default_rng(3)
+    for allowed in (None, np.sort(rng.choice(ids, 300, replace=False)), ids[::3]):
+        scores, found = mapped.search(queries, 10, allowed)
+        want_scores, want = copy.search(queries, 10, allowed)
+        np.testing.assert_array_equal(found, want)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
+        assert not np.isin(found, mapped.deleted).any()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
+def test_mapped_codes_and_rescoring_vectors_stay_in_the_files_shared_pages(tmp_path):
+    store, vectors, _ = published("IVF64,PQ8x4,RFlat", tmp_path)
+    files = list(store.glob(f"index/v*/{INDEX_FILE}"))
+    assert len(files) == 1
+    mapped = VectorIndex.load(store, IndexConfig(spec="IVF64,PQ8x4,RFlat"))
+    mapped.search(vectors[:50], 10)
+    pages = file_pages(files[0])
+    # the lists and the full vectors the rescoring read are file pages (the page cache, one
+    # copy for every process); none was copied on write into this process
+    assert pages["Rss"] > 0 and pages["Private_Dirty"] == 0, pages
+    del mapped
+    VectorIndex.load(store, IndexConfig(), mapped=False).search(vectors[:50], 10)
+    assert file_pages(files[0]).get("Rss", 0) == 0  # a copy is read, not mapped
+
+
+@pytest.mark.parametrize("spec", ["IVF64,PQ8x4", "IVF64,PQ8x4,RFlat"])
+def test_changing_a_mapped_index_changes_a_private_copy_not_the_file(spec, tmp_path):
+    store, vectors, ids = published(spec, tmp_path)
+    (file,) = store.glob(f"index/v*/{INDEX_FILE}")
+    before = hashlib.sha256(file.read_bytes()).hexdigest()
+    index = VectorIndex.load(store, IndexConfig(spec=spec))
+    assert index.remove(ids[:100])  # IVF lists remove, a rescoring stage records deletions
+    new = clustered(5, DIM, seed=9)
+    index.add(new, np.arange(50_000, 50_005))
+    assert not index.mapped and index.ntotal == N - 100 + 5
+    _, found = index.search(vectors[:100], 10)
+    assert not np.isin(found, ids[:100]).any()
+    _, found = index.search(new, 10)
+    assert all(i in row for i, row in zip(range(50_000, 50_005), found))
+    assert hashlib.sha256(file.read_bytes()).hexdigest() == before
+    again = VectorIndex.load(store, IndexConfig(spec=spec))
+    assert again.ntotal == N
