@@ -1,7 +1,7 @@
 """`index.spec: auto`: choose a FAISS index from collection size and a memory budget, then tune
 its search parameter (nprobe / efSearch) on held queries until recall@10 reaches a target.
-Also what a spec costs in memory and how many vectors train it (specs are read by
-`indexer.records.index_spec`).
+Also what a spec costs in memory, in all and what a mapped load keeps private, and how many
+vectors train it (specs are read by `indexer.records.index_spec`).
 
 Pure choices and measurements over arrays; does not read the store or write files (the
 tuning record is saved beside the index by `VectorIndex.save`).
@@ -35,10 +35,16 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     - `…,RFlat`: rescored with the full float32 vectors (README "Index scale": 4–5× faster
       single queries than HNSW at the same recall on a million vectors);
     - `…,Refine(SQ8)`: rescored with int8 vectors (¼ the memory);
+    - larger than the budget, served from the file's pages (`VectorIndex.load` maps it):
+      `IVF{lists},PQ{dim/4},RFlat` (`x4` under 39·256 vectors), plain PQ lists and the
+      float32 rescoring vectors both mapped, when what a mapped load keeps private
+      (`resident_bytes`: ids and centroids) fits the budget; a search reads its probed lists
+      and the few candidates it rescores;
     - no rescoring, `PQ{m}x4fs` codes, most precise first (recall may fall short of the
       target: tuning warns).
 
-    Fewer than 39·16 vectors cannot train 4-bit codes: `IVF{lists},Flat`, then `SQ8`.
+    Fewer than 39·16 vectors cannot train 4-bit codes: `IVF{lists},Flat`, then `SQ8`, then
+    `IVF{lists},Flat` mapped.
 
     Args:
         n_vectors: vectors the index will hold.
@@ -54,20 +60,45 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     lists = max(1, min(lists, n_vectors // 39))
     sizes = _pq_sizes(dim)
     if n_vectors < PQ_MIN_VECTORS or not sizes:
-        candidates = [f"IVF{lists},Flat", f"IVF{lists},SQ8"]
+        in_memory, mapped, lossy = [f"IVF{lists},Flat", f"IVF{lists},SQ8"], f"IVF{lists},Flat", []
     else:
         fast = f"IVF{lists},PQ{sizes[0]}x4fs"
-        candidates = [f"{fast},RFlat", f"{fast},Refine(SQ8)"]
-        candidates += [f"IVF{lists},PQ{m}x4fs" for m in sizes]
-    for candidate in candidates:
-        if estimate_bytes(candidate, n_vectors, dim) <= budget:
+        in_memory = [f"{fast},RFlat", f"{fast},Refine(SQ8)"]
+        mapped = f"IVF{lists},{mappable_codes(n_vectors, dim)},RFlat"
+        lossy = [f"IVF{lists},PQ{m}x4fs" for m in sizes]
+    # (candidate, its cost against the budget), in order of preference
+    ranked = [(c, estimate_bytes(c, n_vectors, dim)) for c in in_memory]
+    ranked += [(mapped, resident_bytes(mapped, n_vectors, dim))]
+    ranked += [(c, estimate_bytes(c, n_vectors, dim)) for c in lossy]
+    for candidate, cost in ranked:
+        if cost <= budget:
             return candidate
-    need = estimate_bytes(candidates[-1], n_vectors, dim) / 2**20
+    smallest, need = min(ranked, key=lambda pair: pair[1])
     raise VectorIndexError(
         f"index.memory_budget_mb={config.memory_budget_mb} is too small for {n_vectors} vectors "
-        f"of dim {dim}: the smallest choice ({candidates[-1]}) needs ~{need:.0f} MB; raise the "
+        f"of dim {dim}: the smallest choice ({smallest}) needs ~{need / 2**20:.0f} MB; raise the "
         "budget or set index.spec to a FAISS factory string"
     )
+
+
+PQ8_MIN_VECTORS = 39 * 256  # FAISS's minimum to train 256 centroids per 8-bit sub-quantiser
+
+
+def mappable_codes(n_vectors: int, dim: int) -> str:
+    """Plain (not fast-scan) PQ codes for IVF lists that a mapped load leaves in the file:
+    dim/4 sub-quantisers (2 bits a dimension, as `PQ{dim/2}x4fs`) of 8 bits, or of 4 bits
+    when there are too few vectors to train 8-bit ones.
+
+    Args:
+        n_vectors: vectors the index will hold (and train on).
+        dim: their dimension (`_pq_sizes(dim)` is not empty).
+    Returns:
+        e.g. `PQ96` or `PQ192x4` for 384 dimensions.
+    """
+    sizes = _pq_sizes(dim)
+    if n_vectors < PQ8_MIN_VECTORS:
+        return f"PQ{sizes[0]}x4"
+    return f"PQ{next((m for m in sizes if m <= dim // 4), sizes[-1])}"
 
 
 PQ_MIN_VECTORS = 39 * 16  # FAISS's minimum to train 16 centroids per 4-bit sub-quantiser
@@ -106,6 +137,35 @@ def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
     centroids = lists * inner * 4
     if parsed.quantizer_m is not None:
         centroids += lists * _graph_bytes(parsed.quantizer_m)
+    return n_vectors * per_vector + centroids
+
+
+def resident_bytes(spec: str, n_vectors: int, dim: int) -> float:
+    """Approximate private RAM of each process that maps the index (`VectorIndex.load`), the
+    rest staying in the file's shared pages (`estimate_bytes` counts both).
+
+    Mapped: flat, scalar-quantised and plain PQ codes (a flat index, plain IVF lists with
+    their ids, a rescoring stage). Private: fast-scan lists (codes and 8-byte ids), an HNSW
+    graph and the codes under it (FAISS writes to their pages while searching), an IDMap2's
+    ids and reverse map, the IVF centroids (and their HNSW graph), which every query reads.
+
+    Args:
+        spec: a FAISS factory string.
+        n_vectors: vectors the index holds.
+        dim: their dimension.
+    Returns:
+        Bytes.
+    """
+    parsed = parse_spec(spec)
+    inner = parsed.code_dim(dim)
+    per_vector = ID_MAP_BYTES if parsed.needs_id_map else 0
+    if parsed.hnsw_m is not None:
+        per_vector += parsed.codes.bytes_per_vector(inner) + _graph_bytes(parsed.hnsw_m)
+    elif parsed.codes.fast_scan:
+        per_vector += parsed.codes.bytes_per_vector(inner) + 8
+    centroids = (parsed.nlist or 0) * inner * 4
+    if parsed.quantizer_m is not None:
+        centroids += (parsed.nlist or 0) * _graph_bytes(parsed.quantizer_m)
     return n_vectors * per_vector + centroids
 
 
