@@ -2,7 +2,8 @@
 many processes fit (`worker_count`), and `serve`, which runs one process or N on one socket
 (uvicorn's supervisor). The app itself and its routes are `search.server`.
 
-Each process has its own copy of the model and indexes (`open_app`). One process's threads
+Each process has its own copy of the model and the keyword index (`open_app`); the vector
+index's file is mapped, one copy in the page cache for all of them. One process's threads
 cannot use 2 cores fully: the Python between the native calls holds the GIL (a search
 in-process ran 1.72x faster on two threads than on one, 1.58x through HTTP); two processes do
 not share it. `worker_count("auto")` picks one per core while the copies fit in half the
@@ -109,8 +110,9 @@ def app_from_environment():
 
 def worker_count(requested: int | str, app) -> int:
     """Server processes for `--workers`: a number as given; `auto`, one per core (at most
-    MAX_AUTO_WORKERS) while that many copies of this app's indexes, model and heads fit in
-    half of the available memory, else fewer, at least one.
+    MAX_AUTO_WORKERS) while that many processes fit in half of the available memory (each
+    with what it keeps for itself: the model, the heads, the private part of the vector
+    index; the mapped part of the index once), else fewer, at least one.
 
     Args:
         requested: a number of processes, or `auto`.
@@ -121,18 +123,21 @@ def worker_count(requested: int | str, app) -> int:
     if requested != "auto":
         return int(requested)
     state = app.app.state
-    each = WORKER_OVERHEAD_BYTES + _loaded_bytes(state.searcher) + _heads_bytes(state.heads)
+    private, shared = _loaded_bytes(state.searcher)
+    each = WORKER_OVERHEAD_BYTES + private + _heads_bytes(state.heads)
     cores = os.cpu_count() or 1
-    fit = int(_available_memory() // 2 // each)
+    fit = int((_available_memory() // 2 - shared) // each)
     return max(1, min(cores, MAX_AUTO_WORKERS, fit))
 
 
-def _loaded_bytes(searcher: Searcher) -> int:
-    """What one process keeps in memory for `searcher`: the vector index file(s) and the
-    query model file."""
+def _loaded_bytes(searcher: Searcher) -> tuple[int, int]:
+    """(bytes each process keeps for itself, bytes the processes share) for `searcher`: the
+    query model file and the vector index file(s), of which a mapped index keeps only its
+    resident part (`indexer.index.auto.resident_bytes`) private."""
+    from indexer.index.auto import resident_bytes
     from indexer.records.versions import version_dir
 
-    total = 0
+    private = shared = 0
     index = searcher.index
     if index is not None:
         folder = (
@@ -140,11 +145,15 @@ def _loaded_bytes(searcher: Searcher) -> int:
             if index.version
             else searcher.store.path
         )
-        total += sum(f.stat().st_size for f in folder.glob("*.faiss"))
+        size = sum(f.stat().st_size for f in folder.glob("*.faiss"))
+        own = size
+        if index.mapped:
+            own = min(size, int(resident_bytes(index.spec, index.ntotal, index.provenance.dim)))
+        private, shared = own, size - own
     model_file = getattr(searcher.encoder, "model_file", None)
     if model_file is not None:
-        total += model_file.stat().st_size
-    return total
+        private += model_file.stat().st_size
+    return private, shared
 
 
 def _heads_bytes(heads) -> int:

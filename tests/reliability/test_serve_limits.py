@@ -201,6 +201,15 @@ def test_worker_count(tiny_config, small_corpus, monkeypatch):
     with Store(tiny_config.store.path, read_only=True) as store:
         app = create_app(Searcher(tiny_config, store))
         assert workers.worker_count(3, app) == 3
+        # the vector index is mapped: its file counted once for all processes, only what a
+        # mapped load keeps (the ids) and the model per process
+        searcher = app.app.state.searcher
+        private, shared = workers._loaded_bytes(searcher)
+        folder = Path(tiny_config.store.path) / "index" / searcher.index.version
+        model = getattr(searcher.encoder, "model_file", None)  # None: the torch encoder
+        model_bytes = model.stat().st_size if model is not None else 0
+        assert 0 < shared < (folder / "index.faiss").stat().st_size
+        assert private + shared == (folder / "index.faiss").stat().st_size + model_bytes
         monkeypatch.setattr(os, "cpu_count", lambda: 8)
         monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)
         assert workers.worker_count("auto", app) == workers.MAX_AUTO_WORKERS
