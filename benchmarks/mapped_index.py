@@ -164,16 +164,13 @@ def main() -> None:
 
     import faiss
 
-    from indexer.index.auto import choose_spec, mappable_codes, resident_bytes
+    from indexer.index.auto import mapped_spec, resident_bytes
 
     data = unit_vectors(args.n + args.queries, args.dim, args.spread)
     vectors, queries = data[: args.n], data[args.n :]
     _, truth = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
-    from indexer.config import IndexConfig
-
-    lists = choose_spec(args.n, args.dim, IndexConfig(flat_limit=0)).split(",")[0]
-    mapped_spec = f"{lists},{mappable_codes(args.n, args.dim)},RFlat"
-    budget = args.budget_mb or round(1.5 * resident_bytes(mapped_spec, args.n, args.dim) / 2**20)
+    mapped = mapped_spec(args.n, args.dim)
+    budget = args.budget_mb or round(1.5 * resident_bytes(mapped, args.n, args.dim) / 2**20)
     root = args.dir or Path(tempfile.mkdtemp(prefix="mapped_index_"))
     report: dict = {"n": args.n, "dim": args.dim, "queries": args.queries, "runs": []}
     report |= {"cpu": cpu_name(), "machine": machine(), "processes": args.processes}

@@ -36,10 +36,9 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
       single queries than HNSW at the same recall on a million vectors);
     - `…,Refine(SQ8)`: rescored with int8 vectors (¼ the memory);
     - larger than the budget, served from the file's pages (`VectorIndex.load` maps it):
-      `IVF{lists},PQ{dim/4},RFlat` (`x4` under 39·256 vectors), plain PQ lists and the
-      float32 rescoring vectors both mapped, when what a mapped load keeps private
-      (`resident_bytes`: ids and centroids) fits the budget; a search reads its probed lists
-      and the few candidates it rescores;
+      `mapped_spec`, plain 4-bit PQ lists and float32 rescoring vectors, both mapped, when
+      what a mapped load keeps private (`resident_bytes`: ids and centroids) fits the
+      budget; a search reads the lists it probes and the few candidates it rescores;
     - no rescoring, `PQ{m}x4fs` codes, most precise first (recall may fall short of the
       target: tuning warns).
 
@@ -56,15 +55,14 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     budget = math.inf if config.memory_budget_mb is None else config.memory_budget_mb * 2**20
     if n_vectors <= config.flat_limit and estimate_bytes("Flat", n_vectors, dim) <= budget:
         return "Flat"
-    lists = 1 << round(math.log2(4 * math.sqrt(max(n_vectors, 1))))
-    lists = max(1, min(lists, n_vectors // 39))
+    lists = _list_count(n_vectors)
     sizes = _pq_sizes(dim)
     if n_vectors < PQ_MIN_VECTORS or not sizes:
         in_memory, mapped, lossy = [f"IVF{lists},Flat", f"IVF{lists},SQ8"], f"IVF{lists},Flat", []
     else:
         fast = f"IVF{lists},PQ{sizes[0]}x4fs"
         in_memory = [f"{fast},RFlat", f"{fast},Refine(SQ8)"]
-        mapped = f"IVF{lists},{mappable_codes(n_vectors, dim)},RFlat"
+        mapped = mapped_spec(n_vectors, dim)
         lossy = [f"IVF{lists},PQ{m}x4fs" for m in sizes]
     # (candidate, its cost against the budget), in order of preference
     ranked = [(c, estimate_bytes(c, n_vectors, dim)) for c in in_memory]
@@ -81,24 +79,26 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     )
 
 
-PQ8_MIN_VECTORS = 39 * 256  # FAISS's minimum to train 256 centroids per 8-bit sub-quantiser
-
-
-def mappable_codes(n_vectors: int, dim: int) -> str:
-    """Plain (not fast-scan) PQ codes for IVF lists that a mapped load leaves in the file:
-    dim/4 sub-quantisers (2 bits a dimension, as `PQ{dim/2}x4fs`) of 8 bits, or of 4 bits
-    when there are too few vectors to train 8-bit ones.
+def mapped_spec(n_vectors: int, dim: int) -> str:
+    """The spec `auto` serves from its mapped file when the in-memory ones exceed the budget:
+    IVF lists of the same 4-bit PQ codes as `PQ{dim/2}x4fs` but in the plain layout, which a
+    mapped load leaves in the file (fast-scan blocks are read whole into each process), and
+    float32 rescoring vectors, also mapped. `np`: no polysemous training (unused by inner-
+    product search; it took ~10x the training time of the codes themselves).
 
     Args:
-        n_vectors: vectors the index will hold (and train on).
+        n_vectors: vectors the index will hold (at least PQ_MIN_VECTORS).
         dim: their dimension (`_pq_sizes(dim)` is not empty).
     Returns:
-        e.g. `PQ96` or `PQ192x4` for 384 dimensions.
+        e.g. `IVF4096,PQ192x4np,RFlat` for a million vectors of 384 dimensions.
     """
-    sizes = _pq_sizes(dim)
-    if n_vectors < PQ8_MIN_VECTORS:
-        return f"PQ{sizes[0]}x4"
-    return f"PQ{next((m for m in sizes if m <= dim // 4), sizes[-1])}"
+    return f"IVF{_list_count(n_vectors)},PQ{_pq_sizes(dim)[0]}x4np,RFlat"
+
+
+def _list_count(n_vectors: int) -> int:
+    """IVF lists for `n_vectors`: about 4·√n, a power of two, ≥ 39 vectors a list."""
+    lists = 1 << round(math.log2(4 * math.sqrt(max(n_vectors, 1))))
+    return max(1, min(lists, n_vectors // 39))
 
 
 PQ_MIN_VECTORS = 39 * 16  # FAISS's minimum to train 16 centroids per 4-bit sub-quantiser

@@ -1,16 +1,19 @@
 """Searches map a published index version instead of reading a private copy: the same results
 as a copy (filters and deletes included), the codes and rescoring vectors left in the file's
-shared pages, and a change to a mapped index made on a private copy, never on the file."""
+shared pages, a change to a mapped index made on a private copy, never on the file; and `auto`
+under a small memory budget serving a mapped index at the recall target."""
 
 import hashlib
 import sys
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 from vector_kit import clustered, synthetic_provenance
 
 from indexer.config import IndexConfig
+from indexer.index.auto import choose_spec, estimate_bytes, mapped_spec, resident_bytes
 from indexer.index.vector import INDEX_FILE, VectorIndex
 
 SPECS = ["Flat", "IVF64,PQ8x4", "IVF64,PQ16x4fs,RFlat", "IVF64,PQ8x4,RFlat", "HNSW16,Flat"]
@@ -92,3 +95,26 @@ def test_changing_a_mapped_index_changes_a_private_copy_not_the_file(spec, tmp_p
     assert hashlib.sha256(file.read_bytes()).hexdigest() == before
     again = VectorIndex.load(store, IndexConfig(spec=spec))
     assert again.ntotal == N
+
+
+def test_auto_under_a_small_budget_serves_a_mapped_index_at_the_recall_target(tmp_path):
+    n, dim = 20_000, 64
+    data = clustered(n + 300, dim, clusters=256, spread=0.7)
+    vectors, queries = data[:n], data[n:]  # the same clusters; the queries held out
+    ids = np.arange(n, dtype=np.int64) * 7
+    spec = mapped_spec(n, dim)
+    assert spec == "IVF512,PQ32x4np,RFlat"
+    private = resident_bytes(spec, n, dim)
+    # a budget below every index held whole in memory, above what a mapped load keeps
+    budget = 1.5 * private
+    assert estimate_bytes("IVF512,PQ32x4fs,Refine(SQ8)", n, dim) > budget
+    config = IndexConfig(flat_limit=0, tune_sample=300, memory_budget_mb=budget / 2**20)
+    assert choose_spec(n, dim, config) == spec
+    index = VectorIndex.build(spec, synthetic_provenance(dim), config, vectors, ids)
+    assert index.tuning["reached"] and index.tuning["recall@10"] >= config.target_recall
+    index.save(tmp_path)
+    loaded = VectorIndex.load(tmp_path, IndexConfig())
+    _, exact = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
+    _, found = loaded.search(queries, 10)
+    recall = np.mean([len(set(ids[e]) & set(f)) / 10 for e, f in zip(exact, found)])
+    assert recall >= config.target_recall, recall
