@@ -450,6 +450,7 @@ class VectorIndex:
                     f"the store (index != store: {'; '.join(diffs)}); {fix}"
                 )
         try:
+            _check_size(index_file, info.get("memory_bytes"))
             index = faiss.read_index(str(index_file), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
         except RuntimeError as exc:
             reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
@@ -469,6 +470,15 @@ class VectorIndex:
                 f"{info['ntotal']}: the file was damaged or replaced; {fix}"
             )
         return out
+
+
+def _check_size(path: Path, written: int | None) -> None:
+    """Raise RuntimeError (read as damage) when `path` is not the size it was written at
+    (`memory_bytes` in provenance.json is the file's size): FAISS's mapped read misses a cut
+    of the last few bytes (it reads on into the mapping's last page)."""
+    size = path.stat().st_size
+    if written is not None and size != written:
+        raise RuntimeError(f"Error: {size} bytes, {written} written")
 
 
 def _read_deleted(path: Path, count: int) -> np.ndarray:

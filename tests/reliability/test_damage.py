@@ -55,7 +55,8 @@ def assert_one_line_error(code, stderr, *parts):
 
 def rewrite_index(folder, keep=None, swap_id=None, record_ntotal=False):
     """Replace the FAISS file with one holding only the first `keep` vectors, or with one id
-    swapped for an id the store lacks; optionally record the new count in provenance.json."""
+    swapped for an id the store lacks, recording its size in provenance.json as a writer
+    would (a size that differs reads as a truncated file); optionally its count too."""
     index = faiss.read_index(str(folder / INDEX_FILE))
     ids = faiss.vector_to_array(index.id_map).copy()
     vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)  # by position
@@ -66,9 +67,11 @@ def rewrite_index(folder, keep=None, swap_id=None, record_ntotal=False):
     out = faiss.index_factory(index.d, "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT)
     out.add_with_ids(vectors, ids)
     faiss.write_index(out, str(folder / INDEX_FILE))
+    info = json.loads((folder / PROVENANCE_FILE).read_text())
+    info["memory_bytes"] = (folder / INDEX_FILE).stat().st_size
     if record_ntotal:
-        info = json.loads((folder / PROVENANCE_FILE).read_text())
-        (folder / PROVENANCE_FILE).write_text(json.dumps(info | {"ntotal": len(ids)}))
+        info["ntotal"] = len(ids)
+    (folder / PROVENANCE_FILE).write_text(json.dumps(info))
 
 
 @pytest.mark.parametrize("cut", [0.0, 0.5, 0.999])
