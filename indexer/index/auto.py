@@ -158,7 +158,7 @@ def resident_bytes(spec: str, n_vectors: int, dim: int) -> float:
     """
     parsed = parse_spec(spec)
     inner = parsed.code_dim(dim)
-    per_vector = ID_MAP_BYTES if parsed.needs_id_map else 0
+    per_vector: float = ID_MAP_BYTES if parsed.needs_id_map else 0
     if parsed.hnsw_m is not None:
         per_vector += parsed.codes.bytes_per_vector(inner) + _graph_bytes(parsed.hnsw_m)
     elif parsed.codes.fast_scan:
