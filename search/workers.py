@@ -2,12 +2,12 @@
 many processes fit (`worker_count`), and `serve`, which runs one process or N on one socket
 (uvicorn's supervisor). The app itself and its routes are `search.server`.
 
-Each process has its own copy of the model and the keyword index (`open_app`); the vector
-index's file is mapped, one copy in the page cache for all of them. One process's threads
-cannot use 2 cores fully: the Python between the native calls holds the GIL (a search
+Each process has its own copy of the model, the heads and the keyword index (`open_app`);
+the vector index's file is mapped, one copy in the page cache for all of them. One process's
+threads cannot use 2 cores fully: the Python between the native calls holds the GIL (a search
 in-process ran 1.72x faster on two threads than on one, 1.58x through HTTP); two processes do
-not share it. `worker_count("auto")` picks one per core while the copies fit in half the
-available memory.
+not share it. `worker_count("auto")` picks one per core while they fit in half the available
+memory.
 """
 
 from __future__ import annotations
