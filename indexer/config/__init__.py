@@ -162,7 +162,10 @@ class IndexConfig(Strict):
     nprobe: int = Field(16, ge=1, description="IVF lists visited per query")
     ef_search: int = Field(64, ge=1, description="HNSW candidates per query")
     memory_budget_mb: float | None = Field(
-        None, gt=0, description="`auto`: RAM the index may use; None = no limit"
+        None,
+        gt=0,
+        description="`auto`: RAM the index may use, held whole; above it, what each "
+        "process keeps of an index served from its mapped file; None = no limit",
     )
     flat_limit: int = Field(
         100_000, ge=0, description="`auto`: exact search up to this many vectors"
