@@ -76,7 +76,7 @@ def build(folder: Path, vectors: np.ndarray, budget_mb: float | None) -> dict:
     started = time.perf_counter()
     index = VectorIndex.build(spec, provenance, config, vectors, np.arange(n, dtype=np.int64))
     seconds = time.perf_counter() - started
-    index.save(folder)
+    version = index.save(folder)
     return {
         "spec": spec,
         "budget_mb": budget_mb,
@@ -84,7 +84,7 @@ def build(folder: Path, vectors: np.ndarray, budget_mb: float | None) -> dict:
         "tuning": {k: index.tuning[k] for k in ("param", "value", "recall@10", "k_factor")},
         "estimate_mb": round(estimate_bytes(spec, n, dim) / 2**20),
         "resident_estimate_mb": round(resident_bytes(spec, n, dim) / 2**20),
-        "file_mb": round(sum(f.stat().st_size for f in folder.rglob("*.faiss")) / 2**20),
+        "file_mb": round((folder / "index" / version / "index.faiss").stat().st_size / 2**20),
     }
 
 
