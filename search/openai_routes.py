@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from indexer.encode.coalesce import Coalescer, EncodeIds
 from indexer.encode.embed import Embedded, TooLong, embed, sequences
 from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import InputError
@@ -91,6 +92,8 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
 
     encoder = searcher.encoder
     served = encoder.provenance.model_name
+    # one forward at a time in this process, concurrent requests' texts merged into it
+    coalescer = Coalescer(encoder.encode_ids, MAX_INPUTS)
 
     @app.get("/v1/models", dependencies=[needs("read")])
     def models() -> dict:
@@ -105,7 +108,7 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
         """One vector per input, as `bertindex index` encodes a document (or a search a
         query), with the tokens they took."""
         pin_threads()
-        done = encode_request(encoder, served, request)
+        done = encode_request(encoder, served, request, coalescer.encode_ids)
         data = [
             {"object": "embedding", "index": i, "embedding": _encoded(v, request.encoding_format)}
             for i, v in enumerate(done.vectors)
@@ -120,10 +123,16 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
         return Response(json.dumps(body), media_type="application/json")
 
 
-def encode_request(encoder: QueryEncoder, served: str, request: EmbeddingsRequest) -> Embedded:
+def encode_request(
+    encoder: QueryEncoder,
+    served: str,
+    request: EmbeddingsRequest,
+    encode_ids: EncodeIds | None = None,
+) -> Embedded:
     """The vectors and token counts of a request's inputs, or the OpenAIError that refuses it:
     another model than `served`, token ids, an input over the model's limit without `truncate`,
-    more tokens than `MAX_REQUEST_TOKENS`, more `dimensions` than the model has."""
+    more tokens than `MAX_REQUEST_TOKENS`, more `dimensions` than the model has. `encode_ids`
+    encodes (None: the encoder's own; the route's Coalescer)."""
     if request.model != served:
         raise OpenAIError(
             404,
@@ -152,7 +161,7 @@ def encode_request(encoder: QueryEncoder, served: str, request: EmbeddingsReques
                 "input",
                 "max_tokens_per_request",
             )
-        done = embed(encoder, seqs, request.dimensions)
+        done = embed(encoder, seqs, request.dimensions, encode_ids)
     except TooLong as exc:
         raise OpenAIError(
             400, f"{exc} (`truncate: true`)", "input", "context_length_exceeded"
