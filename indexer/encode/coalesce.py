@@ -67,7 +67,8 @@ class Coalescer:
     def _take(self) -> list[_Call]:
         """The waiting calls, oldest first, up to `max_sequences` (at least one call)."""
         with self._queue_lock:
-            taken, total = [], 0
+            taken: list[_Call] = []
+            total = 0
             while self._waiting and (
                 not taken or total + len(self._waiting[0].seqs) <= self.max_sequences
             ):
