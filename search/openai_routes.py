@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Callable
 from typing import Annotated, Literal
 
@@ -92,8 +93,9 @@ def add_openai_routes(app, searcher: Searcher, pin_threads: Callable[[], None]) 
 
     encoder = searcher.encoder
     served = encoder.provenance.model_name
-    # one forward at a time in this process, concurrent requests' texts merged into it
-    coalescer = Coalescer(encoder.encode_ids, MAX_INPUTS)
+    # concurrent requests' texts merged into forwards, one at a time per core: the processes
+    # of `serve --workers` do not share keep-alive connections evenly (16 went to one of two)
+    coalescer = Coalescer(encoder.encode_ids, MAX_INPUTS, os.cpu_count() or 1)
 
     @app.get("/v1/models", dependencies=[needs("read")])
     def models() -> dict:

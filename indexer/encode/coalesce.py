@@ -26,22 +26,24 @@ class _Call:
     seqs: list[Sequence[int]]
     rows: np.ndarray | None = None
     error: BaseException | None = None
-    done: bool = field(default=False)
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Coalescer:
-    """`encode_ids` for many threads at once, one forward plan at a time.
+    """`encode_ids` for many threads at once, at most `plans` forward plans at a time.
 
     Args:
         encode_ids: the encoder's `encode_ids` (framed token ids -> (n, dim) float32, in order).
         max_sequences: sequences one merged plan takes at most (calls past it wait for the
             next); a call with more than this runs alone.
+        plans: merged plans running at once (a server process: one per core, since the
+            processes of `serve --workers` do not share connections evenly).
     """
 
-    def __init__(self, encode_ids: EncodeIds, max_sequences: int = 256):
+    def __init__(self, encode_ids: EncodeIds, max_sequences: int = 256, plans: int = 1):
         self._encode = encode_ids
         self.max_sequences = max_sequences
-        self._running = threading.Lock()  # held while a merged plan encodes
+        self._running = threading.BoundedSemaphore(plans)  # one slot per plan encoding
         self._queue_lock = threading.Lock()  # guards _waiting
         self._waiting: list[_Call] = []
 
@@ -55,10 +57,13 @@ class Coalescer:
         call = _Call(list(seqs))
         with self._queue_lock:
             self._waiting.append(call)
-        while not call.done:
+        while not call.done.is_set():
             with self._running:
-                if not call.done:
-                    self._run(self._take())
+                taken = [] if call.done.is_set() else self._take()
+                if taken:
+                    self._run(taken)
+                    continue
+            call.done.wait()  # taken by a plan still running
         if call.error is not None:
             raise call.error
         assert call.rows is not None
@@ -84,10 +89,11 @@ class Coalescer:
             vectors = self._encode(merged)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller whose rows were in it
             for call in calls:
-                call.error, call.done = exc, True
+                call.error = exc
+                call.done.set()
             return
         start = 0
         for call in calls:
             call.rows = vectors[start : start + len(call.seqs)]
-            call.done = True
+            call.done.set()
             start += len(call.seqs)

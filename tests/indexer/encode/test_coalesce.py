@@ -82,3 +82,31 @@ def test_a_failed_plan_fails_its_calls_and_the_next_plan_runs():
     with pytest.raises(ValueError, match="bad sequence"):
         coalescer.encode_ids([[0]])
     assert coalescer.encode_ids([[5, 5]]).tolist() == [[2.0]]
+
+
+def test_plans_run_side_by_side_up_to_the_limit():
+    """With `plans` 2, two plans encode at once (a server process that holds every keep-alive
+    connection still uses two cores); a third call waits for a slot."""
+    inside, gate = threading.Semaphore(0), threading.Event()
+    most, now, lock = [0], [0], threading.Lock()
+
+    def encode_ids(merged):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        inside.release()
+        gate.wait(10)
+        with lock:
+            now[0] -= 1
+        return np.zeros((len(merged), 1), np.float32)
+
+    coalescer = Coalescer(encode_ids, max_sequences=1, plans=2)
+    threads = [threading.Thread(target=coalescer.encode_ids, args=([[i]],)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    assert inside.acquire(timeout=10) and inside.acquire(timeout=10)
+    assert not inside.acquire(timeout=0.3)  # the third waits for a slot
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert most[0] == 2
