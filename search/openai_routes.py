@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from indexer.encode.coalesce import Coalescer, EncodeIds
 from indexer.encode.embed import Embedded, TooLong, embed, sequences
 from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import InputError
@@ -94,6 +96,9 @@ def add_openai_routes(
 
     encoder = searcher.encoder
     served = encoder.provenance.model_name
+    # concurrent requests' texts merged into forwards, one at a time per core: the processes
+    # of `serve --workers` do not share keep-alive connections evenly (16 went to one of two)
+    coalescer = Coalescer(encoder.encode_ids, MAX_INPUTS, os.cpu_count() or 1)
 
     @app.get("/v1/models", dependencies=[needs("read")])
     def models() -> dict:
@@ -108,7 +113,7 @@ def add_openai_routes(
         """One vector per input, as `bertindex index` encodes a document (or a search a
         query), with the tokens they took."""
         pin_threads()
-        done = encode_request(encoder, served, request)
+        done = encode_request(encoder, served, request, coalescer.encode_ids)
         data = [
             {"object": "embedding", "index": i, "embedding": _encoded(v, request.encoding_format)}
             for i, v in enumerate(done.vectors)
@@ -124,10 +129,16 @@ def add_openai_routes(
         return Response(json.dumps(body), media_type="application/json")
 
 
-def encode_request(encoder: QueryEncoder, served: str, request: EmbeddingsRequest) -> Embedded:
+def encode_request(
+    encoder: QueryEncoder,
+    served: str,
+    request: EmbeddingsRequest,
+    encode_ids: EncodeIds | None = None,
+) -> Embedded:
     """The vectors and token counts of a request's inputs, or the OpenAIError that refuses it:
     another model than `served`, token ids, an input over the model's limit without `truncate`,
-    more tokens than `MAX_REQUEST_TOKENS`, more `dimensions` than the model has."""
+    more tokens than `MAX_REQUEST_TOKENS`, more `dimensions` than the model has. `encode_ids`
+    encodes (None: the encoder's own; the route's Coalescer)."""
     if request.model != served:
         raise OpenAIError(
             404,
@@ -156,7 +167,7 @@ def encode_request(encoder: QueryEncoder, served: str, request: EmbeddingsReques
                 "input",
                 "max_tokens_per_request",
             )
-        done = embed(encoder, seqs, request.dimensions)
+        done = embed(encoder, seqs, request.dimensions, encode_ids)
     except TooLong as exc:
         raise OpenAIError(
             400, f"{exc} (`truncate: true`)", "input", "context_length_exceeded"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexer.encode.coalesce import EncodeIds
 from indexer.encode.query_encoder import QueryEncoder
 from indexer.errors import InputError
 
@@ -73,7 +74,10 @@ def sequences(
 
 
 def embed(
-    encoder: QueryEncoder, seqs: Sequence[Sequence[int]], dimensions: int | None = None
+    encoder: QueryEncoder,
+    seqs: Sequence[Sequence[int]],
+    dimensions: int | None = None,
+    encode_ids: EncodeIds | None = None,
 ) -> Embedded:
     """Encode framed sequences from `sequences`.
 
@@ -82,6 +86,8 @@ def embed(
         seqs: framed token ids.
         dimensions: keep the first this many components and scale each vector back to unit
             length (Matryoshka-style truncation, as OpenAI's `dimensions`); None: all, as stored.
+        encode_ids: what encodes them (a server's `indexer.encode.coalesce.Coalescer`, which
+            merges concurrent requests); None: the encoder's own `encode_ids`.
     Returns:
         Embedded.
     Raises:
@@ -90,7 +96,8 @@ def embed(
     dim = encoder.provenance.dim
     if dimensions is not None and dimensions > dim:
         raise InputError(f"dimensions {dimensions} is more than this model has ({dim})")
-    vectors = encoder.encode_ids(seqs) if seqs else np.zeros((0, dim), np.float32)
+    run = encode_ids or encoder.encode_ids
+    vectors = run(seqs) if seqs else np.zeros((0, dim), np.float32)
     if dimensions is not None and dimensions < dim:
         vectors = vectors[:, :dimensions]
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)

@@ -298,7 +298,10 @@ class Encoder:
                 return forward(ids.to(self.device), mask.to(self.device)).cpu().numpy()
 
         bar = _progress(len(sequences), progress)
-        with stream_map(min(self.streams, len(batches))) as run_all:
+        # by default no more streams than the calling thread's torch threads (a server
+        # request's thread is capped to `serve --threads`: more would oversubscribe the cores)
+        streams = self.streams if self.config.streams else torch.get_num_threads()
+        with stream_map(min(self.streams, streams, len(batches))) as run_all:
             for positions, result in zip(batches, run_all(run, batches)):
                 yield positions, result
                 bar.update(len(positions))

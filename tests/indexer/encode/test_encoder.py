@@ -110,3 +110,26 @@ def test_auto_dtype_on_cpu_is_bf16_only_with_native_support():
 
     expected = torch.bfloat16 if cpu_has_bf16() else torch.float32
     assert choose_dtype("auto", torch.device("cpu")) == expected
+
+
+def test_default_streams_follow_the_calling_threads_torch_threads(tiny_model_dir, monkeypatch):
+    """A server request's thread capped to one torch thread runs one stream, not one per core
+    (which oversubscribed the cores); `model.streams` set in the config is kept."""
+    import torch
+
+    from indexer.encode import encoder as encoder_module
+
+    seen: list[int] = []
+    real = encoder_module.stream_map
+    monkeypatch.setattr(encoder_module, "stream_map", lambda n: seen.append(n) or real(n))
+    default = make(tiny_model_dir, batch_tokens=64)
+    default.streams = 2  # as loaded on two cores
+    configured = make(tiny_model_dir, batch_tokens=64, streams=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        default.encode_texts(TEXTS)
+        configured.encode_texts(TEXTS)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]
