@@ -32,53 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # the tiny BERT the tests build
 
-WORDS = [
-    "the",
-    "cat",
-    "dog",
-    "sat",
-    "on",
-    "mat",
-    "rug",
-    "sofa",
-    "slept",
-    "parse",
-    "command",
-    "line",
-    "arguments",
-    "python",
-    "file",
-    "read",
-    "write",
-    "compress",
-    "gzip",
-    "data",
-    "search",
-    "index",
-    "vector",
-    "query",
-    "text",
-    "document",
-    "red",
-    "blue",
-    "green",
-    "apple",
-    "banana",
-    "pear",
-    "river",
-    "mountain",
-    "sea",
-    "city",
-    "house",
-    "car",
-    "train",
-    "fast",
-    "slow",
-    "big",
-    "small",
-]
+from testkit import TINY_WORDS as WORDS  # noqa: E402
 
 
 def write_corpus(path: Path, records: int, seed: int = 0) -> None:
@@ -207,7 +163,7 @@ def main() -> None:
         child(args.child, args.model, args.work, args.batch_size, args.spec)
         return
 
-    from conftest import build_tiny_bert
+    from testkit import build_tiny_bert
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bertindex-membound-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,6 @@ from machine import write_json
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 SOURCES = ["web", "app", "forum", "email", "partner"]
 WORDS = [
