@@ -132,24 +132,9 @@ def worker_count(requested: int | str, app) -> int:
 
 def _loaded_bytes(searcher: Searcher) -> tuple[int, int]:
     """(bytes each process keeps for itself, bytes the processes share) for `searcher`: the
-    query model file and the vector index file(s), of which a mapped index keeps only its
-    resident part (`indexer.index.auto.resident_bytes`) private."""
-    from indexer.index.auto import resident_bytes
-    from indexer.records.versions import version_dir
-
-    private = shared = 0
-    index = searcher.index
-    if index is not None:
-        folder = (
-            version_dir(searcher.store.path, index.version)
-            if index.version
-            else searcher.store.path
-        )
-        size = sum(f.stat().st_size for f in folder.glob("*.faiss"))
-        own = size
-        if index.mapped:
-            own = min(size, int(resident_bytes(index.spec, index.ntotal, index.provenance.dim)))
-        private, shared = own, size - own
+    query model file and the vector index's files (`VectorIndex.footprint`: the delta and a
+    mapped base's resident part private, the rest of the base shared)."""
+    private, shared = searcher.index.footprint() if searcher.index is not None else (0, 0)
     model_file = getattr(searcher.encoder, "model_file", None)
     if model_file is not None:
         private += model_file.stat().st_size

@@ -1,10 +1,12 @@
 """Vector index: FAISS over chunk ids, written atomically in versions beside its provenance.
 
-Layout under the store directory: `index/<version>/index.faiss` + `provenance.json` (+ the
-store snapshot that searches read), and `index/CURRENT` naming the live version (replaced with an
-atomic rename). Searches map `index.faiss` (one copy in the page cache for every process) rather
-than read it. Does not encode; the vectors come from the store, which is the truth this index
-is rebuilt from.
+Layout under the store directory: `index/bases/<name>.faiss`, the FAISS index a rebuild wrote,
+shared by every version published until the next rebuild; `index/<version>/` holding what
+changed since its base (`delta.faiss`: the vectors added, `deleted.npy`: the base's ids removed)
++ `provenance.json` naming the base (+ the store snapshot that searches read); `index/CURRENT`
+naming the live version (replaced with an atomic rename). Searches map the base (one copy in
+the page cache for every process) rather than read it. Does not encode; the vectors come from
+the store, which is the truth this index is rebuilt from.
 """
 
 from __future__ import annotations
@@ -36,10 +38,24 @@ from indexer.index.auto import (
     build_on_gpu,
     choose_spec,
     gather_rows,
+    resident_bytes,
     search_params,
     training_rows,
     tunable,
     tune_batches,
+)
+from indexer.index.delta import DELTA_REBUILD, merge_top, new_delta, search_delta, stored_ids
+from indexer.index.version_files import (
+    DELETED_FILE,
+    DELTA_FILE,
+    INDEX_FILE,
+    PROVENANCE_FILE,
+    bases_dir,
+    collect_bases,
+    read_deleted,
+    read_faiss,
+    read_info,
+    write_index_file,
 )
 from indexer.records.index_spec import parse_spec
 from indexer.records.provenance import Provenance
@@ -47,10 +63,7 @@ from indexer.records.versions import current_version, list_versions, write_point
 
 log = logging.getLogger(__name__)
 
-INDEX_FILE = "index.faiss"
-PROVENANCE_FILE = "provenance.json"
-DELETED_FILE = "deleted.npy"  # ids removed from an index that cannot remove (HNSW, Refine)
-DELETED_REBUILD = 0.1  # rebuild instead once that many of the stored vectors are deleted
+DELETED_REBUILD = 0.1  # rebuild instead once that many of the base's vectors are deleted
 EXACT_FILTER = 16  # HNSW/Refine: ≤ 1/16 of the vectors, or ≤ 16·k, are searched exactly
 KEEP_VERSIONS = 2
 
@@ -84,15 +97,24 @@ def resolve_spec(
 
 
 class VectorIndex:
-    """A FAISS index whose ids are the store's chunk ids (int64), inner-product metric.
+    """A FAISS index whose ids are the store's chunk ids (int64), inner-product metric: a base
+    that is never changed once built, the vectors added since in an exact flat delta, and the
+    base's ids removed since (`deleted`, left out of every search). A search merges the base's
+    and the delta's top k, the same results as one index over the same vectors when the base
+    is exact. Changing a document deletes its old chunk ids and adds the new ones.
+
+    A rebuild is due (`remove` → False, `takes` → False) once the deleted ids pass
+    DELETED_REBUILD of the base's vectors (dead vectors crowd the lists or the graph a search
+    walks, and hold memory) or the delta would pass DELTA_REBUILD of them (each process holds
+    the delta privately and scans all of it per query; the base's approximate search stays
+    sublinear). The base's tuning (nprobe, k_factor) was measured on it and stays its own.
 
     Args:
-        index: the FAISS index (with ids).
+        index: the base FAISS index (with ids).
         spec: its factory string.
         provenance: what produced the vectors.
         config: search parameters (nprobe, efSearch).
-        mapped: `index`'s arrays are views of its file (`load(mapped=True)`), copied before
-            anything changes them.
+        mapped: `index`'s arrays are views of its file (`load(mapped=True)`).
     """
 
     def __init__(
@@ -113,11 +135,14 @@ class VectorIndex:
         self.data_version = data_version  # the store's data_version this index reflects
         self.version = version  # the published version it was loaded from
         self.tuning: dict | None = None  # `auto`: measured search parameter (auto.tune)
-        # ids deleted but still stored in an index that cannot remove them (HNSW): never
-        # returned by a search, not counted in `ntotal`
+        # ids deleted from the base, which still stores them: never returned by a search,
+        # not counted in `ntotal`
         self.deleted = np.zeros(0, np.int64)
+        self.delta = new_delta(index.d, index.metric_type)  # the vectors added since the base
+        self.base: str | None = None  # the base's file name in `index/bases/` (None: unsaved)
         # the ONNX query encoder this version names ({"path", "sha256", …}; None: none)
         self.query_encoder: dict | None = None
+        self.file_bytes = (0, 0)  # (base, delta) file sizes of the version saved or loaded
 
     @classmethod
     def build(
@@ -167,9 +192,9 @@ class VectorIndex:
             if sample is not None:
                 index.train(sample)
                 sample = None  # not held while the index fills
+            for ids, vectors in batches():  # into the base itself: `add` fills the delta
+                index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
             out = cls(index, spec, provenance, config)
-            for ids, vectors in batches():
-                out.add(vectors, ids)
         del sample
         if config.spec == "auto" and tunable(spec) is not None and count:
             out.tuning = tune_batches(
@@ -184,14 +209,6 @@ class VectorIndex:
             )
         return out
 
-    def _own(self) -> None:
-        """Swap a mapped index for a private copy before FAISS changes it: a mapped index's
-        codes and lists are views of the file, and FAISS aborts the process (an assertion,
-        not an exception) when it resizes one. A writer loads with `mapped=False` instead."""
-        if self.mapped:
-            self.index = faiss.deserialize_index(faiss.serialize_index(self.index))
-            self.mapped = False
-
     @functools.cached_property
     def _tombstoned(self) -> bool:
         return _tombstoned(self.index)
@@ -204,63 +221,95 @@ class VectorIndex:
             raise VectorIndexError(f"this {self.spec} index is not under an IDMap")
         return self.index.id_map
 
+    @functools.cached_property
+    def _base_ids(self) -> np.ndarray:
+        """The ids the base stores, sorted (it never changes)."""
+        return np.sort(stored_ids(self.index))
+
+    def _delta_ids(self) -> np.ndarray:
+        return faiss.vector_to_array(self.delta.id_map).astype(np.int64)
+
     @property
-    def ntotal(self) -> int:
-        """Vectors a search can return (stored ones less the deleted)."""
+    def _base_live(self) -> int:
+        """Vectors of the base a search can return."""
         return int(self.index.ntotal) - len(self.deleted)
 
+    @property
+    def ntotal(self) -> int:
+        """Vectors a search can return (the base's less the deleted, and the delta's)."""
+        return self._base_live + int(self.delta.ntotal)
+
+    def ids(self) -> np.ndarray:
+        """The chunk ids a search can return: the base's less the deleted, then the delta's
+        (an id held twice appears twice)."""
+        return np.concatenate([np.setdiff1d(self._base_ids, self.deleted), self._delta_ids()])
+
+    def takes(self, count: int) -> bool:
+        """Whether `count` more vectors fit in the delta before a rebuild is due."""
+        return self.delta.ntotal + count <= DELTA_REBUILD * self.index.ntotal
+
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        """Add vectors to the delta (the base is never changed once built)."""
         if len(ids):
-            ids = np.asarray(ids, dtype=np.int64)
-            if len(self.deleted) and np.isin(ids, self.deleted).any():
-                again = ids[np.isin(ids, self.deleted)][:5].tolist()
-                raise VectorIndexError(
-                    f"ids {again} were deleted from this {self.spec} index and are "
-                    "added again; rebuild it with `bertindex index` on the store"
-                )
-            self._own()
-            self.index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), ids)
+            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+            self.delta.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> bool:
-        """Remove ids; False when the index should be rebuilt instead.
-
-        HNSW and indexes with a rescoring stage (`IndexRefine`) cannot remove: their ids are
-        recorded as deleted (saved beside the index) and left out of every search, until
-        they reach DELETED_REBUILD of the stored vectors (False: dead vectors crowd the
-        graph walk or the lists scanned, and hold memory).
-        """
+        """Remove ids: from the delta, or recorded as deleted from the base (saved beside it);
+        False, and nothing changed, once the deleted would pass DELETED_REBUILD of the
+        base's vectors: rebuild instead."""
         if not len(ids):
             return True
-        ids = np.asarray(ids, dtype=np.int64)
-        if self._tombstoned:
-            stored = faiss.vector_to_array(self._id_map)
-            deleted = np.union1d(self.deleted, ids[np.isin(ids, stored)])
-            if len(deleted) > DELETED_REBUILD * self.index.ntotal:
-                return False
-            self.deleted = deleted
-            return True
-        self._own()
-        try:
-            self.index.remove_ids(faiss.IDSelectorBatch(ids))
-        except RuntimeError:
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        in_delta = np.isin(ids, self._delta_ids()) if self.delta.ntotal else ids < ids.min()
+        rest = ids[~in_delta]
+        deleted = np.union1d(self.deleted, rest[np.isin(rest, self._base_ids)])
+        if len(deleted) > DELETED_REBUILD * self.index.ntotal:
             return False
+        if in_delta.any():
+            self.delta.remove_ids(faiss.IDSelectorBatch(ids[in_delta]))
+        self.deleted = deleted
         return True
 
     def search(self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None):
         """Top-k chunk ids per query, optionally restricted to `allowed` ids inside FAISS.
+
+        The base (less the deleted) and the delta are searched apart and their top k merged.
 
         Returns:
             (scores (q, k) float32, ids (q, k) int64); missing results have id -1.
         """
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = max(1, min(k, self.ntotal)) if self.ntotal else 1
+        if not self.delta.ntotal:
+            return self._search_base(queries, k, allowed)
+        base_allowed = delta_allowed = None
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=np.int64)
+            held = np.isin(allowed, self._delta_ids())
+            base_allowed, delta_allowed = allowed[~held], allowed[held]
+        parts = []
+        if self._base_live and (base_allowed is None or len(base_allowed)):
+            parts.append(self._search_base(queries, k, base_allowed))
+        if delta_allowed is None or len(delta_allowed):
+            parts.append(search_delta(self.delta, queries, k, delta_allowed))
+        if not parts:
+            return np.full((len(queries), k), -np.inf, np.float32), np.full(
+                (len(queries), k), -1, np.int64
+            )
+        return merge_top(parts, k, self.index.metric_type)
+
+    def _search_base(self, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+        """Top-k of the base, deleted ids left out (`allowed`: ids it stores, or others)."""
+        live = self._base_live
+        k = max(1, min(k, live)) if live else 1
         if allowed is not None and len(self.deleted):
             allowed = np.setdiff1d(allowed, self.deleted)
         if self._tombstoned:
             # a graph walk or a few IVF lists meet too few of a small set (a selective
             # filter, or k near the size): exact search over their stored vectors
-            among = self.ntotal if allowed is None else len(allowed)
-            if among * EXACT_FILTER <= self.ntotal or among <= EXACT_FILTER * k:
+            among = live if allowed is None else len(allowed)
+            if among * EXACT_FILTER <= live or among <= EXACT_FILTER * k:
                 if allowed is None:
                     allowed = np.setdiff1d(faiss.vector_to_array(self._id_map), self.deleted)
                 return self._exact_among(queries, k, allowed)
@@ -327,7 +376,7 @@ class VectorIndex:
             return params
         if allowed is not None:
             # the search keeps only passing ids: widen it by the share that fails (≤ 16×)
-            share = max(len(allowed), 1) / max(self.ntotal, 1)
+            share = max(len(allowed), 1) / max(self._base_live, 1)
             value = int(min(value / share, 16 * value))
             if param == "nprobe":
                 value = min(value, faiss.extract_index_ivf(self.index).nlist)
@@ -342,6 +391,17 @@ class VectorIndex:
         return params
 
     # -- files --------------------------------------------------------------------------
+    def footprint(self) -> tuple[int, int]:
+        """(bytes each process that loads this version keeps to itself, bytes they share):
+        the delta is read privately; of a mapped base only its resident part
+        (`auto.resident_bytes`) is private, the rest stays in the file's shared pages."""
+        base, delta = self.file_bytes
+        own = base
+        if self.mapped:
+            dim = self.provenance.dim
+            own = min(base, int(resident_bytes(self.spec, int(self.index.ntotal), dim)))
+        return own + delta, base - own
+
     def save(
         self,
         store_dir: Path,
@@ -350,6 +410,10 @@ class VectorIndex:
         switch: bool = True,
     ) -> str:
         """Write a new version atomically and point CURRENT at it; returns the version.
+
+        The version folder holds the delta and the deleted ids; the base is written (under
+        `index/bases/`, renamed into place and fsynced before the folder that names it) only
+        when it is not on disk yet, i.e. after a build.
 
         Args:
             data_version: the store's data_version these vectors reflect (recorded).
@@ -364,33 +428,41 @@ class VectorIndex:
             shutil.rmtree(stale, ignore_errors=True)
         versions = list_versions(store_dir)
         version = f"v{(versions[-1] + 1) if versions else 1}"
+        base_bytes = self._write_base(store_dir, version)
         tmp = root / f".{version}.tmp"
         tmp.mkdir()
-        index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
-        faiss.write_index(index, str(tmp / INDEX_FILE))
+        written = [PROVENANCE_FILE]
+        delta_bytes = 0
+        if self.delta.ntotal:
+            faiss.write_index(self.delta, str(tmp / DELTA_FILE))
+            delta_bytes = (tmp / DELTA_FILE).stat().st_size
+            written.append(DELTA_FILE)
+        if len(self.deleted):
+            np.save(tmp / DELETED_FILE, self.deleted)
+            written.append(DELETED_FILE)
         info = {
             "spec": self.spec,
             "ntotal": self.ntotal,
             "provenance": self.provenance.to_dict(),
             "data_version": data_version,
             "tuning": self.tuning,
-            "memory_bytes": (tmp / INDEX_FILE).stat().st_size,
+            "memory_bytes": base_bytes + delta_bytes,
+            "base": {"file": self.base, "bytes": base_bytes, "ntotal": int(self.index.ntotal)},
+            "delta": {"ntotal": int(self.delta.ntotal), "bytes": delta_bytes},
             "deleted": len(self.deleted),
             "query_encoder": self.query_encoder,
         }
-        if len(self.deleted):
-            np.save(tmp / DELETED_FILE, self.deleted)
-            fsync_file(tmp / DELETED_FILE)
         (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
         if extra is not None:
             extra(tmp)
-        for name in (INDEX_FILE, PROVENANCE_FILE):
+        for name in written:
             fsync_file(tmp / name)
         fsync_dir(tmp)
         crash_point("index.before_rename")
         os.replace(tmp, root / version)
         fsync_dir(root)
         self.data_version, self.version = data_version, version
+        self.file_bytes = (base_bytes, delta_bytes)
         if not switch:
             return version
         crash_point("index.before_pointer")
@@ -398,6 +470,18 @@ class VectorIndex:
         crash_point("index.before_cleanup")
         remove_old_versions(store_dir)
         return version
+
+    def _write_base(self, store_dir: Path, version: str) -> int:
+        """Write the base as `index/bases/<version>.faiss` unless it is there already (the
+        base a loaded index maps); returns its size."""
+        folder = bases_dir(store_dir)
+        folder.mkdir(exist_ok=True)
+        if self.base is not None and (folder / self.base).is_file():
+            return (folder / self.base).stat().st_size
+        index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
+        size = write_index_file(index, folder / f"{version}.faiss")
+        self.base = f"{version}.faiss"
+        return size
 
     @classmethod
     def load(
@@ -412,36 +496,25 @@ class VectorIndex:
         """Load the current version (or `version`); None when the store has no index yet.
 
         Args:
-            mapped: map the file (FAISS `IO_FLAG_MMAP_IFC`) instead of reading a private copy:
-                flat and scalar-quantised codes, plain IVF lists (ids and PQ codes) and the
-                vectors of a rescoring stage stay in the page cache, one copy for every
-                process that maps this version, and a search reads only the pages it touches.
+            mapped: map the base file (FAISS `IO_FLAG_MMAP_IFC`) instead of reading a private
+                copy: flat and scalar-quantised codes, plain IVF lists (ids and PQ codes) and
+                the vectors of a rescoring stage stay in the page cache, one copy for every
+                process that maps the base, and a search reads only the pages it touches.
                 Fast-scan PQ lists, HNSW graphs (which FAISS writes to while searching), the
-                IDMap2 ids and the coarse centroids still become private memory. Versions are
-                never rewritten in place, so the mapping stays valid. False: a private copy,
-                for a writer that changes the index (`add`, `remove` copy a mapped one first).
+                IDMap2 ids and the coarse centroids still become private memory. Bases are
+                never rewritten in place, so the mapping stays valid. The delta is always read.
         Raises:
             ProvenanceMismatch: `expected` disagrees with the index on `keys`.
-            VectorIndexError: a file of the version is missing or damaged.
+            VectorIndexError: a file of the version (or its base) is missing or damaged.
         """
-        root = Path(store_dir) / "index"
         version = version or current_version(store_dir)
         if version is None:
             return None
-        folder = root / version
-        index_file, info_file = folder / INDEX_FILE, folder / PROVENANCE_FILE
+        folder = Path(store_dir) / "index" / version
         fix = (
             f"rebuild it from the stored vectors (nothing is re-encoded): {repair_hint(store_dir)}"
         )
-        missing = [p.name for p in (index_file, info_file) if not p.is_file()]
-        if missing:
-            what = "folder" if not folder.is_dir() else ", ".join(missing)
-            raise VectorIndexError(f"index {folder}: {what} missing; {fix}")
-        try:
-            info = json.loads(info_file.read_text())
-            provenance = Provenance(**info["provenance"])
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise VectorIndexError(f"cannot read {info_file} ({exc!r}); {fix}") from None
+        info, provenance = read_info(folder, fix)
         if expected is not None:
             diffs = provenance.mismatches(expected, keys)
             if diffs:
@@ -449,67 +522,43 @@ class VectorIndex:
                     f"index {folder} was built by another encoder set-up than the vectors in "
                     f"the store (index != store: {'; '.join(diffs)}); {fix}"
                 )
-        try:
-            _check_size(index_file, info.get("memory_bytes"))
-            index = faiss.read_index(str(index_file), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
-        except RuntimeError as exc:
-            reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
-            raise VectorIndexError(
-                f"cannot read {index_file}: the file is damaged or truncated ({reason}); {fix}"
-            ) from None
+        base = info.get("base") or {}
+        base_file = bases_dir(store_dir) / base["file"] if base else folder / INDEX_FILE
+        base_bytes = base.get("bytes", info.get("memory_bytes"))
+        index = read_faiss(base_file, base_bytes, mapped, fix, folder)
         out = cls(
             index, info["spec"], provenance, config, info.get("data_version"), version, mapped
         )
+        out.base = base.get("file")  # None: an older version's own file, written anew
         out.tuning = info.get("tuning")
         out.query_encoder = info.get("query_encoder")
+        delta = info.get("delta") or {}
+        if delta.get("ntotal"):
+            out.delta = read_faiss(folder / DELTA_FILE, delta["bytes"], False, fix, folder)
+        out.file_bytes = (base_file.stat().st_size, delta.get("bytes", 0))
         if info.get("deleted"):
-            out.deleted = _read_deleted(folder / DELETED_FILE, info["deleted"])
+            out.deleted = read_deleted(folder / DELETED_FILE, info["deleted"])
         if "ntotal" in info and out.ntotal != info["ntotal"]:
             raise VectorIndexError(
-                f"{index_file} holds {out.ntotal} vectors but {info_file} records "
-                f"{info['ntotal']}: the file was damaged or replaced; {fix}"
+                f"{base_file} holds {out.ntotal} vectors but {folder / PROVENANCE_FILE} "
+                f"records {info['ntotal']}: the file was damaged or replaced; {fix}"
             )
         return out
 
 
-def _check_size(path: Path, written: int | None) -> None:
-    """Raise RuntimeError (read as damage) when `path` is not the size it was written at
-    (`memory_bytes` in provenance.json is the file's size): FAISS's mapped read misses a cut
-    of the last few bytes (it reads on into the mapping's last page)."""
-    size = path.stat().st_size
-    if written is not None and size != written:
-        raise RuntimeError(f"Error: {size} bytes, {written} written")
-
-
-def _read_deleted(path: Path, count: int) -> np.ndarray:
-    """The ids recorded as deleted beside an index (`DELETED_FILE`), checked against the
-    `count` its provenance.json records."""
-    try:
-        deleted = np.load(path).astype(np.int64)
-    except (OSError, ValueError) as exc:
-        raise VectorIndexError(
-            f"{path} is missing or damaged ({exc}); re-run `bertindex index` on the same "
-            "store to rebuild the index"
-        ) from None
-    if len(deleted) != count:
-        raise VectorIndexError(
-            f"{path} lists {len(deleted)} deleted ids, provenance.json {count}; re-run "
-            "`bertindex index` on the same store to rebuild the index"
-        )
-    return deleted
-
-
 def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
-    """Remove versions older than the newest `keep` (the current one is never removed).
+    """Remove versions older than the newest `keep` (the current one is never removed), then
+    the bases no remaining version names (`delta.collect_bases`).
 
     A reader that opened an old version's files keeps reading them: removal unlinks names,
-    open files stay readable until closed.
+    open (and mapped) files stay readable until closed.
     """
     live = current_version(store_dir)
     versions = list_versions(store_dir)
     for old in versions[: max(0, len(versions) - keep)]:
         if f"v{old}" != live:
             shutil.rmtree(Path(store_dir) / "index" / f"v{old}", ignore_errors=True)
+    collect_bases(store_dir)
 
 
 def _tombstoned(index: faiss.Index) -> bool:

@@ -207,11 +207,14 @@ def sync_vector_index(
     read-only snapshot of the store that searches open.
 
     The index records the store's `data_version` it reflects. Up to date: nothing is written.
-    Updated in place (remove + add) only when the current index reflects `base_version`, the
-    store's data_version when this run started, so that `added`/`removed` are exactly the
-    difference; otherwise (first run, a run killed after committing batches, a spec that
-    changed with size, another encoder, damage, `force`) it is rebuilt from the stored
-    vectors, streamed batch by batch. Nothing is re-encoded either way.
+    Updated (the removed ids deleted, the added vectors put in the delta; the new version
+    writes only those and shares the current base file) only when the current index reflects
+    `base_version`, the store's data_version when this run started, so that `added`/`removed`
+    are exactly the difference, and the delta and deleted ids stay under their rebuild
+    shares (`VectorIndex`); otherwise (first run, a run killed after committing batches, a
+    spec that changed with size, another encoder, damage, `force`, a delta grown too large)
+    it is rebuilt from the stored vectors, streamed batch by batch, into a new base. Nothing
+    is re-encoded either way.
 
     Args:
         added, removed: chunk ids (any int sequence) added to / removed from the store.
@@ -231,11 +234,8 @@ def sync_vector_index(
     spec = resolve_spec(config.index.spec, total, config.index, provenance.dim)
     current = None
     if not force:
-        try:
-            # a private copy: an update in place changes it
-            current = VectorIndex.load(
-                store.path, config.index, provenance, QUERY_KEYS, mapped=False
-            )
+        try:  # mapped: an update changes only the delta and the deleted ids, never the base
+            current = VectorIndex.load(store.path, config.index, provenance, QUERY_KEYS)
         except (VectorIndexError, ProvenanceMismatch) as exc:
             log.warning("%s; rebuilding from the stored vectors", exc)
     query_encoder = export_for_index(store.path, config, provenance)
@@ -254,6 +254,7 @@ def sync_vector_index(
         and current.data_version == base_version
         and current.spec == spec
         and current.ntotal + len(added) - len(removed) == total
+        and current.takes(len(added))
         and current.remove(removed)
     )
     if incremental and current is not None:

@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from indexer.config import Config
-from indexer.errors import VectorIndexError
 from indexer.index.vector import VectorIndex
 from indexer.ops.tolerance import FP32, Tolerance, far_vectors, for_dtype
 from indexer.store import Store
@@ -50,23 +48,6 @@ class StoreContents:
         if far:
             out.append(f"vectors: {len(far)} below cosine {tol.min_cosine}, e.g. {far[0]}")
         return out
-
-
-def faiss_ids(index: VectorIndex) -> np.ndarray:
-    """The ids a FAISS index holds (an IDMap or IVF lists), less those deleted from HNSW."""
-    inner = index.index
-    if hasattr(inner, "id_map"):  # less the ids deleted from an HNSW graph
-        return np.setdiff1d(faiss.vector_to_array(inner.id_map).astype(np.int64), index.deleted)
-    ivf = faiss.extract_index_ivf(inner)
-    invlists = ivf.invlists
-    if invlists is None:
-        raise VectorIndexError(f"this {index.spec} index has no inverted lists")
-    parts = [
-        faiss.rev_swig_ptr(invlists.get_ids(i), invlists.list_size(i)).copy()
-        for i in range(ivf.nlist)
-        if invlists.list_size(i)
-    ]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
 def check_store(config: Config) -> StoreContents:
@@ -105,7 +86,7 @@ def check_store(config: Config) -> StoreContents:
         if index is None:
             problems.append("no published index")
         else:
-            ids = np.sort(faiss_ids(index))
+            ids = np.sort(index.ids())
             if index.ntotal != len(chunk_ids) or not np.array_equal(ids, chunk_ids):
                 problems.append(
                     f"FAISS holds {index.ntotal} ids, the store {len(chunk_ids)} "

@@ -19,9 +19,9 @@ from indexer.config import Config
 from indexer.errors import BertindexError, StoreError, VectorIndexError, repair_hint
 from indexer.index.keyword import KEYWORD_DIR, KeywordIndex, recorded_language, sync_keyword_index
 from indexer.index.keyword import SCHEMA_VERSION as KEYWORD_SCHEMA
-from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE, VectorIndex
+from indexer.index.vector import VectorIndex
+from indexer.index.version_files import PROVENANCE_FILE, version_files
 from indexer.indexing.steps import sync_vector_index
-from indexer.ops.consistency import faiss_ids
 from indexer.records.provenance import WRITE_KEYS
 from indexer.records.versions import (
     POINTER,
@@ -223,15 +223,12 @@ def _check_index(
             fix,
         )
         return
-    for name in (INDEX_FILE, PROVENANCE_FILE):
-        if not (folder / name).is_file():
-            out.add("index_file", folder / name, "missing", fix)
-    if any(p.check == "index_file" for p in out.problems):
+    if not _index_files_present(path, version, fix, out):
         return
     try:
         index = VectorIndex.load(path, config.index, version=version)
     except VectorIndexError as exc:
-        out.add("index_file", folder / INDEX_FILE, str(exc), fix)
+        out.add("index_file", folder, str(exc), fix)
         return
     if index is None:  # a named version loads or raises
         raise VectorIndexError(f"{folder}: index version {version} did not load")
@@ -250,7 +247,7 @@ def _check_index(
             f"encoder set-up than the store's vectors (index != store: {'; '.join(diffs)})",
             fix,
         )
-    _check_ids(np.sort(faiss_ids(index)), chunk_ids, folder / INDEX_FILE, fix, out)
+    _check_ids(np.sort(index.ids()), chunk_ids, folder, fix, out)
     if index.data_version is not None and index.data_version != data_version:
         out.add(
             "index_version",
@@ -261,6 +258,25 @@ def _check_index(
             f"{fix} (or the next `bertindex index`)",
         )
     _check_snapshot(folder / SNAPSHOT_FILE, index, fix, out)
+
+
+def _index_files_present(path: Path, version: str, fix: str, out: Diagnosis) -> bool:
+    """The version's provenance.json and the files it names: its base (shared with the other
+    versions built on it, under index/bases/), delta and deleted ids."""
+    folder = version_dir(path, version)
+    try:
+        files = version_files(path, version)
+    except FileNotFoundError:
+        out.add("index_file", folder / PROVENANCE_FILE, "missing", fix)
+        return False
+    except (OSError, ValueError) as exc:
+        out.add("index_file", folder / PROVENANCE_FILE, f"unreadable ({exc})", fix)
+        return False
+    missing = [(kind, f) for kind, f in files.items() if not f.is_file()]
+    for kind, f in missing:
+        what = f"the base index that version {version} names" if kind == "base" else kind
+        out.add("index_file", f, f"missing ({what})", fix)
+    return not missing
 
 
 def _check_ids(

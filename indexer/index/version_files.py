@@ -1,0 +1,142 @@
+"""Files of a published index version: the base (`index/bases/<name>.faiss`, written once by a
+rebuild and shared by every version built on it), the version folder's delta, deleted ids and
+provenance.json; read with their recorded sizes checked, written atomically, and the bases no
+kept version names collected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.core.fsio import fsync_dir, fsync_file
+from indexer.errors import VectorIndexError
+from indexer.records.provenance import Provenance
+from indexer.records.versions import index_root, list_versions
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "index.faiss"  # a version published before bases: its whole index, in its folder
+PROVENANCE_FILE = "provenance.json"
+DELETED_FILE = "deleted.npy"  # ids removed from the base (which is never changed)
+BASES_DIR = "bases"  # under index/: base files, shared by the versions built on them
+DELTA_FILE = "delta.faiss"  # in a version folder: the vectors added since its base
+
+
+def bases_dir(store_dir: str | Path) -> Path:
+    return index_root(store_dir) / BASES_DIR
+
+
+def write_index_file(index: faiss.Index, path: Path) -> int:
+    """Write `index` to `path` under a temporary name, fsynced, then renamed: a killed writer
+    leaves the old file or none, never half of one. Returns the file's size."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    faiss.write_index(index, str(tmp))
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path.stat().st_size
+
+
+def base_of(folder: Path) -> str | None:
+    """The base file name a version folder's provenance.json names (None: an older version
+    that holds its whole index itself). Raises OSError/ValueError when it cannot be read."""
+    info = json.loads((folder / PROVENANCE_FILE).read_text())
+    return (info.get("base") or {}).get("file")
+
+
+def collect_bases(store_dir: str | Path) -> None:
+    """Remove the base files (and temporary ones a killed writer left) that no version folder
+    names. A process that mapped one keeps reading it: the name goes, the pages stay until
+    unmapped. Kept when a version's provenance.json cannot be read (its base is unknown)."""
+    folder = bases_dir(store_dir)
+    if not folder.is_dir():
+        return
+    named = set()
+    for number in list_versions(store_dir):
+        try:
+            named.add(base_of(index_root(store_dir) / f"v{number}"))
+        except (OSError, ValueError) as exc:
+            log.warning("bases kept: version v%d is unreadable (%s)", number, exc)
+            return
+    for path in folder.iterdir():
+        if path.name not in named:
+            path.unlink(missing_ok=True)
+
+
+def version_files(store_dir: Path, version: str) -> dict[str, Path]:
+    """The files an index version reads: its "base" (shared with the versions built on it),
+    and the "delta" and "deleted" ids its provenance.json records, if any.
+
+    Raises:
+        OSError, ValueError: provenance.json is missing or unreadable.
+    """
+    folder = Path(store_dir) / "index" / version
+    info = json.loads((folder / PROVENANCE_FILE).read_text())
+    base = (info.get("base") or {}).get("file")
+    out = {"base": bases_dir(store_dir) / base if base else folder / INDEX_FILE}
+    if (info.get("delta") or {}).get("ntotal"):
+        out["delta"] = folder / DELTA_FILE
+    if info.get("deleted"):
+        out["deleted"] = folder / DELETED_FILE
+    return out
+
+
+def read_info(folder: Path, fix: str) -> tuple[dict, Provenance]:
+    """A version's provenance.json and the provenance it records."""
+    info_file = folder / PROVENANCE_FILE
+    if not folder.is_dir() or not info_file.is_file():
+        what = "folder" if not folder.is_dir() else PROVENANCE_FILE
+        raise VectorIndexError(f"index {folder}: {what} missing; {fix}")
+    try:
+        info = json.loads(info_file.read_text())
+        return info, Provenance(**info["provenance"])
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise VectorIndexError(f"cannot read {info_file} ({exc!r}); {fix}") from None
+
+
+def read_faiss(path: Path, written: int | None, mapped: bool, fix: str, folder: Path):
+    """Read (or map) a FAISS file of `folder`'s version, checked against its recorded size."""
+    if not path.is_file():
+        what = path.name if path.parent == folder else f"its base {path}"
+        raise VectorIndexError(f"index {folder}: {what} missing; {fix}")
+    try:
+        check_size(path, written)
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
+    except RuntimeError as exc:
+        reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
+        raise VectorIndexError(
+            f"cannot read {path}: the file is damaged or truncated ({reason}); {fix}"
+        ) from None
+
+
+def check_size(path: Path, written: int | None) -> None:
+    """Raise RuntimeError (read as damage) when `path` is not the size it was written at
+    (provenance.json records each file's `bytes`): FAISS's mapped read misses a cut of the
+    last few bytes (it reads on into the mapping's last page)."""
+    size = path.stat().st_size
+    if written is not None and size != written:
+        raise RuntimeError(f"Error: {size} bytes, {written} written")
+
+
+def read_deleted(path: Path, count: int) -> np.ndarray:
+    """The ids recorded as deleted beside an index (`DELETED_FILE`), checked against the
+    `count` its provenance.json records."""
+    try:
+        deleted = np.load(path).astype(np.int64)
+    except (OSError, ValueError) as exc:
+        raise VectorIndexError(
+            f"{path} is missing or damaged ({exc}); re-run `bertindex index` on the same "
+            "store to rebuild the index"
+        ) from None
+    if len(deleted) != count:
+        raise VectorIndexError(
+            f"{path} lists {len(deleted)} deleted ids, provenance.json {count}; re-run "
+            "`bertindex index` on the same store to rebuild the index"
+        )
+    return deleted
