@@ -312,6 +312,10 @@ class VectorIndex:
             if among * EXACT_FILTER <= live or among <= EXACT_FILTER * k:
                 if allowed is None:
                     allowed = np.setdiff1d(faiss.vector_to_array(self._id_map), self.deleted)
+                else:  # only ids the base stores can be read back
+                    stored = self._base_ids
+                    at = np.minimum(np.searchsorted(stored, allowed), max(len(stored) - 1, 0))
+                    allowed = allowed[stored[at] == allowed] if len(stored) else stored
                 return self._exact_among(queries, k, allowed)
         params = self._search_params(allowed)
         if params is None:

@@ -18,7 +18,7 @@ from damage_kit import search_results
 from testkit import build_tiny_bert, tiny_model_config
 
 from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
-from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
+from indexer.index.version_files import PROVENANCE_FILE, version_files
 from indexer.indexing.run import run_index
 from indexer.records.versions import SNAPSHOT_FILE
 from indexer.store import Store
@@ -57,7 +57,8 @@ def rewrite_index(folder, keep=None, swap_id=None, record_ntotal=False):
     """Replace the FAISS file with one holding only the first `keep` vectors, or with one id
     swapped for an id the store lacks, recording its size in provenance.json as a writer
     would (a size that differs reads as a truncated file); optionally its count too."""
-    index = faiss.read_index(str(folder / INDEX_FILE))
+    path = version_files(folder.parents[1], folder.name)["base"]
+    index = faiss.read_index(str(path))
     ids = faiss.vector_to_array(index.id_map).copy()
     vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)  # by position
     if keep is not None:
@@ -66,9 +67,9 @@ def rewrite_index(folder, keep=None, swap_id=None, record_ntotal=False):
         ids[ids == swap_id] = 10**9
     out = faiss.index_factory(index.d, "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT)
     out.add_with_ids(vectors, ids)
-    faiss.write_index(out, str(folder / INDEX_FILE))
+    faiss.write_index(out, str(path))
     info = json.loads((folder / PROVENANCE_FILE).read_text())
-    info["memory_bytes"] = (folder / INDEX_FILE).stat().st_size
+    info["base"]["bytes"] = path.stat().st_size
     if record_ntotal:
         info["ntotal"] = len(ids)
     (folder / PROVENANCE_FILE).write_text(json.dumps(info))
@@ -76,24 +77,26 @@ def rewrite_index(folder, keep=None, swap_id=None, record_ntotal=False):
 
 @pytest.mark.parametrize("cut", [0.0, 0.5, 0.999])
 def test_truncated_faiss_file(indexed, cut):
-    path = indexed.version_dir() / INDEX_FILE
+    path = indexed.base_file()
     path.write_bytes(path.read_bytes()[: int(path.stat().st_size * cut)])
     code, stderr = cli_search(indexed)
     assert_one_line_error(code, stderr, path, "damaged or truncated", REPAIR)
 
 
 def test_deleted_faiss_file(indexed):
-    path = indexed.version_dir() / INDEX_FILE
+    path = indexed.base_file()
     path.unlink()
     for mode in ("dense", "hybrid", "keyword"):  # every mode loads the index first
         code, stderr = cli_search(indexed, mode)
-        assert_one_line_error(code, stderr, indexed.version_dir(), "index.faiss missing", REPAIR)
+        assert_one_line_error(
+            code, stderr, indexed.version_dir(), f"its base {path} missing", REPAIR
+        )
 
 
 def test_next_index_run_also_heals_a_damaged_index(indexed):
     """`bertindex index` rebuilds a damaged index from the stored vectors (nothing encoded)."""
     before = search_results(indexed.config)
-    (indexed.version_dir() / INDEX_FILE).write_bytes(b"\x00" * 100)
+    indexed.base_file().write_bytes(b"\x00" * 100)
     summary = run_index([str(indexed.corpus)], indexed.config, batch_size=16)
     assert summary["encoded"] == 0 and summary["index"]["rebuilt"] is True
     assert search_results(indexed.config) == before
@@ -104,7 +107,7 @@ def test_fewer_vectors_than_provenance_records(indexed):
     rewrite_index(folder, keep=10)
     code, stderr = cli_search(indexed)
     assert_one_line_error(
-        code, stderr, folder / INDEX_FILE, "holds 10 vectors", PROVENANCE_FILE, REPAIR
+        code, stderr, indexed.base_file(), "holds 10 vectors", PROVENANCE_FILE, REPAIR
     )
 
 

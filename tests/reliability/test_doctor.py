@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from damage_kit import search_results
 from testkit import ROOT
 
-from indexer.index.vector import INDEX_FILE, PROVENANCE_FILE
+from indexer.index.version_files import PROVENANCE_FILE, version_files
 from indexer.ops.consistency import check_store
 from indexer.records.versions import SNAPSHOT_FILE, index_root
 from indexer.store import Store
@@ -40,15 +40,20 @@ def truncate(path, keep=0.5):
     path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
 
 
+def base(folder):
+    """The base file a version folder names."""
+    return version_files(folder.parents[1], folder.name)["base"]
+
+
 def foreign_ids(folder):
     """Same number of vectors, but one id the store does not have (one stored id lacking)."""
-    index = faiss.read_index(str(folder / INDEX_FILE))
+    index = faiss.read_index(str(base(folder)))
     ids = faiss.vector_to_array(index.id_map).copy()
     vectors = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)  # by position
     ids[3] = 10**9
     swapped = faiss.index_factory(index.d, "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT)
     swapped.add_with_ids(vectors, ids)
-    faiss.write_index(swapped, str(folder / INDEX_FILE))
+    faiss.write_index(swapped, str(base(folder)))
 
 
 def other_model(folder):
@@ -58,9 +63,9 @@ def other_model(folder):
 
 
 DAMAGE = {
-    "deleted FAISS file": (lambda f: (f / INDEX_FILE).unlink(), {"index_file"}),
-    "truncated FAISS file": (lambda f: truncate(f / INDEX_FILE), {"index_file"}),
-    "FAISS file cut by 8 bytes": (lambda f: truncate(f / INDEX_FILE, 0.999), {"index_file"}),
+    "deleted FAISS file": (lambda f: base(f).unlink(), {"index_file"}),
+    "truncated FAISS file": (lambda f: truncate(base(f)), {"index_file"}),
+    "FAISS file cut by 8 bytes": (lambda f: truncate(base(f), 0.999), {"index_file"}),
     "ids out of step": (foreign_ids, {"index_ids"}),
     "index of another model": (other_model, {"index_provenance"}),
     "CURRENT names a missing version": (
@@ -111,7 +116,8 @@ def test_repair_in_a_fresh_process_needs_no_model(indexed):
     """The CLI as users run it: a new process, the FAISS file gone, the model gone. A search
     fails for want of the model (so anything that encodes would); doctor --repair does not."""
     before = search_results(indexed.config)
-    (indexed.version_dir() / INDEX_FILE).unlink()
+    base_file = indexed.base_file()
+    base_file.unlink()
     indexed.remove_model()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -128,7 +134,8 @@ def test_repair_in_a_fresh_process_needs_no_model(indexed):
 
     searched = cli("search", "cat", "--mode", "keyword")
     assert searched.returncode == 1
-    assert "index.faiss missing" in searched.stderr and "doctor --repair" in searched.stderr
+    assert f"its base {base_file} missing" in searched.stderr
+    assert "doctor --repair" in searched.stderr
     repaired = cli("doctor", "--repair", "--json")
     assert repaired.returncode == 0, repaired.stderr
     report = json.loads(repaired.stdout)
@@ -192,10 +199,12 @@ def test_doctor_text_output_and_healthy_exit(indexed):
     assert result.exit_code == 0, result.output
     assert "ok: the store and its indexes agree" in result.stdout
     assert "40 documents" in result.stdout
-    (indexed.version_dir() / INDEX_FILE).unlink()
+    base_file, version = indexed.base_file(), indexed.version_dir().name
+    base_file.unlink()
     result = CliRunner().invoke(main, ["doctor", "--config", str(indexed.config_file)])
     assert result.exit_code == 1
-    assert f"problem [index_file] {indexed.version_dir() / INDEX_FILE}: missing" in result.stderr
+    named = f"the base index that version {version} names"
+    assert f"problem [index_file] {base_file}: missing ({named})" in result.stderr
     assert "bertindex doctor --repair" in result.stderr
     result = CliRunner().invoke(main, ["doctor", "--repair", "--config", str(indexed.config_file)])
     assert result.exit_code == 0, result.output
@@ -221,10 +230,10 @@ def test_newer_schema_is_reported_and_left_alone(indexed):
 
 def test_ids_and_vectors_survive_a_repair(indexed):
     """The rebuilt index holds exactly the stored chunk ids with the stored vectors."""
-    (indexed.version_dir() / INDEX_FILE).unlink()
+    indexed.base_file().unlink()
     code, _ = doctor(indexed, "--repair")
     assert code == 0
-    index = faiss.read_index(str(indexed.version_dir() / INDEX_FILE))
+    index = faiss.read_index(str(indexed.base_file()))
     with Store(indexed.store, read_only=True) as store:
         for ids, vectors in store.vectors.iter_batches():
             np.testing.assert_array_equal(index.reconstruct_batch(ids), vectors)

@@ -192,6 +192,7 @@ def test_serve_a_bad_store_fails_before_any_worker(tiny_config, tmp_path):
 
 
 def test_worker_count(tiny_config, small_corpus, monkeypatch):
+    from indexer.index.version_files import version_files
     from indexer.query.searcher import Searcher
     from indexer.store import Store
     from search import workers
@@ -205,11 +206,11 @@ def test_worker_count(tiny_config, small_corpus, monkeypatch):
         # mapped load keeps (the ids) and the model per process
         searcher = app.app.state.searcher
         private, shared = workers._loaded_bytes(searcher)
-        folder = Path(tiny_config.store.path) / "index" / searcher.index.version
+        base = version_files(tiny_config.store.path, searcher.index.version)["base"]
         model = getattr(searcher.encoder, "model_file", None)  # None: the torch encoder
         model_bytes = model.stat().st_size if model is not None else 0
-        assert 0 < shared < (folder / "index.faiss").stat().st_size
-        assert private + shared == (folder / "index.faiss").stat().st_size + model_bytes
+        assert 0 < shared < base.stat().st_size  # a fresh build: a base, no delta
+        assert private + shared == base.stat().st_size + model_bytes
         monkeypatch.setattr(os, "cpu_count", lambda: 8)
         monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)
         assert workers.worker_count("auto", app) == workers.MAX_AUTO_WORKERS

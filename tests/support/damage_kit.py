@@ -14,6 +14,7 @@ import yaml
 from testkit import TINY_WORDS, tiny_model_config
 
 from indexer.config import Config
+from indexer.index.version_files import version_files
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.records.versions import current_version, version_dir
@@ -53,6 +54,10 @@ class Indexed:
 
     def version_dir(self) -> Path:
         return version_dir(self.store, current_version(self.store))
+
+    def base_file(self) -> Path:
+        """The base FAISS file the current version maps (shared, under index/bases/)."""
+        return version_files(self.store, current_version(self.store))["base"]
 
     def remove_model(self) -> None:
         """Take the model away and forget the loaded one: anything that encodes now fails."""

@@ -1,7 +1,7 @@
 """Searches map a published index version instead of reading a private copy: the same results
 as a copy (filters and deletes included), the codes and rescoring vectors left in the file's
-shared pages, a change to a mapped index made on a private copy, never on the file; and `auto`
-under a small memory budget serving a mapped index at the recall target."""
+shared pages, a change to a mapped index made in its delta and deleted ids, never on the file;
+and `auto` under a small memory budget serving a mapped index at the recall target."""
 
 import hashlib
 import sys
@@ -15,7 +15,9 @@ from vector_kit import clustered, synthetic_provenance
 from indexer.config import IndexConfig
 from indexer.errors import VectorIndexError
 from indexer.index.auto import choose_spec, estimate_bytes, mapped_spec, resident_bytes
-from indexer.index.vector import INDEX_FILE, VectorIndex
+from indexer.index.vector import VectorIndex
+from indexer.index.version_files import version_files
+from indexer.records.versions import current_version
 
 SPECS = ["Flat", "IVF64,PQ8x4", "IVF64,PQ16x4fs,RFlat", "IVF64,PQ8x4,RFlat", "HNSW16,Flat"]
 N, DIM = 6000, 32
@@ -30,6 +32,11 @@ def published(spec, tmp_path, deleted=0):
     assert index.remove(ids[:deleted])
     index.save(tmp_path)
     return tmp_path, vectors, ids
+
+
+def base_file(store: Path) -> Path:
+    """The base file the current version maps."""
+    return version_files(store, current_version(store))["base"]
 
 
 def file_pages(path: Path) -> dict[str, int]:
@@ -66,8 +73,7 @@ def test_a_mapped_load_finds_what_a_private_copy_finds(spec, tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
 def test_mapped_codes_and_rescoring_vectors_stay_in_the_files_shared_pages(tmp_path):
     store, vectors, _ = published("IVF64,PQ8x4,RFlat", tmp_path)
-    files = list(store.glob(f"index/v*/{INDEX_FILE}"))
-    assert len(files) == 1
+    files = [base_file(store)]
     mapped = VectorIndex.load(store, IndexConfig(spec="IVF64,PQ8x4,RFlat"))
     mapped.search(vectors[:50], 10)
     pages = file_pages(files[0])
@@ -80,15 +86,15 @@ def test_mapped_codes_and_rescoring_vectors_stay_in_the_files_shared_pages(tmp_p
 
 
 @pytest.mark.parametrize("spec", ["IVF64,PQ8x4", "IVF64,PQ8x4,RFlat"])
-def test_changing_a_mapped_index_changes_a_private_copy_not_the_file(spec, tmp_path):
+def test_changing_a_mapped_index_changes_its_delta_not_the_file(spec, tmp_path):
     store, vectors, ids = published(spec, tmp_path)
-    (file,) = store.glob(f"index/v*/{INDEX_FILE}")
+    file = base_file(store)
     before = hashlib.sha256(file.read_bytes()).hexdigest()
     index = VectorIndex.load(store, IndexConfig(spec=spec))
-    assert index.remove(ids[:100])  # IVF lists remove, a rescoring stage records deletions
+    assert index.remove(ids[:100])  # recorded as deleted: the base is never changed
     new = clustered(5, DIM, seed=9)
     index.add(new, np.arange(50_000, 50_005))
-    assert not index.mapped and index.ntotal == N - 100 + 5
+    assert index.mapped and index.ntotal == N - 100 + 5  # the base is never changed
     _, found = index.search(vectors[:100], 10)
     assert not np.isin(found, ids[:100]).any()
     _, found = index.search(new, 10)
@@ -127,7 +133,7 @@ def test_a_cut_of_the_files_last_bytes_is_reported_as_truncated(mapped, tmp_path
     mapping's last page): the size recorded at publishing catches the cut before FAISS
     reads."""
     store, _, _ = published("Flat", tmp_path)
-    (file,) = store.glob(f"index/v*/{INDEX_FILE}")
+    file = base_file(store)
     file.write_bytes(file.read_bytes()[:-4])  # half the last id of the IDMap2
     with pytest.raises(VectorIndexError, match="damaged or truncated") as err:
         VectorIndex.load(store, IndexConfig(spec="Flat"), mapped=mapped)

@@ -5,9 +5,10 @@ import duckdb
 import pytest
 
 from indexer.errors import VectorIndexError
+from indexer.index.version_files import version_files
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
-from indexer.records.versions import current_version, version_dir
+from indexer.records.versions import current_version
 from indexer.store import Store
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -36,11 +37,11 @@ def test_close_leaves_a_passed_store_open(indexed):
 
 
 def test_open_closes_the_store_when_the_searcher_refuses(indexed, monkeypatch):
-    folder = version_dir(indexed.store.path, current_version(indexed.store.path))
-    (folder / "index.faiss").unlink()  # damaged: the constructor refuses it
+    base = version_files(indexed.store.path, current_version(indexed.store.path))["base"]
+    base.unlink()  # damaged: the constructor refuses it
     closed = []
     real_close = Store.close
     monkeypatch.setattr(Store, "close", lambda self: closed.append(self) or real_close(self))
-    with pytest.raises(VectorIndexError, match="index.faiss missing"):
+    with pytest.raises(VectorIndexError, match="base .* missing"):
         Searcher.open(indexed)
     assert len(closed) == 1  # the store it opened is not left open

@@ -1,0 +1,193 @@
+"""Index versions as a shared base plus a per-version delta: a publish after a small change
+writes only the delta and the deleted ids (the base file keeps its inode), searches equal a
+fresh rebuild's over the same vectors when the base is exact, removed ids never come back on
+any base, a change past the delta's share rebuilds into a new base and the old one is
+collected once no kept version names it, a killed publish leaves the live version readable,
+and doctor names a missing base."""
+
+import json
+import multiprocessing
+import signal
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+from crash_kit import write_corpus
+from vector_kit import clustered, synthetic_provenance
+
+from indexer.config import IndexConfig
+from indexer.core.faults import arm
+from indexer.index.delta import DELTA_REBUILD
+from indexer.index.vector import VectorIndex
+from indexer.index.version_files import DELTA_FILE, PROVENANCE_FILE, version_files
+from indexer.indexing.run import run_index
+from indexer.ops.consistency import check_store
+from indexer.ops.doctor import diagnose, run_doctor
+from indexer.records.versions import current_version, version_dir
+from indexer.store import Store
+
+N, DIM = 4000, 32
+CONFIG = IndexConfig(spec="Flat")
+
+
+def base_file(store: Path, version: str | None = None) -> Path:
+    return version_files(store, version or current_version(store))["base"]
+
+
+def changed_in_two_publishes(tmp_path, spec="Flat"):
+    """(store, vectors, ids, live ids): a base of the first 3900 vectors, then a version that
+    deletes 30 of them and adds 50, then one that removes 10 of those 50 again, deletes 10
+    more from the base and adds the last 50."""
+    vectors = clustered(N, DIM, spread=0.7)
+    ids = np.arange(N, dtype=np.int64) * 3 + 7
+    config = IndexConfig(spec=spec)
+    prov = synthetic_provenance(DIM)
+    VectorIndex.build(spec, prov, config, vectors[:3900], ids[:3900]).save(tmp_path)
+    index = VectorIndex.load(tmp_path, config)
+    assert index.remove(ids[:30])
+    index.add(vectors[3900:3950], ids[3900:3950])
+    index.save(tmp_path)
+    index = VectorIndex.load(tmp_path, config)
+    assert index.remove(np.concatenate([ids[3900:3910], ids[30:40]]))
+    index.add(vectors[3950:], ids[3950:])
+    index.save(tmp_path)
+    live = np.concatenate([ids[40:3900], ids[3910:]])
+    return tmp_path, vectors, ids, live
+
+
+def test_search_equals_a_fresh_rebuild_over_the_same_vectors(tmp_path):
+    store, vectors, ids, live = changed_in_two_publishes(tmp_path)
+    loaded = VectorIndex.load(store, CONFIG)
+    assert loaded.ntotal == len(live) and loaded.delta.ntotal == 90 and len(loaded.deleted) == 40
+    np.testing.assert_array_equal(np.sort(loaded.ids()), np.sort(live))
+    rows = np.searchsorted(ids, live)
+    fresh = VectorIndex.build("Flat", synthetic_provenance(DIM), CONFIG, vectors[rows], live)
+    queries = vectors[::40] + 0.02
+    rng = np.random.default_rng(5)
+    for allowed in (None, np.sort(rng.choice(ids, 400, replace=False)), ids[3880:3960]):
+        for k in (10, 200):
+            scores, found = loaded.search(queries, k, allowed)
+            want_scores, want = fresh.search(queries, k, allowed)
+            np.testing.assert_array_equal(found, want)
+            np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["IVF16,Flat", "HNSW16,Flat", "IVF16,PQ8x4fs,RFlat"])
+def test_removed_ids_never_come_back_and_added_ones_are_found(spec, tmp_path):
+    store, vectors, ids, live = changed_in_two_publishes(tmp_path, spec)
+    loaded = VectorIndex.load(store, IndexConfig(spec=spec))
+    gone = np.setdiff1d(ids, live)
+    for allowed in (None, ids[:100], ids[3890:]):  # filters naming removed ids
+        _, found = loaded.search(vectors[np.searchsorted(ids, gone)], 10, allowed)
+        assert not np.isin(found, gone).any()
+    added = ids[3910:]
+    _, found = loaded.search(vectors[3910:], 1)
+    np.testing.assert_array_equal(found[:, 0], added)
+
+
+def test_the_delta_and_deleted_shares_bound_an_update():
+    vectors = clustered(1000, DIM)
+    index = VectorIndex.build(
+        "Flat", synthetic_provenance(DIM), CONFIG, vectors, np.arange(1000, dtype=np.int64)
+    )
+    fits = int(DELTA_REBUILD * 1000)
+    assert index.takes(fits) and not index.takes(fits + 1)
+    index.add(vectors[:10], np.arange(5000, 5010))
+    assert not index.takes(fits - 9)
+    assert index.remove(np.arange(100)) and not index.remove(np.arange(100, 102))
+    assert len(index.deleted) == 100  # a refused removal changes nothing
+
+
+def test_a_small_change_publishes_only_a_delta_and_shares_the_base(tiny_config, tmp_path):
+    corpus = write_corpus(tmp_path / "docs.jsonl", 200, seed=1)
+    run_index([str(corpus)], tiny_config)
+    store = Path(tiny_config.store.path)
+    base = base_file(store)
+    inode, before = base.stat().st_ino, VectorIndex.load(store, tiny_config.index).ids()
+    write_corpus(tmp_path / "docs.jsonl", 200, seed=1, change={"d3", "d4"})  # 1 %
+    second = run_index([str(corpus)], tiny_config)
+    assert not second["index"]["rebuilt"]
+    folder = version_dir(store, second["index"]["version"])
+    assert base_file(store) == base and base.stat().st_ino == inode
+    assert [p.name for p in folder.glob("*.faiss")] == [DELTA_FILE]
+    assert (folder / DELTA_FILE).stat().st_size * 20 < base.stat().st_size
+    loaded = VectorIndex.load(store, tiny_config.index)
+    gone = np.setdiff1d(before, loaded.ids())
+    info = json.loads((folder / PROVENANCE_FILE).read_text())
+    assert len(gone) and info["deleted"] == len(gone) and info["base"]["file"] == base.name
+    assert check_store(tiny_config).problems == []
+    with Store(store, read_only=True) as snap:
+        for chunk_ids, stored in snap.vectors.iter_batches():
+            _, found = loaded.search(stored, 10)
+            assert not np.isin(found, gone).any()
+            np.testing.assert_array_equal(found[:, 0], chunk_ids)  # each finds itself
+
+
+def test_a_large_change_rebuilds_and_the_old_base_is_collected(tiny_config, tmp_path):
+    corpus = write_corpus(tmp_path / "docs.jsonl", 200, seed=1)
+    store = Path(tiny_config.store.path)
+    run_index([str(corpus)], tiny_config)
+    first_base = base_file(store)
+    write_corpus(tmp_path / "docs.jsonl", 200, seed=1, change={"d3"})
+    assert not run_index([str(corpus)], tiny_config)["index"]["rebuilt"]
+    reader = VectorIndex.load(store, tiny_config.index)  # maps the first base
+    many = {f"d{i}" for i in range(10, 40)}  # 15 %: past the delta's share
+    write_corpus(tmp_path / "docs.jsonl", 200, seed=1, change=many)
+    third = run_index([str(corpus)], tiny_config)
+    assert third["index"]["rebuilt"]
+    assert base_file(store) != first_base and first_base.exists()  # the kept v2 names it
+    write_corpus(tmp_path / "docs.jsonl", 200, seed=1, change=many | {"d5"})
+    assert not run_index([str(corpus)], tiny_config)["index"]["rebuilt"]
+    assert not first_base.exists()  # no kept version names it
+    assert sorted(p.name for p in (store / "index" / "bases").iterdir()) == [base_file(store).name]
+    # a reader that mapped the collected base still searches it
+    some = int(faiss.vector_to_array(reader.index.id_map)[0])
+    assert reader.search(reader.index.reconstruct(some)[None, :], 1)[1][0, 0] == some
+    assert check_store(tiny_config).problems == []
+
+
+def _publish_killed_before_rename(store: Path) -> None:
+    arm("index.before_rename")
+    vectors = clustered(500, DIM, seed=4)
+    index = VectorIndex.build("Flat", synthetic_provenance(DIM), CONFIG, vectors, np.arange(500))
+    index.save(store)
+
+
+def test_a_killed_publish_leaves_the_live_version_readable(tmp_path):
+    store, vectors, ids, live = changed_in_two_publishes(tmp_path)
+    proc = multiprocessing.get_context("fork").Process(
+        target=_publish_killed_before_rename, args=(store,)
+    )
+    proc.start()
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL
+    assert (store / "index" / "bases" / "v4.faiss").exists()  # written, named by no version
+    assert current_version(store) == "v3"
+    loaded = VectorIndex.load(store, CONFIG)
+    assert loaded.ntotal == len(live)
+    index = VectorIndex.load(store, CONFIG)
+    index.add(vectors[:1] * 0.5, np.array([10**6]))
+    assert index.save(store) == "v4"  # the killed folder was never published
+    assert base_file(store).name == "v1.faiss"
+    assert not (store / "index" / "bases" / "v4.faiss").exists()  # collected
+
+
+def test_doctor_names_a_missing_base_and_repair_rebuilds_it(tiny_config, tmp_path):
+    corpus = write_corpus(tmp_path / "docs.jsonl", 100, seed=2)
+    run_index([str(corpus)], tiny_config)
+    write_corpus(tmp_path / "docs.jsonl", 100, seed=2, change={"d7"})
+    run_index([str(corpus)], tiny_config)
+    store = Path(tiny_config.store.path)
+    version, base = current_version(store), base_file(store)
+    assert base.name == "v1.faiss" and version == "v2"
+    base.unlink()
+    problems = diagnose(store, tiny_config).problems
+    assert [(p.check, p.path) for p in problems] == [("index_file", str(base))]
+    assert f"the base index that version {version} names" in problems[0].message
+    report = run_doctor(tiny_config, repair=True)
+    assert report["remaining"] == [] and report["repair"]["index"]["rebuilt"]
+    assert (
+        faiss.read_index(str(base_file(store))).ntotal
+        == VectorIndex.load(store, tiny_config.index).ntotal
+    )
