@@ -67,6 +67,7 @@ def build(folder: Path, vectors: np.ndarray, budget_mb: float | None) -> dict:
     from indexer.config import IndexConfig
     from indexer.index.auto import choose_spec, estimate_bytes, resident_bytes
     from indexer.index.vector import VectorIndex
+    from indexer.index.version_files import version_files
     from indexer.records.provenance import Provenance
 
     n, dim = vectors.shape
@@ -84,7 +85,7 @@ def build(folder: Path, vectors: np.ndarray, budget_mb: float | None) -> dict:
         "tuning": {k: index.tuning[k] for k in ("param", "value", "recall@10", "k_factor")},
         "estimate_mb": round(estimate_bytes(spec, n, dim) / 2**20),
         "resident_estimate_mb": round(resident_bytes(spec, n, dim) / 2**20),
-        "file_mb": round((folder / "index" / version / "index.faiss").stat().st_size / 2**20),
+        "file_mb": round(version_files(folder, version)["base"].stat().st_size / 2**20),
     }
 
 

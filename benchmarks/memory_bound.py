@@ -110,9 +110,12 @@ def child(records: int, model_dir: str, work: Path, batch_size: int, spec: str) 
 
 
 def _index_bytes(store: Path) -> int:
-    from indexer.records.versions import current_version, version_dir
+    """Bytes of the FAISS files the current version reads (its base and delta)."""
+    from indexer.index.version_files import version_files
+    from indexer.records.versions import current_version
 
-    return (version_dir(store, current_version(store)) / "index.faiss").stat().st_size
+    files = version_files(store, current_version(store))
+    return sum(files[kind].stat().st_size for kind in ("base", "delta") if kind in files)
 
 
 def _maxrss_mb() -> float:

@@ -44,7 +44,14 @@ from indexer.index.auto import (
     tunable,
     tune_batches,
 )
-from indexer.index.delta import DELTA_REBUILD, merge_top, new_delta, search_delta, stored_ids
+from indexer.index.delta import (
+    DELTA_MAX_BYTES,
+    DELTA_REBUILD,
+    merge_top,
+    new_delta,
+    search_delta,
+    stored_ids,
+)
 from indexer.index.version_files import (
     DELETED_FILE,
     DELTA_FILE,
@@ -104,10 +111,13 @@ class VectorIndex:
     is exact. Changing a document deletes its old chunk ids and adds the new ones.
 
     A rebuild is due (`remove` → False, `takes` → False) once the deleted ids pass
-    DELETED_REBUILD of the base's vectors (dead vectors crowd the lists or the graph a search
-    walks, and hold memory) or the delta would pass DELTA_REBUILD of them (each process holds
-    the delta privately and scans all of it per query; the base's approximate search stays
-    sublinear). The base's tuning (nprobe, k_factor) was measured on it and stays its own.
+    DELETED_REBUILD (10 %) of the base's vectors (dead vectors crowd the lists or the graph a
+    search walks, and hold memory), or the delta would pass DELTA_REBUILD (5 %) of them or
+    DELTA_MAX_BYTES (16 MiB) of vectors: each process holds the delta privately and scans all
+    of it per query, a cost that grows with its size while the base's approximate search stays
+    sublinear (the byte bound binds above ~280k 384-dim vectors). Until then a publish writes
+    what changed, not the base. The base's tuning (nprobe, k_factor) was measured on it and
+    stays its own.
 
     Args:
         index: the base FAISS index (with ids).
@@ -246,7 +256,8 @@ class VectorIndex:
 
     def takes(self, count: int) -> bool:
         """Whether `count` more vectors fit in the delta before a rebuild is due."""
-        return self.delta.ntotal + count <= DELTA_REBUILD * self.index.ntotal
+        most = min(DELTA_REBUILD * self.index.ntotal, DELTA_MAX_BYTES / (4 * self.index.d))
+        return self.delta.ntotal + count <= most
 
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
         """Add vectors to the delta (the base is never changed once built)."""

@@ -18,6 +18,7 @@ from vector_kit import clustered, synthetic_provenance
 
 from indexer.config import IndexConfig
 from indexer.core.faults import arm
+from indexer.index import vector
 from indexer.index.delta import DELTA_REBUILD
 from indexer.index.vector import VectorIndex
 from indexer.index.version_files import DELTA_FILE, PROVENANCE_FILE, version_files
@@ -86,7 +87,7 @@ def test_removed_ids_never_come_back_and_added_ones_are_found(spec, tmp_path):
     np.testing.assert_array_equal(found[:, 0], added)
 
 
-def test_the_delta_and_deleted_shares_bound_an_update():
+def test_the_delta_and_deleted_shares_bound_an_update(monkeypatch):
     vectors = clustered(1000, DIM)
     index = VectorIndex.build(
         "Flat", synthetic_provenance(DIM), CONFIG, vectors, np.arange(1000, dtype=np.int64)
@@ -95,6 +96,8 @@ def test_the_delta_and_deleted_shares_bound_an_update():
     assert index.takes(fits) and not index.takes(fits + 1)
     index.add(vectors[:10], np.arange(5000, 5010))
     assert not index.takes(fits - 9)
+    monkeypatch.setattr(vector, "DELTA_MAX_BYTES", 20 * 4 * DIM)  # 20 vectors' bytes
+    assert index.takes(10) and not index.takes(11)
     assert index.remove(np.arange(100)) and not index.remove(np.arange(100, 102))
     assert len(index.deleted) == 100  # a refused removal changes nothing
 
