@@ -194,3 +194,22 @@ def test_doctor_names_a_missing_base_and_repair_rebuilds_it(tiny_config, tmp_pat
         faiss.read_index(str(base_file(store))).ntotal
         == VectorIndex.load(store, tiny_config.index).ntotal
     )
+
+
+def test_a_version_published_before_bases_loads_and_the_next_publish_writes_a_base(tmp_path):
+    """An older version holds its whole index as `index.faiss` in its folder: it loads as the
+    base, and the next publish writes that base under index/bases/ once."""
+    store, vectors, ids, live = changed_in_two_publishes(tmp_path)
+    VectorIndex.build("Flat", synthetic_provenance(DIM), CONFIG, vectors[:100], ids[:100]).save(
+        store
+    )  # v4: a base of its own, standing in for an older version's whole index
+    folder = version_dir(store, "v4")
+    base_file(store).rename(folder / "index.faiss")
+    info = json.loads((folder / PROVENANCE_FILE).read_text())
+    del info["base"], info["delta"]
+    (folder / PROVENANCE_FILE).write_text(json.dumps(info))
+    old = VectorIndex.load(store, CONFIG)
+    assert old.base is None and old.ntotal == 100
+    old.add(vectors[200:210], ids[200:210])
+    assert old.save(store) == "v5"
+    assert base_file(store).name == "v5.faiss" and VectorIndex.load(store, CONFIG).ntotal == 110
