@@ -272,7 +272,7 @@ class VectorIndex:
         if not len(ids):
             return True
         ids = np.unique(np.asarray(ids, dtype=np.int64))
-        in_delta = np.isin(ids, self._delta_ids()) if self.delta.ntotal else ids < ids.min()
+        in_delta = np.isin(ids, self._delta_ids())
         rest = ids[~in_delta]
         deleted = np.union1d(self.deleted, rest[np.isin(rest, self._base_ids)])
         if len(deleted) > DELETED_REBUILD * self.index.ntotal:
@@ -300,14 +300,12 @@ class VectorIndex:
             held = np.isin(allowed, self._delta_ids())
             base_allowed, delta_allowed = allowed[~held], allowed[held]
         parts = []
-        if self._base_live and (base_allowed is None or len(base_allowed)):
+        in_base = base_allowed is None or len(base_allowed)
+        in_delta = delta_allowed is None or len(delta_allowed)
+        if (self._base_live and in_base) or not in_delta:  # the base also answers "none"
             parts.append(self._search_base(queries, k, base_allowed))
-        if delta_allowed is None or len(delta_allowed):
+        if in_delta:
             parts.append(search_delta(self.delta, queries, k, delta_allowed))
-        if not parts:
-            return np.full((len(queries), k), -np.inf, np.float32), np.full(
-                (len(queries), k), -1, np.int64
-            )
         return merge_top(parts, k, self.index.metric_type)
 
     def _search_base(self, queries: np.ndarray, k: int, allowed: np.ndarray | None):

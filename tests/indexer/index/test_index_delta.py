@@ -74,7 +74,9 @@ def test_search_equals_a_fresh_rebuild_over_the_same_vectors(tmp_path):
             np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("spec", ["IVF16,Flat", "HNSW16,Flat", "IVF16,PQ8x4fs,RFlat"])
+@pytest.mark.parametrize(
+    "spec", ["IVF16,Flat", "IVF16,PQ8x4fs", "HNSW16,Flat", "IVF16,PQ8x4fs,RFlat"]
+)
 def test_removed_ids_never_come_back_and_added_ones_are_found(spec, tmp_path):
     store, vectors, ids, live = changed_in_two_publishes(tmp_path, spec)
     loaded = VectorIndex.load(store, IndexConfig(spec=spec))
@@ -85,6 +87,8 @@ def test_removed_ids_never_come_back_and_added_ones_are_found(spec, tmp_path):
     added = ids[3910:]
     _, found = loaded.search(vectors[3910:], 1)
     np.testing.assert_array_equal(found[:, 0], added)
+    _, found = loaded.search(vectors[:5], 3, allowed=gone)  # only removed ids: nothing
+    assert (found == -1).all()
 
 
 def test_the_delta_and_deleted_shares_bound_an_update(monkeypatch):
