@@ -23,7 +23,7 @@ from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
 from indexer.records.provenance import QUERY_KEYS
-from indexer.store import ChunkRows, Store, content_hash
+from indexer.store import ChunkRows, Store, collect_segments, content_hash
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,7 @@ def sync_vector_index(
         )
     index.query_encoder = query_encoder
     version = index.save(store.path, data_version, extra=store.write_snapshot)
+    collect_segments(store.path)  # the snapshot segments of versions gone and unread
     return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
 
 
