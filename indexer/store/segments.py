@@ -39,12 +39,11 @@ import duckdb
 from indexer.core.faults import crash_point
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import StoreError
-from indexer.records.versions import current_version, list_versions, version_dir
+from indexer.records.versions import MANIFEST_FILE, current_version, list_versions, version_dir
 from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 from indexer.store.snapshot import (
     FORMAT,
     HASH,
-    MANIFEST_FILE,
     SEG,
     lock_path,
     read_manifest,

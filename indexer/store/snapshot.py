@@ -19,12 +19,17 @@ from typing import IO, Any
 import duckdb
 
 from indexer.errors import StoreError
-from indexer.records.versions import SNAPSHOT_FILE, current_version, index_root, version_dir
+from indexer.records.versions import (
+    MANIFEST_FILE,
+    SEGMENTS_DIR,
+    SNAPSHOT_FILE,
+    current_version,
+    index_root,
+    version_dir,
+)
 from indexer.store.rows import SnapshotFacts
 from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 
-MANIFEST_FILE = "snapshot.json"  # in the version folder
-SEGMENTS_DIR = "segments"  # under index/: segment files and one lock/manifest per version
 FORMAT = "bertindex-segments-1"
 HASH, SEG = "_h", "_seg"  # a segment's row identity and its order (see indexer.store.segments)
 # a reader's DuckDB: no table of its own, only views over Parquet files it streams
