@@ -6,6 +6,7 @@ segments removed) but without a FAISS file."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 
@@ -46,6 +47,8 @@ def publish(store: Store) -> str:
     """Publish the store's snapshot as a new index version (no FAISS file); returns it."""
     root = index_root(store.path)
     root.mkdir(exist_ok=True)
+    for stale in root.glob(".v*.tmp"):  # left by a killed publish
+        shutil.rmtree(stale)
     versions = list_versions(store.path)
     version = f"v{(versions[-1] + 1) if versions else 1}"
     tmp = root / f".{version}.tmp"
