@@ -117,8 +117,9 @@ def open_current_snapshot(store_dir: Path, attempts: int = 5) -> Snapshot | None
 
 
 def _damaged(store_dir: Path, path: Path, exc: object) -> StoreError:
+    reason = (str(exc).strip().splitlines() or ["unreadable"])[0]  # DuckDB adds the SQL below
     return StoreError(  # the live version's snapshot is never removed: damaged
-        f"cannot open the published snapshot {path} ({exc}); rebuild it from the store: "
+        f"cannot open the published snapshot {path} ({reason}); rebuild it from the store: "
         f"`bertindex doctor --repair --store {store_dir}`"
     )
 
