@@ -216,17 +216,24 @@ def _diff(
         )
     else:
         new_rows, gone = f"SELECT l.*, {seq}::BIGINT AS {SEG} FROM ({live}) l", None
-    segment = {"seq": seq, "rows": f"{name}-{seq}.parquet", "n_rows": 0, "dead": None, "n_dead": 0}
-    segment["n_rows"] = _copy(con, new_rows, where / segment["rows"])
+    segment = _segment(con, where, f"{name}-{seq}", new_rows, gone)
     if gone is not None:
-        segment["dead"] = f"{name}-{seq}.dead.parquet"
-        segment["n_dead"] = _copy(con, gone, where / segment["dead"])
         con.execute("DROP TABLE _pub")
-    segment["rows"] = segment["rows"] if segment["n_rows"] else None
-    segment["dead"] = segment["dead"] if segment["n_dead"] else None
-    if not (segment["rows"] or segment["dead"]):
-        return list(old)
-    return [*old, segment]
+    return [*old, segment] if segment else list(old)
+
+
+def _segment(
+    con: duckdb.DuckDBPyConnection, where: Path, stem: str, rows: str | None, dead: str | None
+) -> dict[str, Any] | None:
+    """Write segment `stem` (`<table>-<seq>`): the result of `rows` as its rows, of `dead`
+    as its tombstones; None when both are empty (no file left)."""
+    out: dict[str, Any] = {"seq": int(stem.rpartition("-")[2]), "rows": None, "n_rows": 0}
+    out |= {"dead": None, "n_dead": 0}
+    for key, sql, suffix in (("rows", rows, ".parquet"), ("dead", dead, ".dead.parquet")):
+        count = _copy(con, sql, where / f"{stem}{suffix}") if sql is not None else 0
+        if count:
+            out[key], out[f"n_{key}"] = f"{stem}{suffix}", count
+    return out if out["rows"] or out["dead"] else None
 
 
 def merge_tail(sizes: list[int]) -> int:
@@ -259,20 +266,16 @@ def _merge(
     if len(tail) < 2:
         return segments
     seq = next(seqs)
-    merged = {"seq": seq, "rows": None, "n_rows": 0, "dead": None, "n_dead": 0}
+    rows = None
     if any(s["rows"] for s in tail):
         rows = _visible_sql(where, tail, f"r.* EXCLUDE ({SEG}), {seq}::BIGINT AS {SEG}")
-        merged["rows"] = f"{name}-{seq}.parquet"
-        merged["n_rows"] = _copy(con, rows, where / merged["rows"])
     dead = [s["dead"] for s in tail if s["dead"]]
+    gone = None
     if start > 0 and dead:  # tombstones still hide rows of older segments
         files = _files(where, dead)
-        sql = f"SELECT DISTINCT {HASH}, {seq}::BIGINT AS {SEG} FROM read_parquet({files})"
-        merged["dead"] = f"{name}-{seq}.dead.parquet"
-        merged["n_dead"] = _copy(con, sql, where / merged["dead"])
-    merged["rows"] = merged["rows"] if merged["n_rows"] else None
-    merged["dead"] = merged["dead"] if merged["n_dead"] else None
-    return segments[:start] + ([merged] if merged["rows"] or merged["dead"] else [])
+        gone = f"SELECT DISTINCT {HASH}, {seq}::BIGINT AS {SEG} FROM read_parquet({files})"
+    merged = _segment(con, where, f"{name}-{seq}", rows, gone)
+    return segments[:start] + ([merged] if merged else [])
 
 
 def _copy(con: duckdb.DuckDBPyConnection, select: str, target: Path) -> int:
