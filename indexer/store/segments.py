@@ -54,7 +54,8 @@ from indexer.store.snapshot import (
 CHECKPOINT = "CHECKPOINT"
 MERGE_RATIO = 2
 LEFT_OUT = {"vectors": ("embedding",)}  # columns readers never read from a snapshot
-_PARQUET = "(FORMAT parquet, COMPRESSION zstd)"
+# small row groups: a reader fetching a few rows by id skips the groups whose min/max miss them
+_PARQUET = "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192)"
 _SEQ = re.compile(r"^(?:m|[a-z_]+-)(\d+)")
 _TABLES = (
     "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() "
