@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -32,8 +33,10 @@ from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 
 FORMAT = "bertindex-segments-1"
 HASH, SEG = "_h", "_seg"  # a segment's row identity and its order (see indexer.store.segments)
-# a reader's DuckDB: no table of its own, only views over Parquet files it streams
-READER_MEMORY_LIMIT = "256MB"
+# a reader's DuckDB: no table of its own, only views over Parquet files it streams. A join or
+# aggregate past the limit spills to a folder of this process's own in the system temp
+# directory (an in-memory DuckDB would use `./.tmp` of wherever the process runs).
+READER_MEMORY_LIMIT = "512MB"
 # types that come back from Parquet as DuckDB wrote them; other columns are cast back
 _ROUND_TRIP = {"BIGINT", "INTEGER", "VARCHAR", "DOUBLE", "JSON", "TIMESTAMP", "BOOLEAN"}
 
@@ -172,7 +175,10 @@ def views_connection(folder: Path, manifest: dict[str, Any]) -> duckdb.DuckDBPyC
     Raises:
         duckdb.Error: a segment file is missing or not Parquet (views bind on creation).
     """
-    con = duckdb.connect(":memory:", config={"memory_limit": READER_MEMORY_LIMIT})
+    spill = os.path.join(tempfile.gettempdir(), f"bertindex-reader-{os.getpid()}")
+    con = duckdb.connect(
+        ":memory:", config={"memory_limit": READER_MEMORY_LIMIT, "temp_directory": spill}
+    )
     try:
         con.execute("SET parquet_metadata_cache = true")  # segments never change in place
         for name, table in manifest["tables"].items():
