@@ -56,8 +56,10 @@ class StoreCore:
         path: the store directory (created when writable).
         read_only: open for queries only; the store must exist.
         snapshot: with read_only, open the snapshot published with the current index version
-            (never locked by a writer, always consistent with that index); a store without
-            snapshots (written before they existed) falls back to `store.duckdb`.
+            (never locked by a writer, always consistent with that index): an in-memory
+            DuckDB whose tables are views over the version's Parquet segments, without
+            `vectors.embedding` (embeddings are read from the live file, by the writer); a
+            store without snapshots (written before they existed) falls back to `store.duckdb`.
         lock: a writable store takes the writer lock (`reindex` opens its next generation
             without one: it holds the live store's).
 
