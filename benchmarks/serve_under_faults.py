@@ -96,17 +96,19 @@ def index(corpus: Path, store: Path) -> float:
 
 def published(store: Path) -> tuple[str, dict[tuple[str, str], str]]:
     """The current version and its snapshot's documents: (collection, id) -> text."""
-    import duckdb
+    from indexer.store.snapshot import open_current_snapshot
 
-    from indexer.records.versions import SNAPSHOT_FILE, current_version, version_dir
-
-    version = current_version(store)
-    con = duckdb.connect(str(version_dir(store, version) / SNAPSHOT_FILE), read_only=True)
+    snapshot = open_current_snapshot(store)
+    if snapshot is None:
+        raise SystemExit(f"{store}: nothing published")
     try:
-        rows = con.execute("SELECT collection, external_id, text FROM documents").fetchall()
+        rows = snapshot.con.execute(
+            "SELECT collection, external_id, text FROM documents"
+        ).fetchall()
     finally:
-        con.close()
-    return version, {(c, i): t for c, i, t in rows}
+        snapshot.con.close()
+        snapshot.release()
+    return snapshot.version, {(c, i): t for c, i, t in rows}
 
 
 def free_port() -> int:

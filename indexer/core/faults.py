@@ -17,7 +17,7 @@ POINTS = (
     "batch.after_commit",  # batch committed, FAISS index not yet updated
     # inside a delete transaction (`on_missing: delete`, `bertindex delete`)
     "delete.before_commit",
-    "snapshot.partial",  # half of the read-only store snapshot copied
+    "snapshot.partial",  # half of the store tables' snapshot segments written
     "index.before_rename",  # new index version written to its temporary folder
     "index.before_pointer",  # version folder in place, CURRENT still names the old one
     "index.before_cleanup",  # CURRENT switched, old versions not yet removed

@@ -23,7 +23,7 @@ from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
 from indexer.records.provenance import QUERY_KEYS
-from indexer.store import ChunkRows, Store, content_hash
+from indexer.store import ChunkRows, Store, collect_segments, content_hash
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +203,7 @@ def sync_vector_index(
     force: bool = False,
     build: Callable | None = None,
 ) -> dict:
-    """Bring the FAISS index in step with the store and publish it as a new version, with a
-    read-only snapshot of the store that searches open.
+    """Bring the FAISS index in step with the store; publish it with the store's snapshot.
 
     The index records the store's `data_version` it reflects. Up to date: nothing is written.
     Updated (the removed ids deleted, the added vectors put in the delta; the new version
@@ -273,6 +272,7 @@ def sync_vector_index(
         )
     index.query_encoder = query_encoder
     version = index.save(store.path, data_version, extra=store.write_snapshot)
+    collect_segments(store.path)  # the snapshot segments of versions gone and unread
     return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
 
 

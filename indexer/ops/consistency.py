@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config
+from indexer.errors import StoreError
 from indexer.index.vector import VectorIndex
 from indexer.ops.tolerance import FP32, Tolerance, far_vectors, for_dtype
 from indexer.store import Store
@@ -97,7 +98,25 @@ def check_store(config: Config) -> StoreContents:
                     f"index reflects data_version {index.data_version}, the store "
                     f"is at {data_version}"
                 )
-            with Store(path, read_only=True) as snap:
-                if snap.version is not None and snap.data_version() != data_version:
-                    problems.append("the published snapshot is behind the store")
+            problems.extend(_snapshot_problems(path, data_version, len(docs), len(chunks)))
     return StoreContents(docs, chunks, vectors, problems, for_dtype(config.model.dtype))
+
+
+def _snapshot_problems(path: Path, data_version: int, documents: int, chunks: int) -> list[str]:
+    """The published snapshot (the views over its segments) opens and holds the live store's
+    data version, documents and chunks."""
+    try:
+        with Store(path, read_only=True) as snap:
+            if snap.version is None:
+                return []
+            if snap.data_version() != data_version:
+                return ["the published snapshot is behind the store"]
+            held = (snap.counts.documents(), snap.counts.chunks())
+    except StoreError as exc:
+        return [f"the published snapshot cannot be read: {exc}"]
+    if held != (documents, chunks):
+        return [
+            f"the published snapshot holds {held[0]} documents and {held[1]} chunks, the store "
+            f"{documents} and {chunks}"
+        ]
+    return []

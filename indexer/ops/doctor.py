@@ -24,13 +24,14 @@ from indexer.index.version_files import PROVENANCE_FILE, version_files
 from indexer.indexing.steps import sync_vector_index
 from indexer.records.provenance import WRITE_KEYS
 from indexer.records.versions import (
+    MANIFEST_FILE,
     POINTER,
     SNAPSHOT_FILE,
     current_version,
     index_root,
     version_dir,
 )
-from indexer.store import DB_NAME, Store, WriterLock, read_snapshot_facts
+from indexer.store import DB_NAME, Store, WriterLock, read_snapshot_facts, segment_problems
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ def _check_index(
             "publishing, or the store changed since): searches miss the latest data",
             f"{fix} (or the next `bertindex index`)",
         )
-    _check_snapshot(folder / SNAPSHOT_FILE, index, fix, out)
+    _check_snapshot(path, folder, index, fix, out)
 
 
 def _index_files_present(path: Path, version: str, fix: str, out: Diagnosis) -> bool:
@@ -299,8 +300,12 @@ def _check_ids(
     out.add("index_ids", where, "the index holds " + ", ".join(parts), fix)
 
 
-def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) -> None:
-    """The snapshot searches open: present, readable, at the index's data version."""
+def _check_snapshot(path: Path, folder: Path, index: VectorIndex, fix: str, out: Diagnosis) -> None:
+    """The snapshot searches open: its manifest and every segment it lists present and
+    readable (or a legacy `store.duckdb` copy), at the index's data version."""
+    snap = folder / MANIFEST_FILE
+    if not snap.is_file() and (folder / SNAPSHOT_FILE).is_file():
+        snap = folder / SNAPSHOT_FILE  # published by an earlier bertindex
     if not snap.is_file():
         out.add(
             "snapshot",
@@ -310,9 +315,14 @@ def _check_snapshot(snap: Path, index: VectorIndex, fix: str, out: Diagnosis) ->
         )
         return
     try:
-        facts = read_snapshot_facts(snap)
+        facts = read_snapshot_facts(folder)
+        damaged = segment_problems(path, folder) if snap.name == MANIFEST_FILE else []
     except StoreError as exc:
         out.add("snapshot", snap, str(exc), fix)
+        return
+    for problem in damaged:
+        out.add("snapshot", snap, f"segment {problem}: searches cannot open the snapshot", fix)
+    if damaged:
         return
     snap_version, chunks = facts.data_version, facts.chunks
     if index.data_version is not None and snap_version != index.data_version:

@@ -26,7 +26,7 @@ from indexer.indexing.steps import encode_texts_for_index, sync_vector_index
 from indexer.ingest.readers import document_text
 from indexer.records.provenance import WRITE_KEYS
 from indexer.records.versions import write_pointer
-from indexer.store import DB_NAME, ChunkRows, Store, WriterLock
+from indexer.store import DB_NAME, ChunkRows, Store, WriterLock, collect_segments
 
 log = logging.getLogger(__name__)
 
@@ -139,4 +139,5 @@ def _switch(path: Path, version: str) -> None:
     crash_point("reindex.before_pointer")
     write_pointer(path, version)
     remove_old_versions(path)
+    collect_segments(path)
     shutil.rmtree(path / GENERATION_DIR.parent, ignore_errors=True)

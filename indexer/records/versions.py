@@ -1,5 +1,6 @@
-"""Layout of published index versions: `<store>/index/vN/` (FAISS index, provenance.json and a
-read-only snapshot of the store) and the `<store>/index/CURRENT` pointer, replaced atomically.
+"""Layout of published index versions: `<store>/index/vN/` (FAISS index, provenance.json and the
+manifest of the store snapshot whose Parquet segments lie in `<store>/index/segments/`) and the
+`<store>/index/CURRENT` pointer, replaced atomically.
 
 Does not read FAISS or DuckDB files; `indexer.index.vector` and `indexer.store` do.
 """
@@ -13,7 +14,9 @@ from indexer.core.fsio import fsync_dir, fsync_fh
 
 INDEX_DIR = "index"
 POINTER = "CURRENT"
-SNAPSHOT_FILE = "store.duckdb"  # the read-only copy of the store published with a version
+MANIFEST_FILE = "snapshot.json"  # a version's store snapshot: its segments, columns and facts
+SEGMENTS_DIR = "segments"  # under index/: the segments and one lock/manifest file per version
+SNAPSHOT_FILE = "store.duckdb"  # the copied snapshot an earlier bertindex published instead
 
 
 def index_root(store_dir: str | Path) -> Path:

@@ -10,21 +10,24 @@ types `Hit`, `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkL
 the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_reviewed_since`
 (a head's live review rows, lock-free); the access tokens' `StoredToken`, `read_token_table`,
 `hash_token`, `new_token`, `scope_allows`, `SCOPES`;
-`WriterLock`; `content_hash`; `read_snapshot_facts`; `new_run_id`; the constants `DB_NAME`,
+`WriterLock`; `content_hash`; `read_snapshot_facts`, `segment_problems` and
+`collect_segments` (a published snapshot's facts, its damaged segments, removing unused ones);
+`new_run_id`; the constants `DB_NAME`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
 (the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or
 the surface imports this package's modules or touches `Store.con` (tests may, to check them).
 
 Modules, one concept each: `store` (the Store: the core and its groups), `core` (connection,
 transactions, data version), `lock` (writer lock), `schema` (DDL and migrations), `snapshot`
-(published read-only copies), and one module per group, each a class that holds the core and
-the groups it needs: `documents` (content hash and document writes), `side_tables`
+(published snapshots opened as views over Parquet segments), `segments` (writing only what changed
+as segments, merging and collecting them), and one module per group, each a class that holds the
+core and the groups it needs: `documents` (content hash and document writes), `side_tables`
 (annotations, runs, ... by name), `vectors` (vectors and provenance), `reads` (documents read
 back), `filters` (search filters as bound SQL), `runs` (run log), `counts` (status counts),
 `checks` (integrity), `annotations` (labels, entities and the inbox ledger), `reviews` (people's
 labels: the review loop), `tokens` (access tokens, hashed), `dedup` (near-duplicate groups:
-`store.dedup.groups_of`), `trends` (the report's aggregates); `rows` (row dataclasses),
-`timefield` (a metadata field read as a time).
+`store.dedup.groups_of`), `trends` (the report's aggregates); `rows` (row dataclasses), `timefield`
+(a metadata field read as a time).
 """
 
 from indexer.store.core import DB_NAME
@@ -45,7 +48,8 @@ from indexer.store.rows import (
 )
 from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
-from indexer.store.snapshot import read_snapshot_facts
+from indexer.store.segments import collect_segments
+from indexer.store.snapshot import read_snapshot_facts, segment_problems
 from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
@@ -72,9 +76,11 @@ __all__ = [
     "Store",
     "StoredDoc",
     "WriterLock",
+    "collect_segments",
     "content_hash",
     "new_run_id",
     "read_snapshot_facts",
+    "segment_problems",
     "ReviewRow",
     "SCOPES",
     "StoredToken",

@@ -1,13 +1,13 @@
 """The store's core: opens `store.duckdb` (or the snapshot published with the current index
 version) and owns the connection, its transactions, bound views, the data version, the writer
-lock and the published snapshot. The tables' SQL lives in the groups that hold a core.
+lock and publishing the snapshot. The tables' SQL lives in the groups that hold a core.
 
 The vectors here are the truth; a FAISS index is a cache rebuilt from them. Does not encode
 and does not touch FAISS. All SQL takes values as bound parameters.
 
-One process writes (DuckDB allows one read-write process per file). Readers open the read-only
-snapshot published beside the current index version (`index/vN/store.duckdb`), so a search never
-waits for, nor sees half of, a running write.
+One process writes (DuckDB allows one read-write process per file). Readers open the snapshot
+published with the current index version (views over its Parquet segments,
+`indexer.store.snapshot`), so a search never waits for, nor sees half of, a running write.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
-from indexer.records.versions import SNAPSHOT_FILE, version_dir
 from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
     SCHEMA_VERSION,
@@ -35,7 +34,8 @@ from indexer.store.schema import (
     scalar,
     stored_schema_version,
 )
-from indexer.store.snapshot import copy_snapshot, open_current_snapshot
+from indexer.store.segments import publish_segments
+from indexer.store.snapshot import Snapshot, open_current_snapshot
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -56,8 +56,10 @@ class StoreCore:
         path: the store directory (created when writable).
         read_only: open for queries only; the store must exist.
         snapshot: with read_only, open the snapshot published with the current index version
-            (never locked by a writer, always consistent with that index); a store without
-            snapshots (written before they existed) falls back to `store.duckdb`.
+            (never locked by a writer, always consistent with that index): an in-memory
+            DuckDB whose tables are views over the version's Parquet segments, without
+            `vectors.embedding` (embeddings are read from the live file, by the writer); a
+            store without snapshots (written before they existed) falls back to `store.duckdb`.
         lock: a writable store takes the writer lock (`reindex` opens its next generation
             without one: it holds the live store's).
 
@@ -72,14 +74,15 @@ class StoreCore:
         self.db_path = self.path / DB_NAME
         self.read_only = read_only
         self.version: str | None = None
+        self._snapshot: Snapshot | None = None
         self._lock: WriterLock | None = None
         self._bound_views = itertools.count()  # names of registered Arrow views
         self._threads: threading.local | None = None  # per-thread cursors, once shared
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         if read_only and snapshot:
-            opened = open_current_snapshot(self.path)
-            if opened is not None:
-                self.con, self.version = opened
+            self._snapshot = open_current_snapshot(self.path)
+            if self._snapshot is not None:
+                self.con, self.version = self._snapshot.con, self._snapshot.version
                 self._migrate_or_close()
                 return
         if read_only and not self.db_path.is_file():
@@ -125,10 +128,11 @@ class StoreCore:
 
     @property
     def con_path(self) -> Path:
-        """The file open here: the live store, or the snapshot of `version`."""
-        if self.version is None:
+        """The file open here: the live store, or the manifest (or legacy copy) of the snapshot
+        of `version`."""
+        if self._snapshot is None:
             return self.db_path
-        return version_dir(self.path, self.version) / SNAPSHOT_FILE
+        return self._snapshot.path
 
     # -- schema -----------------------------------------------------------------------------
     def _migrate_or_close(self) -> None:
@@ -198,6 +202,8 @@ class StoreCore:
         self._cursors.clear()
         self._threads = None
         self._con.close()
+        if self._snapshot is not None:
+            self._snapshot.release()  # after the connection: its views read the segments
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -274,11 +280,13 @@ class StoreCore:
         self.con.execute(SET_META, ["data_version", str(self.data_version() + 1)])
 
     def write_snapshot(self, folder: Path) -> None:
-        """Copy the store, checkpointed, to `folder/store.duckdb` for read-only searches.
+        """Publish the snapshot searches read with the index version being written to
+        `folder`: Parquet segments of what changed since the current version, and the
+        manifest naming them (`indexer.store.segments`).
 
-        Only the writer calls this; nothing writes between the checkpoint and the copy.
+        Only the writer calls this; nothing writes meanwhile.
 
         Args:
             folder: the index version folder the snapshot is published with.
         """
-        copy_snapshot(self.con, self.db_path, folder)
+        publish_segments(self.con, folder)

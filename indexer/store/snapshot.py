@@ -1,36 +1,103 @@
-"""Published snapshots: the checkpointed, read-only copy of `store.duckdb` beside each index
-version. Opens, writes and inspects them; choosing which version is current is
-`indexer.records.versions`."""
+"""Published snapshots: what readers open beside each index version. A version's manifest
+(`index/vN/snapshot.json`) names immutable Parquet segments under `index/segments/`; a reader
+sees every store table as a view over them. Opens, reads and checks snapshots; writing them is
+`indexer.store.segments`, choosing which version is current `indexer.records.versions`.
+
+A store published by an earlier bertindex (a copied `index/vN/store.duckdb`, no manifest) is
+still opened read-only as it is, until its next publish.
+"""
 
 from __future__ import annotations
 
-import shutil
+import fcntl
+import json
+import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import duckdb
 
-from indexer.core.faults import crash_point
-from indexer.core.fsio import fsync_dir, fsync_fh
 from indexer.errors import StoreError
-from indexer.records.versions import SNAPSHOT_FILE, current_version, version_dir
+from indexer.records.versions import (
+    MANIFEST_FILE,
+    SEGMENTS_DIR,
+    SNAPSHOT_FILE,
+    current_version,
+    index_root,
+    version_dir,
+)
 from indexer.store.rows import SnapshotFacts
 from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 
-CHECKPOINT = "CHECKPOINT"
-_COPY_BLOCK = 8 << 20  # bytes per read while copying
+FORMAT = "bertindex-segments-1"
+HASH, SEG = "_h", "_seg"  # a segment's row identity and its order (see indexer.store.segments)
+# a reader's DuckDB: no table of its own, only views over Parquet files it streams. A join or
+# aggregate past the limit spills to a folder of this process's own in the system temp
+# directory (an in-memory DuckDB would use `./.tmp` of wherever the process runs).
+READER_MEMORY_LIMIT = "512MB"
+# types that come back from Parquet as DuckDB wrote them; other columns are cast back
+_ROUND_TRIP = {"BIGINT", "INTEGER", "VARCHAR", "DOUBLE", "JSON", "TIMESTAMP", "BOOLEAN"}
 
 
-def open_current_snapshot(
-    store_dir: Path, attempts: int = 5
-) -> tuple[duckdb.DuckDBPyConnection, str] | None:
-    """Connect read-only to the current version's snapshot.
+@dataclass
+class Snapshot:
+    """An open snapshot: the connection, the version it reads, and what to release with it.
+
+    Attributes:
+        con: a DuckDB connection whose tables are the version's store tables.
+        version: the index version (`vN`).
+        path: the version's manifest (or its legacy `store.duckdb`), for messages.
+        hold: the file whose shared lock keeps the version's segments on disk (None for a
+            legacy snapshot, whose file stays readable once open).
+    """
+
+    con: duckdb.DuckDBPyConnection
+    version: str
+    path: Path
+    hold: IO[bytes] | None = None
+
+    def release(self) -> None:
+        """Give up the lock; the writer's next collection may then remove the segments."""
+        if self.hold is not None:
+            self.hold.close()
+            self.hold = None
+
+
+def segments_dir(store_dir: str | Path) -> Path:
+    return index_root(store_dir) / SEGMENTS_DIR
+
+
+def lock_path(store_dir: str | Path, manifest_id: str) -> Path:
+    """The per-version lock/manifest file readers hold a shared lock on."""
+    return segments_dir(store_dir) / f"{manifest_id}.json"
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A manifest's JSON, checked for its format.
+
+    Raises:
+        StoreError: the file cannot be read or is not a segment manifest.
+    """
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"snapshot manifest {path} cannot be read ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StoreError(f"{path} is not a bertindex snapshot manifest ({FORMAT})")
+    return manifest
+
+
+def open_current_snapshot(store_dir: Path, attempts: int = 5) -> Snapshot | None:
+    """Open the current version's snapshot: views over its segments, or a legacy copy.
 
     Args:
         store_dir: the store directory.
         attempts: how often to re-read `CURRENT` when a writer switches versions meanwhile.
     Returns:
-        (connection, version), or None when the store has no snapshot (nothing published, or
-        an index published before snapshots existed).
+        The open Snapshot, or None when the store has no snapshot (nothing published, or an
+        index published before snapshots existed).
     Raises:
         StoreError: the current snapshot exists but cannot be opened, or the version kept
             changing.
@@ -39,61 +106,135 @@ def open_current_snapshot(
         version = current_version(store_dir)
         if version is None:
             return None
-        snap = version_dir(store_dir, version) / SNAPSHOT_FILE
-        if not snap.is_file():
-            if current_version(store_dir) == version:
-                return None  # an index published before snapshots existed
-            continue  # the writer switched versions meanwhile: read the pointer again
-        try:
-            con = duckdb.connect(str(snap), read_only=True)
-        except duckdb.Error as exc:
-            if current_version(store_dir) == version and snap.is_file():
-                raise StoreError(  # the live version's snapshot is never removed: damaged
-                    f"cannot open the published snapshot {snap} ({exc}); rebuild it from "
-                    f"the store: `bertindex doctor --repair --store {store_dir}`"
-                ) from None
-            continue  # removed after we read the pointer (an old version being cleaned)
-        return con, version
+        folder = version_dir(store_dir, version)
+        opened: Snapshot | None = None
+        if (folder / MANIFEST_FILE).is_file():
+            opened = _open_segments(store_dir, version)
+        elif (folder / SNAPSHOT_FILE).is_file():
+            opened = _open_legacy(store_dir, version)
+        elif folder.is_dir() and current_version(store_dir) == version:
+            return None  # an index published before snapshots existed
+        if opened is not None:
+            return opened
     raise StoreError(f"{store_dir}: the index version kept changing while opening; retry")
 
 
-def copy_snapshot(con: duckdb.DuckDBPyConnection, db_path: Path, folder: Path) -> None:
-    """Checkpoint the live store and copy it to `folder/store.duckdb`, fsynced.
+def _damaged(store_dir: Path, path: Path, exc: object) -> StoreError:
+    reason = (str(exc).strip().splitlines() or ["unreadable"])[0]  # DuckDB adds the SQL below
+    return StoreError(  # the live version's snapshot is never removed: damaged
+        f"cannot open the published snapshot {path} ({reason}); rebuild it from the store: "
+        f"`bertindex doctor --repair --store {store_dir}`"
+    )
 
-    Only the writer calls this; nothing writes between the checkpoint and the copy.
 
-    Args:
-        con: the writer's connection to `db_path`.
-        db_path: the live `store.duckdb`.
-        folder: the index version folder the snapshot is published with.
+def _open_legacy(store_dir: Path, version: str) -> Snapshot | None:
+    """A version published before segments: its copied `store.duckdb`, read-only."""
+    snap = version_dir(store_dir, version) / SNAPSHOT_FILE
+    if not snap.is_file():
+        return None
+    try:
+        return Snapshot(duckdb.connect(str(snap), read_only=True), version, snap)
+    except duckdb.Error as exc:
+        if current_version(store_dir) == version and snap.is_file():
+            raise _damaged(store_dir, snap, exc) from None
+        return None  # removed after we read the pointer (an old version being cleaned)
+
+
+def _open_segments(store_dir: Path, version: str) -> Snapshot | None:
+    """Lock the version's lock/manifest file shared, then build the views it describes.
+
+    None when the version was removed meanwhile (the caller reads CURRENT again). The lock
+    is checked after it is taken: a file unlinked between open and lock (`st_nlink` 0) means
+    the writer collected the version, so its segments may be gone.
     """
-    con.execute(CHECKPOINT)  # everything in the main file, nothing left in the WAL
-    target = Path(folder) / SNAPSHOT_FILE
-    with open(db_path, "rb") as src, open(target, "wb") as dst:
-        half = db_path.stat().st_size // 2
-        while half > 0:  # the first half, then the crash point the tests use
-            block = src.read(min(half, _COPY_BLOCK))
-            if not block:
-                break
-            dst.write(block)
-            half -= len(block)
-        crash_point("snapshot.partial")
-        shutil.copyfileobj(src, dst, length=_COPY_BLOCK)
-        fsync_fh(dst)
-    fsync_dir(Path(folder))
+    manifest_file = version_dir(store_dir, version) / MANIFEST_FILE
+    try:
+        manifest_id = read_manifest(manifest_file)["id"]
+        hold = open(lock_path(store_dir, manifest_id), "rb")  # noqa: SIM115 (held open)
+    except (StoreError, OSError) as exc:
+        if current_version(store_dir) == version and manifest_file.is_file():
+            raise _damaged(store_dir, manifest_file, exc) from None
+        return None
+    try:
+        fcntl.flock(hold.fileno(), fcntl.LOCK_SH)
+        if os.fstat(hold.fileno()).st_nlink == 0:
+            hold.close()
+            return None
+        manifest = json.loads(hold.read())
+        con = views_connection(segments_dir(store_dir), manifest)
+    except (OSError, ValueError, duckdb.Error) as exc:
+        hold.close()
+        raise _damaged(store_dir, manifest_file, exc) from None
+    return Snapshot(con, version, manifest_file, hold)
 
 
-def read_snapshot_facts(snap: Path) -> SnapshotFacts:
-    """The data version and chunk count of a snapshot file, read without migrating it.
+def views_connection(folder: Path, manifest: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB in which each table of `manifest` is a view of the same name and
+    column types over its segments in `folder`, tombstoned rows left out.
+
+    Raises:
+        duckdb.Error: a segment file is missing or not Parquet (views bind on creation).
+    """
+    spill = os.path.join(tempfile.gettempdir(), f"bertindex-reader-{os.getpid()}")
+    con = duckdb.connect(
+        ":memory:", config={"memory_limit": READER_MEMORY_LIMIT, "temp_directory": spill}
+    )
+    try:
+        con.execute("SET parquet_metadata_cache = true")  # segments never change in place
+        for name, table in manifest["tables"].items():
+            con.execute(f'CREATE VIEW "{name}" AS {view_sql(folder, table)}')
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _files(folder: Path, names: list[str]) -> str:
+    return "[" + ", ".join("'" + str(folder / n).replace("'", "''") + "'" for n in names) + "]"
+
+
+def view_sql(folder: Path, table: dict[str, Any]) -> str:
+    """The SELECT of one table's view: its rows in every segment but the ones a tombstone of
+    a later segment hides (`_h` equal, `_seg` greater)."""
+    columns = table["columns"]
+    if not any(s["rows"] for s in table["segments"]):
+        nulls = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in columns)
+        return f"SELECT {nulls} LIMIT 0"
+    select = ", ".join(
+        f'r."{name}"' if kind in _ROUND_TRIP else f'CAST(r."{name}" AS {kind}) AS "{name}"'
+        for name, kind in columns
+    )
+    rows = _files(folder, [s["rows"] for s in table["segments"] if s["rows"]])
+    dead = [s["dead"] for s in table["segments"] if s["dead"]]
+    sql = f"SELECT {select} FROM read_parquet({rows}) r"
+    if dead:
+        sql += (
+            f" ANTI JOIN read_parquet({_files(folder, dead)}) d "
+            f"ON d.{HASH} = r.{HASH} AND d.{SEG} > r.{SEG}"
+        )
+    return sql
+
+
+def read_snapshot_facts(folder: Path) -> SnapshotFacts:
+    """The data version and chunk count of a version's snapshot: its manifest's record, or
+    read from a legacy `store.duckdb` copy without migrating it.
 
     Args:
-        snap: a snapshot file (`index/vN/store.duckdb`).
+        folder: an index version folder (`index/vN`).
     Returns:
         SnapshotFacts.
     Raises:
-        StoreError: the file cannot be opened or read; the message names the file, says
-            which, and gives DuckDB's reason.
+        StoreError: there is no snapshot, or it cannot be read; the message names the file,
+            says which, and gives the reason.
     """
+    manifest = folder / MANIFEST_FILE
+    if manifest.is_file():
+        facts = read_manifest(manifest).get("facts") or {}
+        try:
+            return SnapshotFacts(int(facts["data_version"]), int(facts["chunks"]))
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"snapshot manifest {manifest} lacks its facts") from None
+    snap = folder / SNAPSHOT_FILE
     try:
         con = duckdb.connect(str(snap), read_only=True)
     except duckdb.Error as exc:
@@ -106,3 +247,42 @@ def read_snapshot_facts(snap: Path) -> SnapshotFacts:
     finally:
         con.close()
     return SnapshotFacts(int(data_version) if data_version is not None else 0, int(chunks))
+
+
+def segment_problems(store_dir: Path, folder: Path) -> list[str]:
+    """What is wrong with the segments a version's manifest lists: each missing or damaged
+    file named (its Parquet footer unreadable, or another row count than the manifest's).
+
+    Args:
+        store_dir: the store directory.
+        folder: the version folder holding `snapshot.json`.
+    Returns:
+        One line per problem; empty when every segment reads as recorded.
+    Raises:
+        StoreError: the manifest itself cannot be read.
+    """
+    manifest = read_manifest(folder / MANIFEST_FILE)
+    where = segments_dir(store_dir)
+    lock = lock_path(store_dir, manifest["id"])
+    problems = [] if lock.is_file() else [f"{lock} missing"]
+    for table in manifest["tables"].values():
+        for seg in table["segments"]:
+            for name, count in ((seg["rows"], seg["n_rows"]), (seg["dead"], seg["n_dead"])):
+                problem = _segment_problem(where / name, count) if name else None
+                if problem:
+                    problems.append(problem)
+    return problems
+
+
+def _segment_problem(path: Path, count: int) -> str | None:
+    """Why one segment file is unusable (missing, damaged, or not `count` rows), or None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        found = pq.read_metadata(path).num_rows
+    except FileNotFoundError:
+        return f"{path} missing"
+    except (OSError, ValueError, pa.ArrowException) as exc:  # a cut or garbled footer
+        return f"{path} damaged ({exc})"
+    return None if found == count else f"{path} holds {found} rows, {count} recorded"

@@ -112,6 +112,7 @@ class Vectors:
         """
         if self.provenance() is None:
             return
+        self._live_only()
         for rb in self.core.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
             yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
 
@@ -128,6 +129,7 @@ class Vectors:
         if not len(chunk_ids):
             stored = self.provenance()
             return np.zeros((0, stored.dim if stored is not None else 0), np.float32)
+        self._live_only()
         with self.core.bound(chunk_ids) as ids:
             table = self.core.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
         if table.num_rows != len(chunk_ids):
@@ -136,6 +138,15 @@ class Vectors:
                 "chunk ids have no stored vector; run `bertindex doctor` to see which"
             )
         return _as_matrix(table.column("embedding").combine_chunks())
+
+    def _live_only(self) -> None:
+        """Embeddings are read from the live file: a published snapshot leaves them out (the
+        index holds them), so reading them there is a caller's error, said as such."""
+        if self.core.version is not None:
+            raise StoreError(
+                f"{self.core.path}: the published snapshot holds no embeddings; open the store "
+                "with Store(path, read_only=True, snapshot=False) to read them"
+            )
 
     def chunk_ids(self) -> np.ndarray:
         """Every stored chunk id, ascending, int64."""

@@ -20,9 +20,10 @@ from testkit import build_tiny_bert, tiny_model_config
 from indexer.errors import ProvenanceMismatch, StoreError, VectorIndexError
 from indexer.index.version_files import PROVENANCE_FILE, version_files
 from indexer.indexing.run import run_index
-from indexer.records.versions import SNAPSHOT_FILE
+from indexer.records.versions import MANIFEST_FILE
 from indexer.store import Store
 from indexer.store.schema import SCHEMA_VERSION
+from indexer.store.snapshot import segments_dir
 from search.cli.main import main
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.heavy]
@@ -123,14 +124,14 @@ def test_vector_count_differs_from_the_store(indexed):
         folder,
         "holds 10 vectors",
         f"has {chunks} chunks",
-        folder / SNAPSHOT_FILE,
+        folder / MANIFEST_FILE,
         REPAIR,
     )
 
 
 def test_an_id_the_store_lacks(indexed):
     """Same count, one id swapped: a search that reaches it names the id and the fix."""
-    with Store(indexed.store, read_only=True) as store:
+    with Store(indexed.store, read_only=True, snapshot=False) as store:  # embeddings: live only
         ids, vectors = next(iter(store.vectors.iter_batches()))
     rewrite_index(indexed.version_dir(), swap_id=int(ids[0]))
     from indexer.query.searcher import Searcher
@@ -142,18 +143,24 @@ def test_an_id_the_store_lacks(indexed):
             searcher.search_vectors(vectors[:1], k=3)
     message = str(err.value)
     assert "[1000000000]" in message and "not in the store" in message and REPAIR in message
-    assert str(indexed.version_dir() / SNAPSHOT_FILE) in message
+    assert str(indexed.version_dir() / MANIFEST_FILE) in message
 
 
 def test_store_of_a_newer_schema(indexed):
     """Written by a newer bertindex: search, index and doctor refuse, naming the file; nothing
     is changed."""
     live = indexed.store / "store.duckdb"
-    snapshot = indexed.version_dir() / SNAPSHOT_FILE
+    snapshot = indexed.version_dir() / MANIFEST_FILE
     newer = str(SCHEMA_VERSION + 1)
-    for db in (live, snapshot):
-        with duckdb.connect(str(db)) as con:
-            con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [newer])
+    with duckdb.connect(str(live)) as con:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [newer])
+        for seg in segment_files(indexed, "meta"):  # the published rows, rewritten in place
+            tmp = seg.with_name("newer.parquet")
+            con.execute(
+                f"COPY (SELECT * REPLACE (CASE WHEN key = 'schema_version' THEN '{newer}' "
+                f"ELSE value END AS value) FROM read_parquet('{seg}')) TO '{tmp}'"
+            )
+            tmp.replace(seg)
     code, stderr = cli_search(indexed)
     assert_one_line_error(code, stderr, snapshot, "newer bertindex", f"schema {newer}", "upgrade")
     with pytest.raises(StoreError) as err:
@@ -201,11 +208,25 @@ def test_store_built_with_another_model(indexed, tmp_path):
     assert search_results(indexed.config) == before
 
 
+def segment_files(indexed, table):
+    """The segment files holding `table`'s rows in the current version's snapshot."""
+    manifest = json.loads((indexed.version_dir() / MANIFEST_FILE).read_text())
+    segments = manifest["tables"][table]["segments"]
+    return [segments_dir(indexed.store) / s["rows"] for s in segments if s["rows"]]
+
+
 def test_damaged_snapshot(indexed):
-    snapshot = indexed.version_dir() / SNAPSHOT_FILE
-    snapshot.write_bytes(snapshot.read_bytes()[:5000])
+    segment = segment_files(indexed, "documents")[0]
+    segment.write_bytes(segment.read_bytes()[:500])
     code, stderr = cli_search(indexed)
-    assert_one_line_error(code, stderr, snapshot, "cannot open the published snapshot", REPAIR)
+    assert_one_line_error(
+        code,
+        stderr,
+        indexed.version_dir() / MANIFEST_FILE,
+        segment.name,
+        "cannot open the published snapshot",
+        REPAIR,
+    )
 
 
 def test_unchanged_files_after_errors(indexed):

@@ -22,7 +22,7 @@ from testkit import ROOT
 
 from indexer.index.version_files import PROVENANCE_FILE, version_files
 from indexer.ops.consistency import check_store
-from indexer.records.versions import SNAPSHOT_FILE, index_root
+from indexer.records.versions import MANIFEST_FILE, index_root
 from indexer.store import Store
 from search.cli.main import main
 
@@ -56,6 +56,12 @@ def foreign_ids(folder):
     faiss.write_index(swapped, str(base(folder)))
 
 
+def segment(folder, table):
+    """The oldest segment file of `table` in the snapshot of version `folder`."""
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    return folder.parent / "segments" / manifest["tables"][table]["segments"][0]["rows"]
+
+
 def other_model(folder):
     info = json.loads((folder / PROVENANCE_FILE).read_text())
     info["provenance"] |= {"model_name": "some-other-model", "weights_hash": "0123456789abcdef"}
@@ -73,7 +79,9 @@ DAMAGE = {
         {"pointer"},
     ),
     "CURRENT missing": (lambda f: (f.parent / "CURRENT").unlink(), {"pointer"}),
-    "truncated snapshot": (lambda f: truncate(f / SNAPSHOT_FILE, 0.3), {"snapshot"}),
+    "truncated snapshot segment": (lambda f: truncate(segment(f, "documents"), 0.3), {"snapshot"}),
+    "deleted snapshot segment": (lambda f: segment(f, "chunks").unlink(), {"snapshot"}),
+    "deleted snapshot manifest": (lambda f: (f / MANIFEST_FILE).unlink(), {"snapshot"}),
     "keyword manifest deleted": (
         lambda f: (f.parents[1] / "keyword" / "manifest.parquet").unlink(),
         {"keyword"},
@@ -93,6 +101,9 @@ def test_doctor_finds_damage_and_repairs_it_without_the_encoder(indexed, damage)
     code, report = doctor(indexed)
     assert code == 1
     assert {p["check"] for p in report["problems"]} == expected, report["problems"]
+    if damage.startswith(("truncated snapshot", "deleted snapshot segment")):
+        table = "documents" if damage.startswith("truncated") else "chunks"
+        assert segment(version, table).name in report["problems"][0]["message"]
     for p in report["problems"]:
         assert p["repairable"] and "bertindex doctor --repair" in p["fix"]
         assert str(indexed.store) in p["path"]
@@ -234,7 +245,7 @@ def test_ids_and_vectors_survive_a_repair(indexed):
     code, _ = doctor(indexed, "--repair")
     assert code == 0
     index = faiss.read_index(str(indexed.base_file()))
-    with Store(indexed.store, read_only=True) as store:
+    with Store(indexed.store, read_only=True, snapshot=False) as store:  # embeddings: live only
         for ids, vectors in store.vectors.iter_batches():
             np.testing.assert_array_equal(index.reconstruct_batch(ids), vectors)
         assert index.ntotal == store.counts.chunks()

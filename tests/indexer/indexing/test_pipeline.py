@@ -36,7 +36,7 @@ def test_index_then_each_document_finds_itself_first(tiny_config, small_corpus):
 
 def test_faiss_ids_are_store_chunk_ids(tiny_config, small_corpus):
     run_index([str(small_corpus)], tiny_config)
-    with Store(tiny_config.store.path, read_only=True) as store:
+    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
         index = VectorIndex.load(store.path, tiny_config.index)
         stored_ids = store.vectors.chunk_ids()
         assert index.ntotal == len(stored_ids)

@@ -10,16 +10,16 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from store_kit import PROVENANCE, add, chunks_for, publish, record
 from testkit import ROOT
 
 import indexer.store.documents as documents_module
-from indexer.encode.encoder import Provenance
 from indexer.errors import StoreError
-from indexer.ingest.readers import Record, Rejected
+from indexer.ingest.readers import Rejected
+from indexer.records.versions import MANIFEST_FILE
 from indexer.store import (
     DB_NAME,
     SCHEMA_VERSION,
-    ChunkRows,
     DocText,
     Store,
     StoredDoc,
@@ -32,33 +32,8 @@ from indexer.store.filters import filter_clauses
 from indexer.store.schema import MIGRATIONS, apply_migration
 from indexer.store.vectors import Vectors
 
-DIM = 4
-PROVENANCE = Provenance("tiny", "w0", "mean", True, 16, DIM, "float32")
 # Modules outside indexer/store/ still speaking SQL (none: keep it that way).
 PENDING_SQL: set[str] = set()
-
-
-def record(external_id: str, text: str, **metadata) -> Record:
-    return Record(external_id, text, None, metadata, source="test.jsonl", row=1)
-
-
-def chunks_for(doc_ids: list[int], seed: int = 0) -> ChunkRows:
-    """One chunk per document spanning 0..3, with a random (n, DIM) vector each."""
-    vectors = np.random.default_rng(seed).standard_normal((len(doc_ids), DIM)).astype(np.float32)
-    n = len(doc_ids)
-    return ChunkRows(list(doc_ids), [0] * n, [0] * n, [3] * n, [2] * n, vectors)
-
-
-def add(
-    store: Store, collection: str, records: list[Record], seed: int = 0
-) -> tuple[list[int], list[int], ChunkRows]:
-    """Write `records` as new documents; returns (doc ids, chunk ids, the chunks written)."""
-    doc_ids = store.documents.next_ids("doc_ids", len(records))
-    rows = [(d, r, content_hash(r)) for d, r in zip(doc_ids, records)]
-    chunks = chunks_for(doc_ids, seed)
-    added, removed = store.documents.write_batch(collection, rows, [], [], chunks, [], "run1")
-    assert removed == []
-    return doc_ids, added, chunks
 
 
 @pytest.fixture
@@ -253,17 +228,15 @@ def test_hostile_filter_values_are_bound(store):
     assert store.checks.integrity_counts().duplicate_ids == 0
 
 
-def test_snapshot_copy_and_facts(store, tmp_path):
+def test_snapshot_segments_and_facts(store):
     add(store, "docs", [record("a", "t")])
-    folder = tmp_path / "v1"
-    folder.mkdir()
-    store.write_snapshot(folder)
-    facts = read_snapshot_facts(folder / DB_NAME)
+    folder = store.path / "index" / publish(store)
+    facts = read_snapshot_facts(folder)
     assert (facts.data_version, facts.chunks) == (store.data_version(), 1)
-    damaged = folder / DB_NAME
-    damaged.write_bytes(damaged.read_bytes()[:5000])
-    with pytest.raises(StoreError, match=str(damaged)):
-        read_snapshot_facts(damaged)
+    manifest = folder / MANIFEST_FILE
+    manifest.write_text(manifest.read_text()[:50])
+    with pytest.raises(StoreError, match=str(manifest)):
+        read_snapshot_facts(folder)
 
 
 def test_unreachable_rows_are_counted_and_deleted(store):

@@ -30,7 +30,7 @@ TEXTS = ["the cat sat on the mat", "compress a file with gzip", "", "red apple"]
 
 def stored_single_windows(config) -> dict[str, np.ndarray]:
     """text -> stored vector of each document the index run encoded as one window."""
-    with Store(config.store.path, read_only=True) as store:
+    with Store(config.store.path, read_only=True, snapshot=False) as store:
         chunk_ids, doc_ids, _, _ = store.vectors.chunk_span_map()
         texts = dict(store.con.execute("SELECT doc_id, text FROM documents").fetchall())
         single = [d for d in set(doc_ids.tolist()) if (doc_ids == d).sum() == 1]
