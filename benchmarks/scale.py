@@ -289,12 +289,9 @@ def index_run(corpus: Path, config: Path, store: Path, n: int, args) -> dict:
     command += ["--json"] + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
     done = run_child(command, store.parent / "bertindex.log")
     summary = last_json(done.pop("stdout"))
-    keep = ("read", "encoded", "skipped_unchanged", "deleted", "rejected", "chunks", "stages")
     out = {**done, "docs_per_s": rate(n, done["wall_s"])}
-    out["summary"] = {k: summary[k] for k in keep if k in summary}
-    out["summary"]["index"] = {
-        k: v for k, v in (summary.get("index") or {}).items() if not isinstance(v, (list, dict))
-    }
+    # everything but the per-record lists (rejections can be as long as the corpus)
+    out["summary"] = {k: v for k, v in summary.items() if not isinstance(v, list)}
     return out
 
 
@@ -455,6 +452,7 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dic
         return index_run(changed, config, store, n, args)
 
     phase(record, "rerun_1pct_changed", one_percent)
+    phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     phase(record, "cold_query", cold_queries, config, store, queries)
     if not args.skip_serve:
         served = phase(record, "serve", serve_run, config, store, queries, args)
@@ -481,38 +479,38 @@ def curve(records: list[dict]) -> list[dict]:
     return rows
 
 
-def table(records: list[dict]) -> str:
-    def get(rec, *keys):
-        for key in keys:
-            rec = rec.get(key) if isinstance(rec, dict) else None
-        return "-" if rec is None else rec
+COLUMNS = [  # (heading, path into a size's record)
+    ("minimum docs/s", ("minimum", "docs_per_s")),
+    ("bertindex docs/s", ("index", "docs_per_s")),
+    ("ratio", ("index", "ratio_to_minimum")),
+    ("minimum peak RSS MB", ("minimum", "peak_rss_mb")),
+    ("bertindex peak RSS MB", ("index", "peak_rss_mb")),
+    ("rerun s", ("rerun_unchanged", "wall_s")),
+    ("1% changed s", ("rerun_1pct_changed", "wall_s")),
+    ("cold query p50 s", ("cold_query", "p50_s")),
+    ("serve p50 ms", ("serve", "single_client_dense", "p50_ms")),
+    ("serve q/s, 16 clients", ("serve", "clients_16_dense", "queries_per_s")),
+    ("serve Pss MB", ("serve", "memory", "pss_mb")),
+    ("recall@10", ("recall", "recall_at_10")),
+]
 
-    head = (
-        "| N | minimum docs/s | bertindex docs/s | ratio | bertindex peak RSS MB | "
-        "minimum peak RSS MB | store MB | rerun s | 1% changed s | cold query p50 s | "
-        "serve p50 ms | serve q/s (16) | serve Pss MB | recall@10 |"
-    )
-    lines = [head, "|" + "---:|" * 14]
+
+def table(records: list[dict]) -> str:
+    """The figures of every size as a Markdown table (`-`: phase skipped or failed)."""
+    heads = ["N", *(h for h, _ in COLUMNS[:5]), "store MB", "store B/doc"]
+    heads += [h for h, _ in COLUMNS[5:]]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---:|" * len(heads)]
     for rec in records:
+        cells = []
+        for _, path in COLUMNS:
+            value = rec
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            cells.append("-" if value is None else value)
         disk = rec.get("disk_bytes") or {}
-        store_mb = round(sum(v for v in disk.values() if isinstance(v, int)) / 2**20, 1)
-        cells = [
-            rec["n"],
-            get(rec, "minimum", "docs_per_s"),
-            get(rec, "index", "docs_per_s"),
-            get(rec, "index", "ratio_to_minimum"),
-            get(rec, "index", "peak_rss_mb"),
-            get(rec, "minimum", "peak_rss_mb"),
-            store_mb,
-            get(rec, "rerun_unchanged", "wall_s"),
-            get(rec, "rerun_1pct_changed", "wall_s"),
-            get(rec, "cold_query", "p50_s"),
-            get(rec, "serve", "single_client_dense", "p50_ms"),
-            get(rec, "serve", "clients_16_dense", "queries_per_s"),
-            get(rec, "serve", "memory", "pss_mb"),
-            get(rec, "recall", "recall_at_10"),
-        ]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        total = sum(v for v in disk.values() if isinstance(v, int))
+        cells[5:5] = [round(total / 2**20, 1), round(total / rec["n"])]
+        lines.append("| " + " | ".join(str(c) for c in [rec["n"], *cells]) + " |")
     return "\n".join(lines)
 
 
