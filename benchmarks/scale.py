@@ -66,6 +66,9 @@ HELD_OUT = 2000  # tweets kept out of the corpus: the queries
 CHUNK = 50_000  # documents generated (and read by the minimum) at a time
 DIM = 384
 HASH = r"[0-9a-f]{8,}"  # a content hash in a folder name (an exported encoder)
+# refuse runs that would not fit (measured at 50k: store + snapshot + Flat 7.0 KB a document)
+STORE_BYTES_PER_DOC = 8000
+MINIMUM_BYTES_PER_DOC = 3300  # its DuckDB (1.4 KB at 50k) and flat index (1.5 KB)
 TAGS = ["news", "today", "mood", "live", "update", "fyi", "lol", "repost", "thread", "via"]
 
 
@@ -141,6 +144,9 @@ def load_encoder(model_dir: str):
     return AutoTokenizer.from_pretrained(model_dir), AutoModel.from_pretrained(model_dir).eval()
 
 
+TOKENIZE = {"padding": True, "truncation": True, "max_length": 256, "return_tensors": "pt"}
+
+
 def encode(tokenizer, model, texts: list[str], batch: int = 256) -> np.ndarray:
     """Mean-pooled, L2-normalised fp32 vectors, as sentence-transformers computes them."""
     import torch
@@ -148,13 +154,7 @@ def encode(tokenizer, model, texts: list[str], batch: int = 256) -> np.ndarray:
     out = []
     with torch.no_grad():
         for s in range(0, len(texts), batch):
-            enc = tokenizer(
-                texts[s : s + batch],
-                padding=True,
-                truncation=True,
-                max_length=256,
-                return_tensors="pt",
-            )
+            enc = tokenizer(texts[s : s + batch], **TOKENIZE)
             hidden = model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -260,13 +260,32 @@ def phase(record: dict, name: str, func, *args):
     return record[name]
 
 
+def require(folder: Path, disk: float, memory: float = 0) -> None:
+    """Refuse a phase that would fill the shared disk or memory (the refusal is its result)."""
+    free = shutil.disk_usage(folder).free
+    if disk > 0.9 * free:
+        raise RuntimeError(f"needs ~{disk / 1e9:.1f} GB of disk, {free / 1e9:.1f} GB free there")
+    meminfo = Path("/proc/meminfo").read_text()
+    available = int(re.search(r"MemAvailable:\s+(\d+)", meminfo).group(1)) * 1024
+    if memory > available:
+        raise RuntimeError(f"needs ~{memory / 1e9:.1f} GB of memory, {available / 1e9:.1f} GB free")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
 def run_minimum(corpus: Path, out: Path, model_dir: Path, n: int, chunk: int) -> dict:
+    """The minimum in a child process; its files are measured, then removed (not needed after,
+    and at 10M they take ~30 GB beside the store)."""
+    require(out.parent, n * MINIMUM_BYTES_PER_DOC, n * DIM * 4 * 1.2 + 2e9)
     command = [sys.executable, __file__, "--child-minimum", str(corpus), "--work", str(out)]
     command += ["--model", str(model_dir), "--batch-size", str(chunk)]
     shutil.rmtree(out, ignore_errors=True)
     done = run_child(command, out.parent / "minimum.log")
     info = last_json(done.pop("stdout"))
     disk = {p.name: p.stat().st_size for p in out.iterdir()}
+    shutil.rmtree(out, ignore_errors=True)
     return {**done, **info, "docs_per_s": rate(n, done["wall_s"]), "disk_bytes": disk}
 
 
@@ -440,7 +459,12 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dic
     store = folder / "store"
     shutil.rmtree(store, ignore_errors=True)
     config = write_config(folder / "config.yaml", model_dir, store, args)
-    first = phase(record, "index", index_run, corpus, config, store, n, args)
+
+    def first_run() -> dict:
+        require(folder, n * STORE_BYTES_PER_DOC)
+        return index_run(corpus, config, store, n, args)
+
+    first = phase(record, "index", first_run)
     if first and "docs_per_s" in (record.get("minimum") or {}):
         first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)
     phase(record, "disk_bytes", disk_by_part, store)
@@ -448,6 +472,9 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dic
 
     def one_percent() -> dict:
         changed.parent.mkdir(exist_ok=True)
+        # a new version: a new snapshot of the store and a new index beside the old ones
+        live = (store / "store.duckdb").stat().st_size + corpus.stat().st_size
+        require(folder, live + folder_bytes(store / "index") / 2)
         write_corpus(changed, n, bases, changed=True)
         return index_run(changed, config, store, n, args)
 
@@ -515,21 +542,10 @@ def table(records: list[dict]) -> str:
 
 
 def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import version
 
-    out = {"python": sys.version.split()[0]}
-    for name in ("bertindex", "torch", "transformers", "faiss-cpu", "duckdb", "polars"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def lscpu() -> str:
-    done = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    found = re.search(r"Model name:\s*(.+)", done)
-    return found.group(1).strip() if found else "unknown"
+    names = ("bertindex", "torch", "transformers", "faiss-cpu", "duckdb", "polars")
+    return {"python": sys.version.split()[0], **{name: version(name) for name in names}}
 
 
 def main() -> None:
@@ -556,7 +572,6 @@ def main() -> None:
     report: dict = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
-        "lscpu_model": lscpu(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "versions": versions(),
         "note": "cold queries: fresh processes with a warm page cache (no root to drop it)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from testkit import ROOT, require_shared
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -55,3 +56,11 @@ def test_disk_grouped_by_pattern_and_curve(tmp_path):
     )
     assert rows[1]["minimum_us_per_doc"] == 1000.0 and rows[1]["minimum_vs_smallest"] == 0.5
     assert rows[1]["index_us_per_doc"] is None and rows[0]["index_vs_smallest"] == 1.0
+
+
+def test_refuses_a_run_that_would_fill_the_disk_or_memory(tmp_path):
+    scale.require(tmp_path, disk=1e6, memory=1e6)
+    with pytest.raises(RuntimeError, match="GB of disk"):
+        scale.require(tmp_path, disk=1e18)
+    with pytest.raises(RuntimeError, match="GB of memory"):
+        scale.require(tmp_path, disk=0, memory=1e18)
