@@ -66,9 +66,10 @@ HELD_OUT = 2000  # tweets kept out of the corpus: the queries
 CHUNK = 50_000  # documents generated (and read by the minimum) at a time
 DIM = 384
 HASH = r"[0-9a-f]{8,}"  # a content hash in a folder name (an exported encoder)
-# refuse runs that would not fit (measured at 50k: store + snapshot + Flat 7.0 KB a document)
-STORE_BYTES_PER_DOC = 8000
-MINIMUM_BYTES_PER_DOC = 3300  # its DuckDB (1.4 KB at 50k) and flat index (1.5 KB)
+# refuse runs that would not fit (at 100k: store 5.1 KB a document, its snapshot as much, index
+# 1.5; the minimum's DuckDB 2.7-3.1 KB, its index 1.5)
+STORE_BYTES_PER_DOC = 12_000
+MINIMUM_BYTES_PER_DOC = 5_000
 TAGS = ["news", "today", "mood", "live", "update", "fyi", "lol", "repost", "thread", "via"]
 
 
@@ -271,10 +272,6 @@ def require(folder: Path, disk: float, memory: float = 0) -> None:
         raise RuntimeError(f"needs ~{memory / 1e9:.1f} GB of memory, {available / 1e9:.1f} GB free")
 
 
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
 def run_minimum(corpus: Path, out: Path, model_dir: Path, n: int, chunk: int) -> dict:
     """The minimum in a child process; its files are measured, then removed (not needed after,
     and at 10M they take ~30 GB beside the store)."""
@@ -474,7 +471,7 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dic
         changed.parent.mkdir(exist_ok=True)
         # a new version: a new snapshot of the store and a new index beside the old ones
         live = (store / "store.duckdb").stat().st_size + corpus.stat().st_size
-        require(folder, live + folder_bytes(store / "index") / 2)
+        require(folder, live + sum(disk_by_part(store / "index").values()) / 2)
         write_corpus(changed, n, bases, changed=True)
         return index_run(changed, config, store, n, args)
 
