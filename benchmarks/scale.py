@@ -5,8 +5,8 @@ The corpus: N tweet-length JSONL documents (`id`, `text`, a `group` metadata fie
 seeded and streamed to disk, from the real tweets of ../shared/data/tweeteval (words shuffled
 or dropped, a tag and the document number appended); held-out tweets, absent from the corpus,
 are the queries. The encoder is near-free so that what is measured is everything around it:
-the packaged model's tokenizer with a random BERT of 0 layers (embeddings + layer norm,
-hidden 384, mean pooling, normalised), saved as a sentence-transformers folder.
+the packaged model's tokenizer with a random BERT of 0 layers (word embeddings + layer norm,
+hidden 384, mean pooling, normalised; texts ~0.2 alike as a real encoder's), as an ST folder.
 
 For each size, in one run:
 
