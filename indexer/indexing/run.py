@@ -186,7 +186,10 @@ def run_index(
     clock = StageClock(STAGES)
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
-    imported = ImportedVectors.open(vectors, encoder.provenance, config.model) if vectors else None
+    imported = None
+    if vectors:
+        with running(clock), timed("read"):
+            imported = ImportedVectors.open(vectors, encoder.provenance, config.model)
     with (
         running(clock),
         Store(Path(config.store.path)) as store,
@@ -292,6 +295,7 @@ class _IndexRun:
         self.pending: deque[tuple[BatchPlan, Any, Split | None]] = deque()
         self.pending_ids: set[str] = set()
         self.ahead = steps.in_flight if steps.submit else _ENCODE_AHEAD
+        self.stored_up_to = store.documents.last_doc_id()  # what a batch may find stored
         self.worker = None if steps.submit else ThreadPoolExecutor(1, thread_name_prefix="encode")
 
     def __enter__(self) -> _IndexRun:
@@ -321,7 +325,7 @@ class _IndexRun:
         if self.pending_ids.intersection(ids):  # same id in a batch not yet written
             self.drain()
         with timed("plan"):
-            plan = plan_batch(batch, self.store, self.collection)
+            plan = plan_batch(batch, self.store, self.collection, self.stored_up_to)
             split, texts = None, plan.texts
             if self.imported is not None:
                 split = self.imported.split(plan)

@@ -122,13 +122,17 @@ class BatchPlan:
         return f"{', '.join(sources)} rows {min(rows, default=0)}-{max(rows, default=0)}"
 
 
-def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
+def plan_batch(
+    batch: Batch, store: Store, collection: str, stored_up_to: int | None = None
+) -> BatchPlan:
     """Sort a batch's records into new, changed (re-encode) and unchanged (skip) by content hash.
 
     New documents get their doc ids here, in reading order, so ids do not depend on which
-    worker encodes them.
+    worker encodes them. `stored_up_to`: the store's last doc id when the run began (ids are
+    unique within a run, so only documents stored before it can match; None: look at all).
     """
-    known = store.documents.existing(collection, [r.external_id for r in batch.records])
+    ids = [r.external_id for r in batch.records]
+    known = store.documents.existing(collection, ids, up_to=stored_up_to)
     new_docs, changed_docs, meta_updates, skipped = [], [], [], 0
     for record in batch.records:
         digest = content_hash(record)
