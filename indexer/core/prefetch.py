@@ -82,4 +82,4 @@ class _Ahead:
             elif item is _END:
                 return
             else:
-                raise item  # type: ignore[misc]
+                raise item

@@ -186,10 +186,8 @@ def run_index(
     clock = StageClock(STAGES)
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
-    imported = None
-    if vectors:
-        with running(clock), timed("read"):
-            imported = ImportedVectors.open(vectors, encoder.provenance, config.model)
+    with running(clock), timed("read"):  # the vector file, whole, before any batch
+        imported = _open_vectors(vectors, encoder, config)
     with (
         running(clock),
         Store(Path(config.store.path)) as store,
@@ -204,37 +202,32 @@ def run_index(
             as_mode(progress),
             seen=set() if on_missing == "delete" else None,
             imported=imported,
+            clock=clock,
         ) as job,
     ):
-        base_version = store.data_version()
         try:
-            store.vectors.set_provenance(encoder.provenance)
-            reads = _read(
-                files, refused_files, fmt, fields or FieldMap(), batch_size, config, job.run_bar
+            index_info = job.index(
+                _read(
+                    files, refused_files, fmt, fields or FieldMap(), batch_size, config, job.run_bar
+                ),
+                strict,
             )
-            with prefetched(timed_iter("read", reads), _READ_AHEAD, "reader") as batches:
-                for batch in batches:
-                    job.add(batch, strict)
-            del reads  # every file is read: free the run's ids before the index step
-            if imported is not None:  # every file read: the vector rows no document took
-                job.add(Batch(rejected=imported.unmatched()), strict)
-            job.drain()
-            with timed("commit"):
-                removed = job.delete_missing()
-            with timed("publish"):
-                index_info = steps.write(store, config, job.total.added, removed, base_version)
         except BaseException:  # recorded as failed
-            run.summary = job.total.summary() | {
-                "failed_batches": job.failed,
-                "stages": clock.summary(),
-            }
+            run.summary = job.so_far()
             raise
-        summary = job.summary(files, index_info) | {"stages": clock.summary()}
+        summary = job.summary(files, index_info)
         crash_point("run.before_record")
         run.summary = summary
         if job.failed or job.refused:
             run.status = COMPLETED_WITH_FAILURES
     return summary
+
+
+def _open_vectors(vectors: str | Path | None, encoder, config: Config) -> ImportedVectors | None:
+    """The run's vector file, checked against the encoder (None: no file)."""
+    if not vectors:
+        return None
+    return ImportedVectors.open(vectors, encoder.provenance, config.model)
 
 
 def _read(
@@ -278,6 +271,7 @@ class _IndexRun:
         mode: str,
         seen: set[str] | None,
         imported: ImportedVectors | None = None,
+        clock: StageClock | None = None,
     ):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
@@ -285,6 +279,7 @@ class _IndexRun:
         self.run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
         self.seen = seen  # on_missing: delete: every id the files hold
         self.imported = imported
+        self.clock = clock or StageClock(STAGES)
         self.total = BatchResult()
         self.rejected_rows: list = []
         self.failed: list[dict] = []
@@ -341,6 +336,25 @@ class _IndexRun:
         self.pending_ids.update(ids)
         while len(self.pending) > self.ahead:
             self._settle_oldest()
+
+    def index(self, reads: Iterator[Batch], strict: bool) -> dict:
+        """Add and settle every batch `reads` yields (read on a thread ahead), delete what the
+        files no longer hold (`on_missing: delete`), publish the indexes; their info."""
+        base_version = self.store.data_version()  # what the index may be updated from
+        self.store.vectors.set_provenance(self.encoder.provenance)
+        with prefetched(timed_iter("read", reads), _READ_AHEAD, "reader") as batches:
+            for batch in batches:
+                self.add(batch, strict)
+        del reads, batches  # every file is read: free the run's ids before the index step
+        if self.imported is not None:  # every file read: the vector rows no document took
+            self.add(Batch(rejected=self.imported.unmatched()), strict)
+        self.drain()
+        with timed("commit"):
+            removed = self.delete_missing()
+        with timed("publish"):
+            return self.steps.write(
+                self.store, self.config, self.total.added, removed, base_version
+            )
 
     def _encode(self, plan: BatchPlan, texts: list[str]) -> Any:
         """A future of the batch's chunks: a cluster's (`steps.submit`), or the local
@@ -413,9 +427,17 @@ class _IndexRun:
             )
         return removed
 
+    def so_far(self) -> dict:
+        """What a failed run records: the counts, the failed batches, the stages' seconds."""
+        return self.total.summary() | {
+            "failed_batches": self.failed,
+            "stages": self.clock.summary(),
+        }
+
     def summary(self, files: list[Path], index_info: dict) -> dict:
         skipped = self.seen and self.delete_skipped
         return self.total.summary() | {
+            "stages": self.clock.summary(),
             "read": self.total.read + self.refused_records,
             "deleted": len(self.deleted),
             "failed_batches": self.failed,
