@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from indexer.annotate.cluster import annotate_store_on_cluster, load_heads_on_worker
 from indexer.config import Config
+from indexer.core.stages import timed
 from indexer.errors import ConfigError
 from indexer.index.shards import build_in_shards, unmergeable
 from indexer.index.vector import VectorIndex
@@ -257,7 +258,8 @@ def run_index_on_cluster(
 
     def commit(plan: BatchPlan, encoded, store, run_id: str):
         start = time.perf_counter()
-        chunks = cluster.chunks(plan, encoded)
+        with timed("encode"):  # the workers encode: the writer's wait for them
+            chunks = cluster.chunks(plan, encoded)
         done = time.perf_counter()
         try:
             return io.commit(plan, chunks, store, run_id)

@@ -11,9 +11,11 @@ and the others go on.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 
 import flows  # noqa: F401  (Prefect settings first)
 from flows.cluster import cluster_client, run_index_on_cluster
@@ -79,11 +81,11 @@ def index_corpus(
     Dask cluster and adds `cluster` (work per worker, bytes per document). With a vector
     file the run stays in this process: the writer stores the vectors it is given."""
     steps = Steps(
-        load=load_model_task,
-        encode=encode_batch,
-        commit=commit,
-        delete_missing=delete_missing_task,
-        write=write_index,
+        load=quoted(load_model_task),
+        encode=quoted(encode_batch),
+        commit=quoted(commit),
+        delete_missing=quoted(delete_missing_task),
+        write=quoted(write_index),
     )
     if config.runner == "dask" and vectors is None:
         with cluster_client(config) as client:
@@ -116,6 +118,17 @@ def index_corpus(
         )
     summary["dedup"] = keep_dedup_current(config)
     return summary
+
+
+def quoted(step: Callable) -> Callable:
+    """`step` (a task) called with its arguments quoted: Prefect otherwise walks every
+    argument for upstream futures, each record of a batch plan and each id of a run's seen
+    set (a 2,048-document batch: ~170 ms a commit). The index steps are passed no futures."""
+
+    def call(*args, **kwargs):
+        return step(*map(quote, args), **{key: quote(value) for key, value in kwargs.items()})
+
+    return call
 
 
 def flow_for(config: Config):

@@ -118,6 +118,7 @@ class Encoder:
             raise ModelError(f"cannot load model from {self.model_dir}: {exc}") from None
         if not self.tokenizer.is_fast:
             raise ModelError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is required")
+        self.backend = _plain_backend(self.tokenizer)
         self.model.eval().to(self.device)
         self.length = usable_length(self.model, self.tokenizer)
         check_length(config.max_length, self.length, "model.max_length", str(self.model_dir))
@@ -201,21 +202,16 @@ class Encoder:
 
     # -- tokenisation -------------------------------------------------------------------
     def tokenize(self, texts: Sequence[str], offsets: bool = False):
-        """Token ids without special tokens (and character offsets when asked), no truncation."""
+        """Token ids without special tokens (and character offsets when asked), no truncation.
+
+        What `tokenizer(texts, add_special_tokens=False)` returns, read from the Rust
+        tokenizer's encodings directly: transformers' conversion of each encoding to a dict
+        cost as much as the tokenizing (`benchmarks/scale.py`)."""
         if not texts:
             return ([], []) if offsets else []
-        enc = self.tokenizer(
-            list(texts),
-            add_special_tokens=False,
-            truncation=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            return_offsets_mapping=offsets,
-            verbose=False,
-        )
-        if offsets:
-            return enc["input_ids"], enc["offset_mapping"]
-        return enc["input_ids"]
+        encodings = self.backend.encode_batch(list(texts), add_special_tokens=False)
+        ids = [e.ids for e in encodings]
+        return (ids, [e.offsets for e in encodings]) if offsets else ids
 
     def wrap(self, ids: Sequence[int]) -> list[int]:
         """The tokenizer's framing around ids: [CLS] ids [SEP], <s> ids </s>, …"""
@@ -330,6 +326,18 @@ class Encoder:
         """Encode search queries: `model.query_prompt` + query, as `encode_texts`."""
         prompt = self.config.query_prompt
         return self.encode_texts([prompt + q for q in queries] if prompt else queries, progress)
+
+
+def _plain_backend(tokenizer):
+    """A private copy of a fast tokenizer's Rust tokenizer with truncation and padding off,
+    as transformers sets them for a call without either; never changed afterwards, so threads
+    may encode with it at once."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
 
 
 def _progress(total: int, mode: ProgressArg):

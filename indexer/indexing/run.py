@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from indexer.config import Config
 from indexer.core.faults import crash_point
+from indexer.core.prefetch import prefetched
 from indexer.core.progress import Progress, ProgressArg, as_mode
+from indexer.core.stages import StageClock, in_context, running, timed, timed_iter
 from indexer.encode.encoder import Encoder, load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.index.keyword import sync_keyword_index
@@ -39,6 +42,22 @@ log = logging.getLogger(__name__)
 # Errors that concern the whole run, not one batch: they stop it.
 _FATAL = (ProvenanceMismatch, ModelError, ConfigError)
 _MAX_REJECTIONS = 100  # rejections listed in a run summary (all are in the `rejected` table)
+# The stages a run summary times (`stages`, busy seconds each, plus `wall`): reading and
+# parsing the files, sorting records into new/changed/unchanged, tokenizing and windowing,
+# the forward pass, committing batches, the FAISS and keyword indexes, and the rest of the
+# publish (the store snapshot, the index version, the query encoder export, tuning).
+STAGES = (
+    "read",
+    "plan",
+    "tokenize",
+    "encode",
+    "commit",
+    "vector_index",
+    "keyword_index",
+    "publish",
+)
+_READ_AHEAD = 2  # batches the reader thread parses ahead of the writer
+_ENCODE_AHEAD = 1  # batches encoding on the local encode thread while the writer commits
 
 
 def load_model(config: Config) -> Encoder:
@@ -97,11 +116,10 @@ def publish_indexes(
                     "seconds": record.seconds,
                 }
             }
-    return (
-        sync_vector_index(store, config, added, removed, base_version, build=build)
-        | {"keyword": sync_keyword_index(store, config.keyword.language)}
-        | tuned
-    )
+    vector = sync_vector_index(store, config, added, removed, base_version, build=build)
+    with timed("keyword_index"):
+        keyword = sync_keyword_index(store, config.keyword.language)
+    return vector | {"keyword": keyword} | tuned
 
 
 @dataclass
@@ -165,11 +183,16 @@ def run_index(
         InputError: a vector file of another model or dimension, before anything is written.
     """
     steps = steps or Steps()
+    clock = StageClock(STAGES)
     files, refused_files = expand_paths(paths, config.roots.data)
     encoder = steps.load(config)
-    imported = ImportedVectors.open(vectors, encoder.provenance, config.model) if vectors else None
-    with Store(Path(config.store.path)) as store, store.runs.recorded_run("index") as run:
-        job = _IndexRun(
+    with running(clock), timed("read"):  # the vector file, whole, before any batch
+        imported = _open_vectors(vectors, encoder, config)
+    with (
+        running(clock),
+        Store(Path(config.store.path)) as store,
+        store.runs.recorded_run("index") as run,
+        _IndexRun(
             store,
             config,
             collection,
@@ -179,23 +202,18 @@ def run_index(
             as_mode(progress),
             seen=set() if on_missing == "delete" else None,
             imported=imported,
-        )
-        base_version = store.data_version()
+            clock=clock,
+        ) as job,
+    ):
         try:
-            store.vectors.set_provenance(encoder.provenance)
-            reads = _read(
-                files, refused_files, fmt, fields or FieldMap(), batch_size, config, job.run_bar
+            index_info = job.index(
+                _read(
+                    files, refused_files, fmt, fields or FieldMap(), batch_size, config, job.run_bar
+                ),
+                strict,
             )
-            for batch in reads:
-                job.add(batch, strict)
-            if imported is not None:  # every file read: the vector rows no document took
-                job.add(Batch(rejected=imported.unmatched()), strict)
-            job.drain()
-            del reads  # every file is read: free the run's ids before the index step
-            removed = job.delete_missing()
-            index_info = steps.write(store, config, job.total.added, removed, base_version)
-        except BaseException:
-            run.summary = job.total.summary() | {"failed_batches": job.failed}  # recorded as failed
+        except BaseException:  # recorded as failed
+            run.summary = job.so_far()
             raise
         summary = job.summary(files, index_info)
         crash_point("run.before_record")
@@ -203,6 +221,13 @@ def run_index(
         if job.failed or job.refused:
             run.status = COMPLETED_WITH_FAILURES
     return summary
+
+
+def _open_vectors(vectors: str | Path | None, encoder, config: Config) -> ImportedVectors | None:
+    """The run's vector file, checked against the encoder (None: no file)."""
+    if not vectors:
+        return None
+    return ImportedVectors.open(vectors, encoder.provenance, config.model)
 
 
 def _read(
@@ -231,7 +256,9 @@ class _IndexRun:
     (committed, or reported as failed while the rest goes on), and what the summary counts.
 
     With `steps.submit`, up to `steps.in_flight` batches are encoding ahead of the writer;
-    a batch holding an id that one of them holds waits until they are settled."""
+    otherwise one batch encodes on a local thread while the writer commits the one before
+    (tokenizers and torch let go of the GIL). A batch holding an id that a batch not yet
+    settled holds waits until they are settled."""
 
     def __init__(
         self,
@@ -244,6 +271,7 @@ class _IndexRun:
         mode: str,
         seen: set[str] | None,
         imported: ImportedVectors | None = None,
+        clock: StageClock | None = None,
     ):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
@@ -251,6 +279,7 @@ class _IndexRun:
         self.run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
         self.seen = seen  # on_missing: delete: every id the files hold
         self.imported = imported
+        self.clock = clock or StageClock(STAGES)
         self.total = BatchResult()
         self.rejected_rows: list = []
         self.failed: list[dict] = []
@@ -260,6 +289,16 @@ class _IndexRun:
         self.delete_skipped: str | None = None
         self.pending: deque[tuple[BatchPlan, Any, Split | None]] = deque()
         self.pending_ids: set[str] = set()
+        self.ahead = steps.in_flight if steps.submit else _ENCODE_AHEAD
+        self.stored_up_to = store.documents.last_doc_id()  # what a batch may find stored
+        self.worker = None if steps.submit else ThreadPoolExecutor(1, thread_name_prefix="encode")
+
+    def __enter__(self) -> _IndexRun:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.worker is not None:  # a batch still encoding (the run failed) is let finish
+            self.worker.shutdown(wait=True, cancel_futures=True)
 
     def add(self, batch: Batch, strict: bool) -> None:
         """Plan `batch` and send it to encode; settle what is due."""
@@ -280,11 +319,12 @@ class _IndexRun:
         ids = [r.external_id for r in batch.records]
         if self.pending_ids.intersection(ids):  # same id in a batch not yet written
             self.drain()
-        plan = plan_batch(batch, self.store, self.collection)
-        split, texts = None, plan.texts
-        if self.imported is not None:
-            split = self.imported.split(plan)
-            texts = [plan.texts[p] for p in split.rest]
+        with timed("plan"):
+            plan = plan_batch(batch, self.store, self.collection, self.stored_up_to)
+            split, texts = None, plan.texts
+            if self.imported is not None:
+                split = self.imported.split(plan)
+                texts = [plan.texts[p] for p in split.rest]
         try:
             future = self._encode(plan, texts) if texts or split is None else None
         except _FATAL:
@@ -294,13 +334,36 @@ class _IndexRun:
             return
         self.pending.append((plan, future, split))
         self.pending_ids.update(ids)
-        while len(self.pending) > self.steps.in_flight:
+        while len(self.pending) > self.ahead:
             self._settle_oldest()
 
-    def _encode(self, plan: BatchPlan, texts: list[str]):
+    def index(self, reads: Iterator[Batch], strict: bool) -> dict:
+        """Add and settle every batch `reads` yields (read on a thread ahead), delete what the
+        files no longer hold (`on_missing: delete`), publish the indexes; their info."""
+        base_version = self.store.data_version()  # what the index may be updated from
+        self.store.vectors.set_provenance(self.encoder.provenance)
+        with prefetched(timed_iter("read", reads), _READ_AHEAD, "reader") as batches:
+            for batch in batches:
+                self.add(batch, strict)
+        del reads, batches  # every file is read: free the run's ids before the index step
+        if self.imported is not None:  # every file read: the vector rows no document took
+            self.add(Batch(rejected=self.imported.unmatched()), strict)
+        self.drain()
+        with timed("commit"):
+            removed = self.delete_missing()
+        with timed("publish"):
+            return self.steps.write(
+                self.store, self.config, self.total.added, removed, base_version
+            )
+
+    def _encode(self, plan: BatchPlan, texts: list[str]) -> Any:
+        """A future of the batch's chunks: a cluster's (`steps.submit`), or the local
+        encode thread's."""
         if self.steps.submit:
             return self.steps.encode(plan.describe(), texts, self.config)
-        return self.steps.encode(texts, self.config, self.encoder, self.encode_progress)
+        assert self.worker is not None
+        encode = in_context(self.steps.encode)
+        return self.worker.submit(encode, texts, self.config, self.encoder, self.encode_progress)
 
     def drain(self) -> None:
         """Settle every batch still encoding."""
@@ -320,10 +383,11 @@ class _IndexRun:
         plan, future, split = self.pending.popleft()
         self.pending_ids.difference_update(r.external_id for r in plan.batch.records)
         try:
-            chunks = future.result() if self.steps.submit and future is not None else future
+            chunks = future.result() if future is not None else None
             if split is not None:
                 chunks = split.join(plan, chunks)
-            self.total.merge(self.steps.commit(plan, chunks, self.store, self.run_id))
+            with timed("commit"):
+                self.total.merge(self.steps.commit(plan, chunks, self.store, self.run_id))
             if self.imported is not None and split is not None:
                 self.imported.imported += len(split.taken)
             self.run_bar.update(len(plan.batch.records))
@@ -363,9 +427,17 @@ class _IndexRun:
             )
         return removed
 
+    def so_far(self) -> dict:
+        """What a failed run records: the counts, the failed batches, the stages' seconds."""
+        return self.total.summary() | {
+            "failed_batches": self.failed,
+            "stages": self.clock.summary(),
+        }
+
     def summary(self, files: list[Path], index_info: dict) -> dict:
         skipped = self.seen and self.delete_skipped
         return self.total.summary() | {
+            "stages": self.clock.summary(),
             "read": self.total.read + self.refused_records,
             "deleted": len(self.deleted),
             "failed_batches": self.failed,

@@ -16,6 +16,7 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.core.progress import ProgressArg
+from indexer.core.stages import timed
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
@@ -67,28 +68,30 @@ def encode_documents(
     Returns:
         (document position of each chunk, ChunkRows whose doc_ids are positions into `texts`).
     """
-    ids, offsets = encoder.tokenize(texts, offsets=True)
-    owners, ordinals, starts, ends, n_tokens, seqs = [], [], [], [], [], []
-    for pos, (tok, off, text) in enumerate(zip(ids, offsets, texts)):
-        windows = make_windows(
-            tok,
-            off,
-            len(text),
-            encoder.cls_id,
-            encoder.sep_id,
-            config.model.max_length,
-            config.long_documents.stride,
-            config.long_documents.mode,
-            prefix=encoder.document_prefix,
-        )
-        for ordinal, w in enumerate(windows):
-            owners.append(pos)
-            ordinals.append(ordinal)
-            starts.append(w.start_char)
-            ends.append(w.end_char)
-            n_tokens.append(len(w.ids))
-            seqs.append(w.ids)
-    vectors = encoder.encode_ids(seqs, progress=progress)
+    with timed("tokenize"):
+        ids, offsets = encoder.tokenize(texts, offsets=True)
+        owners, ordinals, starts, ends, n_tokens, seqs = [], [], [], [], [], []
+        for pos, (tok, off, text) in enumerate(zip(ids, offsets, texts)):
+            windows = make_windows(
+                tok,
+                off,
+                len(text),
+                encoder.cls_id,
+                encoder.sep_id,
+                config.model.max_length,
+                config.long_documents.stride,
+                config.long_documents.mode,
+                prefix=encoder.document_prefix,
+            )
+            for ordinal, w in enumerate(windows):
+                owners.append(pos)
+                ordinals.append(ordinal)
+                starts.append(w.start_char)
+                ends.append(w.end_char)
+                n_tokens.append(len(w.ids))
+                seqs.append(w.ids)
+    with timed("encode"):
+        vectors = encoder.encode_ids(seqs, progress=progress)
     return owners, ChunkRows(owners, ordinals, starts, ends, n_tokens, vectors)
 
 
@@ -119,13 +122,17 @@ class BatchPlan:
         return f"{', '.join(sources)} rows {min(rows, default=0)}-{max(rows, default=0)}"
 
 
-def plan_batch(batch: Batch, store: Store, collection: str) -> BatchPlan:
+def plan_batch(
+    batch: Batch, store: Store, collection: str, stored_up_to: int | None = None
+) -> BatchPlan:
     """Sort a batch's records into new, changed (re-encode) and unchanged (skip) by content hash.
 
     New documents get their doc ids here, in reading order, so ids do not depend on which
-    worker encodes them.
+    worker encodes them. `stored_up_to`: the store's last doc id when the run began (ids are
+    unique within a run, so only documents stored before it can match; None: look at all).
     """
-    known = store.documents.existing(collection, [r.external_id for r in batch.records])
+    ids = [r.external_id for r in batch.records]
+    known = store.documents.existing(collection, ids, up_to=stored_up_to)
     new_docs, changed_docs, meta_updates, skipped = [], [], [], 0
     for record in batch.records:
         digest = content_hash(record)
@@ -256,15 +263,16 @@ def sync_vector_index(
         and current.takes(len(added))
         and current.remove(removed)
     )
-    if incremental and current is not None:
-        for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
-            part = added[start : start + _ADD_BATCH]
-            current.add(store.vectors.fetch(part), part)
-        index = current
-    else:
-        index = (build or VectorIndex.build_from_batches)(
-            spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()
-        )
+    with timed("vector_index"):
+        if incremental and current is not None:
+            for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
+                part = added[start : start + _ADD_BATCH]
+                current.add(store.vectors.fetch(part), part)
+            index = current
+        else:
+            index = (build or VectorIndex.build_from_batches)(
+                spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()
+            )
     if index.ntotal != total:
         raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "

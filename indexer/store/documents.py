@@ -23,8 +23,9 @@ from indexer.store.vectors import Vectors
 SEQUENCES = ("doc_ids", "chunk_ids")
 SELECT_EXISTING = (
     "SELECT external_id, doc_id, content_hash, metadata FROM documents "
-    "WHERE collection = ? AND external_id IN {ids}"
+    "WHERE collection = ? AND doc_id <= ? AND external_id IN {ids}"
 )
+SELECT_LAST_DOC_ID = "SELECT coalesce(max(doc_id), 0) FROM documents"
 NEXT_IDS = "SELECT nextval('{sequence}') FROM range(?)"
 SELECT_CHUNKS_OF_DOCS = "SELECT chunk_id FROM chunks WHERE doc_id IN {ids}"
 DELETE_VECTORS_OF_CHUNKS = "DELETE FROM vectors WHERE chunk_id IN {ids}"
@@ -84,20 +85,32 @@ class DocumentWrites:
         self.vectors = vectors
         self.side = side
 
-    def existing(self, collection: str, external_ids: Sequence[str]) -> dict[str, StoredDoc]:
+    def existing(
+        self, collection: str, external_ids: Sequence[str], up_to: int | None = None
+    ) -> dict[str, StoredDoc]:
         """The stored documents among `external_ids`.
 
         Args:
             collection: the collection the ids belong to.
             external_ids: ids as the source gives them.
+            up_to: look only at documents with doc ids up to this one (`last_doc_id` when an
+                index run began: its own documents never hold a later batch's ids, and the
+                rows it appended are skipped whole by their zone maps; 0: none). None: all.
         Returns:
             external id -> StoredDoc, for the ids already stored.
         """
-        if not external_ids:
+        if not external_ids or up_to == 0:
             return {}
+        limit = up_to if up_to is not None else 2**63 - 1
         with self.core.bound(list(external_ids), pa.string()) as ids:
-            rows = self.core.con.execute(SELECT_EXISTING.format(ids=ids), [collection]).fetchall()
+            rows = self.core.con.execute(
+                SELECT_EXISTING.format(ids=ids), [collection, limit]
+            ).fetchall()
         return {r[0]: StoredDoc(r[1], r[2], r[3]) for r in rows}
+
+    def last_doc_id(self) -> int:
+        """The highest doc id stored (0: none)."""
+        return int(self.core.scalar(SELECT_LAST_DOC_ID))
 
     def next_ids(self, sequence: str, count: int) -> list[int]:
         """Draw `count` ids from a sequence.
@@ -299,7 +312,9 @@ def _documents_table(
             "external_id": pa.array([r.external_id for _, r, _ in docs], pa.string()),
             "title": pa.array([r.title for _, r, _ in docs], pa.string()),
             "text": pa.array([r.text for _, r, _ in docs], pa.string()),
-            "metadata": pa.array([to_json(r.metadata) for _, r, _ in docs], pa.string()),
+            "metadata": pa.array(
+                ["{}" if not r.metadata else to_json(r.metadata) for _, r, _ in docs], pa.string()
+            ),
             "content_hash": pa.array([h for _, _, h in docs], pa.string()),
             "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
         }

@@ -155,6 +155,8 @@ def index(
             + "; "
             f"index {summary['index']['ntotal']} vectors in {cfg.store.path}"
         )
+        if summary.get("stages"):
+            click.echo(stage_line(summary["stages"]))
         for r in summary["rejections"][:10]:
             click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
     errors = index_errors(summary)
@@ -162,6 +164,14 @@ def index(
         click.echo(line, err=True)
     if errors:
         sys.exit(1)
+
+
+def stage_line(stages: dict) -> str:
+    """Where an index run's time went: `wall` and each stage's busy seconds, the longest first
+    (stages overlap on their threads, so they may add up to more than the wall)."""
+    busy = sorted(((s, name) for name, s in stages.items() if name != "wall"), reverse=True)
+    parts = ", ".join(f"{name} {seconds:.1f}" for seconds, name in busy)
+    return f"seconds: wall {stages['wall']:.1f}; busy: {parts}"
 
 
 def index_errors(summary: dict) -> list[str]:

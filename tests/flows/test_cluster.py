@@ -214,6 +214,8 @@ def test_index_and_annotate_on_two_worker_processes(
     indexed = flow_for(cfg)([str(corpus)], cfg)
     annotated = annotate_flow(head_args(heads), cfg)
     assert indexed["encoded"] == DOCS and indexed["failed_batches"] == []
+    assert indexed["stages"]["encode"] > 0  # the writer's wait for the workers
+    assert indexed["stages"]["tokenize"] == 0  # done on the workers, not timed here
     assert annotated["annotated"] == DOCS
     for summary in (indexed, annotated):  # both worker processes, each a fair share
         shares = summary["cluster"]["workers"]

@@ -91,6 +91,9 @@ def test_write_batch_then_read_back(store):
         "b": StoredDoc(doc_ids[1], content_hash(records[1]), '{"lang": "fr"}'),
     }
     assert store.documents.existing("other", ["a"]) == {}
+    assert store.documents.last_doc_id() == doc_ids[1]  # an index run looks only up to there
+    assert sorted(store.documents.existing("docs", ["a", "b"], up_to=doc_ids[0])) == ["a"]
+    assert store.documents.existing("docs", ["a", "b"], up_to=0) == {}  # an empty store's
     hits = store.reads.fetch_hits(chunk_ids)
     assert [
         (h.external_id, h.text, h.metadata, h.start_char, h.end_char)
@@ -333,3 +336,9 @@ def test_a_group_of_tables_stands_on_a_bare_core(tmp_path):
         assert counts.collections() == [] and vectors.count() == 0
         vectors.set_provenance(PROVENANCE)
         assert vectors.provenance() == PROVENANCE and counts.documents() == 0
+
+
+def test_a_writer_checkpoints_only_after_a_large_log(store):
+    # 16 MB (DuckDB's default) made an index run rewrite the indexes every few batches
+    (value,) = store.con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    assert value == "953.6 MiB"  # 1 GB

@@ -93,8 +93,9 @@ def test_index_strict_exits_1_and_stores_only_clean_batches(tmp_path, tiny_model
     with Store(tmp_path / "store", read_only=True) as store:
         assert sorted(store.documents.existing("default", ["a1", "a2", "b1", "b2"])) == ["a1", "a2"]
     # the same file without --strict stores the clean record of the second batch, exit 0
-    again = CliRunner().invoke(main, args)
+    again = CliRunner().invoke(main, args[:-1])  # the text summary, with where the time went
     assert again.exit_code == 0, again.output
+    assert "seconds: wall " in again.stdout and "commit " in again.stdout
     with Store(tmp_path / "store", read_only=True) as store:
         assert sorted(store.documents.existing("default", ["a1", "a2", "b1", "b2"])) == [
             "a1",
@@ -112,6 +113,8 @@ def test_index_summary(cli_store):
         "rejected": 1,
     }
     assert summary["rejections"][0]["row"] == 4
+    stages = summary["stages"]  # seconds per stage, the flow's run included
+    assert stages["wall"] >= max(stages.values()) and stages["encode"] > 0
 
 
 def test_search_json_and_where(cli_store):
