@@ -281,7 +281,16 @@ def sync_vector_index(
     index.query_encoder = query_encoder
     version = index.save(store.path, data_version, extra=store.write_snapshot)
     collect_segments(store.path)  # the snapshot segments of versions gone and unread
-    return {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
+    info = {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
+    return info | short_of_target(index.tuning)
+
+
+def short_of_target(tuning: dict | None) -> dict:
+    """`recall_short` when `auto`'s tuning found no search parameter reaching the target
+    recall (`indexer.index.auto.tune`): the summary and the CLI say so, not a log line only."""
+    if not tuning or tuning.get("reached", True):
+        return {}
+    return {"recall_short": {k: tuning.get(k) for k in ("recall@10", "target", "param", "value")}}
 
 
 _ADD_BATCH = 65536  # chunk ids whose vectors are fetched and added at once

@@ -157,6 +157,14 @@ def index(
         )
         if summary.get("stages"):
             click.echo(stage_line(summary["stages"]))
+        short = summary["index"].get("recall_short")
+        if short:
+            click.echo(
+                f"warning: the index reaches recall@10 {short['recall@10']} at "
+                f"{short['param']}={short['value']}, below index.target_recall "
+                f"{short['target']}: raise index.memory_budget_mb or choose index.spec",
+                err=True,
+            )
         for r in summary["rejections"][:10]:
             click.echo(f"rejected {r['source']}:{r['row']} ({r['id']}): {r['reason']}", err=True)
     errors = index_errors(summary)
