@@ -265,10 +265,7 @@ def sync_vector_index(
     )
     with timed("vector_index"):
         if incremental and current is not None:
-            for start in range(0, len(added), _ADD_BATCH):  # a batch of vectors at a time
-                part = added[start : start + _ADD_BATCH]
-                current.add(store.vectors.fetch(part), part)
-            index = current
+            index = _add_stored(current, store, added)
         else:
             index = (build or VectorIndex.build_from_batches)(
                 spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()
@@ -283,6 +280,14 @@ def sync_vector_index(
     collect_segments(store.path)  # the snapshot segments of versions gone and unread
     info = {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
     return info | short_of_target(index.tuning)
+
+
+def _add_stored(index: VectorIndex, store: Store, added: np.ndarray) -> VectorIndex:
+    """Add the stored vectors of `added` to `index` (its delta), a batch at a time."""
+    for start in range(0, len(added), _ADD_BATCH):
+        part = added[start : start + _ADD_BATCH]
+        index.add(store.vectors.fetch(part), part)
+    return index
 
 
 def short_of_target(tuning: dict | None) -> dict:
