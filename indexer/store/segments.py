@@ -46,9 +46,11 @@ from indexer.store.snapshot import (
     HASH,
     SEG,
     lock_path,
+    parquet_list,
     read_manifest,
     segment_problems,
     segments_dir,
+    visible_sql,
 )
 
 CHECKPOINT = "CHECKPOINT"
@@ -176,23 +178,6 @@ def _live_sql(name: str, columns: list[list[str]], keyed: bool) -> str:
     )
 
 
-def _files(where: Path, names: list[str]) -> str:
-    return "[" + ", ".join("'" + str(where / n).replace("'", "''") + "'" for n in names) + "]"
-
-
-def _visible_sql(where: Path, segments: list[dict[str, Any]], columns: str) -> str:
-    """The rows of `segments` no later tombstone among them hides (`columns` of each)."""
-    rows = _files(where, [s["rows"] for s in segments if s["rows"]])
-    dead = [s["dead"] for s in segments if s["dead"]]
-    sql = f"SELECT {columns} FROM read_parquet({rows}) r"
-    if dead:
-        sql += (
-            f" ANTI JOIN read_parquet({_files(where, dead)}) d "
-            f"ON d.{HASH} = r.{HASH} AND d.{SEG} > r.{SEG}"
-        )
-    return sql
-
-
 def _diff(
     con: duckdb.DuckDBPyConnection,
     where: Path,
@@ -207,7 +192,7 @@ def _diff(
     live = _live_sql(name, columns, keyed)
     old = before["segments"] if before is not None else []
     if any(s["rows"] for s in old):
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _pub AS {_visible_sql(where, old, f'r.{HASH}')}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _pub AS {visible_sql(where, old, f'r.{HASH}')}")
         new_rows = (
             f"SELECT l.*, {seq}::BIGINT AS {SEG} FROM ({live}) l ANTI JOIN _pub p USING ({HASH})"
         )
@@ -269,11 +254,11 @@ def _merge(
     seq = next(seqs)
     rows = None
     if any(s["rows"] for s in tail):
-        rows = _visible_sql(where, tail, f"r.* EXCLUDE ({SEG}), {seq}::BIGINT AS {SEG}")
+        rows = visible_sql(where, tail, f"r.* EXCLUDE ({SEG}), {seq}::BIGINT AS {SEG}")
     dead = [s["dead"] for s in tail if s["dead"]]
     gone = None
     if start > 0 and dead:  # tombstones still hide rows of older segments
-        files = _files(where, dead)
+        files = parquet_list(where, dead)
         gone = f"SELECT DISTINCT {HASH}, {seq}::BIGINT AS {SEG} FROM read_parquet({files})"
     merged = _segment(con, where, f"{name}-{seq}", rows, gone)
     return segments[:start] + ([merged] if merged else [])

@@ -189,13 +189,27 @@ def views_connection(folder: Path, manifest: dict[str, Any]) -> duckdb.DuckDBPyC
     return con
 
 
-def _files(folder: Path, names: list[str]) -> str:
+def parquet_list(folder: Path, names: list[str]) -> str:
+    """A DuckDB list literal of the files `names` in `folder`, quotes escaped."""
     return "[" + ", ".join("'" + str(folder / n).replace("'", "''") + "'" for n in names) + "]"
 
 
+def visible_sql(folder: Path, segments: list[dict[str, Any]], columns: str) -> str:
+    """The rows of `segments` (`columns` of each) but the ones a tombstone of a later segment
+    hides (`_h` equal, `_seg` greater): what a view reads and what a publish diffs against."""
+    rows = parquet_list(folder, [s["rows"] for s in segments if s["rows"]])
+    dead = [s["dead"] for s in segments if s["dead"]]
+    sql = f"SELECT {columns} FROM read_parquet({rows}) r"
+    if dead:
+        sql += (
+            f" ANTI JOIN read_parquet({parquet_list(folder, dead)}) d "
+            f"ON d.{HASH} = r.{HASH} AND d.{SEG} > r.{SEG}"
+        )
+    return sql
+
+
 def view_sql(folder: Path, table: dict[str, Any]) -> str:
-    """The SELECT of one table's view: its rows in every segment but the ones a tombstone of
-    a later segment hides (`_h` equal, `_seg` greater)."""
+    """The SELECT of one table's view, with the table's column types."""
     columns = table["columns"]
     if not any(s["rows"] for s in table["segments"]):
         nulls = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in columns)
@@ -204,15 +218,7 @@ def view_sql(folder: Path, table: dict[str, Any]) -> str:
         f'r."{name}"' if kind in _ROUND_TRIP else f'CAST(r."{name}" AS {kind}) AS "{name}"'
         for name, kind in columns
     )
-    rows = _files(folder, [s["rows"] for s in table["segments"] if s["rows"]])
-    dead = [s["dead"] for s in table["segments"] if s["dead"]]
-    sql = f"SELECT {select} FROM read_parquet({rows}) r"
-    if dead:
-        sql += (
-            f" ANTI JOIN read_parquet({_files(folder, dead)}) d "
-            f"ON d.{HASH} = r.{HASH} AND d.{SEG} > r.{SEG}"
-        )
-    return sql
+    return visible_sql(folder, table["segments"], select)
 
 
 def read_snapshot_facts(folder: Path) -> SnapshotFacts:
