@@ -57,6 +57,20 @@ def changed_in_two_publishes(tmp_path, spec="Flat"):
     return tmp_path, vectors, ids, live
 
 
+TIE = 1e-5  # scores this close may swap places: the two searches sum in different orders
+
+
+def assert_same_ranks(found: np.ndarray, want: np.ndarray, scores: np.ndarray) -> None:
+    """`found` equals `want` except where the wanted score ties (within TIE) with a neighbour:
+    base + delta and one flat index run kernels of different batch shapes, whose float sums
+    may differ in the last bits on some CPUs and so order near-equal scores either way."""
+    tied = np.zeros(scores.shape, bool)
+    close = np.abs(np.diff(scores, axis=1)) <= TIE
+    tied[:, 1:] |= close
+    tied[:, :-1] |= close
+    assert ((found == want) | tied).all(), np.argwhere((found != want) & ~tied)[:5]
+
+
 def test_search_equals_a_fresh_rebuild_over_the_same_vectors(tmp_path):
     store, vectors, ids, live = changed_in_two_publishes(tmp_path)
     loaded = VectorIndex.load(store, CONFIG)
@@ -70,8 +84,8 @@ def test_search_equals_a_fresh_rebuild_over_the_same_vectors(tmp_path):
         for k in (10, 200):
             scores, found = loaded.search(queries, k, allowed)
             want_scores, want = fresh.search(queries, k, allowed)
-            np.testing.assert_array_equal(found, want)
             np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+            assert_same_ranks(found, want, want_scores)
 
 
 @pytest.mark.parametrize(
