@@ -66,9 +66,10 @@ HELD_OUT = 2000  # tweets kept out of the corpus: the queries
 CHUNK = 50_000  # documents generated (and read by the minimum) at a time
 DIM = 384
 HASH = r"[0-9a-f]{8,}"  # a content hash in a folder name (an exported encoder)
-# refuse runs that would not fit (at 100k: store 5.1 KB a document, its snapshot as much, index
-# 1.5; the minimum's DuckDB 2.7-3.1 KB, its index 1.5)
-STORE_BYTES_PER_DOC = 12_000
+# refuse runs that would not fit (at 1M, benchmarks/results/scale_1M_pipeline.json: the store
+# 4.44 KB a document with its Parquet snapshot and FAISS base; the minimum's DuckDB 2.7-3.1 KB,
+# its index 1.5)
+STORE_BYTES_PER_DOC = 5_000
 MINIMUM_BYTES_PER_DOC = 5_000
 TAGS = ["news", "today", "mood", "live", "update", "fyi", "lol", "repost", "thread", "via"]
 
@@ -253,7 +254,9 @@ def rate(n: int, wall: float) -> float:
 
 # -- phases ---------------------------------------------------------------------------------------
 def phase(record: dict, name: str, func, *args):
-    """Run one phase, storing its result (or its error) under `name`; returns the result."""
+    """Run one phase, storing its result (or its error) under `name` and writing the report
+    (`SAVE`: a 10M run takes hours, and each phase's figures count once they exist); returns
+    the result."""
     print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
     try:
         record[name] = func(*args)
@@ -261,8 +264,14 @@ def phase(record: dict, name: str, func, *args):
         record[name] = {"error": f"{type(exc).__name__}: {exc}"[:3000]}
         traceback.print_exc()
         return None
+    finally:
+        record.setdefault("finished", {})[name] = time.strftime("%H:%M:%S")
+        SAVE()
     print(f"  {name}: {json.dumps(record[name])[:400]}", file=sys.stderr, flush=True)
     return record[name]
+
+
+SAVE = lambda: None  # noqa: E731 - main() points it at the report's file
 
 
 def require(folder: Path, disk: float, memory: float = 0) -> None:
@@ -308,7 +317,7 @@ def index_run(corpus: Path, config: Path, store: Path, n: int, args) -> dict:
     command += ["--json"] + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
     done = run_child(command, store.parent / "bertindex.log")
     summary = last_json(done.pop("stdout"))
-    out = {**done, "docs_per_s": rate(n, done["wall_s"])}
+    out = {**done, "docs_per_s": rate(n, done["wall_s"]), "commit": commit()}
     # everything but the per-record lists (rejections can be as long as the corpus)
     out["summary"] = {k: v for k, v in summary.items() if not isinstance(v, list)}
     return out
@@ -440,12 +449,14 @@ def recall(store: Path, served: list[list[str]], queries: list[str], model_dir: 
 
 
 # -- one size, the whole run ---------------------------------------------------------------------
-def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dict:
+def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record: dict) -> dict:
+    """Every phase for `n` documents into `record`. The reads of the first version (cold
+    queries, serve, recall) come before the 1 % re-run, whose figures are the last."""
     bases, queries = texts
     folder = work / f"n{n}"
     folder.mkdir(parents=True, exist_ok=True)
     corpus, changed = folder / "corpus.jsonl", folder / "changed" / "corpus.jsonl"
-    record: dict = {"n": n}
+    record["n"] = n
 
     def generate() -> dict:
         started = time.perf_counter()
@@ -472,20 +483,21 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args) -> dic
 
     def one_percent() -> dict:
         changed.parent.mkdir(exist_ok=True)
-        # a new version: a new snapshot of the store and a new index beside the old ones
-        live = (store / "store.duckdb").stat().st_size + corpus.stat().st_size
-        require(folder, live + sum(disk_by_part(store / "index").values()) / 2)
+        # a new version writes what changed (segments, a delta): the new corpus, the log
+        # before its checkpoint (1 GB), a tenth of the index for the delta and the segments
+        index = sum(disk_by_part(store / "index").values())
+        require(folder, corpus.stat().st_size + 2e9 + index / 10)
         write_corpus(changed, n, bases, changed=True)
         return index_run(changed, config, store, n, args)
 
-    phase(record, "rerun_1pct_changed", one_percent)
-    phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     phase(record, "cold_query", cold_queries, config, store, queries)
     if not args.skip_serve:
         served = phase(record, "serve", serve_run, config, store, queries, args)
         if served:
             ids = served.pop("served_ids")
             phase(record, "recall", recall, store, ids, queries, model_dir)
+    phase(record, "rerun_1pct_changed", one_percent)
+    phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     return record
 
 
@@ -541,6 +553,12 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def commit() -> str:
+    """The code a phase ran (a run of hours may see the checkout move between phases)."""
+    git = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+    return subprocess.run(git, capture_output=True, text=True).stdout.strip()
+
+
 def versions() -> dict:
     from importlib.metadata import version
 
@@ -582,11 +600,17 @@ def main() -> None:
         if not (model_dir / "config.json").is_file():
             build_encoder(model_dir)
         texts = tweets()
-        for n in args.sizes:
-            report["sizes"].append(measure_size(n, work, model_dir, texts, args))
+        global SAVE
+
+        def save() -> None:
             report["curve"] = curve(report["sizes"])
             report["load_after"] = [round(x, 2) for x in os.getloadavg()]
             write_json(out, report)
+
+        SAVE = save
+        for n in args.sizes:
+            report["sizes"].append(record := {})
+            measure_size(n, work, model_dir, texts, args, record)
         print(table(report["sizes"]))
         for row in report["curve"]:
             print(json.dumps(row))
