@@ -23,6 +23,34 @@ from indexer.records.index_spec import parse_spec
 log = logging.getLogger(__name__)
 
 
+def has_gpu() -> bool:
+    return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+
+
+def resolve_spec(
+    spec: str, n_vectors: int, config: IndexConfig | None = None, dim: int | None = None
+) -> str:
+    """The FAISS factory string for `index.spec`; `auto` picks by collection size and memory
+    budget (`indexer.index.auto.choose_spec`; the index section's defaults without `config`).
+
+    Args:
+        spec: `auto` or a FAISS factory string.
+        n_vectors: vectors the index will hold.
+        config: the index section.
+        dim: the vectors' dimension (needed for `auto`).
+    Returns:
+        The factory string.
+    Raises:
+        VectorIndexError: `spec` is not a form `indexer.records.index_spec` reads.
+    """
+    if spec != "auto":
+        parse_spec(spec)
+        return spec
+    if dim is None:
+        raise ValueError("resolve_spec('auto', ...) needs the vectors' dimension (dim=)")
+    return choose_spec(n_vectors, dim, config or IndexConfig())
+
+
 def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     """The FAISS factory string `auto` stands for.
 

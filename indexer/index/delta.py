@@ -1,5 +1,13 @@
-"""The delta of an index version: an exact flat index over the vectors added since its base,
-searched beside the base (less its deleted ids) and the two top-k merged by score.
+"""The delta of an index version: the vectors added since its base, searched beside the base
+(less its deleted ids) and the two top-k merged by score.
+
+Two kinds. A base with IVF lists (every `auto` index above `flat_limit`) gets a *probed* delta:
+an empty copy of the base as trained (its coarse centroids and codebooks, saved beside the
+base at the rebuild: `index/bases/<name>.trained.faiss`) that the added vectors fill, so a
+query probes the same few lists in it as in the base and its cost stays flat as it grows; it
+may reach DELTA_REBUILD (5 %) of the base. Other bases (Flat, HNSW, an index built on a GPU or
+before trained copies were kept) get an exact flat delta, scanned whole by every query, hence
+also bounded by DELTA_MAX_BYTES.
 
 A rebuild writes the base once and every version published after it maps that same file; a
 version holds only what changed since (`indexer.index.version_files`), so publishing costs what
@@ -8,23 +16,111 @@ changed rather than the whole index.
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
+
 import faiss
 import numpy as np
 
+from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
+from indexer.index.auto import search_params
 
-# the delta grows to at most this share of the base's vectors, and this many bytes of float32
-# vectors, before a rebuild: each process holds it privately and scans all of it on every
-# query, ~60 ns a 384-dim vector on one core (benchmarks/index_delta.py: 10,000 took 0.6 ms
-# beside the base's 0.2 ms at 200k vectors), so 16 MiB keeps that to about a millisecond
+log = logging.getLogger(__name__)
+
+# the delta grows to at most this share of the base's vectors before a rebuild; a flat one
+# also to this many bytes of float32 vectors: each process holds it privately and scans all of
+# it on every query, ~60 ns a 384-dim vector on one core (benchmarks/index_delta.py: 10,000
+# took 0.6 ms beside the base's 0.2 ms at 200k vectors), so 16 MiB keeps that to about a
+# millisecond. A probed delta's query cost is that of the base's (nprobe lists each).
 DELTA_REBUILD = 0.05
 DELTA_MAX_BYTES = 16 * 2**20
+TRAINED_SUFFIX = ".trained.faiss"  # beside a base: its empty trained copy (probed deltas)
 
 
 def new_delta(dim: int, metric: int) -> faiss.IndexIDMap2:
     """An empty delta: exact search over chunk ids, in the base's metric."""
     flat = faiss.IndexFlatL2(dim) if metric == faiss.METRIC_L2 else faiss.IndexFlatIP(dim)
     return faiss.IndexIDMap2(flat)  # FAISS's Python wrapper holds `flat` for it
+
+
+def trained_copy(index: faiss.Index) -> np.ndarray | None:
+    """`index` (trained, still empty) serialised, when it has IVF lists a delta can reuse:
+    the probed delta's template. None for indexes without lists (Flat, HNSW)."""
+    if not has_lists(index):
+        return None
+    return faiss.serialize_index(index)
+
+
+def has_lists(index: faiss.Index) -> bool:
+    """Whether `index` (or the index under its IDMap / rescoring stage) has IVF lists."""
+    try:
+        faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return False
+    return True
+
+
+def probed_delta(trained: np.ndarray) -> faiss.Index:
+    """An empty probed delta from a base's trained copy (`trained_copy`)."""
+    return faiss.deserialize_index(trained)
+
+
+def write_template(trained: np.ndarray, path: Path) -> Path:
+    """Write a base's trained copy to `path` atomically (temp name, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    trained.tofile(tmp)
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path
+
+
+def read_template(path: Path) -> np.ndarray | None:
+    """A base's trained copy; None (deltas stay flat, with a warning) when unreadable."""
+    try:
+        return np.fromfile(path, dtype=np.uint8)
+    except OSError as exc:
+        log.warning("%s unreadable (%s): the delta is exact flat", path, exc)
+        return None
+
+
+def probed_params(delta: faiss.Index, nprobe: int, k_factor: int | None, allowed):
+    """A probed delta's search parameters: the base's nprobe and rescoring; restricted to
+    `allowed`, every list (the delta is small) with their selector, translated under an IDMap
+    over a rescoring stage as for the base (`VectorIndex._search_params`)."""
+    selector: faiss.IDSelector | None = None
+    keep: list = []
+    if allowed is not None:
+        ids = np.ascontiguousarray(allowed, dtype=np.int64)
+        selector = faiss.IDSelectorBatch(ids)
+        keep += [ids, selector]
+        nprobe = faiss.extract_index_ivf(delta).nlist
+        if k_factor is not None and hasattr(delta, "id_map"):
+            selector = faiss.IDSelectorTranslated(delta.id_map, selector)
+            keep.append(selector)
+    params = search_params("nprobe", nprobe, selector, k_factor)
+    params.keep_alive = keep
+    return params
+
+
+def remove_from(delta: faiss.Index, ids: np.ndarray, trained: np.ndarray | None) -> faiss.Index:
+    """`delta` without `ids`; a delta that cannot remove (an IDMap over a rescoring stage) is
+    rebuilt from its other vectors (at most DELTA_REBUILD of the base: the cost of what
+    changed). Returns the delta to keep (the same object, or the rebuilt one)."""
+    try:
+        delta.remove_ids(faiss.IDSelectorBatch(ids))
+        return delta
+    except RuntimeError:
+        if trained is None:
+            raise
+    keep = np.setdiff1d(stored_ids(delta), ids)
+    vectors = delta.reconstruct_batch(keep) if len(keep) else None
+    fresh = probed_delta(trained)
+    if vectors is not None:
+        fresh.add_with_ids(np.ascontiguousarray(vectors, np.float32), keep)
+    return fresh
 
 
 def stored_ids(index: faiss.Index) -> np.ndarray:
@@ -44,9 +140,13 @@ def stored_ids(index: faiss.Index) -> np.ndarray:
 
 
 def search_delta(
-    delta: faiss.Index, queries: np.ndarray, k: int, allowed: np.ndarray | None
+    delta: faiss.Index, queries: np.ndarray, k: int, allowed: np.ndarray | None, params=None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k over the delta, restricted to `allowed` ids (which the delta holds)."""
+    """Top-k over the delta, restricted to `allowed` ids (which the delta holds): exact over a
+    flat delta, with `params` (the base's nprobe and rescoring, the selector of `allowed`) over
+    a probed one."""
+    if params is not None:
+        return delta.search(queries, max(1, min(k, delta.ntotal)), params=params)
     if allowed is None:
         return delta.search(queries, max(1, min(k, delta.ntotal)))
     ids = np.ascontiguousarray(allowed, dtype=np.int64)

@@ -36,9 +36,10 @@ from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
 from indexer.index.auto import (
     Batches,
     build_on_gpu,
-    choose_spec,
     gather_rows,
+    has_gpu,
     resident_bytes,
+    resolve_spec,
     search_params,
     training_rows,
     tunable,
@@ -47,10 +48,18 @@ from indexer.index.auto import (
 from indexer.index.delta import (
     DELTA_MAX_BYTES,
     DELTA_REBUILD,
+    TRAINED_SUFFIX,
+    has_lists,
     merge_top,
     new_delta,
+    probed_delta,
+    probed_params,
+    read_template,
+    remove_from,
     search_delta,
     stored_ids,
+    trained_copy,
+    write_template,
 )
 from indexer.index.version_files import (
     DELETED_FILE,
@@ -58,66 +67,40 @@ from indexer.index.version_files import (
     INDEX_FILE,
     PROVENANCE_FILE,
     bases_dir,
-    collect_bases,
     read_deleted,
     read_faiss,
     read_info,
+    remove_old_versions,
     write_index_file,
 )
 from indexer.records.index_spec import parse_spec
 from indexer.records.provenance import Provenance
 from indexer.records.versions import current_version, list_versions, write_pointer
 
+__all__ = ["VectorIndex", "remove_old_versions", "resolve_spec"]
+
 log = logging.getLogger(__name__)
 
 DELETED_REBUILD = 0.1  # rebuild instead once that many of the base's vectors are deleted
 EXACT_FILTER = 16  # HNSW/Refine: ≤ 1/16 of the vectors, or ≤ 16·k, are searched exactly
-KEEP_VERSIONS = 2
-
-
-def has_gpu() -> bool:
-    return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
-
-
-def resolve_spec(
-    spec: str, n_vectors: int, config: IndexConfig | None = None, dim: int | None = None
-) -> str:
-    """The FAISS factory string for `index.spec`; `auto` picks by collection size and memory
-    budget (`indexer.index.auto.choose_spec`; the index section's defaults without `config`).
-
-    Args:
-        spec: `auto` or a FAISS factory string.
-        n_vectors: vectors the index will hold.
-        config: the index section.
-        dim: the vectors' dimension (needed for `auto`).
-    Returns:
-        The factory string.
-    Raises:
-        VectorIndexError: `spec` is not a form `indexer.records.index_spec` reads.
-    """
-    if spec != "auto":
-        parse_spec(spec)
-        return spec
-    if dim is None:
-        raise ValueError("resolve_spec('auto', ...) needs the vectors' dimension (dim=)")
-    return choose_spec(n_vectors, dim, config or IndexConfig())
 
 
 class VectorIndex:
     """A FAISS index whose ids are the store's chunk ids (int64), inner-product metric: a base
-    that is never changed once built, the vectors added since in an exact flat delta, and the
-    base's ids removed since (`deleted`, left out of every search). A search merges the base's
-    and the delta's top k, the same results as one index over the same vectors when the base
-    is exact. Changing a document deletes its old chunk ids and adds the new ones.
+    that is never changed once built, the vectors added since in a delta (`indexer.index.delta`:
+    probed like the base when it has IVF lists, else exact flat), and the base's ids removed
+    since (`deleted`, left out of every search). A search merges the base's and the delta's
+    top k, the same results as one index over the same vectors when the base is exact.
+    Changing a document deletes its old chunk ids and adds the new ones.
 
     A rebuild is due (`remove` → False, `takes` → False) once the deleted ids pass
     DELETED_REBUILD (10 %) of the base's vectors (dead vectors crowd the lists or the graph a
-    search walks, and hold memory), or the delta would pass DELTA_REBUILD (5 %) of them or
-    DELTA_MAX_BYTES (16 MiB) of vectors: each process holds the delta privately and scans all
-    of it per query, a cost that grows with its size while the base's approximate search stays
-    sublinear (the byte bound binds above ~280k 384-dim vectors). Until then a publish writes
-    what changed, not the base. The base's tuning (nprobe, k_factor) was measured on it and
-    stays its own.
+    search walks, and hold memory), or the delta would pass DELTA_REBUILD (5 %) of them (each
+    process holds the delta privately) or, for a flat delta, DELTA_MAX_BYTES (16 MiB) of
+    vectors: a flat delta is scanned whole per query, a cost that grows with its size while the
+    base's search stays sublinear (the byte bound binds above ~280k 384-dim vectors). Until
+    then a publish writes what changed, not the base. The base's tuning (nprobe, k_factor),
+    measured on it, serves the delta too.
 
     Args:
         index: the base FAISS index (with ids).
@@ -148,7 +131,12 @@ class VectorIndex:
         # ids deleted from the base, which still stores them: never returned by a search,
         # not counted in `ntotal`
         self.deleted = np.zeros(0, np.int64)
-        self.delta = new_delta(index.d, index.metric_type)  # the vectors added since the base
+        # the vectors added since the base
+        self.delta: faiss.Index = new_delta(index.d, index.metric_type)
+        # the base as trained, empty (`delta.trained_copy`): the template of a probed delta,
+        # read from `trained_file` when first needed; None for both: deltas are flat
+        self.trained: np.ndarray | None = None
+        self.trained_file: Path | None = None
         self.base: str | None = None  # the base's file name in `index/bases/` (None: unsaved)
         # the ONNX query encoder this version names ({"path", "sha256", …}; None: none)
         self.query_encoder: dict | None = None
@@ -199,12 +187,15 @@ class VectorIndex:
         if has_gpu() and parsed.gpu_buildable:
             out = cls(build_on_gpu(index, sample, batches), spec, provenance, config)
         else:
+            trained = None
             if sample is not None:
                 index.train(sample)
                 sample = None  # not held while the index fills
+                trained = trained_copy(index)
             for ids, vectors in batches():  # into the base itself: `add` fills the delta
                 index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
             out = cls(index, spec, provenance, config)
+            out.trained = trained
         del sample
         if config.spec == "auto" and tunable(spec) is not None and count:
             out.tuning = tune_batches(
@@ -237,7 +228,21 @@ class VectorIndex:
         return np.sort(stored_ids(self.index))
 
     def _delta_ids(self) -> np.ndarray:
-        return faiss.vector_to_array(self.delta.id_map).astype(np.int64)
+        return stored_ids(self.delta)
+
+    @property
+    def _probed(self) -> bool:
+        """Whether the delta is (or, empty, will become) a probed one."""
+        if self.delta.ntotal:
+            return has_lists(self.delta)
+        return self.trained is not None or self.trained_file is not None
+
+    def _template(self) -> np.ndarray | None:
+        """The base's trained copy, read from its file on first use (None: deltas are flat)."""
+        if self.trained is None and self.trained_file is not None:
+            self.trained = read_template(self.trained_file)
+            self.trained_file = self.trained_file if self.trained is not None else None
+        return self.trained
 
     @property
     def _base_live(self) -> int:
@@ -256,12 +261,20 @@ class VectorIndex:
 
     def takes(self, count: int) -> bool:
         """Whether `count` more vectors fit in the delta before a rebuild is due."""
-        most = min(DELTA_REBUILD * self.index.ntotal, DELTA_MAX_BYTES / (4 * self.index.d))
+        most = DELTA_REBUILD * self.index.ntotal
+        if not self._probed:
+            most = min(most, DELTA_MAX_BYTES / (4 * self.index.d))
         return self.delta.ntotal + count <= most
 
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
         """Add vectors to the delta (the base is never changed once built)."""
         if len(ids):
+            if (
+                not self.delta.ntotal
+                and self._probed
+                and (template := self._template()) is not None
+            ):
+                self.delta = probed_delta(template)
             vectors = np.ascontiguousarray(vectors, dtype=np.float32)
             self.delta.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
 
@@ -278,7 +291,7 @@ class VectorIndex:
         if len(deleted) > DELETED_REBUILD * self.index.ntotal:
             return False
         if in_delta.any():
-            self.delta.remove_ids(faiss.IDSelectorBatch(ids[in_delta]))
+            self.delta = remove_from(self.delta, ids[in_delta], self._template())
         self.deleted = deleted
         return True
 
@@ -305,7 +318,11 @@ class VectorIndex:
         if (self._base_live and in_base) or not in_delta:  # the base also answers "none"
             parts.append(self._search_base(queries, k, base_allowed))
         if in_delta:
-            parts.append(search_delta(self.delta, queries, k, delta_allowed))
+            params = None
+            if has_lists(self.delta):
+                nprobe = (self.tuning or {}).get("value") or self.config.nprobe
+                params = probed_params(self.delta, nprobe, self._k_factor(), delta_allowed)
+            parts.append(search_delta(self.delta, queries, k, delta_allowed, params))
         return merge_top(parts, k, self.index.metric_type)
 
     def _search_base(self, queries: np.ndarray, k: int, allowed: np.ndarray | None):
@@ -492,6 +509,8 @@ class VectorIndex:
         if self.base is not None and (folder / self.base).is_file():
             return (folder / self.base).stat().st_size
         index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
+        if self.trained is not None:  # first: a base on disk is always beside its template
+            self.trained_file = write_template(self.trained, folder / f"{version}{TRAINED_SUFFIX}")
         size = write_index_file(index, folder / f"{version}.faiss")
         self.base = f"{version}.faiss"
         return size
@@ -543,6 +562,8 @@ class VectorIndex:
             index, info["spec"], provenance, config, info.get("data_version"), version, mapped
         )
         out.base = base.get("file")  # None: an older version's own file, written anew
+        trained = base_file.with_name(base_file.stem + TRAINED_SUFFIX)
+        out.trained_file = trained if out.base and trained.is_file() else None
         out.tuning = info.get("tuning")
         out.query_encoder = info.get("query_encoder")
         delta = info.get("delta") or {}
@@ -557,21 +578,6 @@ class VectorIndex:
                 f"records {info['ntotal']}: the file was damaged or replaced; {fix}"
             )
         return out
-
-
-def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
-    """Remove versions older than the newest `keep` (the current one is never removed), then
-    the bases no remaining version names (`delta.collect_bases`).
-
-    A reader that opened an old version's files keeps reading them: removal unlinks names,
-    open (and mapped) files stay readable until closed.
-    """
-    live = current_version(store_dir)
-    versions = list_versions(store_dir)
-    for old in versions[: max(0, len(versions) - keep)]:
-        if f"v{old}" != live:
-            shutil.rmtree(Path(store_dir) / "index" / f"v{old}", ignore_errors=True)
-    collect_bases(store_dir)
 
 
 def _tombstoned(index: faiss.Index) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import faiss
@@ -17,7 +18,7 @@ import numpy as np
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
 from indexer.records.provenance import Provenance
-from indexer.records.versions import index_root, list_versions
+from indexer.records.versions import current_version, index_root, list_versions
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ PROVENANCE_FILE = "provenance.json"
 DELETED_FILE = "deleted.npy"  # ids removed from the base (which is never changed)
 BASES_DIR = "bases"  # under index/: base files, shared by the versions built on them
 DELTA_FILE = "delta.faiss"  # in a version folder: the vectors added since its base
+KEEP_VERSIONS = 2
 
 
 def bases_dir(store_dir: str | Path) -> Path:
@@ -65,8 +67,25 @@ def collect_bases(store_dir: str | Path) -> None:
             log.warning("bases kept: version v%d is unreadable (%s)", number, exc)
             return
     for path in folder.iterdir():
-        if path.name not in named:
+        # a base's trained copy (`<name>.trained.faiss`, the probed deltas' template) goes with it
+        base = path.name.removesuffix(".trained.faiss")
+        if path.name not in named and (base == path.name or f"{base}.faiss" not in named):
             path.unlink(missing_ok=True)
+
+
+def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
+    """Remove versions older than the newest `keep` (the current one is never removed), then
+    the bases no remaining version names (`collect_bases`).
+
+    A reader that opened an old version's files keeps reading them: removal unlinks names,
+    open (and mapped) files stay readable until closed.
+    """
+    live = current_version(store_dir)
+    versions = list_versions(store_dir)
+    for old in versions[: max(0, len(versions) - keep)]:
+        if f"v{old}" != live:
+            shutil.rmtree(Path(store_dir) / "index" / f"v{old}", ignore_errors=True)
+    collect_bases(store_dir)
 
 
 def version_files(store_dir: Path, version: str) -> dict[str, Path]:

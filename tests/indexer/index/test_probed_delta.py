@@ -1,0 +1,89 @@
+"""A probed delta: the vectors added on an IVF base fill an empty copy of the base as trained
+(its template, saved beside the base), so a query probes a few of its lists as in the base
+and an update may reach DELTA_REBUILD of the base whatever the bytes; searches over all lists
+equal exact search over the live vectors, removals from a delta that cannot remove (an IDMap
+over a rescoring stage) rebuild it from its own vectors, a base without a template keeps the
+flat delta and its byte bound, and a template goes when its base is collected."""
+
+import numpy as np
+import pytest
+from vector_kit import clustered, synthetic_provenance
+
+from indexer.config import IndexConfig
+from indexer.index import vector
+from indexer.index.delta import DELTA_REBUILD, TRAINED_SUFFIX, has_lists
+from indexer.index.vector import VectorIndex
+from indexer.index.version_files import version_files
+from indexer.records.versions import current_version
+
+N, DIM = 4000, 32
+PROV = synthetic_provenance(DIM)
+
+
+def bases(store) -> list[str]:
+    return sorted(p.name for p in (store / "index" / "bases").iterdir())
+
+
+def publish_changes(store, spec: str, config: IndexConfig, vectors, ids) -> np.ndarray:
+    """Base of the first 3800 vectors; then two publishes that delete from the base and the
+    delta and add 100 each. Returns the live ids."""
+    VectorIndex.build(spec, PROV, config, vectors[:3800], ids[:3800]).save(store)
+    index = VectorIndex.load(store, config)
+    assert index.remove(ids[:20])
+    index.add(vectors[3800:3900], ids[3800:3900])
+    index.save(store)
+    index = VectorIndex.load(store, config)
+    assert index.remove(np.concatenate([ids[3800:3830], ids[20:30]]))
+    index.add(vectors[3900:], ids[3900:])
+    index.save(store)
+    return np.concatenate([ids[30:3800], ids[3830:]])
+
+
+@pytest.mark.parametrize("spec", ["IVF16,Flat", "IVF16,PQ8x4fs,RFlat"])
+def test_a_probed_delta_searched_over_all_lists_equals_exact_search(spec, tmp_path):
+    vectors = clustered(N, DIM, spread=0.7)
+    ids = np.arange(N, dtype=np.int64) * 5 + 3
+    config = IndexConfig(spec=spec, nprobe=16, refine_factor=64)  # every list, every candidate
+    live = publish_changes(tmp_path, spec, config, vectors, ids)
+    loaded = VectorIndex.load(tmp_path, config)
+    assert has_lists(loaded.delta) and loaded.delta.ntotal == 170
+    assert bases(tmp_path) == ["v1.faiss", f"v1{TRAINED_SUFFIX}"]
+    np.testing.assert_array_equal(np.sort(loaded.ids()), np.sort(live))
+    rows = np.searchsorted(ids, live)
+    exact = VectorIndex.build("Flat", PROV, IndexConfig(spec="Flat"), vectors[rows], live)
+    queries = vectors[::37] + 0.01
+    rng = np.random.default_rng(2)
+    for allowed in (None, np.sort(rng.choice(ids, 300, replace=False)), ids[3780:3950]):
+        got_scores, got = loaded.search(queries, 10, allowed)
+        want_scores, want = exact.search(queries, 10, allowed)
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-4, atol=1e-5)
+        same = (got == want) | np.isclose(got_scores, want_scores, atol=1e-5)
+        assert same.all()
+
+
+def test_a_probed_delta_may_reach_the_share_whatever_its_bytes(monkeypatch, tmp_path):
+    vectors = clustered(2000, DIM)
+    config = IndexConfig(spec="IVF16,Flat")
+    VectorIndex.build("IVF16,Flat", PROV, config, vectors, np.arange(2000)).save(tmp_path)
+    monkeypatch.setattr(vector, "DELTA_MAX_BYTES", 20 * 4 * DIM)  # 20 vectors' bytes
+    probed = VectorIndex.load(tmp_path, config)
+    fits = int(DELTA_REBUILD * 2000)
+    assert probed.takes(fits) and not probed.takes(fits + 1)
+    # a base saved without its template (built on a GPU, or before templates): flat, bounded
+    version = current_version(tmp_path)
+    version_files(tmp_path, version)["base"].with_suffix("").with_suffix(TRAINED_SUFFIX).unlink()
+    flat = VectorIndex.load(tmp_path, config)
+    assert flat.takes(20) and not flat.takes(21)
+    flat.add(vectors[:5] + 0.1, np.arange(9000, 9005))
+    assert not has_lists(flat.delta) and flat.search(vectors[:1] + 0.1, 1)[1][0, 0] == 9000
+
+
+def test_a_template_goes_with_its_base(tmp_path):
+    vectors = clustered(2000, DIM)
+    config = IndexConfig(spec="IVF16,Flat")
+    VectorIndex.build("IVF16,Flat", PROV, config, vectors, np.arange(2000)).save(tmp_path)
+    for _ in range(2):  # rebuilds: v2, v3 with their own bases; v1 leaves the kept two
+        VectorIndex.build("IVF16,Flat", PROV, config, vectors, np.arange(2000)).save(tmp_path)
+    assert bases(tmp_path) == [
+        f"v{n}{suffix}" for n in (2, 3) for suffix in (".faiss", TRAINED_SUFFIX)
+    ]
