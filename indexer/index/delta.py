@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -77,13 +78,54 @@ def write_template(trained: np.ndarray, path: Path) -> Path:
     return path
 
 
-def read_template(path: Path) -> np.ndarray | None:
-    """A base's trained copy; None (deltas stay flat, with a warning) when unreadable."""
+def read_template(path: Path, base: Path) -> np.ndarray | None:
+    """A base's trained copy from `path`; derived from the `base` file and written to `path`
+    when missing (a base written before templates were kept: its store gets probed deltas
+    without a rebuild). None (the delta stays flat, with a warning) when neither works."""
     try:
+        if not path.is_file():
+            write_template(derive_template(base), path)
         return np.fromfile(path, dtype=np.uint8)
-    except OSError as exc:
-        log.warning("%s unreadable (%s): the delta is exact flat", path, exc)
+    except (OSError, RuntimeError) as exc:
+        log.warning("%s unreadable and not derivable (%s): the delta is exact flat", path, exc)
         return None
+
+
+def derive_template(base: Path) -> np.ndarray:
+    """The trained, empty copy of the IVF index in `base`, byte for byte what `trained_copy`
+    gave before the build added its vectors: the file mapped without its lists' data, the
+    lists replaced by empty ones of the same layout (block lists for fast-scan codes), a
+    rescoring stage replaced by an empty one of its kind (the scalar quantiser's trained
+    ranges copied), the IDMap2 rebuilt empty around them."""
+    flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_SKIP_IVF_DATA
+    loaded = faiss.read_index(str(base), flags)
+    ivf: Any = faiss.downcast_index(faiss.extract_index_ivf(loaded))  # the stubs lack IVF members
+    if isinstance(ivf, faiss.IndexIVFFastScan):
+        packer = ivf.get_CodePacker()
+        packer.this.disown()  # the block lists own and free it
+        lists = faiss.BlockInvertedLists(ivf.nlist, packer)  # type: ignore[attr-defined]  # unstubbed
+    else:
+        lists = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
+    lists.this.disown()  # the IVF owns and frees it
+    ivf.replace_invlists(lists, True)
+    ivf.ntotal = 0
+    top = faiss.downcast_index(loaded)
+    inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else top
+    out: faiss.Index = ivf
+    if isinstance(inner, faiss.IndexRefine):
+        old: Any = faiss.downcast_index(inner.refine_index)
+        fresh: Any
+        if isinstance(old, faiss.IndexFlat):
+            fresh = faiss.IndexFlat(old.d, old.metric_type)
+        else:
+            fresh = faiss.IndexScalarQuantizer(old.d, old.sq.qtype, old.metric_type)
+            faiss.copy_array_to_vector(faiss.vector_to_array(old.sq.trained), fresh.sq.trained)
+            fresh.is_trained = True
+        out = faiss.IndexRefine(ivf, fresh)
+        out.k_factor = inner.k_factor
+    if isinstance(top, faiss.IndexIDMap2):
+        out = faiss.IndexIDMap2(out)
+    return faiss.serialize_index(out)  # `loaded`, which owns `ivf`, is alive until here
 
 
 def probed_params(delta: faiss.Index, nprobe: int, k_factor: int | None, allowed):

@@ -239,8 +239,9 @@ class VectorIndex:
 
     def _template(self) -> np.ndarray | None:
         """The base's trained copy, read from its file on first use (None: deltas are flat)."""
-        if self.trained is None and self.trained_file is not None:
-            self.trained = read_template(self.trained_file)
+        if self.trained is None and self.trained_file is not None and self.base is not None:
+            base = self.trained_file.with_name(self.base)
+            self.trained = read_template(self.trained_file, base)
             self.trained_file = self.trained_file if self.trained is not None else None
         return self.trained
 
@@ -262,7 +263,8 @@ class VectorIndex:
     def takes(self, count: int) -> bool:
         """Whether `count` more vectors fit in the delta before a rebuild is due."""
         most = DELTA_REBUILD * self.index.ntotal
-        if not self._probed:
+        probed = has_lists(self.delta) if self.delta.ntotal else self._template() is not None
+        if not probed:
             most = min(most, DELTA_MAX_BYTES / (4 * self.index.d))
         return self.delta.ntotal + count <= most
 
@@ -562,8 +564,8 @@ class VectorIndex:
             index, info["spec"], provenance, config, info.get("data_version"), version, mapped
         )
         out.base = base.get("file")  # None: an older version's own file, written anew
-        trained = base_file.with_name(base_file.stem + TRAINED_SUFFIX)
-        out.trained_file = trained if out.base and trained.is_file() else None
+        if out.base and has_lists(index):  # read, or derived from the base, when first needed
+            out.trained_file = base_file.with_name(base_file.stem + TRAINED_SUFFIX)
         out.tuning = info.get("tuning")
         out.query_encoder = info.get("query_encoder")
         delta = info.get("delta") or {}

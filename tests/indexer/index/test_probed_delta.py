@@ -69,13 +69,30 @@ def test_a_probed_delta_may_reach_the_share_whatever_its_bytes(monkeypatch, tmp_
     probed = VectorIndex.load(tmp_path, config)
     fits = int(DELTA_REBUILD * 2000)
     assert probed.takes(fits) and not probed.takes(fits + 1)
-    # a base saved without its template (built on a GPU, or before templates): flat, bounded
-    version = current_version(tmp_path)
-    version_files(tmp_path, version)["base"].with_suffix("").with_suffix(TRAINED_SUFFIX).unlink()
-    flat = VectorIndex.load(tmp_path, config)
-    assert flat.takes(20) and not flat.takes(21)
-    flat.add(vectors[:5] + 0.1, np.arange(9000, 9005))
-    assert not has_lists(flat.delta) and flat.search(vectors[:1] + 0.1, 1)[1][0, 0] == 9000
+    probed.add(vectors[:5] + 0.1, np.arange(9000, 9005))
+    assert has_lists(probed.delta) and probed.search(vectors[:1] + 0.1, 1)[1][0, 0] == 9000
+    flat_base = VectorIndex.build("Flat", PROV, config, vectors, np.arange(2000))
+    assert flat_base.takes(20) and not flat_base.takes(21)  # no lists: flat, bounded by bytes
+
+
+def test_a_base_saved_before_templates_gets_one_derived(tmp_path):
+    """A store whose base has no template (written before they were kept) derives it from the
+    base file on the first update, byte for byte the one a build keeps, and writes it."""
+    vectors = clustered(2000, DIM)
+    spec = "IVF16,PQ8x4fs,RFlat"
+    config = IndexConfig(spec=spec)
+    built = VectorIndex.build(spec, PROV, config, vectors, np.arange(2000))
+    built.save(tmp_path)
+    template = version_files(tmp_path, current_version(tmp_path))["base"].with_name(
+        f"v1{TRAINED_SUFFIX}"
+    )
+    kept = template.read_bytes()
+    template.unlink()
+    loaded = VectorIndex.load(tmp_path, config)
+    assert loaded.takes(100)
+    loaded.add(vectors[:100] + 0.05, np.arange(5000, 5100))
+    assert has_lists(loaded.delta) and template.read_bytes() == kept
+    assert loaded.search(vectors[:3] + 0.05, 1)[1][:, 0].tolist() == [5000, 5001, 5002]
 
 
 def test_a_template_goes_with_its_base(tmp_path):
