@@ -131,6 +131,7 @@ def _list_count(n_vectors: int) -> int:
 
 PQ_MIN_VECTORS = 39 * 16  # FAISS's minimum to train 16 centroids per 4-bit sub-quantiser
 ID_MAP_BYTES = 56  # IndexIDMap2: 8-byte id + reverse unordered_map entry
+SERVED_ID_BYTES = 8  # a base is read as a plain IDMap (`version_files.plain_id_map`): the id
 
 
 def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
@@ -174,8 +175,9 @@ def resident_bytes(spec: str, n_vectors: int, dim: int) -> float:
 
     Mapped: flat, scalar-quantised and plain PQ codes (a flat index, plain IVF lists with
     their ids, a rescoring stage). Private: fast-scan lists (codes and 8-byte ids), an HNSW
-    graph and the codes under it (FAISS writes to their pages while searching), an IDMap2's
-    ids and reverse map, the IVF centroids (and their HNSW graph), which every query reads.
+    graph and the codes under it (FAISS writes to their pages while searching), the IDMap's
+    ids (8 bytes a vector: bases are read as plain IDMaps, without IDMap2's reverse map), the
+    IVF centroids (and their HNSW graph), which every query reads.
 
     Args:
         spec: a FAISS factory string.
@@ -186,7 +188,7 @@ def resident_bytes(spec: str, n_vectors: int, dim: int) -> float:
     """
     parsed = parse_spec(spec)
     inner = parsed.code_dim(dim)
-    per_vector: float = ID_MAP_BYTES if parsed.needs_id_map else 0
+    per_vector: float = SERVED_ID_BYTES if parsed.needs_id_map else 0
     if parsed.hnsw_m is not None:
         per_vector += parsed.codes.bytes_per_vector(inner) + _graph_bytes(parsed.hnsw_m)
     elif parsed.codes.fast_scan:

@@ -96,7 +96,8 @@ def derive_template(base: Path) -> np.ndarray:
     gave before the build added its vectors: the file mapped without its lists' data, the
     lists replaced by empty ones of the same layout (block lists for fast-scan codes), a
     rescoring stage replaced by an empty one of its kind (the scalar quantiser's trained
-    ranges copied), the IDMap2 rebuilt empty around them."""
+    ranges copied), an IDMap2 rebuilt empty around them (the base's file holds a plain IDMap:
+    `version_files.plain_id_map`)."""
     flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_SKIP_IVF_DATA
     loaded = faiss.read_index(str(base), flags)
     ivf: Any = faiss.downcast_index(faiss.extract_index_ivf(loaded))  # the stubs lack IVF members
@@ -109,8 +110,9 @@ def derive_template(base: Path) -> np.ndarray:
     lists.this.disown()  # the IVF owns and frees it
     ivf.replace_invlists(lists, True)
     ivf.ntotal = 0
-    top = faiss.downcast_index(loaded)
-    inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap2) else top
+    top: Any = faiss.downcast_index(loaded)
+    wrapped = isinstance(top, faiss.IndexIDMap)  # IDMap2, or a base written as a plain IDMap
+    inner = faiss.downcast_index(top.index) if wrapped else top
     out: faiss.Index = ivf
     if isinstance(inner, faiss.IndexRefine):
         old: Any = faiss.downcast_index(inner.refine_index)
@@ -123,7 +125,7 @@ def derive_template(base: Path) -> np.ndarray:
             fresh.is_trained = True
         out = faiss.IndexRefine(ivf, fresh)
         out.k_factor = inner.k_factor
-    if isinstance(top, faiss.IndexIDMap2):
+    if wrapped:  # an IDMap2, as built: a delta removes and reconstructs by id
         out = faiss.IndexIDMap2(out)
     return faiss.serialize_index(out)  # `loaded`, which owns `ivf`, is alive until here
 

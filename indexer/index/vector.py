@@ -67,6 +67,8 @@ from indexer.index.version_files import (
     INDEX_FILE,
     PROVENANCE_FILE,
     bases_dir,
+    id_positions,
+    plain_id_map,
     read_deleted,
     read_faiss,
     read_info,
@@ -367,11 +369,25 @@ class VectorIndex:
         scores = np.full((len(queries), k), -np.inf, np.float32)
         found = np.full((len(queries), k), -1, np.int64)
         if len(allowed):
-            vectors = self.index.reconstruct_batch(allowed)
+            vectors = self._reconstruct(allowed)
             top = min(k, len(allowed))
             d, pos = faiss.knn(queries, vectors, top, metric=faiss.METRIC_INNER_PRODUCT)
             scores[:, :top], found[:, :top] = d, np.where(pos >= 0, allowed[pos], -1)
         return scores, found
+
+    def _reconstruct(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of base ids: through an IDMap2's reverse map, or for a base
+        read as a plain IDMap (`version_files.plain_id_map`) at their positions in its ids."""
+        if isinstance(self.index, faiss.IndexIDMap2) or not isinstance(
+            self.index, faiss.IndexIDMap
+        ):
+            return self.index.reconstruct_batch(ids)
+        if not hasattr(self, "_held"):  # the ids and their order, once (the base never changes)
+            held = faiss.vector_to_array(self.index.id_map)
+            ascending = bool(len(held) < 2 or (np.diff(held) > 0).all())
+            self._held = (held, None if ascending else np.argsort(held, kind="stable"))
+        positions = id_positions(*self._held, ids)
+        return self.index.index.reconstruct_batch(positions)
 
     def _k_factor(self) -> int | None:
         """Candidates rescored per result (indexes with a rescoring stage), else None."""
@@ -513,7 +529,7 @@ class VectorIndex:
         index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
         if self.trained is not None:  # first: a base on disk is always beside its template
             self.trained_file = write_template(self.trained, folder / f"{version}{TRAINED_SUFFIX}")
-        size = write_index_file(index, folder / f"{version}.faiss")
+        size = write_index_file(plain_id_map(index), folder / f"{version}.faiss")
         self.base = f"{version}.faiss"
         return size
 

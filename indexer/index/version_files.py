@@ -34,6 +34,32 @@ def bases_dir(store_dir: str | Path) -> Path:
     return index_root(store_dir) / BASES_DIR
 
 
+def plain_id_map(index: faiss.Index) -> faiss.Index:
+    """`index` to write as a base: an IDMap2 becomes a plain IDMap over the same index and
+    ids. FAISS rebuilds an IDMap2's reverse hash map (~48 bytes a vector: 480 MB and seconds
+    at 10M) in every process that reads the file; a base's ids are looked up only by a
+    filtered exact search, which `id_positions` serves from the id array itself."""
+    if not isinstance(index, faiss.IndexIDMap2):
+        return index
+    # FAISS wraps only an empty index: wrap an empty one of the same metric, then point the
+    # wrapper at the full one (which it neither owns nor frees)
+    plain = faiss.IndexIDMap(faiss.IndexFlat(index.d, index.metric_type))
+    plain.own_fields = False
+    plain.index = index.index
+    plain.is_trained = index.is_trained
+    faiss.copy_array_to_vector(faiss.vector_to_array(index.id_map), plain.id_map)
+    plain.ntotal = index.ntotal
+    return plain  # valid while `index` is (the caller writes it at once)
+
+
+def id_positions(ids: np.ndarray, order: np.ndarray | None, wanted: np.ndarray) -> np.ndarray:
+    """Positions in an IDMap's id array `ids` of the `wanted` ids (which it holds). `order`:
+    argsort of `ids`, None when they are ascending (a build adds them in chunk id order)."""
+    if order is None:
+        return np.searchsorted(ids, wanted)
+    return order[np.searchsorted(ids[order], wanted)]
+
+
 def write_index_file(index: faiss.Index, path: Path) -> int:
     """Write `index` to `path` under a temporary name, fsynced, then renamed: a killed writer
     leaves the old file or none, never half of one. Returns the file's size."""

@@ -37,17 +37,18 @@ def test_choice_follows_size_and_memory_budget():
     sq8 = estimate_bytes(f"{fast},Refine(SQ8)", 1_000_000, 384)
     assert sq8 == 1_000_000 * (96 + 384 + 56) + 4096 * 1536
     # larger than the budget: served mapped, the same 4-bit PQ codes in plain lists and the
-    # float32 rescoring vectors left in the file; each process keeps IDMap2 ids and centroids
+    # float32 rescoring vectors left in the file; each process keeps the ids (a plain IDMap,
+    # 8 bytes a vector) and the centroids
     mapped = "IVF4096,PQ192x4np,RFlat"
     assert chosen(sq8 - 1) == mapped
     private = resident_bytes(mapped, 1_000_000, 384)
-    assert private == 1_000_000 * 56 + 4096 * 1536
+    assert private == 1_000_000 * 8 + 4096 * 1536
     assert chosen(private) == mapped
-    # below even that: no rescoring, fast-scan codes with ids in the IVF lists (private; 48 +
-    # 8 bytes a vector for PQ96x4fs, as much as the IDMap2 above, so the next smaller)
+    # no codes-only index keeps less (fast-scan codes and ids in the IVF lists are private)
     assert estimate_bytes(fast, 1_000_000, 384) == 1_000_000 * (96 + 8) + 4096 * 1536
-    assert chosen(private - 1) == "IVF4096,PQ48x4fs"
-    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=20)) == "IVF1024,PQ192x4np,RFlat"
+    with pytest.raises(VectorIndexError, match="IVF4096,PQ192x4np,RFlat"):
+        chosen(private - 1)
+    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ192x4np,RFlat"
     # too few vectors to train 4-bit codes (39 × 16): full or 8-bit vectors in IVF lists
     assert choose_spec(500, 32, IndexConfig(flat_limit=0)) == "IVF12,Flat"
     assert choose_spec(500, 32, IndexConfig(flat_limit=0, memory_budget_mb=0.05)) == "IVF12,SQ8"

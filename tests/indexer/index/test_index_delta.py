@@ -170,7 +170,7 @@ def test_a_large_change_rebuilds_and_the_old_base_is_collected(tiny_config, tmp_
     assert sorted(p.name for p in (store / "index" / "bases").iterdir()) == [base_file(store).name]
     # a reader that mapped the collected base still searches it
     some = int(faiss.vector_to_array(reader.index.id_map)[0])
-    assert reader.search(reader.index.reconstruct(some)[None, :], 1)[1][0, 0] == some
+    assert reader.search(reader._reconstruct(np.array([some])), 1)[1][0, 0] == some
     assert check_store(tiny_config).problems == []
 
 
@@ -237,3 +237,28 @@ def test_a_version_published_before_bases_loads_and_the_next_publish_writes_a_ba
     old.add(vectors[200:210], ids[200:210])
     assert old.save(store) == "v5"
     assert base_file(store).name == "v5.faiss" and VectorIndex.load(store, CONFIG).ntotal == 110
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_base_is_written_as_a_plain_id_map_and_filtered_search_reads_it(shuffled, tmp_path):
+    """An IDMap2 base (a rescoring stage) is written as a plain IDMap: no reverse hash map to
+    rebuild in every process that reads it; a filtered exact search finds the vectors of its
+    ids at their positions, ascending or not (ids in any order: shards, a repair)."""
+    spec = "IVF16,PQ8x4fs,RFlat"
+    vectors = clustered(2000, DIM, seed=3)
+    ids = np.arange(2000, dtype=np.int64) * 7 + 1
+    if shuffled:
+        order = np.random.default_rng(1).permutation(2000)
+        vectors, ids = vectors[order], ids[order]
+    config = IndexConfig(spec=spec, nprobe=16)
+    built = VectorIndex.build(spec, synthetic_provenance(DIM), config, vectors, ids)
+    built.save(tmp_path)
+    loaded = VectorIndex.load(tmp_path, config)
+    assert type(loaded.index) is faiss.IndexIDMap
+    allowed = np.sort(ids[::97])  # few: the exact path
+    for index in (built, loaded):
+        scores, found = index.search(vectors[:20], 5, allowed)
+        among = vectors[np.isin(ids, allowed)]
+        want_scores, want = faiss.knn(vectors[:20], among, 5, metric=faiss.METRIC_INNER_PRODUCT)
+        np.testing.assert_array_equal(found, ids[np.isin(ids, allowed)][want])
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-5)
