@@ -27,6 +27,10 @@ def has_gpu() -> bool:
     return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
 
 
+def is_gpu(index: faiss.Index) -> bool:
+    return "Gpu" in type(index).__name__
+
+
 def resolve_spec(
     spec: str, n_vectors: int, config: IndexConfig | None = None, dim: int | None = None
 ) -> str:

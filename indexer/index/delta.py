@@ -167,6 +167,15 @@ def remove_from(delta: faiss.Index, ids: np.ndarray, trained: np.ndarray | None)
     return fresh
 
 
+def tombstoned(index: faiss.Index) -> bool:
+    """Whether deletes from `index` are recorded rather than removed: an IDMap over HNSW or
+    over a rescoring stage (IndexRefine), neither of which implements remove_ids."""
+    inner = getattr(index, "index", None)
+    if inner is None or not hasattr(index, "id_map"):
+        return False
+    return isinstance(faiss.downcast_index(inner), (faiss.IndexHNSW, faiss.IndexRefine))
+
+
 def stored_ids(index: faiss.Index) -> np.ndarray:
     """The ids a FAISS index stores: its IDMap's, or those in its inverted lists."""
     if hasattr(index, "id_map"):

@@ -38,6 +38,7 @@ from indexer.index.auto import (
     build_on_gpu,
     gather_rows,
     has_gpu,
+    is_gpu,
     resident_bytes,
     resolve_spec,
     search_params,
@@ -58,6 +59,7 @@ from indexer.index.delta import (
     remove_from,
     search_delta,
     stored_ids,
+    tombstoned,
     trained_copy,
     write_template,
 )
@@ -135,8 +137,7 @@ class VectorIndex:
         self.deleted = np.zeros(0, np.int64)
         # the vectors added since the base
         self.delta: faiss.Index = new_delta(index.d, index.metric_type)
-        # the base as trained, empty (`delta.trained_copy`): the template of a probed delta,
-        # read from `trained_file` when first needed; None for both: deltas are flat
+        # the base trained and empty (probed deltas' template), or its file; neither: flat
         self.trained: np.ndarray | None = None
         self.trained_file: Path | None = None
         self.base: str | None = None  # the base's file name in `index/bases/` (None: unsaved)
@@ -214,7 +215,7 @@ class VectorIndex:
 
     @functools.cached_property
     def _tombstoned(self) -> bool:
-        return _tombstoned(self.index)
+        return tombstoned(self.index)
 
     @property
     def _id_map(self):
@@ -526,7 +527,7 @@ class VectorIndex:
         folder.mkdir(exist_ok=True)
         if self.base is not None and (folder / self.base).is_file():
             return (folder / self.base).stat().st_size
-        index = faiss.index_gpu_to_cpu(self.index) if _is_gpu(self.index) else self.index
+        index = faiss.index_gpu_to_cpu(self.index) if is_gpu(self.index) else self.index
         if self.trained is not None:  # first: a base on disk is always beside its template
             self.trained_file = write_template(self.trained, folder / f"{version}{TRAINED_SUFFIX}")
         size = write_index_file(plain_id_map(index), folder / f"{version}.faiss")
@@ -596,16 +597,3 @@ class VectorIndex:
                 f"records {info['ntotal']}: the file was damaged or replaced; {fix}"
             )
         return out
-
-
-def _tombstoned(index: faiss.Index) -> bool:
-    """Whether deletes from `index` are recorded rather than removed: an IDMap over HNSW or
-    over a rescoring stage (IndexRefine), neither of which implements remove_ids."""
-    inner = getattr(index, "index", None)
-    if inner is None or not hasattr(index, "id_map"):
-        return False
-    return isinstance(faiss.downcast_index(inner), (faiss.IndexHNSW, faiss.IndexRefine))
-
-
-def _is_gpu(index: faiss.Index) -> bool:
-    return "Gpu" in type(index).__name__
