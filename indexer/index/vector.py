@@ -63,6 +63,7 @@ from indexer.index.delta import (
     trained_copy,
     write_template,
 )
+from indexer.index.rescore import MappedRefine, mapped_refine, search_mapped
 from indexer.index.version_files import (
     DELETED_FILE,
     DELTA_FILE,
@@ -226,19 +227,16 @@ class VectorIndex:
         return self.index.id_map
 
     @functools.cached_property
+    def _rescored_here(self) -> MappedRefine | None:
+        return mapped_refine(self.index) if self.mapped else None  # `indexer.index.rescore`
+
+    @functools.cached_property
     def _base_ids(self) -> np.ndarray:
         """The ids the base stores, sorted (it never changes)."""
         return np.sort(stored_ids(self.index))
 
     def _delta_ids(self) -> np.ndarray:
         return stored_ids(self.delta)
-
-    @property
-    def _probed(self) -> bool:
-        """Whether the delta is (or, empty, will become) a probed one."""
-        if self.delta.ntotal:
-            return has_lists(self.delta)
-        return self.trained is not None or self.trained_file is not None
 
     def _template(self) -> np.ndarray | None:
         """The base's trained copy, read from its file on first use (None: deltas are flat)."""
@@ -274,12 +272,8 @@ class VectorIndex:
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
         """Add vectors to the delta (the base is never changed once built)."""
         if len(ids):
-            if (
-                not self.delta.ntotal
-                and self._probed
-                and (template := self._template()) is not None
-            ):
-                self.delta = probed_delta(template)
+            if not self.delta.ntotal and (template := self._template()) is not None:
+                self.delta = probed_delta(template)  # empty: a probed one when it can be
             vectors = np.ascontiguousarray(vectors, dtype=np.float32)
             self.delta.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
 
@@ -349,6 +343,9 @@ class VectorIndex:
                     allowed = allowed[stored[at] == allowed] if len(stored) else stored
                 return self._exact_among(queries, k, allowed)
         params = self._search_params(allowed)
+        if self._rescored_here is not None and params is not None:  # a mapped `…,RFlat`
+            first = params.base_index_params
+            return search_mapped(self._rescored_here, queries, k, int(params.k_factor), first)
         if params is None:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)
