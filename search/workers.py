@@ -112,7 +112,9 @@ def worker_count(requested: int | str, app) -> int:
     """Server processes for `--workers`: a number as given; `auto`, one per core (at most
     MAX_AUTO_WORKERS) while that many processes fit in half of the available memory (each
     with what it keeps for itself: the model, the heads, the private part of the vector
-    index; the mapped part of the index once), else fewer, at least one.
+    index), else fewer, at least one. The mapped part of the index is not counted: it is page
+    cache that every process shares, whatever their number, and that the kernel evicts as
+    it needs (a 10M index's 16 GB file must not make a 24 GB machine serve one process).
 
     Args:
         requested: a number of processes, or `auto`.
@@ -123,10 +125,10 @@ def worker_count(requested: int | str, app) -> int:
     if requested != "auto":
         return int(requested)
     state = app.app.state
-    private, shared = _loaded_bytes(state.searcher)
+    private, _ = _loaded_bytes(state.searcher)
     each = WORKER_OVERHEAD_BYTES + private + _heads_bytes(state.heads)
     cores = os.cpu_count() or 1
-    fit = int((_available_memory() // 2 - shared) // each)
+    fit = int((_available_memory() // 2) // each)
     return max(1, min(cores, MAX_AUTO_WORKERS, fit))
 
 

@@ -214,6 +214,11 @@ def test_worker_count(tiny_config, small_corpus, monkeypatch):
         monkeypatch.setattr(os, "cpu_count", lambda: 8)
         monkeypatch.setattr(workers, "_available_memory", lambda: 64 << 30)
         assert workers.worker_count("auto", app) == workers.MAX_AUTO_WORKERS
+        # a mapped part larger than the memory (a 10M index) is page cache: no fewer processes
+        monkeypatch.setattr(workers, "_loaded_bytes", lambda _: (private, 100 << 30))
+        assert workers.worker_count("auto", app) == workers.MAX_AUTO_WORKERS
+        monkeypatch.undo()
+        monkeypatch.setattr(os, "cpu_count", lambda: 8)
         # room for one copy beside what the machine has free: one process
         monkeypatch.setattr(workers, "_available_memory", lambda: workers.WORKER_OVERHEAD_BYTES * 3)
         assert workers.worker_count("auto", app) == 1
