@@ -245,7 +245,11 @@ def test_ids_and_vectors_survive_a_repair(indexed):
     code, _ = doctor(indexed, "--repair")
     assert code == 0
     index = faiss.read_index(str(indexed.base_file()))
+    # a base is a plain IDMap (no reverse map): its ids, and its vectors by position
+    held = faiss.vector_to_array(index.id_map)
+    by_position = faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+    where = {int(chunk_id): row for row, chunk_id in enumerate(held)}
     with Store(indexed.store, read_only=True, snapshot=False) as store:  # embeddings: live only
         for ids, vectors in store.vectors.iter_batches():
-            np.testing.assert_array_equal(index.reconstruct_batch(ids), vectors)
-        assert index.ntotal == store.counts.chunks()
+            np.testing.assert_array_equal(by_position[[where[int(i)] for i in ids]], vectors)
+        assert index.ntotal == len(held) == store.counts.chunks() == len(where)
