@@ -469,10 +469,14 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
     if minimum and not args.minimum_last:
         phase(record, "minimum", run_minimum, corpus, folder / "minimum", model_dir, n, CHUNK)
     store = folder / "store"
-    shutil.rmtree(store, ignore_errors=True)
+    resumed = args.keep_store and (store / "store.duckdb").is_file()
+    if not resumed:
+        shutil.rmtree(store, ignore_errors=True)
     config = write_config(folder / "config.yaml", model_dir, store, args)
 
     def first_run() -> dict:
+        if resumed:  # the same command completes a store an earlier run committed
+            return index_run(corpus, config, store, n, args) | {"resumed": True}
         require(folder, n * STORE_BYTES_PER_DOC)
         return index_run(corpus, config, store, n, args)
 
@@ -577,6 +581,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep corpora and stores here")
     parser.add_argument("--skip-minimum", action="store_true")
     parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument(
+        "--keep-store",
+        action="store_true",
+        help="index into the store an earlier run left (its first run stopped after "
+        "committing): the index phase then completes it and is marked resumed",
+    )
     parser.add_argument(
         "--minimum-last",
         action="store_true",

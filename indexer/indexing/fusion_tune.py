@@ -167,8 +167,7 @@ def measure_dense_weight(
     """
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
-    hashes = store.reads.document_hashes()
-    doc_ids = np.fromiter(hashes, np.int64, len(hashes))
+    doc_ids = store.reads.document_ids()  # ascending, as the seeded draw needs
     sample = np.sort(rng.choice(doc_ids, min(len(doc_ids), MAX_SAMPLE_DOCS), replace=False))
     docs = store.reads.documents_text(sample.tolist())
     queries = draw_pseudo_queries(docs, config.search.tune_queries, seed, cut)

@@ -26,7 +26,8 @@ SELECT_DOCUMENT_HITS = (
 )
 SELECT_TEXTS = "SELECT doc_id, title, text FROM documents WHERE doc_id IN {ids} ORDER BY doc_id"
 SELECT_HASHES = "SELECT doc_id, content_hash FROM documents ORDER BY doc_id"
-SELECT_DOC_IDS = "SELECT doc_id FROM documents ORDER BY doc_id"
+SELECT_DOC_IDS_UNORDERED = "SELECT doc_id FROM documents"
+SELECT_HASHES_UNORDERED = "SELECT doc_id, content_hash FROM documents"
 # the manifest path is a bound parameter of read_parquet
 SELECT_NEW_OR_CHANGED = (
     "SELECT d.doc_id, m.doc_id IS NULL AS is_new FROM documents d "
@@ -123,9 +124,20 @@ class DocumentReads:
         return [DocText(*r) for r in rows]
 
     def document_hashes(self) -> dict[int, str]:
-        """doc id -> content hash of every stored document."""
-        table = self.core.con.execute(SELECT_HASHES).fetch_arrow_table()
-        return dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist()))
+        """doc id -> content hash of every stored document, in no order (streamed, unsorted: a
+        materialised or sorted result must fit the writer's DuckDB memory limit, which 10M
+        hashes do not)."""
+        out: dict[int, str] = {}
+        for batch in self.core.con.execute(SELECT_HASHES_UNORDERED).fetch_record_batch(1 << 16):
+            out.update(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()))
+        return out
+
+    def document_ids(self, batch_rows: int = 1 << 20) -> np.ndarray:
+        """Every stored doc id, ascending: 8 bytes a document in this process, streamed out
+        of DuckDB (whose writer memory is 128 MB) and sorted here."""
+        reader = self.core.con.execute(SELECT_DOC_IDS_UNORDERED).fetch_record_batch(batch_rows)
+        parts = [_ids(batch.column(0).to_numpy()) for batch in reader]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
     def document_hash_batches(self, batch_rows: int = 65536) -> pa.RecordBatchReader:
         """Every document's (doc_id, content_hash), by ascending doc id, streamed.
@@ -149,8 +161,7 @@ class DocumentReads:
         """
         documents = self.core.scalar(COUNT_DOCUMENTS)
         if not Path(manifest).is_file():
-            ids = self.core.con.execute(SELECT_DOC_IDS).fetchnumpy()["doc_id"]
-            return HashDiff(documents, _ids(ids), _ids([]), _ids([]))
+            return HashDiff(documents, self.document_ids(), _ids([]), _ids([]))
         rows = self.core.con.execute(SELECT_NEW_OR_CHANGED, [str(manifest)]).fetchnumpy()
         gone = self.core.con.execute(SELECT_GONE, [str(manifest)]).fetchnumpy()["doc_id"]
         ids, is_new = _ids(rows["doc_id"]), np.asarray(rows["is_new"], dtype=bool)
