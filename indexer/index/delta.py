@@ -130,6 +130,14 @@ def derive_template(base: Path) -> np.ndarray:
     return faiss.serialize_index(out)  # `loaded`, which owns `ivf`, is alive until here
 
 
+def batch_selector(allowed) -> tuple[faiss.IDSelector, list]:
+    """An IDSelectorBatch of `allowed` ids, and what must outlive the search using it (the
+    C++ side points into the id array)."""
+    ids = np.ascontiguousarray(allowed, dtype=np.int64)
+    selector = faiss.IDSelectorBatch(ids)
+    return selector, [ids, selector]
+
+
 def probed_params(delta: faiss.Index, nprobe: int, k_factor: int | None, allowed):
     """A probed delta's search parameters: the base's nprobe and rescoring; restricted to
     `allowed`, every list (the delta is small) with their selector, translated under an IDMap
@@ -137,9 +145,7 @@ def probed_params(delta: faiss.Index, nprobe: int, k_factor: int | None, allowed
     selector: faiss.IDSelector | None = None
     keep: list = []
     if allowed is not None:
-        ids = np.ascontiguousarray(allowed, dtype=np.int64)
-        selector = faiss.IDSelectorBatch(ids)
-        keep += [ids, selector]
+        selector, keep = batch_selector(allowed)
         nprobe = faiss.extract_index_ivf(delta).nlist
         if k_factor is not None and hasattr(delta, "id_map"):
             selector = faiss.IDSelectorTranslated(delta.id_map, selector)

@@ -50,6 +50,7 @@ from indexer.index.delta import (
     DELTA_MAX_BYTES,
     DELTA_REBUILD,
     TRAINED_SUFFIX,
+    batch_selector,
     has_lists,
     merge_top,
     new_delta,
@@ -399,9 +400,7 @@ class VectorIndex:
         selector: faiss.IDSelector | None = None
         keep: list = []
         if allowed is not None:
-            ids = np.ascontiguousarray(allowed, dtype=np.int64)
-            selector = faiss.IDSelectorBatch(ids)
-            keep += [ids, selector]
+            selector, keep = batch_selector(allowed)
         elif len(self.deleted):
             live = self._live_selector()
             selector = live[2]
