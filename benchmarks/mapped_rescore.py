@@ -58,7 +58,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     index = faiss.read_index(str(args.base), faiss.IO_FLAG_MMAP_IFC)
-    parts = mapped_refine(index)
+    held = getattr(index, "id_map", None)  # an IDMap's ids; none: not a refined base
+    parts = None if held is None else mapped_refine(index, faiss.vector_to_array(held))
     if parts is None:
         sys.exit(f"{args.base}: not an IDMap over IndexRefine with float32 vectors")
     rng = np.random.default_rng(0)

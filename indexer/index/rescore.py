@@ -34,9 +34,10 @@ class MappedRefine:
     ids: np.ndarray  # external id of each internal position
 
 
-def mapped_refine(index: faiss.Index) -> MappedRefine | None:
+def mapped_refine(index: faiss.Index, ids: np.ndarray) -> MappedRefine | None:
     """The parts to rescore `index` here: an IDMap over an IndexRefine whose rescoring
-    vectors are float32 in inner product (`…,RFlat`), else None (FAISS searches it)."""
+    vectors are float32 in inner product (`…,RFlat`), else None (FAISS searches it).
+    `ids`: the IDMap's ids by position (the caller holds them once)."""
     top = faiss.downcast_index(index)
     if not isinstance(top, faiss.IndexIDMap):
         return None
@@ -50,7 +51,6 @@ def mapped_refine(index: faiss.Index) -> MappedRefine | None:
     vectors = faiss.rev_swig_ptr(flat.get_xb(), n * dim).reshape(n, dim) if n else None
     if vectors is None:
         return None
-    ids = faiss.vector_to_array(top.id_map).astype(np.int64)
     return MappedRefine(faiss.downcast_index(refine.base_index), vectors, ids)
 
 

@@ -137,8 +137,7 @@ class VectorIndex:
         # ids deleted from the base, which still stores them: never returned by a search,
         # not counted in `ntotal`
         self.deleted = np.zeros(0, np.int64)
-        # the vectors added since the base
-        self.delta: faiss.Index = new_delta(index.d, index.metric_type)
+        self.delta: faiss.Index = new_delta(index.d, index.metric_type)  # added since the base
         # the base trained and empty (probed deltas' template), or its file; neither: flat
         self.trained: np.ndarray | None = None
         self.trained_file: Path | None = None
@@ -229,7 +228,16 @@ class VectorIndex:
 
     @functools.cached_property
     def _rescored_here(self) -> MappedRefine | None:
-        return mapped_refine(self.index) if self.mapped else None  # `indexer.index.rescore`
+        if not self.mapped or not isinstance(self.index, faiss.IndexIDMap):
+            return None
+        return mapped_refine(self.index, self._held[0])  # `indexer.index.rescore`
+
+    @functools.cached_property
+    def _held(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """An IDMap base's ids by position and their argsort (None: ascending, as built)."""
+        held = faiss.vector_to_array(self._id_map).astype(np.int64)
+        ascending = bool(len(held) < 2 or (np.diff(held) > 0).all())
+        return held, None if ascending else np.argsort(held, kind="stable")
 
     @functools.cached_property
     def _base_ids(self) -> np.ndarray:
@@ -244,7 +252,7 @@ class VectorIndex:
         if self.trained is None and self.trained_file is not None and self.base is not None:
             base = self.trained_file.with_name(self.base)
             self.trained = read_template(self.trained_file, base)
-            self.trained_file = self.trained_file if self.trained is not None else None
+            self.trained_file = None if self.trained is None else self.trained_file
         return self.trained
 
     @property
@@ -381,10 +389,6 @@ class VectorIndex:
             self.index, faiss.IndexIDMap
         ):
             return self.index.reconstruct_batch(ids)
-        if not hasattr(self, "_held"):  # the ids and their order, once (the base never changes)
-            held = faiss.vector_to_array(self.index.id_map)
-            ascending = bool(len(held) < 2 or (np.diff(held) > 0).all())
-            self._held = (held, None if ascending else np.argsort(held, kind="stable"))
         positions = id_positions(*self._held, ids)
         return self.index.index.reconstruct_batch(positions)
 
