@@ -184,13 +184,15 @@ class ClusterIndex:
             pids, futures, [s for s, _ in ranges], [text_bytes(texts[s:e]) for s, e in ranges]
         )
 
-    def build(self, spec: str, provenance, config, batches, count: int) -> VectorIndex:
+    def build(self, spec: str, provenance, config, batches, count: int, spill=None) -> VectorIndex:
         """A rebuilt vector index: IVF specs in shards on the workers (trained here once,
         merged here), the others here (`indexer.index.shards.unmergeable` says why)."""
         reason = unmergeable(spec)
         if reason is not None:
             self.index_build = {"on": "writer", "reason": reason}
-            return VectorIndex.build_from_batches(spec, provenance, config, batches, count)
+            return VectorIndex.build_from_batches(
+                spec, provenance, config, batches, count, spill=spill
+            )
         template = None  # sent to every worker once, not with every shard
 
         def submit(fn, trained, ids, vectors):

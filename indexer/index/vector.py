@@ -65,6 +65,7 @@ from indexer.index.delta import (
     write_template,
 )
 from indexer.index.rescore import MappedRefine, mapped_refine, search_mapped
+from indexer.index.spill import fill
 from indexer.index.version_files import (
     DELETED_FILE,
     DELTA_FILE,
@@ -99,14 +100,10 @@ class VectorIndex:
     top k, the same results as one index over the same vectors when the base is exact.
     Changing a document deletes its old chunk ids and adds the new ones.
 
-    A rebuild is due (`remove` → False, `takes` → False) once the deleted ids pass
-    DELETED_REBUILD (10 %) of the base's vectors (dead vectors crowd the lists or the graph a
-    search walks, and hold memory), or the delta would pass DELTA_REBUILD (5 %) of them (each
-    process holds the delta privately) or, for a flat delta, DELTA_MAX_BYTES (16 MiB) of
-    vectors: a flat delta is scanned whole per query, a cost that grows with its size while the
-    base's search stays sublinear (the byte bound binds above ~280k 384-dim vectors). Until
-    then a publish writes what changed, not the base. The base's tuning (nprobe, k_factor),
-    measured on it, serves the delta too.
+    A rebuild is due (`remove` → False, `takes` → False) once deleted ids pass DELETED_REBUILD
+    (10 %) of the base (dead vectors crowd its lists and hold memory), or the delta would pass
+    DELTA_REBUILD (5 %) of it or, flat (scanned whole per query), DELTA_MAX_BYTES (16 MiB).
+    Until then a publish writes what changed. The base's tuning (nprobe, k_factor) serves both.
 
     Args:
         index: the base FAISS index (with ids).
@@ -156,13 +153,18 @@ class VectorIndex:
         ids: np.ndarray,
     ) -> VectorIndex:
         """Create an index from `vectors` (n, dim) float32 with chunk `ids` (n,) int64."""
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        ids = np.asarray(ids, dtype=np.int64)
-        return cls.build_from_batches(spec, provenance, config, lambda: [(ids, vectors)], len(ids))
+        batch = (np.asarray(ids, np.int64), np.ascontiguousarray(vectors, np.float32))
+        return cls.build_from_batches(spec, provenance, config, lambda: [batch], len(ids))
 
     @classmethod
     def build_from_batches(
-        cls, spec: str, provenance: Provenance, config: IndexConfig, batches: Batches, count: int
+        cls,
+        spec: str,
+        provenance: Provenance,
+        config: IndexConfig,
+        batches: Batches,
+        count: int,
+        spill: Path | None = None,
     ) -> VectorIndex:
         """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
         holding them all: one pass gathers the training sample (`auto.training_rows`),
@@ -172,6 +174,8 @@ class VectorIndex:
             batches: called once per pass; yields the same `count` vectors in the same order
                 each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
+            spill: a folder on the base's disk where an `…,RFlat` index's full vectors wait
+                while it fills (`indexer.index.spill`); None: in memory.
         """
         dim = provenance.dim
         parsed = parse_spec(spec)
@@ -196,8 +200,7 @@ class VectorIndex:
                 index.train(sample)
                 sample = None  # not held while the index fills
                 trained = trained_copy(index)
-            for ids, vectors in batches():  # into the base itself: `add` fills the delta
-                index.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
+            index = fill(index, spec, batches, spill)  # the base itself: `add` fills the delta
             out = cls(index, spec, provenance, config)
             out.trained = trained
         del sample
@@ -441,9 +444,8 @@ class VectorIndex:
 
     # -- files --------------------------------------------------------------------------
     def footprint(self) -> tuple[int, int]:
-        """(bytes each process that loads this version keeps to itself, bytes they share):
-        the delta is read privately; of a mapped base only its resident part
-        (`auto.resident_bytes`) is private, the rest stays in the file's shared pages."""
+        """(bytes each process that loads this version keeps to itself, bytes they share): the
+        delta, and of a mapped base its resident part (`auto.resident_bytes`), are private."""
         base, delta = self.file_bytes
         own = base
         if self.mapped:

@@ -21,6 +21,7 @@ from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
 from indexer.index.vector import VectorIndex, resolve_spec
+from indexer.index.version_files import bases_dir
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
 from indexer.records.provenance import QUERY_KEYS
@@ -226,8 +227,9 @@ def sync_vector_index(
         added, removed: chunk ids (any int sequence) added to / removed from the store.
         force: rebuild from the stored vectors whatever the current index holds
             (`bertindex doctor --repair`).
-        build: makes a rebuild, `build(spec, provenance, index config, batches, count)`
-            (None: `VectorIndex.build_from_batches`; `flows.cluster` builds IVF specs in
+        build: makes a rebuild, `build(spec, provenance, index config, batches, count,
+            spill=folder)` (`spill`: where rescoring vectors wait on disk while it fills;
+            None: `VectorIndex.build_from_batches`; `flows.cluster` builds IVF specs in
             shards on the workers).
     Returns:
         {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
@@ -268,7 +270,12 @@ def sync_vector_index(
             index = _add_stored(current, store, added)
         else:
             index = (build or VectorIndex.build_from_batches)(
-                spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()
+                spec,
+                provenance,
+                config.index,
+                store.vectors.iter_batches,
+                store.vectors.count(),
+                spill=bases_dir(store.path),
             )
     if index.ntotal != total:
         raise VectorIndexError(

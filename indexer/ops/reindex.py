@@ -22,6 +22,7 @@ from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
 from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
+from indexer.index.version_files import bases_dir
 from indexer.indexing.steps import encode_texts_for_index, sync_vector_index
 from indexer.ingest.readers import document_text
 from indexer.records.provenance import WRITE_KEYS
@@ -113,7 +114,12 @@ def _build_generation(
             count = gen.vectors.count()
             spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
             index = VectorIndex.build_from_batches(
-                spec, encoder.provenance, config.index, gen.vectors.iter_batches, count
+                spec,
+                encoder.provenance,
+                config.index,
+                gen.vectors.iter_batches,
+                count,
+                spill=bases_dir(live.path),
             )
             run.summary = {"encoded": encoded, "documents": len(live_hashes)}
         index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
