@@ -174,7 +174,7 @@ class Vectors:
         )
 
     def chunk_spans(
-        self, chunk_ids: Sequence[int]
+        self, chunk_ids: Sequence[int] | np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`chunk_span_map`'s rows for some chunk ids only (a search's few hundred): what a
         one-off search reads instead of the whole map (24 bytes a chunk: 240 MB at 10M).
