@@ -228,8 +228,8 @@ def _dense_rankings(
 ) -> list[list[tuple[int, float]]]:
     """(doc id, best chunk cosine) per query, `DEPTH` documents of the sample, best first;
     each query's own document scored as cut (re-encoded), every other from stored vectors."""
-    chunk_ids, chunk_docs, _, _ = store.vectors.chunk_span_map()
-    keep = np.isin(chunk_docs, sample) & ~np.isin(chunk_docs, [q.doc_id for q in queries])
+    chunk_ids, chunk_docs = store.vectors.chunks_of_documents(sample)
+    keep = ~np.isin(chunk_docs, [q.doc_id for q in queries])
     vectors = store.vectors.fetch(chunk_ids[keep])  # (chunks, dim), ascending chunk id
     owners = chunk_docs[keep]
     cut_texts = [document_text(DocText(q.doc_id, q.title, q.rest)) for q in queries]

@@ -20,8 +20,11 @@ SELECT_VECTORS_OF = (
     "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} ORDER BY chunk_id"
 )
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
-SELECT_CHUNK_IDS = "SELECT chunk_id FROM chunks ORDER BY chunk_id"
-SELECT_CHUNK_SPANS = "SELECT chunk_id, doc_id, start_char, end_char FROM chunks ORDER BY chunk_id"
+SELECT_CHUNK_SPANS = "SELECT chunk_id, doc_id, start_char, end_char FROM chunks"  # unordered
+SELECT_CHUNK_IDS_UNORDERED = "SELECT chunk_id FROM chunks"
+SELECT_CHUNKS_OF_DOCS = (
+    "SELECT chunk_id, doc_id FROM chunks WHERE doc_id IN {ids} ORDER BY chunk_id"
+)
 SELECT_CHUNK_SPANS_OF = (
     "SELECT chunk_id, doc_id, start_char, end_char FROM chunks WHERE chunk_id IN {ids} "
     "ORDER BY chunk_id"
@@ -152,26 +155,42 @@ class Vectors:
                 "with Store(path, read_only=True, snapshot=False) to read them"
             )
 
-    def chunk_ids(self) -> np.ndarray:
-        """Every stored chunk id, ascending, int64."""
-        rows = self.core.con.execute(SELECT_CHUNK_IDS).fetchnumpy()
-        return rows["chunk_id"].astype(np.int64)
+    def chunk_ids(self, batch_rows: int = 1 << 20) -> np.ndarray:
+        """Every stored chunk id, ascending, int64: streamed out of DuckDB (a materialised
+        result must fit the writer's 128 MB; 10M ids do not) and sorted here."""
+        reader = self.core.con.execute(SELECT_CHUNK_IDS_UNORDERED).fetch_record_batch(batch_rows)
+        parts = [batch.column(0).to_numpy().astype(np.int64) for batch in reader]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
-    def chunk_span_map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every chunk's document and character span, read in one round trip (24 bytes a
-        chunk): a Searcher holding it maps FAISS ids to documents and fetches a search's hits
-        with one documents query, no chunks join.
+    def chunk_span_map(
+        self, batch_rows: int = 1 << 20
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every chunk's document and character span (24 bytes a chunk): a Searcher holding it
+        maps FAISS ids to documents and fetches a search's hits with one documents query, no
+        chunks join. Streamed out of DuckDB unordered and sorted here, as `chunk_ids`.
 
         Returns:
             (chunk ids ascending, doc ids, start chars, end chars), aligned.
         """
-        rows = self.core.con.execute(SELECT_CHUNK_SPANS).fetchnumpy()
-        return (
-            rows["chunk_id"].astype(np.int64),
-            rows["doc_id"].astype(np.int64),
-            rows["start_char"].astype(np.int32),
-            rows["end_char"].astype(np.int32),
-        )
+        reader = self.core.con.execute(SELECT_CHUNK_SPANS).fetch_record_batch(batch_rows)
+        parts: list[list[np.ndarray]] = [[], [], [], []]
+        for batch in reader:
+            for i, kind in enumerate((np.int64, np.int64, np.int32, np.int32)):
+                parts[i].append(batch.column(i).to_numpy().astype(kind))
+        if not parts[0]:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty.astype(np.int32), empty.astype(np.int32)
+        ids, docs, starts, ends = (np.concatenate(p) for p in parts)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], docs[order], starts[order], ends[order]
+
+    def chunks_of_documents(self, doc_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids ascending, their doc ids) of the given documents (a sample's)."""
+        if not len(doc_ids):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        with self.core.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.core.con.execute(SELECT_CHUNKS_OF_DOCS.format(ids=ids)).fetchnumpy()
+        return rows["chunk_id"].astype(np.int64), rows["doc_id"].astype(np.int64)
 
     def chunk_spans(
         self, chunk_ids: Sequence[int] | np.ndarray
