@@ -184,7 +184,9 @@ class Vectors:
         order = np.argsort(ids, kind="stable")
         return ids[order], docs[order], starts[order], ends[order]
 
-    def chunks_of_documents(self, doc_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def chunks_of_documents(
+        self, doc_ids: Sequence[int] | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids ascending, their doc ids) of the given documents (a sample's)."""
         if not len(doc_ids):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
