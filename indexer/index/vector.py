@@ -174,8 +174,7 @@ class VectorIndex:
             batches: called once per pass; yields the same `count` vectors in the same order
                 each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
-            spill: a folder on the base's disk where an `…,RFlat` index's full vectors wait
-                while it fills (`indexer.index.spill`); None: in memory.
+            spill: a folder where an `…,RFlat` index's vectors wait (`index.spill`; None: RAM).
         """
         dim = provenance.dim
         parsed = parse_spec(spec)

@@ -228,9 +228,8 @@ def sync_vector_index(
         force: rebuild from the stored vectors whatever the current index holds
             (`bertindex doctor --repair`).
         build: makes a rebuild, `build(spec, provenance, index config, batches, count,
-            spill=folder)` (`spill`: where rescoring vectors wait on disk while it fills;
-            None: `VectorIndex.build_from_batches`; `flows.cluster` builds IVF specs in
-            shards on the workers).
+            spill=folder for rescoring vectors)` (None: `VectorIndex.build_from_batches`;
+            `flows.cluster` builds IVF specs in shards on the workers).
     Returns:
         {"version", "spec", "ntotal", "rebuilt"}; version is None when nothing changed.
     """
@@ -269,13 +268,9 @@ def sync_vector_index(
         if incremental and current is not None:
             index = _add_stored(current, store, added)
         else:
+            batches, count = store.vectors.iter_batches, store.vectors.count()
             index = (build or VectorIndex.build_from_batches)(
-                spec,
-                provenance,
-                config.index,
-                store.vectors.iter_batches,
-                store.vectors.count(),
-                spill=bases_dir(store.path),
+                spec, provenance, config.index, batches, count, spill=bases_dir(store.path)
             )
     if index.ntotal != total:
         raise VectorIndexError(
