@@ -57,8 +57,9 @@ CHECKPOINT = "CHECKPOINT"
 MERGE_RATIO = 2
 LEFT_OUT = {"vectors": ("embedding",)}  # columns readers never read from a snapshot
 # small row groups: a reader fetching a few rows by id skips the groups whose min/max miss them
-# and decodes whole the ones it reads (10 random documents of 100k: p50 14.4 ms at 8192 rows,
-# 9.3 at 2048, DuckDB's smallest; benchmarks/row_groups.py)
+# and decodes whole the ones it reads (10 random documents of 100k: p50 15.4 ms at 8192 rows,
+# 7.9 at 2048, DuckDB's smallest, 4 % more bytes; lz4 6.6 ms for 65 % more bytes, not taken;
+# benchmarks/results/row_groups_100k.json)
 _PARQUET = "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 2048)"
 _SEQ = re.compile(r"^(?:m|[a-z_]+-)(\d+)")
 _TABLES = (
