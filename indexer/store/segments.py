@@ -272,7 +272,15 @@ def _copy(con: duckdb.DuckDBPyConnection, select: str, target: Path) -> int:
     empty result leaves no file. Returns the rows written."""
     tmp = target.with_name(f".tmp-{target.name}")
     quoted = str(tmp).replace("'", "''")
-    row = con.execute(f"COPY ({select}) TO '{quoted}' {_PARQUET}").fetchone()
+    # one thread: an ordered parallel COPY buffers the threads' batches to keep their order,
+    # past the writer's 128 MB with 10M texts (Out of Memory); one thread keeps the order
+    # (readers skip row groups by doc id) in constant memory (10M documents: 16 s)
+    threads = con.execute("SELECT current_setting('threads')").fetchone()
+    con.execute("SET threads TO 1")
+    try:
+        row = con.execute(f"COPY ({select}) TO '{quoted}' {_PARQUET}").fetchone()
+    finally:
+        con.execute(f"SET threads TO {int(threads[0]) if threads else 1}")
     count = int(row[0]) if row else 0
     if not count:
         tmp.unlink(missing_ok=True)
