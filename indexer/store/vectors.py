@@ -31,6 +31,16 @@ SELECT_CHUNK_SPANS_OF = (
 )
 
 
+def _spans(ids, docs, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(chunk ids, doc ids) as int64, (start chars, end chars) as int32."""
+    return (
+        np.asarray(ids, np.int64),
+        np.asarray(docs, np.int64),
+        np.asarray(starts, np.int32),
+        np.asarray(ends, np.int32),
+    )
+
+
 def _as_matrix(embeddings) -> np.ndarray:
     """An Arrow FLOAT[dim] column as a float32 (n, dim) array."""
     dim = embeddings.type.list_size
@@ -173,14 +183,10 @@ class Vectors:
             (chunk ids ascending, doc ids, start chars, end chars), aligned.
         """
         reader = self.core.con.execute(SELECT_CHUNK_SPANS).fetch_record_batch(batch_rows)
-        parts: list[list[np.ndarray]] = [[], [], [], []]
-        for batch in reader:
-            for i, kind in enumerate((np.int64, np.int64, np.int32, np.int32)):
-                parts[i].append(batch.column(i).to_numpy().astype(kind))
-        if not parts[0]:
-            empty = np.zeros(0, np.int64)
-            return empty, empty, empty.astype(np.int32), empty.astype(np.int32)
-        ids, docs, starts, ends = (np.concatenate(p) for p in parts)
+        parts = [_spans(*(batch.column(i).to_numpy() for i in range(4))) for batch in reader]
+        if not parts:
+            return _spans([], [], [], [])
+        ids, docs, starts, ends = (np.concatenate(p) for p in zip(*parts))
         order = np.argsort(ids, kind="stable")
         return ids[order], docs[order], starts[order], ends[order]
 
@@ -205,15 +211,9 @@ class Vectors:
         """
         wanted = sorted({int(i) for i in chunk_ids})
         if not wanted:
-            empty = np.zeros(0, np.int64)
-            return empty, empty, empty.astype(np.int32), empty.astype(np.int32)
+            return _spans([], [], [], [])
         # a literal list: DuckDB skips the row groups whose min/max miss every id (a bound
         # view is a join, which reads them all)
         ids = "(" + ",".join(str(i) for i in wanted) + ")"
         rows = self.core.con.execute(SELECT_CHUNK_SPANS_OF.format(ids=ids)).fetchnumpy()
-        return (
-            rows["chunk_id"].astype(np.int64),
-            rows["doc_id"].astype(np.int64),
-            rows["start_char"].astype(np.int32),
-            rows["end_char"].astype(np.int32),
-        )
+        return _spans(rows["chunk_id"], rows["doc_id"], rows["start_char"], rows["end_char"])
