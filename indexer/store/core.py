@@ -34,8 +34,9 @@ from indexer.store.schema import (
     scalar,
     stored_schema_version,
 )
+from indexer.store.segment_fetch import RowLookup
 from indexer.store.segments import publish_segments
-from indexer.store.snapshot import Snapshot, open_current_snapshot
+from indexer.store.snapshot import Snapshot, open_current_snapshot, segments_dir
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -85,6 +86,8 @@ class StoreCore:
         self._bound_views = itertools.count()  # names of registered Arrow views
         self._threads: threading.local | None = None  # per-thread cursors, once shared
         self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._lookups: dict[str, RowLookup | None] = {}
+        self._lookups_lock = threading.Lock()
         if read_only and snapshot:
             self._snapshot = open_current_snapshot(self.path)
             if self._snapshot is not None:
@@ -206,12 +209,29 @@ class StoreCore:
         self._cursor_lock = threading.Lock()
         self._threads = threading.local()
 
+    def row_lookup(self, table: str, key: str) -> RowLookup | None:
+        """Rows of the open snapshot's `table` by its integer `key`, read straight from the
+        segments (`indexer.store.segment_fetch`; built on first use, then kept). None when
+        the live file or a legacy copy is open, or the segments cannot be read that way."""
+        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        if manifest is None or table not in manifest["tables"]:
+            return None
+        with self._lookups_lock:
+            if table not in self._lookups:
+                try:
+                    found = RowLookup(segments_dir(self.path), manifest["tables"][table], key)
+                except (LookupError, OSError, ValueError):
+                    found = None  # the views answer instead
+                self._lookups[table] = found
+            return self._lookups[table]
+
     def close(self) -> None:
         """Close the connection (and any per-thread cursors) and release the writer lock."""
         for cursor in self._cursors:
             cursor.close()
         self._cursors.clear()
         self._threads = None
+        self._lookups.clear()  # their mapped segments
         self._con.close()
         if self._snapshot is not None:
             self._snapshot.release()  # after the connection: its views read the segments

@@ -20,9 +20,9 @@ SELECT_CHUNK_HITS = (
     "c.start_char, c.end_char FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
     "WHERE c.chunk_id IN {ids}"
 )
+DOCUMENT_HIT_COLUMNS = ("doc_id", "collection", "external_id", "title", "text", "metadata")
 SELECT_DOCUMENT_HITS = (
-    "SELECT doc_id, collection, external_id, title, text, metadata "
-    "FROM documents WHERE doc_id IN {ids}"
+    f"SELECT {', '.join(DOCUMENT_HIT_COLUMNS)} FROM documents WHERE doc_id IN {{ids}}"
 )
 SELECT_TEXTS = "SELECT doc_id, title, text FROM documents WHERE doc_id IN {ids} ORDER BY doc_id"
 SELECT_HASHES = "SELECT doc_id, content_hash FROM documents ORDER BY doc_id"
@@ -103,8 +103,14 @@ class DocumentReads:
         """
         if not len(doc_ids):
             return {}
-        with _id_list(self.core, [int(d) for d in doc_ids]) as (ids, params):
-            rows = self.core.con.execute(SELECT_DOCUMENT_HITS.format(ids=ids), params).fetchall()
+        rows = None
+        lookup = self.core.row_lookup("documents", "doc_id")
+        if lookup is not None and len(doc_ids) <= SMALL_ID_LIST:
+            rows = lookup.fetch([int(d) for d in doc_ids], DOCUMENT_HIT_COLUMNS)
+        if rows is None:
+            with _id_list(self.core, [int(d) for d in doc_ids]) as (ids, params):
+                sql = SELECT_DOCUMENT_HITS.format(ids=ids)
+                rows = self.core.con.execute(sql, params).fetchall()
         return {
             r[0]: Hit(-1, r[0], r[1], r[2], r[3], r[4], _metadata(r[5]), 0, len(r[4])) for r in rows
         }

@@ -56,12 +56,11 @@ from indexer.store.snapshot import (
 CHECKPOINT = "CHECKPOINT"
 MERGE_RATIO = 2
 LEFT_OUT = {"vectors": ("embedding",)}  # columns readers never read from a snapshot
-# row groups of 8192 rows: a reader fetching a few rows by id decodes whole the groups that hold
-# them, and DuckDB also walks every group's statistics on each query, a cost that grows with
-# the segment. 10 random documents: 100k segment p50 15.4 ms at 8192 rows, 7.9 at 2048; 10M
-# segment 39 ms at 8192, 72 at 2048 (4,883 groups), 42 at 16384 (benchmarks/row_groups.py,
-# results/row_groups_100k.json and row_groups_10m.json): 8192 is the better at scale
-_PARQUET = "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192)"
+# row groups of 2048 rows: a search's few hits are read by id straight from the row groups
+# that hold them (`segment_fetch`, one ~0.5 ms decode each at 10M), so a smaller group decodes
+# less; through DuckDB's views (which walk every group's statistics per query) 2048 had cost
+# more than 8192 at 10M (benchmarks/row_groups.py: results/row_groups_10m.json)
+_PARQUET = "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 2048)"
 _SEQ = re.compile(r"^(?:m|[a-z_]+-)(\d+)")
 _TABLES = (
     "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() "

@@ -51,12 +51,14 @@ class Snapshot:
         path: the version's manifest (or its legacy `store.duckdb`), for messages.
         hold: the file whose shared lock keeps the version's segments on disk (None for a
             legacy snapshot, whose file stays readable once open).
+        manifest: the segments' manifest (None for a legacy snapshot).
     """
 
     con: duckdb.DuckDBPyConnection
     version: str
     path: Path
     hold: IO[bytes] | None = None
+    manifest: dict[str, Any] | None = None
 
     def release(self) -> None:
         """Give up the lock; the writer's next collection may then remove the segments."""
@@ -165,7 +167,7 @@ def _open_segments(store_dir: Path, version: str) -> Snapshot | None:
     except (OSError, ValueError, duckdb.Error) as exc:
         hold.close()
         raise _damaged(store_dir, manifest_file, exc) from None
-    return Snapshot(con, version, manifest_file, hold)
+    return Snapshot(con, version, manifest_file, hold, manifest)
 
 
 def views_connection(folder: Path, manifest: dict[str, Any]) -> duckdb.DuckDBPyConnection:

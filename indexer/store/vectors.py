@@ -25,6 +25,7 @@ SELECT_CHUNK_IDS_UNORDERED = "SELECT chunk_id FROM chunks"
 SELECT_CHUNKS_OF_DOCS = (
     "SELECT chunk_id, doc_id FROM chunks WHERE doc_id IN {ids} ORDER BY chunk_id"
 )
+SPAN_COLUMNS = ("chunk_id", "doc_id", "start_char", "end_char")
 SELECT_CHUNK_SPANS_OF = (
     "SELECT chunk_id, doc_id, start_char, end_char FROM chunks WHERE chunk_id IN {ids} "
     "ORDER BY chunk_id"
@@ -212,6 +213,11 @@ class Vectors:
         wanted = sorted({int(i) for i in chunk_ids})
         if not wanted:
             return _spans([], [], [], [])
+        lookup = self.core.row_lookup("chunks", "chunk_id")
+        found = lookup.fetch(wanted, SPAN_COLUMNS) if lookup is not None else None
+        if found is not None:  # straight from the snapshot's segments
+            found.sort()
+            return _spans(*(zip(*found) if found else ([], [], [], [])))
         # a literal list: DuckDB skips the row groups whose min/max miss every id (a bound
         # view is a join, which reads them all)
         ids = "(" + ",".join(str(i) for i in wanted) + ")"

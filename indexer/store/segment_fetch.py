@@ -1,0 +1,134 @@
+"""A few rows of a snapshot table fetched by key straight from its Parquet segments.
+
+A search fetches its hits' documents by doc id. Through the snapshot's DuckDB views that
+query walks every row group's statistics and, since the ids of one page are spread over the
+whole range, decodes the key column of most of them: ~40 ms a fetch at 10M documents, and the
+cost grows with the store (benchmarks/row_groups.py). This reads each segment's row-group key
+ranges once (the Parquet footer, ~10 ms for 10M rows), then for a fetch decodes only the row
+groups whose range holds a wanted key, with pyarrow over the mapped file: the cost grows with
+the hits, not the store.
+
+Visibility is the views' rule (`snapshot.visible_sql`): a row of segment s is hidden by a
+tombstone with its `_h` in a later segment. The tombstones are read once (16 bytes each).
+
+Falls back (returns None, the caller queries the views) where this would not be faster or
+not be exact: a segment without key statistics, more tombstones than `MAX_TOMBSTONES`, or a
+fetch whose keys fall in more than `MAX_GROUPS` row groups (segments not ordered by key).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from indexer.store.snapshot import HASH, SEG
+
+MAX_TOMBSTONES = 1 << 22  # 64 MB of (hash, segment) pairs in each reading process
+MAX_GROUPS = 256  # row groups one fetch may decode (a search's spans: a few hundred chunks)
+
+
+class _Part:
+    """One rows segment: its open file and each row group's key range."""
+
+    def __init__(self, path: Path, key: str):
+        self.file = pq.ParquetFile(path, memory_map=True)
+        meta = self.file.metadata
+        column = meta.schema.names.index(key)
+        lows, highs = [], []
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                raise LookupError(f"{path.name}: row group {group} has no {key} range")
+            lows.append(stats.min)
+            highs.append(stats.max)
+        self.lows = np.asarray(lows, np.int64)
+        self.highs = np.asarray(highs, np.int64)
+
+    def groups(self, keys: np.ndarray) -> np.ndarray:
+        """Row groups whose key range holds one of `keys`."""
+        holds = (self.lows[None, :] <= keys[:, None]) & (self.highs[None, :] >= keys[:, None])
+        return np.flatnonzero(holds.any(axis=0))
+
+
+class RowLookup:
+    """Rows of one snapshot table by an integer key column (e.g. documents by doc_id).
+
+    Args:
+        folder: the snapshot's segment folder.
+        table: the table's manifest entry ({"columns", "segments"}).
+        key: the key column (BIGINT).
+    Raises:
+        LookupError: the segments cannot be read this way (the caller uses the views).
+    """
+
+    def __init__(self, folder: Path, table: dict[str, Any], key: str):
+        self.key = key
+        self.columns = [name for name, _ in table["columns"]]
+        segments = table["segments"]
+        if sum(s.get("n_dead", 0) for s in segments) > MAX_TOMBSTONES:
+            raise LookupError(f"more than {MAX_TOMBSTONES} tombstones")
+        self._parts = [_Part(folder / s["rows"], key) for s in segments if s["rows"]]
+        self._dead_h, self._dead_seg = _tombstones(folder, segments)
+        self._lock = threading.Lock()  # one ParquetFile read at a time
+
+    def fetch(self, keys: Sequence[int], columns: Sequence[str]) -> list[tuple] | None:
+        """The visible rows whose key is in `keys` (unknown keys skipped), `columns` of each,
+        in no particular order; None when the fetch would decode more than MAX_GROUPS groups.
+        """
+        wanted = np.unique(np.asarray(keys, np.int64))
+        plan = [(part, part.groups(wanted)) for part in self._parts]
+        if sum(len(groups) for _, groups in plan) > MAX_GROUPS:
+            return None
+        read = list(dict.fromkeys([self.key, *columns, HASH, SEG]))
+        tables = []
+        with self._lock:
+            for part, groups in plan:
+                if not len(groups):
+                    continue
+                found = part.file.read_row_groups(groups.tolist(), columns=read, use_threads=False)
+                found = found.filter(pc.is_in(found[self.key], pa.array(wanted)))
+                if found.num_rows:
+                    tables.append(found)
+        rows: list[tuple] = []
+        for found in tables:
+            hashes, seqs = (found[c].to_numpy(zero_copy_only=False) for c in (HASH, SEG))
+            visible = self._visible(hashes, seqs)
+            picked = found.filter(pa.array(visible)).select(list(columns))
+            rows.extend(zip(*(c.to_pylist() for c in picked.columns)))
+        return rows
+
+    def _visible(self, hashes: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """Which rows (their `_h` and `_seg`) no tombstone of a later segment hides."""
+        if not len(self._dead_h):
+            return np.ones(len(hashes), bool)
+        at = np.searchsorted(self._dead_h, hashes)
+        inside = at < len(self._dead_h)
+        match = np.zeros(len(hashes), bool)
+        match[inside] = self._dead_h[at[inside]] == hashes[inside]
+        hidden = match & (self._dead_seg[np.minimum(at, len(self._dead_h) - 1)] > seqs)
+        return ~hidden
+
+
+def _tombstones(folder: Path, segments: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every tombstone's `_h` (sorted, unique) and the latest segment holding it."""
+    hashes, seqs = [], []
+    for segment in segments:
+        if segment["dead"]:
+            dead = pq.read_table(folder / segment["dead"], columns=[HASH, SEG])
+            hashes.append(dead[HASH].to_numpy(zero_copy_only=False).astype(np.uint64))
+            seqs.append(dead[SEG].to_numpy(zero_copy_only=False).astype(np.int64))
+    if not hashes:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    h, s = np.concatenate(hashes), np.concatenate(seqs)
+    order = np.lexsort((-s, h))  # by hash, latest segment first
+    h, s = h[order], s[order]
+    first = np.ones(len(h), bool)
+    first[1:] = h[1:] != h[:-1]
+    return h[first], s[first]
