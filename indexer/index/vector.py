@@ -237,8 +237,8 @@ class VectorIndex:
     @functools.cached_property
     def _held(self) -> tuple[np.ndarray, np.ndarray | None]:
         """An IDMap base's ids by position and their argsort (None: ascending, as built)."""
-        held = faiss.vector_to_array(self._id_map).astype(np.int64)
-        ascending = bool(len(held) < 2 or (np.diff(held) > 0).all())
+        held = faiss.vector_to_array(self._id_map).astype(np.int64, copy=False)  # 80 MB at 10M
+        ascending = bool((held[1:] > held[:-1]).all())  # no 80 MB np.diff
         return held, None if ascending else np.argsort(held, kind="stable")
 
     @functools.cached_property

@@ -36,19 +36,21 @@ def test_choice_follows_size_and_memory_budget():
     assert chosen(full - 1) == f"{fast},Refine(SQ8)"  # int8 rescoring
     sq8 = estimate_bytes(f"{fast},Refine(SQ8)", 1_000_000, 384)
     assert sq8 == 1_000_000 * (96 + 384 + 56) + 4096 * 1536
-    # larger than the budget: served mapped, the same 4-bit PQ codes in plain lists and the
-    # float32 rescoring vectors left in the file; each process keeps the ids (a plain IDMap,
-    # 8 bytes a vector) and the centroids
-    mapped = "IVF4096,PQ192x4np,RFlat"
+    # larger than the budget: served mapped, PQ codes of the same bytes (8-bit) in plain
+    # lists and the float32 rescoring vectors left in the file; each process keeps the ids (a
+    # plain IDMap, 8 bytes a vector) and the centroids
+    mapped = "IVF4096,PQ96x8np,RFlat"
     assert chosen(sq8 - 1) == mapped
     private = resident_bytes(mapped, 1_000_000, 384)
     assert private == 1_000_000 * 8 + 4096 * 1536
     assert chosen(private) == mapped
     # no codes-only index keeps less (fast-scan codes and ids in the IVF lists are private)
     assert estimate_bytes(fast, 1_000_000, 384) == 1_000_000 * (96 + 8) + 4096 * 1536
-    with pytest.raises(VectorIndexError, match="IVF4096,PQ192x4np,RFlat"):
+    with pytest.raises(VectorIndexError, match="IVF4096,PQ96x8np,RFlat"):
         chosen(private - 1)
-    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ192x4np,RFlat"
+    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ96x8np,RFlat"
+    # too few vectors to train 8-bit codes (39 × 256): 4-bit ones of the same bytes
+    assert choose_spec(9_000, 384, IndexConfig(memory_budget_mb=0.5)) == "IVF230,PQ192x4np,RFlat"
     # too few vectors to train 4-bit codes (39 × 16): full or 8-bit vectors in IVF lists
     assert choose_spec(500, 32, IndexConfig(flat_limit=0)) == "IVF12,Flat"
     assert choose_spec(500, 32, IndexConfig(flat_limit=0, memory_budget_mb=0.05)) == "IVF12,SQ8"

@@ -110,7 +110,7 @@ def test_auto_under_a_small_budget_serves_a_mapped_index_at_the_recall_target(tm
     vectors, queries = data[:n], data[n:]  # the same clusters; the queries held out
     ids = np.arange(n, dtype=np.int64) * 7
     spec = mapped_spec(n, dim)
-    assert spec == "IVF512,PQ32x4np,RFlat"
+    assert spec == "IVF512,PQ16x8np,RFlat"
     private = resident_bytes(spec, n, dim)
     # a budget below every index held whole in memory, above what a mapped load keeps
     budget = 1.5 * private
