@@ -11,13 +11,14 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 import flows  # noqa: F401  (applies the project's Prefect settings)
+from flows.retry import transient
 from indexer.adapt import corpus
 from indexer.adapt import run as adapt_run
 from indexer.adapt.run import AdaptSettings
 from indexer.core.progress import ProgressArg
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def read_texts(
     paths: list[str], fmt: str, store: str | None, collection: str | None, progress: ProgressArg
 ) -> tuple[list[str], dict]:

@@ -22,6 +22,7 @@ from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
 from flows.cluster import annotate_pass, maybe_cluster, run_index_on_cluster
+from flows.retry import transient
 from flows.streams import keep_dedup_current, write_report
 from indexer.annotate.annotator import Annotator, load_heads
 from indexer.annotate.files import annotate_files
@@ -43,7 +44,7 @@ def load_annotator(head_args: list[str], config: Config) -> Annotator:
     return build_annotator(head_args, config)
 
 
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def annotate_in_store(
     annotator: Annotator,
     config: Config,
@@ -63,7 +64,7 @@ def annotate_to_file(
     return annotate_files(paths, annotator, Path(out), progress=progress)
 
 
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def index_file(
     path: str,
     config: Config,

@@ -19,6 +19,7 @@ from prefect.utilities.annotations import quote
 
 import flows  # noqa: F401  (Prefect settings first)
 from flows.cluster import cluster_client, run_index_on_cluster
+from flows.retry import transient
 from flows.streams import keep_dedup_current
 from indexer.config import Config
 from indexer.config.flows import SourceConfig
@@ -44,19 +45,25 @@ def encode_batch(
     return encode_texts_for_index(texts, config, encoder, progress=progress)
 
 
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def commit(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> BatchResult:
     return commit_batch(plan, chunks, store, run_id)
 
 
-@task(name="delete_missing", cache_policy=NONE, retries=2, retry_delay_seconds=1)
+@task(
+    name="delete_missing",
+    cache_policy=NONE,
+    retries=2,
+    retry_delay_seconds=1,
+    retry_condition_fn=transient,
+)
 def delete_missing_task(
     store: Store, collection: str, seen: set[str]
 ) -> tuple[list[str], list[int]]:
     return delete_missing(store, collection, seen)
 
 
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=1)
+@task(cache_policy=NONE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def write_index(
     store: Store, config: Config, added, removed, base_version=None, build=None
 ) -> dict:

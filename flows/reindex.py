@@ -11,6 +11,7 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # noqa: F401  (Prefect settings first)
+from flows.retry import transient
 from indexer.config import Config
 from indexer.core.progress import ProgressArg
 from indexer.core.timeutil import utc_now
@@ -20,7 +21,7 @@ from indexer.ops.reindex import reindex_store
 from indexer.store import Store
 
 
-@task(cache_policy=NONE, retries=1, retry_delay_seconds=5)
+@task(cache_policy=NONE, retries=1, retry_delay_seconds=5, retry_condition_fn=transient)
 def reindex_task(config: Config, batch_size: int, progress: ProgressArg) -> dict:
     return run_reindex(config, batch_size, progress)
 

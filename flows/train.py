@@ -8,6 +8,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 import flows  # noqa: F401  (applies the project's Prefect settings)
+from flows.retry import transient
 from indexer.core.progress import ProgressArg
 from indexer.heads import train as head_train
 from indexer.heads.data import HeadData, read_head_data
@@ -15,7 +16,7 @@ from indexer.heads.train import TrainSettings
 from indexer.review.training import add_reviewed
 
 
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
 def read_splits(
     task_name: str, data: str, validation: str | None, test: str | None, fmt: str
 ) -> HeadData:

@@ -7,6 +7,7 @@ One Prefect test harness (temporary API) for the session (tests/conftest.py); on
 
 from __future__ import annotations
 
+import errno
 import json
 from datetime import datetime, timezone
 
@@ -49,7 +50,7 @@ def test_failed_batch_is_retried_then_reported(prefect_api, tiny_config, tmp_pat
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 300, seed=2)
     real = flow_module.commit_batch
-    calls = {"flaky": 0}
+    calls = {"flaky": 0, "full": 0}
 
     def failing(plan, chunks, store, run_id):
         rows = [r.row for r in plan.batch.records]
@@ -58,12 +59,14 @@ def test_failed_batch_is_retried_then_reported(prefect_api, tiny_config, tmp_pat
             if calls["flaky"] == 1:
                 raise OSError("disk hiccup")
         if 250 in rows:
-            raise OSError("disk full")
+            calls["full"] += 1
+            raise OSError(errno.ENOSPC, "disk full")
         return real(plan, chunks, store, run_id)
 
     monkeypatch.setattr(flow_module, "commit_batch", failing)
     summary = flow_for(tiny_config)([str(corpus)], tiny_config, batch_size=100)
     assert calls["flaky"] == 2  # failed once, retried by Prefect
+    assert calls["full"] == 1  # a full disk needs a person: not retried (flows.retry)
     assert len(summary["failed_batches"]) == 1
     assert "disk full" in summary["failed_batches"][0]["error"]
     assert "rows 201-" in summary["failed_batches"][0]["batch"]
