@@ -33,6 +33,9 @@ smallest size) is printed as a table and written with the rest to `--out`, besid
 cores, load before and after, library versions and the command. A phase that fails records its
 error and the run goes on.
 
+`--reads-only` measures the reads alone (cold query, serve, recall, disk) on the stores an
+earlier run left under `--work` (e.g. after a change to the search path or a rebuilt index).
+
     .venv/bin/python benchmarks/scale.py --sizes 20000 50000 --out /tmp/scale.json
     nohup .venv/bin/python benchmarks/scale.py --sizes 1000000 10000000 --work /data/scale \
         > /tmp/scale.log 2>&1 &
@@ -465,6 +468,8 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         return {"bytes": corpus.stat().st_size, "wall_s": _since(started)}
 
     phase(record, "corpus", generate)
+    if args.reads_only:
+        return reads(folder, model_dir, queries, args, record)
     minimum = not args.skip_minimum
     if minimum and not args.minimum_last:
         phase(record, "minimum", run_minimum, corpus, folder / "minimum", model_dir, n, CHUNK)
@@ -507,6 +512,22 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
     if first and "docs_per_s" in (record.get("minimum") or {}):
         first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)
         SAVE()
+    return record
+
+
+def reads(folder: Path, model_dir: Path, queries: list[str], args, record: dict) -> dict:
+    """The read phases alone on the store an earlier run left in `folder` (`--reads-only`)."""
+    store, config = folder / "store", folder / "config.yaml"
+    if not (store / "store.duckdb").is_file() or not config.is_file():
+        raise SystemExit(f"--reads-only: no store and config.yaml in {folder} from an earlier run")
+    record["reads_only"] = True
+    phase(record, "disk_bytes", disk_by_part, store)
+    phase(record, "cold_query", cold_queries, config, store, queries)
+    if not args.skip_serve:
+        served = phase(record, "serve", serve_run, config, store, queries, args)
+        if served:
+            ids = served.pop("served_ids")
+            phase(record, "recall", recall, store, ids, queries, model_dir)
     return record
 
 
@@ -592,6 +613,11 @@ def main() -> None:
         action="store_true",
         help="run the minimum after bertindex's phases, its store removed first (10M: the two "
         "do not fit 66 GB of disk together, and bertindex's figures come first)",
+    )
+    parser.add_argument(
+        "--reads-only",
+        action="store_true",
+        help="cold query, serve, recall and disk on the stores an earlier run left in --work",
     )
     parser.add_argument("--out", type=Path, help="JSON result (default: benchmarks/results/...)")
     parser.add_argument("--spec", default="auto", help="index.spec (default: auto)")

@@ -64,7 +64,7 @@ from indexer.index.delta import (
     trained_copy,
     write_template,
 )
-from indexer.index.rescore import MappedRefine, mapped_refine, search_mapped
+from indexer.index.rescore import MappedRefine, id_view, mapped_refine, search_mapped
 from indexer.index.spill import fill
 from indexer.index.version_files import (
     DELETED_FILE,
@@ -236,10 +236,8 @@ class VectorIndex:
 
     @functools.cached_property
     def _held(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """An IDMap base's ids by position and their argsort (None: ascending, as built)."""
-        held = faiss.vector_to_array(self._id_map).astype(np.int64, copy=False)  # 80 MB at 10M
-        ascending = bool((held[1:] > held[:-1]).all())  # no 80 MB np.diff
-        return held, None if ascending else np.argsort(held, kind="stable")
+        """An IDMap base's ids by position and their argsort (`rescore.id_view`)."""
+        return id_view(self._id_map)
 
     @functools.cached_property
     def _base_ids(self) -> np.ndarray:
