@@ -93,8 +93,9 @@ def collect_bases(store_dir: str | Path) -> None:
             log.warning("bases kept: version v%d is unreadable (%s)", number, exc)
             return
     for path in folder.iterdir():
-        # a base's trained copy (`<name>.trained.faiss`, the probed deltas' template) goes with it
-        base = path.name.removesuffix(".trained.faiss")
+        # a base's trained copy (`<name>.trained.faiss`, the probed deltas' template) and its
+        # span map (`<name>.spans.npy`, `indexer.index.span_file`) go with it
+        base = path.name.removesuffix(".trained.faiss").removesuffix(".spans.npy")
         if path.name not in named and (base == path.name or f"{base}.faiss" not in named):
             path.unlink(missing_ok=True)
 

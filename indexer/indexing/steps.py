@@ -20,6 +20,7 @@ from indexer.core.stages import timed
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
 from indexer.errors import ProvenanceMismatch, VectorIndexError
+from indexer.index.span_file import spans_path, write_spans
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.index.version_files import bases_dir
 from indexer.ingest.chunking import make_windows
@@ -278,10 +279,19 @@ def sync_vector_index(
             "(chunks without a stored vector); run `bertindex doctor` to see which"
         )
     index.query_encoder = query_encoder
-    version = index.save(store.path, data_version, extra=store.write_snapshot)
-    collect_segments(store.path)  # the snapshot segments of versions gone and unread
+    version = _save(store, index, data_version, rebuilt=not incremental)
     info = {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
     return info | short_of_target(index.tuning)
+
+
+def _save(store: Store, index: VectorIndex, data_version: int, rebuilt: bool) -> str:
+    """Publish `index` with the store's snapshot as a new version; a rebuilt base gets its
+    span map (`indexer.index.span_file`), which readers map instead of reading every chunk."""
+    version = index.save(store.path, data_version, extra=store.write_snapshot)
+    if rebuilt and index.base is not None:
+        write_spans(spans_path(bases_dir(store.path) / index.base), store.vectors.chunk_span_map())
+    collect_segments(store.path)  # the snapshot segments of versions gone and unread
+    return version
 
 
 def _add_stored(index: VectorIndex, store: Store, added: np.ndarray) -> VectorIndex:

@@ -7,6 +7,7 @@ mode (`indexer.query.rerank`).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -19,7 +20,9 @@ from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
+from indexer.index.span_file import SpanMap, read_spans, spans_path
 from indexer.index.vector import VectorIndex
+from indexer.index.version_files import bases_dir
 from indexer.query.hits import SearchHit
 from indexer.records.provenance import QUERY_KEYS
 from indexer.records.versions import version_dir
@@ -67,7 +70,7 @@ class Searcher:
         self._dense_weight: float | None = None  # `dense_weight`, read on first use
         self._rerankers: dict[str, object] = {}  # head path -> PairScorer, loaded on first use
         # (chunk ids, doc ids, start chars, end chars): 24 bytes a chunk, read once
-        self._chunk_map: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._chunk_map: SpanMap | None = None
         self._lookups = 0  # chunk lookups answered without the map (`_lookup`)
         # the index version published with the snapshot this store opened (not a newer one)
         self.index = VectorIndex.load(
@@ -466,32 +469,42 @@ class Searcher:
             out.append(hits)
         return out
 
-    def _map(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(chunk ids ascending, doc ids, start chars, end chars), read once (24 bytes a chunk).
-
-        One DuckDB round trip per query cost more than the FAISS search itself (README).
-        """
+    def _map(self) -> SpanMap:
+        """The chunk -> document map: the base's mapped span file (`indexer.index.span_file`)
+        and the chunks added since, or without that file every chunk's row, read once (24
+        bytes a chunk). One DuckDB round trip per query cost more than the FAISS search."""
         if self._chunk_map is None:
-            self._chunk_map = self.store.vectors.chunk_span_map()
+            table = self._base_spans
+            if table is None:
+                self._chunk_map = SpanMap([self.store.vectors.chunk_span_map()])
+            else:
+                last = int(table[0][-1]) if table.shape[1] else -1
+                newer = self.store.vectors.chunk_spans_after(last)
+                self._chunk_map = SpanMap([(table[0], table[1], table[2], table[3]), newer])
         return self._chunk_map
 
+    @functools.cached_property
+    def _base_spans(self) -> np.ndarray | None:
+        """The mapped span file of the index's base (None: none, or no saved base)."""
+        if self.index is None or self.index.base is None:
+            return None
+        return read_spans(spans_path(bases_dir(self.store.path) / self.index.base))
+
     def _lookup(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(doc id, start char, end char) of each chunk id: from the chunk map once it is held
-        (`warm`, or after MAP_AFTER searches), before that read for these ids only, so that a
-        one-off search (`bertindex search`) does not read every chunk (2.5 s at 10M).
+        """(doc id, start char, end char) of each chunk id: from the map when it is held or
+        costs nothing to open (a base's span file), else for the first MAP_AFTER searches
+        read for these ids only, so that a one-off search (`bertindex search`) does not read
+        every chunk (2.5 s at 10M).
 
         Raises:
             VectorIndexError: a chunk id the index returned is not in the store.
         """
-        if self._chunk_map is None and self._lookups < MAP_AFTER:
+        if self._chunk_map is None and self._base_spans is None and self._lookups < MAP_AFTER:
             self._lookups += 1
-            table = self.store.vectors.chunk_spans(chunk_ids)
+            spans = SpanMap([self.store.vectors.chunk_spans(chunk_ids)])
         else:
-            table = self._map()
-        keys = table[0]
-        pos = np.searchsorted(keys, chunk_ids)
-        found = pos < len(keys)
-        found[found] = keys[pos[found]] == chunk_ids[found]
+            spans = self._map()
+        docs, starts, ends, found = spans.lookup(chunk_ids)
         if not found.all():
             missing = chunk_ids[~found][:5].tolist()
             raise VectorIndexError(
@@ -499,7 +512,7 @@ class Searcher:
                 f"{self.store.con_path}; rebuild the index from the stored "
                 f"vectors: {repair_hint(self.store.path)}"
             )
-        return table[1][pos], table[2][pos], table[3][pos]
+        return docs, starts, ends
 
     def _doc_of(self, chunk_ids: np.ndarray) -> np.ndarray:
         """Doc id of each chunk id."""

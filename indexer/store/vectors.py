@@ -25,6 +25,10 @@ SELECT_CHUNK_IDS_UNORDERED = "SELECT chunk_id FROM chunks"
 SELECT_CHUNKS_OF_DOCS = (
     "SELECT chunk_id, doc_id FROM chunks WHERE doc_id IN {ids} ORDER BY chunk_id"
 )
+SELECT_CHUNK_SPANS_AFTER = (
+    "SELECT chunk_id, doc_id, start_char, end_char FROM chunks WHERE chunk_id > {last} "
+    "ORDER BY chunk_id"
+)
 SPAN_COLUMNS = ("chunk_id", "doc_id", "start_char", "end_char")
 SELECT_CHUNK_SPANS_OF = (
     "SELECT chunk_id, doc_id, start_char, end_char FROM chunks WHERE chunk_id IN {ids} "
@@ -190,6 +194,12 @@ class Vectors:
         ids, docs, starts, ends = (np.concatenate(p) for p in zip(*parts))
         order = np.argsort(ids, kind="stable")
         return ids[order], docs[order], starts[order], ends[order]
+
+    def chunk_spans_after(self, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`chunk_span_map`'s rows of the chunks whose id is above `last` (those added since a
+        base was built: `indexer.index.span_file`)."""
+        rows = self.core.con.execute(SELECT_CHUNK_SPANS_AFTER.format(last=int(last))).fetchnumpy()
+        return _spans(rows["chunk_id"], rows["doc_id"], rows["start_char"], rows["end_char"])
 
     def chunks_of_documents(
         self, doc_ids: Sequence[int] | np.ndarray
