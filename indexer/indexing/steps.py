@@ -286,10 +286,13 @@ def sync_vector_index(
 
 def _save(store: Store, index: VectorIndex, data_version: int, rebuilt: bool) -> str:
     """Publish `index` with the store's snapshot as a new version; a rebuilt base gets its
-    span map (`indexer.index.span_file`), which readers map instead of reading every chunk."""
+    span map (`indexer.index.span_file`), which readers map instead of reading every chunk,
+    as does a base without one (written before it existed, or by a writer killed after the
+    base): chunk rows never change, so the live map serves the base and the chunks since."""
     version = index.save(store.path, data_version, extra=store.write_snapshot)
-    if rebuilt and index.base is not None:
-        write_spans(spans_path(bases_dir(store.path) / index.base), store.vectors.chunk_span_map())
+    spans = spans_path(bases_dir(store.path) / index.base) if index.base is not None else None
+    if spans is not None and (rebuilt or not spans.is_file()):
+        write_spans(spans, store.vectors.chunk_span_map())
     collect_segments(store.path)  # the snapshot segments of versions gone and unread
     return version
 

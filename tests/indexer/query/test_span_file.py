@@ -96,7 +96,14 @@ def test_searches_map_the_base_spans_and_read_only_newer_chunks(
     assert ranked(tiny_config, QUERIES) == with_file
     first.unlink()
     assert ranked(tiny_config, QUERIES) == with_file
-    first.write_bytes(good)
+    one_more = tmp_path / "one_more.jsonl"
+    one_more.write_text(json.dumps({"id": "n2", "text": "another new text"}) + "\n")
+    run_index([*corpus, str(extra), str(one_more)], tiny_config, collection="docs")
+    assert base_of(tiny_config) == first.name.replace(".spans.npy", ".faiss")  # a delta
+    assert read_spans(first) is not None  # the missing map written again by that publish
+    healed = ranked(tiny_config, QUERIES)
+    first.write_bytes(good)  # the base's own map: n1 and n2 come from the snapshot
+    assert ranked(tiny_config, QUERIES) == healed
 
     with Store(tiny_config.store.path) as store:  # rebuilt (`reindex`): a new base, its map
         sync_vector_index(store, tiny_config, [], [], force=True)
