@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import errno
 
-import duckdb
+from indexer.store import TRANSIENT_ERRORS
 
 NEEDS_A_PERSON = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT}
-TRANSIENT_DUCKDB = (duckdb.IOException, duckdb.TransactionException, duckdb.ConnectionException)
 
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a task that raised `exc` may succeed if run again unchanged."""
     if isinstance(exc, OSError):
         return exc.errno not in NEEDS_A_PERSON
-    return isinstance(exc, TRANSIENT_DUCKDB)
+    return isinstance(exc, TRANSIENT_ERRORS)
 
 
 def transient(task, task_run, state) -> bool:

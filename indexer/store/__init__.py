@@ -30,7 +30,7 @@ labels: the review loop), `tokens` (access tokens, hashed), `dedup` (near-duplic
 (a metadata field read as a time).
 """
 
-from indexer.store.core import DB_NAME
+from indexer.store.core import DB_NAME, TRANSIENT_ERRORS
 from indexer.store.documents import content_hash
 from indexer.store.lock import WriterLock
 from indexer.store.reviews import Candidates, HeadInfo, NewReview, ReviewRow
@@ -55,6 +55,7 @@ from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, sco
 from indexer.store.trends import TIME_UNITS, UNKNOWN
 
 __all__ = [
+    "TRANSIENT_ERRORS",
     "COMPLETED_WITH_FAILURES",
     "DB_NAME",
     "SCHEMA_VERSION",

@@ -53,6 +53,9 @@ WRITER_MEMORY_LIMIT = "128MB"
 # replays at most this much log when the store is next opened.
 WRITER_CHECKPOINT_THRESHOLD = "1GB"
 SET_THREADS = "SET threads TO {threads}"
+# DuckDB errors a retry may clear: a file another process held, a connection or a conflicting
+# transaction refused (`flows.retry`); any other DuckDB error recurs on the same input
+TRANSIENT_ERRORS = (duckdb.IOException, duckdb.TransactionException, duckdb.ConnectionException)
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 
 
