@@ -357,7 +357,8 @@ def process_tree(root: int) -> list[int]:
 def memory_of(root: int) -> dict:
     """Pss (shared pages split between their users, so the sum counts them once) and RSS,
     summed over the process tree."""
-    pss = rss = 0
+    keys = ("Pss", "Rss", "Pss_Anon", "Pss_File")
+    sums = dict.fromkeys(keys, 0)
     pids = process_tree(root)
     for pid in pids:
         try:
@@ -365,12 +366,16 @@ def memory_of(root: int) -> dict:
         except OSError:
             continue
         fields = dict(re.findall(r"^(\w+):\s+(\d+) kB", rollup, re.M))
-        pss += int(fields.get("Pss", 0))
-        rss += int(fields.get("Rss", 0))
+        for key in keys:
+            sums[key] += int(fields.get(key, 0))
     return {
         "processes": len(pids),
-        "pss_mb": round(pss / 1024, 1),
-        "rss_sum_mb": round(rss / 1024, 1),
+        "pss_mb": round(sums["Pss"] / 1024, 1),
+        "rss_sum_mb": round(sums["Rss"] / 1024, 1),
+        # of Pss: the processes' own memory, and the mapped files' pages they touched (page
+        # cache the kernel may evict and read again: the base, the span map, the segments)
+        "pss_anon_mb": round(sums["Pss_Anon"] / 1024, 1),
+        "pss_file_mb": round(sums["Pss_File"] / 1024, 1),
     }
 
 
