@@ -19,6 +19,7 @@ read the whole map from the snapshot as before. It is removed with its base.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,9 @@ def read_spans(path: Path) -> np.ndarray | None:
     if table.ndim != 2 or table.shape[0] != 4 or table.dtype != np.int64:
         log.warning("span map %s is not a (4, n) int64 table; reading the snapshot's", path)
         return None
+    mapped = getattr(table, "_mmap", None)  # a binary search's scattered pages, no readahead
+    if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
     return table
 
 
