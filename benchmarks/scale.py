@@ -503,12 +503,7 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         write_corpus(changed, n, bases, changed=True)
         return index_run(changed, config, store, n, args)
 
-    phase(record, "cold_query", cold_queries, config, store, queries)
-    if not args.skip_serve:
-        served = phase(record, "serve", serve_run, config, store, queries, args)
-        if served:
-            ids = served.pop("served_ids")
-            phase(record, "recall", recall, store, ids, queries, model_dir)
+    read_phases(record, config, store, queries, model_dir, args)
     phase(record, "rerun_1pct_changed", one_percent)
     phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     if minimum and args.minimum_last:  # the two do not fit a 66 GB disk together at 10M
@@ -527,13 +522,18 @@ def reads(folder: Path, model_dir: Path, queries: list[str], args, record: dict)
         raise SystemExit(f"--reads-only: no store and config.yaml in {folder} from an earlier run")
     record["reads_only"] = True
     phase(record, "disk_bytes", disk_by_part, store)
+    read_phases(record, config, store, queries, model_dir, args)
+    return record
+
+
+def read_phases(record: dict, config: Path, store: Path, queries, model_dir: Path, args) -> None:
+    """Cold queries, then (unless --skip-serve) serve and the recall of what it served."""
     phase(record, "cold_query", cold_queries, config, store, queries)
     if not args.skip_serve:
         served = phase(record, "serve", serve_run, config, store, queries, args)
         if served:
             ids = served.pop("served_ids")
             phase(record, "recall", recall, store, ids, queries, model_dir)
-    return record
 
 
 def curve(records: list[dict]) -> list[dict]:
