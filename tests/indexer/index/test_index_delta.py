@@ -167,7 +167,11 @@ def test_a_large_change_rebuilds_and_the_old_base_is_collected(tiny_config, tmp_
     write_corpus(tmp_path / "docs.jsonl", 200, seed=1, change=many | {"d5"})
     assert not run_index([str(corpus)], tiny_config)["index"]["rebuilt"]
     assert not first_base.exists()  # no kept version names it
-    assert sorted(p.name for p in (store / "index" / "bases").iterdir()) == [base_file(store).name]
+    live = base_file(store).name  # the live base and its span map (`index.span_file`) only
+    assert sorted(p.name for p in (store / "index" / "bases").iterdir()) == [
+        live,
+        live.replace(".faiss", ".spans.npy"),
+    ]
     # a reader that mapped the collected base still searches it
     some = int(faiss.vector_to_array(reader.index.id_map)[0])
     assert reader.search(reader._reconstruct(np.array([some])), 1)[1][0, 0] == some
