@@ -34,7 +34,9 @@ def read_vectors(store: Path | None, count: int, dim: int) -> np.ndarray:
         out = rng.standard_normal((count, dim), dtype=np.float32)
         faiss.normalize_L2(out)
         return out
-    con = duckdb.connect(str(store / "store.duckdb"), read_only=True)
+    # a bound on DuckDB's memory: the sort of 1M 384-d rows otherwise takes most of the RAM
+    limit = {"memory_limit": "2GB"}
+    con = duckdb.connect(str(store / "store.duckdb"), read_only=True, config=limit)
     table = con.execute(
         f"SELECT embedding FROM vectors WHERE chunk_id % 10 = 3 ORDER BY chunk_id LIMIT {count}"
     ).fetch_arrow_table()

@@ -69,7 +69,7 @@ class Searcher:
         self._keyword: KeywordIndex | None = None
         self._dense_weight: float | None = None  # `dense_weight`, read on first use
         self._rerankers: dict[str, object] = {}  # head path -> PairScorer, loaded on first use
-        # (chunk ids, doc ids, start chars, end chars): 24 bytes a chunk, read once
+        # chunk id -> (doc id, start char, end char): a base's mapped span file, or read once
         self._chunk_map: SpanMap | None = None
         self._lookups = 0  # chunk lookups answered without the map (`_lookup`)
         # the index version published with the snapshot this store opened (not a newer one)
@@ -480,7 +480,7 @@ class Searcher:
             else:
                 last = int(table[0][-1]) if table.shape[1] else -1
                 newer = self.store.vectors.chunk_spans_after(last)
-                self._chunk_map = SpanMap([(table[0], table[1], table[2], table[3]), newer])
+                self._chunk_map = SpanMap([tuple(table), newer])
         return self._chunk_map
 
     @functools.cached_property

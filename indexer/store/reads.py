@@ -103,12 +103,12 @@ class DocumentReads:
         """
         if not len(doc_ids):
             return {}
-        rows = None
+        wanted, rows = [int(d) for d in doc_ids], None
         lookup = self.core.row_lookup("documents", "doc_id")
-        if lookup is not None and len(doc_ids) <= SMALL_ID_LIST:
-            rows = lookup.fetch([int(d) for d in doc_ids], DOCUMENT_HIT_COLUMNS)
+        if lookup is not None and len(wanted) <= SMALL_ID_LIST:
+            rows = lookup.fetch(wanted, DOCUMENT_HIT_COLUMNS)
         if rows is None:
-            with _id_list(self.core, [int(d) for d in doc_ids]) as (ids, params):
+            with _id_list(self.core, wanted) as (ids, params):
                 sql = SELECT_DOCUMENT_HITS.format(ids=ids)
                 rows = self.core.con.execute(sql, params).fetchall()
         return {

@@ -4,7 +4,7 @@ A search fetches its hits' documents by doc id. Through the snapshot's DuckDB vi
 query walks every row group's statistics and, since the ids of one page are spread over the
 whole range, decodes the key column of most of them: ~40 ms a fetch at 10M documents, and the
 cost grows with the store (benchmarks/row_groups.py). This reads each segment's row-group key
-ranges once (the Parquet footer, ~10 ms for 10M rows), then for a fetch decodes only the row
+ranges once (the Parquet footer, ~50 ms for 10M rows), then for a fetch decodes only the row
 groups whose range holds a wanted key, with pyarrow over the mapped file: the cost grows with
 the hits, not the store.
 
@@ -69,7 +69,6 @@ class RowLookup:
 
     def __init__(self, folder: Path, table: dict[str, Any], key: str):
         self.key = key
-        self.columns = [name for name, _ in table["columns"]]
         segments = table["segments"]
         if sum(s.get("n_dead", 0) for s in segments) > MAX_TOMBSTONES:
             raise LookupError(f"more than {MAX_TOMBSTONES} tombstones")

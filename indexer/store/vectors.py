@@ -20,20 +20,14 @@ SELECT_VECTORS_OF = (
     "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} ORDER BY chunk_id"
 )
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
-SELECT_CHUNK_SPANS = "SELECT chunk_id, doc_id, start_char, end_char FROM chunks"  # unordered
+SPAN_COLUMNS = ("chunk_id", "doc_id", "start_char", "end_char")
+SELECT_CHUNK_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM chunks"  # unordered
 SELECT_CHUNK_IDS_UNORDERED = "SELECT chunk_id FROM chunks"
 SELECT_CHUNKS_OF_DOCS = (
     "SELECT chunk_id, doc_id FROM chunks WHERE doc_id IN {ids} ORDER BY chunk_id"
 )
-SELECT_CHUNK_SPANS_AFTER = (
-    "SELECT chunk_id, doc_id, start_char, end_char FROM chunks WHERE chunk_id > {last} "
-    "ORDER BY chunk_id"
-)
-SPAN_COLUMNS = ("chunk_id", "doc_id", "start_char", "end_char")
-SELECT_CHUNK_SPANS_OF = (
-    "SELECT chunk_id, doc_id, start_char, end_char FROM chunks WHERE chunk_id IN {ids} "
-    "ORDER BY chunk_id"
-)
+SELECT_CHUNK_SPANS_AFTER = SELECT_CHUNK_SPANS + " WHERE chunk_id > {last} ORDER BY chunk_id"
+SELECT_CHUNK_SPANS_OF = SELECT_CHUNK_SPANS + " WHERE chunk_id IN {ids} ORDER BY chunk_id"
 
 
 def _spans(ids, docs, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
