@@ -14,6 +14,7 @@ from testkit import write_vectors
 
 from indexer.encode.encoder import load_encoder
 from indexer.errors import InputError
+from indexer.indexing.imported import unit_rows
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
 from indexer.records.versions import current_version
@@ -80,14 +81,16 @@ def test_a_vector_file_of_another_dimension_or_model_is_refused(
     assert not (Path(tiny_config.store.path) / "store.duckdb").exists()  # nothing written
 
 
+@pytest.mark.parametrize("fixed", [True, False])
 def test_unknown_ids_and_bad_rows_are_rejected_the_rest_imported(
-    tiny_config, small_corpus, encoder, tmp_path
+    fixed, tiny_config, small_corpus, encoder, tmp_path
 ):
     dim = encoder.provenance.dim
     vectors = _vectors(6, dim)
     vectors[2, 0] = np.nan  # b1: not usable, so b1 is encoded
     ids = ["a1", "a2", "b1", "zz", "b2", "a1"]  # zz: not in the corpus; a1 twice
-    path = write_vectors(tmp_path / "v.parquet", ids, vectors, encoder.provenance.model_name)
+    model = encoder.provenance.model_name
+    path = write_vectors(tmp_path / "v.parquet", ids, vectors, model, fixed)
     summary = run_index([str(small_corpus)], tiny_config, collection="c", vectors=path)
     rejections = {(r["row"], r["id"]): r["reason"] for r in summary["rejections"]}
     assert set(rejections) == {(3, "b1"), (4, "zz"), (6, "a1")}
@@ -106,6 +109,30 @@ def test_unknown_ids_and_bad_rows_are_rejected_the_rest_imported(
         ]
         hits = Searcher(tiny_config, store).search_vectors(vectors[[0, 4]], k=1)
         assert [h[0].id for h in hits] == ["a1", "b2"]
+
+
+def test_a_list_column_of_another_width_is_refused_before_any_batch_commits(
+    tiny_config, small_corpus, encoder, tmp_path
+):
+    # a list column's widths are known only once it is read (on a thread, while the corpus's
+    # first batches are): the run stops at the first batch, with nothing of the corpus stored
+    dim, model = encoder.provenance.dim, encoder.provenance.model_name
+    wide = write_vectors(tmp_path / "wide.parquet", IMPORTED, _vectors(4, dim + 1), model, False)
+    with pytest.raises(InputError, match=rf"wide.parquet: vectors of {dim + 1} floats, .* {dim}"):
+        run_index([str(small_corpus)], tiny_config, collection="c", vectors=wide)
+    with Store(tiny_config.store.path, read_only=True) as store:
+        assert store.counts.documents() == 0 and store.counts.chunks() == 0
+        assert store.runs.last(1)[0]["status"] == "failed"
+
+
+def test_unit_rows_copies_only_what_is_not_unit_length():
+    unit = _vectors(10, 8)
+    assert unit_rows(unit) is unit  # a normalizing encoder's file: not copied
+    scaled = unit * np.arange(1, 11, dtype=np.float32)[:, None]
+    scaled[3] = 0
+    out = unit_rows(scaled)
+    assert out is not scaled and np.allclose(np.delete(out, 3, 0), np.delete(unit, 3, 0))
+    assert not out[3].any()
 
 
 def test_importing_again_stores_nothing_twice(tiny_config, small_corpus, encoder, tmp_path):
