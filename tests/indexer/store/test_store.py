@@ -342,3 +342,19 @@ def test_a_writer_checkpoints_only_after_a_large_log(store):
     # 16 MB (DuckDB's default) made an index run rewrite the indexes every few batches
     (value,) = store.con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
     assert value == "953.6 MiB"  # 1 GB
+
+
+def test_a_writer_stores_embeddings_uncompressed_not_as_alprd(tmp_path):
+    # DuckDB would pick ALPRD for embedding floats, which took more room than the floats
+    # themselves and twice the checkpoint time (core.WRITER_DISABLED_COMPRESSION)
+    with Store(tmp_path / "s") as store:
+        store.vectors.set_provenance(PROVENANCE)
+        add(store, "c", [record(f"d{i}", f"text {i}") for i in range(20_000)])
+        store.con.execute("CHECKPOINT")
+        methods = {
+            row[0]
+            for row in store.con.execute(
+                "SELECT DISTINCT compression FROM pragma_storage_info('vectors')"
+            ).fetchall()
+        }
+    assert "Uncompressed" in methods and "ALPRD" not in methods
