@@ -276,6 +276,8 @@ class _IndexRun:
     ):
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
+        # vector files a killed run left unrecorded, and those whose chunks are all gone
+        self.collected_files = store.vectors.collect_files()
         self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run
         self.run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
         self.seen = seen  # on_missing: delete: every id the files hold
@@ -353,9 +355,14 @@ class _IndexRun:
         with timed("commit"):
             removed = self.delete_missing()
         with timed("publish"):
-            return self.steps.write(
+            info = self.steps.write(
                 self.store, self.config, self.total.added, removed, base_version
             )
+            # files whose chunks this run changed or deleted, all of them (nothing reads them:
+            # the new index is published and readers never read stored embeddings)
+            emptied = self.store.vectors.collect_files()["emptied"]
+            self.collected_files["emptied"] += emptied
+        return info
 
     def _encode(self, plan: BatchPlan, texts: list[str]) -> Any:
         """A future of the batch's chunks: a cluster's (`steps.submit`), or the local

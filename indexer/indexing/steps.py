@@ -26,7 +26,14 @@ from indexer.index.version_files import bases_dir
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
 from indexer.records.provenance import QUERY_KEYS
-from indexer.store import ChunkRows, Store, collect_segments, content_hash
+from indexer.store import (
+    VECTOR_FILE_MIN_ROWS,
+    ChunkRows,
+    Store,
+    WorkerFile,
+    collect_segments,
+    content_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +178,12 @@ def encode_texts_for_index(
     return encode_documents(encoder, texts, config, progress=progress)[1]
 
 
+def _as_file(chunks: ChunkRows) -> bool:
+    """Whether a batch keeps its vectors in a file of the store (`indexer.store.vector_files`):
+    a cluster worker wrote them as one, or they are many (an import of precomputed vectors)."""
+    return isinstance(chunks.vectors, WorkerFile) or len(chunks.doc_ids) >= VECTOR_FILE_MIN_ROWS
+
+
 def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> BatchResult:
     """Write one planned batch and its vectors in one transaction."""
     batch = plan.batch
@@ -191,6 +204,7 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
         chunks,
         batch.rejected,
         run_id,
+        as_file=_as_file(chunks),
     )
     return BatchResult(
         read=len(batch.records) + len(batch.rejected),

@@ -189,6 +189,19 @@ def _check_store(store: Store, out: Diagnosis) -> None:
             "then `bertindex index` their files",
             repairable=False,
         )
+    missing = store.vectors.missing_files()
+    if missing:
+        path, first = missing[0]
+        out.add(
+            "store",
+            path,
+            f"{len(missing)} recorded vector file(s) missing from {path.parent} (e.g. this one, "
+            f"the vectors of chunks {first.first}..{first.stop - 1}): rebuilding an index, "
+            "dedup and reindex need them",
+            "copy the store's folder whole (`vectors/` with store.duckdb) or restore it from a "
+            "backup; or delete the documents those chunks belong to and index their files again",
+            repairable=False,
+        )
     orphans, stray = counts.orphan_chunks, counts.stray_vectors
     if orphans or stray:
         out.add(

@@ -6,13 +6,15 @@ one group of tables per concept as attributes: `store.documents`, `store.vectors
 `store.reads`, `store.filters`, `store.runs`, `store.counts`, `store.checks`, `store.dedup`,
 `store.trends`, `store.annotations`, `store.reviews`, `store.tokens`, `store.side`), its row
 types `Hit`, `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`,
-`HashDiff`, `IntegrityCounts`, `SnapshotFacts`, `Run` (what `store.runs.recorded_run` yields),
+`HashDiff`, `IntegrityCounts`, `SnapshotFacts`, `WorkerFile`, `Run` (what
+`store.runs.recorded_run` yields),
 the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_reviewed_since`
 (a head's live review rows, lock-free); the access tokens' `StoredToken`, `read_token_table`,
 `hash_token`, `new_token`, `scope_allows`, `SCOPES`;
 `WriterLock`; `content_hash`; `read_snapshot_facts`, `segment_problems` and
 `collect_segments` (a published snapshot's facts, its damaged segments, removing unused ones);
-`new_run_id`; the constants `DB_NAME`,
+`new_run_id`; `write_worker_vectors` (a cluster worker's vectors as a file the writer
+records); the constants `DB_NAME`, `VECTOR_FILE_MIN_ROWS`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
 (the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or
 the surface imports this package's modules or touches `Store.con` (tests may, to check them).
@@ -22,12 +24,12 @@ transactions, data version), `lock` (writer lock), `schema` (DDL and migrations)
 (published snapshots opened as views over Parquet segments), `segments` (writing only what changed
 as segments, merging and collecting them), and one module per group, each a class that holds the
 core and the groups it needs: `documents` (content hash and document writes), `side_tables`
-(annotations, runs, ... by name), `vectors` (vectors and provenance), `reads` (documents read
-back), `filters` (search filters as bound SQL), `runs` (run log), `counts` (status counts),
-`checks` (integrity), `annotations` (labels, entities and the inbox ledger), `reviews` (people's
-labels: the review loop), `tokens` (access tokens, hashed), `dedup` (near-duplicate groups:
-`store.dedup.groups_of`), `trends` (the report's aggregates); `rows` (row dataclasses), `timefield`
-(a metadata field read as a time).
+(annotations, runs, ... by name), `vectors` (vectors and provenance), `vector_files` (large batches'
+vectors as `.npy` files in the store's folder), `reads` (documents read back), `filters` (search
+filters as bound SQL), `runs` (run log), `counts` (status counts), `checks` (integrity),
+`annotations` (labels, entities and the inbox ledger), `reviews` (people's labels: the review loop),
+`tokens` (access tokens, hashed), `dedup` (near-duplicate groups: `store.dedup.groups_of`), `trends`
+(the report's aggregates); `rows` (row dataclasses), `timefield` (a metadata field read as a time).
 """
 
 from indexer.store.core import DB_NAME, TRANSIENT_ERRORS
@@ -45,6 +47,7 @@ from indexer.store.rows import (
     IntegrityCounts,
     SnapshotFacts,
     StoredDoc,
+    WorkerFile,
 )
 from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
@@ -53,6 +56,7 @@ from indexer.store.snapshot import read_snapshot_facts, segment_problems
 from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
+from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS, write_worker_vectors
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -61,6 +65,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TIME_UNITS",
     "UNKNOWN",
+    "VECTOR_FILE_MIN_ROWS",
     "Candidates",
     "ChunkLayout",
     "ChunkRows",
@@ -76,8 +81,10 @@ __all__ = [
     "SnapshotFacts",
     "Store",
     "StoredDoc",
+    "WorkerFile",
     "WriterLock",
     "collect_segments",
+    "write_worker_vectors",
     "content_hash",
     "new_run_id",
     "read_snapshot_facts",

@@ -18,7 +18,7 @@ STRAY_VECTORS = "FROM vectors WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks
 COUNT_STRAY_VECTORS = f"SELECT count(*) {STRAY_VECTORS}"
 DOCS_WITH_BARE_CHUNKS = (
     "SELECT d.collection, d.external_id FROM chunks c JOIN documents d ON c.doc_id = d.doc_id "
-    "WHERE c.chunk_id NOT IN (SELECT chunk_id FROM vectors) GROUP BY ALL ORDER BY ALL"
+    "WHERE c.chunk_id NOT IN (SELECT chunk_id FROM {ids}) GROUP BY ALL ORDER BY ALL"
 )
 SELECT_DIGESTS = "SELECT collection, external_id, content_hash, metadata FROM documents"
 SELECT_LAYOUT = (
@@ -66,7 +66,8 @@ class Checks:
         """
         if self.vectors.provenance() is None:
             return []
-        return [DocRef(*r) for r in self.core.con.execute(DOCS_WITH_BARE_CHUNKS).fetchall()]
+        query = DOCS_WITH_BARE_CHUNKS.format(ids=self.vectors.ids_sql())
+        return [DocRef(*r) for r in self.core.con.execute(query).fetchall()]
 
     def document_digests(self) -> list[DocDigest]:
         """Every document's identity, content hash and metadata, to compare stores by."""

@@ -29,6 +29,7 @@ from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
     SCHEMA_VERSION,
     SET_META,
+    SNAPSHOT_UNCHANGED,
     apply_migration,
     read_meta,
     scalar,
@@ -186,7 +187,7 @@ class StoreCore:
         for step in range(version + 1, SCHEMA_VERSION + 1):
             with self.transaction():
                 apply_migration(self.con, step)
-                if step > 1:
+                if step > 1 and step not in SNAPSHOT_UNCHANGED:
                     self.bump_data_version()  # the published snapshot has the old schema
 
     # -- connection -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from indexer.store.vectors import Vectors
 
 COUNT_COLLECTION = "SELECT count(*) FROM documents WHERE collection = ?"
 VECTORS_PER_COLLECTION = (
-    "(SELECT count(*) FROM vectors v JOIN chunks c2 ON v.chunk_id = c2.chunk_id "
+    "(SELECT count(*) FROM {ids} v JOIN chunks c2 ON v.chunk_id = c2.chunk_id "
     "JOIN documents d2 ON c2.doc_id = d2.doc_id WHERE d2.collection = d.collection)"
 )
 COLLECTION_COUNTS = (
@@ -42,7 +42,11 @@ class Counts:
         Returns:
             Dicts of collection, documents, chunks, vectors; sorted by collection.
         """
-        vectors = VECTORS_PER_COLLECTION if self.vectors.provenance() is not None else "0"
+        vectors = (
+            VECTORS_PER_COLLECTION.format(ids=self.vectors.ids_sql())
+            if self.vectors.provenance() is not None
+            else "0"
+        )
         rows = self.core.con.execute(COLLECTION_COUNTS.format(vectors=vectors)).fetchall()
         return [
             {"collection": r[0], "documents": r[1], "chunks": r[2], "vectors": r[3]} for r in rows

@@ -41,11 +41,16 @@ SEEN_FIRST_CHUNKS = (
     "JOIN (" + GROUPED_DOCS + ") m ON m.doc_id = d.doc_id AND m.h = d.h WHERE c.ordinal = 0"
 )
 COUNT_COLLECTION_VECTORS = (
-    "SELECT count(*) FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id "
+    "SELECT count(*) FROM {ids} v JOIN chunks c ON c.chunk_id = v.chunk_id "
     "JOIN documents d ON d.doc_id = c.doc_id WHERE d.collection = ?"
 )
 STREAM_FIRST_VECTORS = (
     "SELECT c.doc_id, v.chunk_id, v.embedding FROM vectors v JOIN (" + FIRST_CHUNKS + ") c "
+    "ON c.chunk_id = v.chunk_id"
+)
+# with vector files: the first chunks that have a vector, whose vectors are then fetched
+STREAM_FIRST_IDS = (
+    "SELECT c.doc_id, v.chunk_id FROM {ids} v JOIN (" + FIRST_CHUNKS + ") c "
     "ON c.chunk_id = v.chunk_id"
 )
 SELECT_TEXTS = (
@@ -115,7 +120,9 @@ class DedupTables:
         """Stored vectors of a collection's chunks (0 before the first encoder)."""
         if self.vectors.provenance() is None:
             return 0
-        return self.core.scalar(COUNT_COLLECTION_VECTORS, [collection])
+        return self.core.scalar(
+            COUNT_COLLECTION_VECTORS.format(ids=self.vectors.ids_sql()), [collection]
+        )
 
     def first_chunks(
         self, collection: str, pending_only: bool = False
@@ -150,15 +157,28 @@ class DedupTables:
         Returns:
             (doc ids, chunk ids, float32 (n, dim) vectors) items.
         """
-        reader = self.core.con.execute(STREAM_FIRST_VECTORS, [collection]).fetch_record_batch(
-            batch_rows
-        )
-        for rb in reader:
-            yield (
-                rb.column(0).to_numpy().astype(np.int64),
-                rb.column(1).to_numpy().astype(np.int64),
-                _as_matrix(rb.column(2)),
+        if not self.vectors.files():
+            reader = self.core.con.execute(STREAM_FIRST_VECTORS, [collection]).fetch_record_batch(
+                batch_rows
             )
+            for rb in reader:
+                yield (
+                    rb.column(0).to_numpy().astype(np.int64),
+                    rb.column(1).to_numpy().astype(np.int64),
+                    _as_matrix(rb.column(2)),
+                )
+            return
+        # vectors in files too: the ids first (all of them: small), then the vectors fetched
+        # a batch at a time on the same connection
+        query = STREAM_FIRST_IDS.format(ids=self.vectors.ids_sql())
+        found = self.core.con.execute(query, [collection]).fetchnumpy()
+        docs = found["doc_id"].astype(np.int64)
+        chunks = found["chunk_id"].astype(np.int64)
+        order = np.argsort(chunks, kind="stable")
+        docs, chunks = docs[order], chunks[order]
+        for at in range(0, len(chunks), batch_rows):
+            part = chunks[at : at + batch_rows]
+            yield docs[at : at + batch_rows], part, self.vectors.fetch(part)
 
     def texts_of(self, doc_ids: Iterable[int]) -> dict[int, str]:
         """{doc id: title and text} of the given documents (unknown ids are absent)."""

@@ -15,9 +15,11 @@ import pyarrow as pa
 from indexer.core.faults import crash_point
 from indexer.core.timeutil import utc_now
 from indexer.ingest.readers import Record, Rejected
+from indexer.store import vector_files
 from indexer.store.core import StoreCore
-from indexer.store.rows import ChunkRows, StoredDoc
+from indexer.store.rows import ChunkRows, StoredDoc, WorkerFile
 from indexer.store.side_tables import SideTables
+from indexer.store.vector_files import VectorFile
 from indexer.store.vectors import Vectors
 
 SEQUENCES = ("doc_ids", "chunk_ids")
@@ -137,6 +139,7 @@ class DocumentWrites:
         chunks: ChunkRows,
         rejected: list[Rejected],
         run_id: str,
+        as_file: bool = False,
     ) -> tuple[list[int], list[int]]:
         """Commit one batch in one transaction.
 
@@ -147,11 +150,68 @@ class DocumentWrites:
             chunks: the chunks of new and changed documents with their vectors.
             rejected: records the reader refused, kept with the run id.
             run_id: the run this batch belongs to.
+            as_file: keep the vectors in one file of the store's folder, recorded by this
+                transaction, instead of rows of `vectors` (`indexer.store.vector_files`: what
+                large batches do). `chunks.vectors` may then also be a `WorkerFile`, a file a
+                cluster worker wrote, which is moved in rather than written again.
         Returns:
             (chunk ids added, chunk ids removed) for the vector index.
         """
         now = utc_now()
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
+        written = self._vector_file(chunk_ids, chunks) if as_file else None
+        try:
+            removed = self._write(
+                collection,
+                new_docs,
+                changed_docs,
+                metadata_updates,
+                chunks,
+                chunk_ids,
+                rejected,
+                run_id,
+                now,
+                written,
+            )
+        except BaseException:
+            if written is not None:  # never recorded: nothing refers to it
+                vector_files.remove(self.core.path, [written[0].name])
+            raise
+        crash_point("batch.after_commit")
+        return chunk_ids, removed
+
+    def _vector_file(
+        self, chunk_ids: list[int], chunks: ChunkRows
+    ) -> tuple[VectorFile, int] | None:
+        """The batch's vectors written (or a worker's file moved in) as a file for chunk ids
+        `chunk_ids`, before the transaction that records it; None when they are too few or
+        the ids are not one consecutive range (rows of `vectors` then)."""
+        vectors = chunks.vectors
+        if not chunk_ids or chunk_ids[-1] - chunk_ids[0] != len(chunk_ids) - 1:
+            return None
+        if isinstance(vectors, WorkerFile):
+            written = vector_files.adopt(
+                self.core.path, vectors.path, chunk_ids[0], vectors.rows, vectors.dim
+            )
+        else:
+            written = vector_files.write(self.core.path, chunk_ids[0], vectors)
+        crash_point("batch.vector_file_written")
+        return written
+
+    def _write(
+        self,
+        collection: str,
+        new_docs: list[tuple[int, Record, str]],
+        changed_docs: list[tuple[int, Record, str]],
+        metadata_updates: list[tuple[int, Record]],
+        chunks: ChunkRows,
+        chunk_ids: list[int],
+        rejected: list[Rejected],
+        run_id: str,
+        now: datetime,
+        written: tuple[VectorFile, int] | None,
+    ) -> list[int]:
+        """`write_batch`'s transaction; returns the chunk ids removed."""
         con = self.core.con
         with self.core.transaction():
             removed: list[int] = []
@@ -171,9 +231,12 @@ class DocumentWrites:
             if new_docs:
                 self.core.insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
             if chunk_ids:
-                chunk_table, vector_table = _chunk_tables(chunk_ids, chunks)
+                chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
                 self.core.insert_view(INSERT_CHUNKS, chunk_table)
-                self.core.insert_view(INSERT_VECTORS, vector_table)
+                if written is None:
+                    self.core.insert_view(INSERT_VECTORS, vector_table)
+                else:
+                    self.vectors.record_file(*written)
             if rejected:
                 con.executemany(
                     INSERT_REJECTED,
@@ -182,8 +245,7 @@ class DocumentWrites:
             if new_docs or changed_docs or metadata_updates or chunk_ids:
                 self.core.bump_data_version()
             crash_point("batch.before_commit")
-        crash_point("batch.after_commit")
-        return chunk_ids, removed
+        return removed
 
     def delete(
         self,
@@ -321,8 +383,11 @@ def _documents_table(
     )
 
 
-def _chunk_tables(chunk_ids: list[int], chunks: ChunkRows) -> tuple[pa.Table, pa.Table]:
-    """(chunks, vectors) as Arrow tables in their tables' column order."""
+def _chunk_tables(
+    chunk_ids: list[int], chunks: ChunkRows, with_vectors: bool = True
+) -> tuple[pa.Table, pa.Table | None]:
+    """(chunks, vectors) as Arrow tables in their tables' column order (vectors None when
+    `with_vectors` is False: they went to a file)."""
     chunk_table = pa.table(
         {
             "chunk_id": pa.array(chunk_ids, pa.int64()),
@@ -333,6 +398,8 @@ def _chunk_tables(chunk_ids: list[int], chunks: ChunkRows) -> tuple[pa.Table, pa
             "n_tokens": pa.array(chunks.n_tokens, pa.int32()),
         }
     )
+    if not with_vectors:
+        return chunk_table, None
     flat = pa.array(np.ascontiguousarray(chunks.vectors, dtype=np.float32).ravel())
     vector_table = pa.table(
         {

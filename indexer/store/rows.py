@@ -17,7 +17,25 @@ class ChunkRows:
     starts: list[int]
     ends: list[int]
     n_tokens: list[int]
-    vectors: np.ndarray  # (n, dim) float32
+    vectors: np.ndarray  # (n, dim) float32 (or a WorkerFile of that shape: cluster workers)
+
+
+@dataclass(frozen=True)
+class WorkerFile:
+    """Vectors a cluster worker wrote itself, as an `.npy` file under the store's
+    `vectors/incoming/` (`indexer.store.vector_files`): what `ChunkRows.vectors` holds when
+    the writer is to record the file rather than receive the vectors."""
+
+    path: str
+    rows: int
+    dim: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.dim)
+
+    def __len__(self) -> int:
+        return self.rows
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from indexer.records.annotations import Entity, Label
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # DuckDB column types of the Arrow types the records' schemas use
 _SQL_TYPES = {
@@ -132,6 +132,16 @@ ADD_REVIEW_WHO = "ALTER TABLE reviews ADD COLUMN who VARCHAR"
 # never, as every token created before step 6) after which servers refuse the token (401).
 ADD_TOKEN_EXPIRES = "ALTER TABLE tokens ADD COLUMN expires_at TIMESTAMP"
 
+# -- step 7: vectors kept as files (indexer/store/vector_files.py). A batch of at least
+# `VECTOR_FILE_MIN_ROWS` chunks (an import of precomputed vectors, a cluster partition) keeps
+# its vectors in one `.npy` file under `<store>/vectors/`, recorded here instead of inserted
+# into `vectors`: chunk `first_chunk_id + i` has the file's row i. Readers of a published
+# snapshot never read embeddings, so this step leaves the snapshot as it is (no data_version
+# bump: `SNAPSHOT_UNCHANGED`).
+CREATE_VECTOR_FILES = """CREATE TABLE vector_files (
+            name VARCHAR PRIMARY KEY, first_chunk_id BIGINT NOT NULL, n_rows BIGINT NOT NULL,
+            bytes BIGINT NOT NULL, created_at TIMESTAMP NOT NULL)"""
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         CREATE_META,
@@ -149,7 +159,10 @@ MIGRATIONS: dict[int, list[str]] = {
     4: [CREATE_REVIEWS, CREATE_REVIEWS_INDEX, CREATE_REVIEW_HEADS, ADD_RUNNER_UP],
     5: [CREATE_TOKENS, ADD_REVIEW_WHO],
     6: [ADD_TOKEN_EXPIRES],
+    7: [CREATE_VECTOR_FILES],
 }
+# steps whose tables no snapshot reader needs before the next publish
+SNAPSHOT_UNCHANGED = frozenset({7})
 
 # -- created on demand ----------------------------------------------------------------------
 # `vectors` waits for the first encoder: its column width is the encoder's dimension.

@@ -1,18 +1,26 @@
 """Stored vectors and their provenance: which encoder set-up made them (checked before adding
 or querying), streaming them out for FAISS, fetching some by chunk id, and the chunk -> document
-map a dense search needs; the hybrid weight tuned for the store. Does not touch FAISS."""
+map a dense search needs; the hybrid weight tuned for the store. Does not touch FAISS.
+
+A stored vector is a row of `vectors` or a row of a recorded vector file
+(`indexer.store.vector_files`: large batches); every read here covers both, in chunk id order,
+and keeps only the chunks that exist (a file keeps the rows of chunks deleted since)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from indexer.core.timeutil import utc_now
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.records.provenance import WRITE_KEYS, FusionTuning, Provenance
+from indexer.store import vector_files
 from indexer.store.core import StoreCore
 from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql, read_meta
+from indexer.store.vector_files import VectorFile
 
 FUSION_TUNING_KEY = "fusion_tuning"  # meta key of the FusionTuning record (JSON)
 SELECT_VECTORS = "SELECT chunk_id, embedding FROM vectors"
@@ -20,6 +28,25 @@ SELECT_VECTORS_OF = (
     "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} ORDER BY chunk_id"
 )
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
+SELECT_VECTORS_IN = "SELECT chunk_id, embedding FROM vectors WHERE chunk_id >= ? AND chunk_id < ?"
+HAS_VECTOR_FILES = (
+    "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database() "
+    "AND table_name = 'vector_files'"
+)
+SELECT_VECTOR_FILES = (
+    "SELECT name, first_chunk_id, n_rows FROM vector_files ORDER BY first_chunk_id"
+)
+INSERT_VECTOR_FILE = "INSERT INTO vector_files VALUES (?, ?, ?, ?, ?)"
+DELETE_VECTOR_FILE = "DELETE FROM vector_files WHERE name = ?"
+IN_FILE = "c.chunk_id >= f.first_chunk_id AND c.chunk_id < f.first_chunk_id + f.n_rows"
+# the chunks whose vector is in a recorded file (a range join: one range per file)
+FILE_CHUNK_IDS = f"SELECT c.chunk_id FROM chunks c JOIN vector_files f ON {IN_FILE}"
+COUNT_FILE_VECTORS = f"SELECT count(*) FROM ({FILE_CHUNK_IDS})"
+LIVE_ROWS_PER_FILE = (
+    f"SELECT f.name, count(c.chunk_id) FROM vector_files f LEFT JOIN chunks c ON {IN_FILE} "
+    "GROUP BY f.name"
+)
+CHUNK_IDS_IN = "SELECT chunk_id FROM chunks WHERE chunk_id >= ? AND chunk_id < ?"
 SPAN_COLUMNS = ("chunk_id", "doc_id", "start_char", "end_char")
 SELECT_CHUNK_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM chunks"  # unordered
 SELECT_CHUNK_IDS_UNORDERED = "SELECT chunk_id FROM chunks"
@@ -110,11 +137,72 @@ class Vectors:
             self.core.con.execute(SET_META, [FUSION_TUNING_KEY, json.dumps(record.to_dict())])
             self.core.bump_data_version()  # what a search sees changed
 
+    # -- vector files ---------------------------------------------------------------------
+    def files(self) -> list[VectorFile]:
+        """The recorded vector files, by first chunk id (none in a store or snapshot from
+        before them)."""
+        if not self.core.scalar(HAS_VECTOR_FILES):
+            return []
+        rows = self.core.con.execute(SELECT_VECTOR_FILES).fetchall()
+        return [VectorFile(name, int(first), int(n)) for name, first, n in rows]
+
+    def ids_sql(self) -> str:
+        """A subquery of the chunk ids that have a stored vector, rows and files alike (one
+        `chunk_id` column), for SQL that joins on them; it reads no embedding, so it serves a
+        published snapshot too. Only after the first vector (`vectors` exists)."""
+        if not self.core.scalar(HAS_VECTOR_FILES):
+            return "(SELECT chunk_id FROM vectors)"
+        return f"(SELECT chunk_id FROM vectors UNION ALL {FILE_CHUNK_IDS})"
+
+    def record_file(self, vf: VectorFile, size: int) -> None:
+        """Record a written file, inside the caller's transaction (the one committing its
+        chunks)."""
+        self.core.con.execute(INSERT_VECTOR_FILE, [vf.name, vf.first, vf.rows, size, utc_now()])
+
+    def collect_files(self) -> dict[str, int]:
+        """Delete the vector files the store no longer needs, under the writer lock, before a
+        run writes any: those no commit recorded (a writer killed between writing one and
+        committing its chunks, a cluster worker's file of a partition never committed) and
+        those none of whose chunks exist any more (their records first, then the files).
+
+        Returns:
+            {"unrecorded": files deleted, "emptied": recorded files dropped}.
+        """
+        if self.core.read_only or not self.core.scalar(HAS_VECTOR_FILES):
+            return {"unrecorded": 0, "emptied": 0}
+        recorded = {vf.name for vf in self.files()}
+        stray = [name for name in vector_files.on_disk(self.core.path) if name not in recorded]
+        live = dict(self.core.con.execute(LIVE_ROWS_PER_FILE).fetchall())
+        emptied = sorted(name for name, n in live.items() if n == 0)
+        if emptied:
+            with self.core.transaction():
+                for name in emptied:
+                    self.core.con.execute(DELETE_VECTOR_FILE, [name])
+        vector_files.remove(self.core.path, stray + emptied)
+        left = vector_files.clear_incoming(self.core.path)
+        return {"unrecorded": len(stray) + left, "emptied": len(emptied)}
+
+    def missing_files(self) -> list[tuple[Path, VectorFile]]:
+        """Recorded vector files that are not in the store's folder (`doctor`): (where each
+        should be, the file)."""
+        target = vector_files.folder(self.core.path)
+        return [(target / vf.name, vf) for vf in self.files() if not (target / vf.name).is_file()]
+
+    def _dim(self) -> int:
+        stored = self.provenance()
+        return stored.dim if stored is not None else 0
+
+    def _file_rows(self, vf: VectorFile) -> np.ndarray:
+        return vector_files.open_rows(self.core.path, vf, self._dim())
+
     def count(self) -> int:
         """Stored vectors (what `iter_batches` yields); 0 before the first."""
         if self.provenance() is None:
             return 0
-        return self.core.scalar(COUNT_VECTORS)
+        rows = self.core.scalar(COUNT_VECTORS)
+        if self.core.scalar(HAS_VECTOR_FILES):
+            rows += self.core.scalar(COUNT_FILE_VECTORS)
+        return rows
 
     def iter_batches(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """Every stored vector, in the order written (ascending chunk ids: ids are drawn as
@@ -129,8 +217,46 @@ class Vectors:
         if self.provenance() is None:
             return
         self._live_only()
-        for rb in self.core.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
-            yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
+        files = self.files()
+        if not files:
+            for rb in self.core.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
+                yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
+            return
+        # rows and files interleaved by chunk id: the rows before each file, then the file
+        low = 0
+        for vf in files:
+            yield from self._rows_between(low, vf.first, batch_rows)
+            yield from self._file_batches(vf, batch_rows)
+            low = vf.stop
+        yield from self._rows_between(low, 2**63 - 1, batch_rows)
+
+    def _rows_between(
+        self, low: int, high: int, batch_rows: int
+    ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """The `vectors` rows of chunk ids low..high-1, in the order written."""
+        reader = self.core.con.execute(SELECT_VECTORS_IN, [low, high]).fetch_record_batch(
+            batch_rows
+        )
+        for rb in reader:
+            if rb.num_rows:
+                yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
+
+    def _file_batches(
+        self, vf: VectorFile, batch_rows: int
+    ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """A file's rows of the chunks that exist, `batch_rows` at a time (copied out of the
+        mapped file, so a caller may keep them)."""
+        rows = self._file_rows(vf)
+        live = self.core.con.execute(CHUNK_IDS_IN, [vf.first, vf.stop]).fetchnumpy()
+        ids = np.sort(live["chunk_id"].astype(np.int64))
+        whole = len(ids) == vf.rows
+        for at in range(0, len(ids), batch_rows):
+            part = ids[at : at + batch_rows]
+            if whole:
+                block = np.array(rows[at : at + len(part)])
+            else:
+                block = rows[part - vf.first]
+            yield part, block
 
     def fetch(self, chunk_ids: np.ndarray) -> np.ndarray:
         """The vectors of `chunk_ids`, in ascending chunk id order.
@@ -143,9 +269,25 @@ class Vectors:
             StoreError: some of the ids have no stored vector.
         """
         if not len(chunk_ids):
-            stored = self.provenance()
-            return np.zeros((0, stored.dim if stored is not None else 0), np.float32)
+            return np.zeros((0, self._dim()), np.float32)
         self._live_only()
+        files = self.files()
+        if not files:
+            return self._fetch_rows(chunk_ids)
+        ids = np.asarray(chunk_ids, np.int64)
+        out = np.empty((len(ids), self._dim()), np.float32)
+        in_file = np.zeros(len(ids), bool)
+        for vf in files:
+            lo, hi = np.searchsorted(ids, [vf.first, vf.stop])
+            if hi > lo:
+                out[lo:hi] = self._file_rows(vf)[ids[lo:hi] - vf.first]
+                in_file[lo:hi] = True
+        if not in_file.all():
+            out[~in_file] = self._fetch_rows(ids[~in_file])
+        return out
+
+    def _fetch_rows(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """`fetch` from the `vectors` rows only."""
         with self.core.bound(chunk_ids) as ids:
             table = self.core.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
         if table.num_rows != len(chunk_ids):
