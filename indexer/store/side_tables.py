@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from indexer.store.core import StoreCore
 
-CORE_TABLES = ("documents", "chunks", "vectors", "meta")
+CORE_TABLES = ("documents", "chunks", "vectors", "vector_files", "meta")
 SELECT_TABLES = (
     "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
     "AND table_type = 'BASE TABLE' ORDER BY table_name"
