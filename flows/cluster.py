@@ -3,7 +3,9 @@ a LocalCluster of worker processes on this machine), the index steps that send e
 texts to the workers as partitions, and the annotate pass on the workers.
 
 The workers run library functions only (`indexer.indexing.partitions.encode_partition`,
-`indexer.annotate.cluster.annotate_partition`): no Prefect, no store, no corpus files. This
+`indexer.annotate.cluster.annotate_partition`): no Prefect, no store tables, no corpus files;
+where they see the store's folder (`dask.vectors`) they write their partitions' vectors there
+as files the writer records. This
 process reads, plans and is the only writer; a partition lost with a worker is rerun by the
 scheduler on another one and gives the same arrays. TLS comes from `dask.security`.
 """
@@ -32,6 +34,7 @@ from indexer.indexing.partitions import (
     load_on_worker,
     split,
     text_bytes,
+    vectors_folder,
 )
 from indexer.indexing.run import Steps, load_model, run_index
 from indexer.indexing.steps import BatchPlan, encode_texts_for_index
@@ -157,6 +160,7 @@ class ClusterIndex:
     def __post_init__(self):
         self.slots = worker_threads(self.client)
         self.index_build: dict = {"on": "writer", "reason": "not rebuilt"}
+        self.vectors_to: str | None = None  # the store's folder when workers write vectors
 
     @property
     def in_flight(self) -> int:
@@ -167,6 +171,7 @@ class ClusterIndex:
         """The writer's encoder, and the workers' loaded at once (each must match it)."""
         self.encoder = load_model(config)
         check_workers(self.client.run(load_on_worker, config), self.encoder.provenance)
+        self.vectors_to = vectors_folder(config.store.path, config.dask.vectors, self.client.run)
         return self.encoder
 
     def encode(self, pid: str, texts: list[str], config: Config):
@@ -176,7 +181,12 @@ class ClusterIndex:
         pids = [f"{pid} [{start}:{end}]" for start, end in ranges]  # stable: file, rows, part
         futures = [
             self.client.submit(
-                encode_partition, sub, texts[start:end], config, key=f"encode {sub} {self.run}"
+                encode_partition,
+                sub,
+                texts[start:end],
+                config,
+                self.vectors_to,
+                key=f"encode {sub} {self.run}",
             )
             for sub, (start, end) in zip(pids, ranges)
         ]
@@ -249,7 +259,8 @@ def run_index_on_cluster(
             that retry; None: the plain functions.
     Returns:
         `run_index`'s summary plus `cluster`: work per worker (partitions, documents,
-        characters, CPU seconds, share), bytes per document sent and received, where a
+        characters, CPU seconds, share), bytes per document sent and received, how the
+        vectors came (`vectors`: "files" the workers wrote, or "sent"), where a
         rebuilt vector index was built (`index`: workers and shard count, or writer and why),
         and the writer's seconds waiting for partitions and committing them (`writer`).
     """
@@ -295,7 +306,11 @@ def run_index_on_cluster(
     )
     return summary | {
         "cluster": cluster.tally.summary()
-        | {"index": cluster.index_build, "writer": {k: round(v, 3) for k, v in writer.items()}}
+        | {
+            "vectors": "files" if cluster.vectors_to else "sent",
+            "index": cluster.index_build,
+            "writer": {k: round(v, 3) for k, v in writer.items()},
+        }
     }
 
 

@@ -157,6 +157,13 @@ class DaskConfig(Strict):
         "with `security` (None: a LocalCluster on this machine, bound to 127.0.0.1)",
     )
     in_flight: int = Field(4, ge=1, description="batches encoding at once, ahead of the writer")
+    vectors: Literal["auto", "files", "send"] = Field(
+        "auto",
+        description="how workers hand their partitions' vectors to the writer: 'files' (each "
+        "writes them into the store's folder, which the writer only records), 'send' (back "
+        "over the network, the writer stores them), 'auto' (files when every worker sees the "
+        "store's folder at the writer's path, else send)",
+    )
     security: DaskSecurityConfig = DaskSecurityConfig()
 
     @model_validator(mode="after")

@@ -3,7 +3,10 @@ file and rows it was read from, or a range of document ids), encoded on the work
 (`EncodedPartition`), with a record of which worker did how much model work (`WorkTally`).
 
 Does not talk to a cluster (`flows.cluster` submits the partitions) and does not write the
-store: the single writer commits each partition's arrays, in order, once.
+store's tables: the single writer commits each partition's chunks, in order, once. Where the
+workers see the store's folder, each writes its partition's vectors there as a file the
+writer records (`vectors_to`), so that adding workers is not capped by one writer inserting
+every vector.
 """
 
 from __future__ import annotations
@@ -11,17 +14,19 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from indexer.config import Config
 from indexer.core.faults import crash_point
 from indexer.encode.encoder import load_encoder
-from indexer.errors import ModelError
+from indexer.errors import ConfigError, ModelError
 from indexer.indexing.steps import encode_documents
 from indexer.records.provenance import WRITE_KEYS, Provenance
-from indexer.store import ChunkRows
+from indexer.store import ChunkRows, WorkerFile, WorkerFiles, incoming_probe, write_worker_vectors
 
 
 def worker_name() -> str:
@@ -52,7 +57,7 @@ class EncodedPartition:
     starts: np.ndarray  # (chunks,) int64, character offsets
     ends: np.ndarray  # (chunks,) int64
     n_tokens: np.ndarray  # (chunks,) int32
-    vectors: np.ndarray  # (chunks, dim) float32
+    vectors: np.ndarray | WorkerFile  # (chunks, dim) float32, or the file the worker wrote
     provenance: dict  # the worker's encoder (`Provenance.to_dict`)
     work: Work
 
@@ -69,17 +74,8 @@ class EncodedPartition:
 
     def nbytes(self) -> int:
         """Bytes of the arrays sent back (what dominates the result's size on the wire)."""
-        return sum(
-            a.nbytes
-            for a in (
-                self.owners,
-                self.ordinals,
-                self.starts,
-                self.ends,
-                self.n_tokens,
-                self.vectors,
-            )
-        )
+        arrays = (self.owners, self.ordinals, self.starts, self.ends, self.n_tokens, self.vectors)
+        return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
 
     def check(self, pid: str, expected: Provenance) -> EncodedPartition:
         """This result, after checking that it is partition `pid`'s and that the worker's
@@ -138,17 +134,23 @@ def join(parts: list[EncodedPartition], starts: list[int], dim: int) -> ChunkRow
         np.concatenate([getattr(p, name) for p in parts]).tolist()
         for name in ("ordinals", "starts", "ends", "n_tokens")
     )
-    return ChunkRows(
-        owners.tolist(),
-        ordinals,
-        chunk_starts,
-        ends,
-        n_tokens,
-        np.concatenate([p.vectors for p in parts]),
+    return ChunkRows(owners.tolist(), ordinals, chunk_starts, ends, n_tokens, _vectors(parts, dim))
+
+
+def _vectors(parts: list[EncodedPartition], dim: int) -> np.ndarray | WorkerFiles:
+    """The batch's vectors: the workers' files when they wrote them (the writer records
+    them), else the arrays they sent, in order."""
+    files = [p.vectors for p in parts if isinstance(p.vectors, WorkerFile)]
+    if files and len(files) == len(parts):
+        return WorkerFiles(tuple(files), dim)
+    return np.concatenate(
+        [np.load(v.path) if isinstance(v, WorkerFile) else v for v in (p.vectors for p in parts)]
     )
 
 
-def encode_partition(pid: str, texts: list[str], config: Config) -> EncodedPartition:
+def encode_partition(
+    pid: str, texts: list[str], config: Config, vectors_to: str | None = None
+) -> EncodedPartition:
     """Window and encode one partition's texts on this process (a cluster worker): a pure
     function of its inputs, so a partition lost with a worker re-runs elsewhere to the same
     arrays. The encoder is loaded once per process (`load_encoder`).
@@ -157,12 +159,18 @@ def encode_partition(pid: str, texts: list[str], config: Config) -> EncodedParti
         pid: the partition's stable id (e.g. `docs.jsonl rows 1-2048`).
         texts: the texts to encode, in the writer's order.
         config: the configuration (`model`, `long_documents`).
+        vectors_to: the store's folder, as this worker sees it: the vectors are written
+            there as a file (`indexer.store.write_worker_vectors`) which the writer records,
+            and only the chunks' positions go back. None: the vectors go back.
     Returns:
         The EncodedPartition.
     """
     cpu = time.process_time()
     encoder = load_encoder(config.model)
     owners, chunks = encode_documents(encoder, texts, config)
+    vectors = np.ascontiguousarray(chunks.vectors, dtype=np.float32)
+    if vectors_to is not None and len(vectors):
+        vectors = write_worker_vectors(vectors_to, pid, vectors)
     crash_point("partition.before_return")
     return EncodedPartition(
         pid,
@@ -171,10 +179,51 @@ def encode_partition(pid: str, texts: list[str], config: Config) -> EncodedParti
         np.asarray(chunks.starts, np.int64),
         np.asarray(chunks.ends, np.int64),
         np.asarray(chunks.n_tokens, np.int32),
-        np.ascontiguousarray(chunks.vectors, dtype=np.float32),
+        vectors,
         encoder.provenance.to_dict(),
         Work(worker_name(), len(texts), sum(len(t) for t in texts), time.process_time() - cpu),
     )
+
+
+def sees_file(path: str, token: str) -> bool:
+    """On a worker: whether the file at `path` holds `token` (`vectors_folder`'s probe)."""
+    try:
+        return Path(path).read_text() == token
+    except OSError:
+        return False
+
+
+def vectors_folder(store_dir: str | Path, mode: str, ask: Callable) -> str | None:
+    """Where the workers write their partitions' vectors (`encode_partition`'s `vectors_to`),
+    by `dask.vectors`: the store's folder when every worker sees it at the writer's path
+    ('auto' finds out with a probe file, 'files' requires it), None to send them back
+    ('send', or 'auto' when a worker does not see it).
+
+    Args:
+        store_dir: the store's folder on the writer.
+        mode: `dask.vectors`.
+        ask: runs `sees_file(path, token)` on every worker and returns {worker: answer}
+            (`distributed.Client.run`).
+    Raises:
+        ConfigError: 'files', and a worker does not see the folder (named, with the fix).
+    """
+    if mode == "send":
+        return None
+    probe, token = incoming_probe(store_dir)
+    try:
+        answers = ask(sees_file, str(probe), token)
+    finally:
+        probe.unlink(missing_ok=True)
+    blind = sorted(worker for worker, sees in answers.items() if not sees)
+    if not blind and answers:
+        return str(Path(store_dir).resolve())
+    if mode == "files":
+        raise ConfigError(
+            f"dask.vectors: files, but worker {blind[0] if blind else '(none)'} does not see "
+            f"the store's folder {Path(store_dir).resolve()}; mount it at the same path on "
+            "every worker, or set dask.vectors: send"
+        )
+    return None
 
 
 def load_on_worker(config: Config) -> dict:

@@ -30,7 +30,7 @@ from indexer.store import (
     VECTOR_FILE_MIN_ROWS,
     ChunkRows,
     Store,
-    WorkerFile,
+    WorkerFiles,
     collect_segments,
     content_hash,
 )
@@ -181,7 +181,7 @@ def encode_texts_for_index(
 def _as_file(chunks: ChunkRows) -> bool:
     """Whether a batch keeps its vectors in a file of the store (`indexer.store.vector_files`):
     a cluster worker wrote them as one, or they are many (an import of precomputed vectors)."""
-    return isinstance(chunks.vectors, WorkerFile) or len(chunks.doc_ids) >= VECTOR_FILE_MIN_ROWS
+    return isinstance(chunks.vectors, WorkerFiles) or len(chunks.doc_ids) >= VECTOR_FILE_MIN_ROWS
 
 
 def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> BatchResult:

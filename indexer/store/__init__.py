@@ -6,7 +6,7 @@ one group of tables per concept as attributes: `store.documents`, `store.vectors
 `store.reads`, `store.filters`, `store.runs`, `store.counts`, `store.checks`, `store.dedup`,
 `store.trends`, `store.annotations`, `store.reviews`, `store.tokens`, `store.side`), its row
 types `Hit`, `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkLayout`,
-`HashDiff`, `IntegrityCounts`, `SnapshotFacts`, `WorkerFile`, `Run` (what
+`HashDiff`, `IntegrityCounts`, `SnapshotFacts`, `WorkerFile`, `WorkerFiles`, `Run` (what
 `store.runs.recorded_run` yields),
 the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_reviewed_since`
 (a head's live review rows, lock-free); the access tokens' `StoredToken`, `read_token_table`,
@@ -14,7 +14,8 @@ the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_rev
 `WriterLock`; `content_hash`; `read_snapshot_facts`, `segment_problems` and
 `collect_segments` (a published snapshot's facts, its damaged segments, removing unused ones);
 `new_run_id`; `write_worker_vectors` (a cluster worker's vectors as a file the writer
-records); the constants `DB_NAME`, `VECTOR_FILE_MIN_ROWS`,
+records) and `incoming_probe` (whether workers see the store's folder); the constants
+`DB_NAME`, `VECTOR_FILE_MIN_ROWS`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
 (the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or
 the surface imports this package's modules or touches `Store.con` (tests may, to check them).
@@ -48,6 +49,7 @@ from indexer.store.rows import (
     SnapshotFacts,
     StoredDoc,
     WorkerFile,
+    WorkerFiles,
 )
 from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
@@ -56,7 +58,7 @@ from indexer.store.snapshot import read_snapshot_facts, segment_problems
 from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
-from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS, write_worker_vectors
+from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS, incoming_probe, write_worker_vectors
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -82,8 +84,10 @@ __all__ = [
     "Store",
     "StoredDoc",
     "WorkerFile",
+    "WorkerFiles",
     "WriterLock",
     "collect_segments",
+    "incoming_probe",
     "write_worker_vectors",
     "content_hash",
     "new_run_id",

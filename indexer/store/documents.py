@@ -14,10 +14,11 @@ import pyarrow as pa
 
 from indexer.core.faults import crash_point
 from indexer.core.timeutil import utc_now
+from indexer.errors import StoreError
 from indexer.ingest.readers import Record, Rejected
 from indexer.store import vector_files
 from indexer.store.core import StoreCore
-from indexer.store.rows import ChunkRows, StoredDoc, WorkerFile
+from indexer.store.rows import ChunkRows, StoredDoc, WorkerFiles
 from indexer.store.side_tables import SideTables
 from indexer.store.vector_files import VectorFile
 from indexer.store.vectors import Vectors
@@ -152,14 +153,14 @@ class DocumentWrites:
             run_id: the run this batch belongs to.
             as_file: keep the vectors in one file of the store's folder, recorded by this
                 transaction, instead of rows of `vectors` (`indexer.store.vector_files`: what
-                large batches do). `chunks.vectors` may then also be a `WorkerFile`, a file a
-                cluster worker wrote, which is moved in rather than written again.
+                large batches do). `chunks.vectors` may then also be `WorkerFiles`, the files
+                a batch's cluster workers wrote, which are moved in rather than written again.
         Returns:
             (chunk ids added, chunk ids removed) for the vector index.
         """
         now = utc_now()
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
-        written = self._vector_file(chunk_ids, chunks) if as_file else None
+        written = self._vector_files(chunk_ids, chunks) if as_file else None
         try:
             removed = self._write(
                 collection,
@@ -174,27 +175,47 @@ class DocumentWrites:
                 written,
             )
         except BaseException:
-            if written is not None:  # never recorded: nothing refers to it
-                vector_files.remove(self.core.path, [written[0].name])
+            if written:  # never recorded: nothing refers to them
+                vector_files.remove(self.core.path, [vf.name for vf, _ in written])
             raise
         crash_point("batch.after_commit")
         return chunk_ids, removed
 
-    def _vector_file(
+    def _vector_files(
         self, chunk_ids: list[int], chunks: ChunkRows
-    ) -> tuple[VectorFile, int] | None:
-        """The batch's vectors written (or a worker's file moved in) as a file for chunk ids
-        `chunk_ids`, before the transaction that records it; None when they are too few or
-        the ids are not one consecutive range (rows of `vectors` then)."""
+    ) -> list[tuple[VectorFile, int]] | None:
+        """The batch's vectors written as a file (or its workers' files moved in, one after
+        another over the batch's chunk ids) before the transaction that records them; None
+        when the ids are not one consecutive range (rows of `vectors` then).
+
+        Raises:
+            StoreError: a worker's file is missing or of another shape (nothing is recorded).
+        """
         vectors = chunks.vectors
         if not chunk_ids or chunk_ids[-1] - chunk_ids[0] != len(chunk_ids) - 1:
+            if isinstance(vectors, WorkerFiles):
+                raise StoreError(f"store {self.core.path}: chunk ids of a batch not consecutive")
             return None
-        if isinstance(vectors, WorkerFile):
-            written = vector_files.adopt(
-                self.core.path, vectors.path, chunk_ids[0], vectors.rows, vectors.dim
+        if not isinstance(vectors, WorkerFiles):
+            written = [vector_files.write(self.core.path, chunk_ids[0], vectors)]
+            crash_point("batch.vector_file_written")
+            return written
+        if vectors.rows != len(chunk_ids):
+            raise StoreError(
+                f"store {self.core.path}: workers' files hold {vectors.rows} vectors for "
+                f"{len(chunk_ids)} chunks"
             )
-        else:
-            written = vector_files.write(self.core.path, chunk_ids[0], vectors)
+        written, first = [], chunk_ids[0]
+        try:
+            for part in vectors.files:
+                if part.rows:
+                    written.append(
+                        vector_files.adopt(self.core.path, part.path, first, part.rows, part.dim)
+                    )
+                first += part.rows
+        except BaseException:
+            vector_files.remove(self.core.path, [vf.name for vf, _ in written])
+            raise
         crash_point("batch.vector_file_written")
         return written
 
@@ -209,7 +230,7 @@ class DocumentWrites:
         rejected: list[Rejected],
         run_id: str,
         now: datetime,
-        written: tuple[VectorFile, int] | None,
+        written: list[tuple[VectorFile, int]] | None,
     ) -> list[int]:
         """`write_batch`'s transaction; returns the chunk ids removed."""
         con = self.core.con
@@ -236,7 +257,8 @@ class DocumentWrites:
                 if written is None:
                     self.core.insert_view(INSERT_VECTORS, vector_table)
                 else:
-                    self.vectors.record_file(*written)
+                    for vf, size in written:
+                        self.vectors.record_file(vf, size)
             if rejected:
                 con.executemany(
                     INSERT_REJECTED,

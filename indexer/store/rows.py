@@ -17,7 +17,7 @@ class ChunkRows:
     starts: list[int]
     ends: list[int]
     n_tokens: list[int]
-    vectors: np.ndarray  # (n, dim) float32 (or a WorkerFile of that shape: cluster workers)
+    vectors: np.ndarray  # (n, dim) float32, or WorkerFiles of that shape (cluster workers)
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,26 @@ class WorkerFile:
     path: str
     rows: int
     dim: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.dim)
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+@dataclass(frozen=True)
+class WorkerFiles:
+    """A batch's vectors as the files its partitions' workers wrote, in order: what
+    `ChunkRows.vectors` holds when the writer records files rather than receives vectors."""
+
+    files: tuple[WorkerFile, ...]
+    dim: int
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
 
     @property
     def shape(self) -> tuple[int, int]:

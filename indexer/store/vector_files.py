@@ -178,6 +178,22 @@ def on_disk(store_dir: str | Path) -> list[str]:
     )
 
 
+def incoming_probe(store_dir: str | Path) -> tuple[Path, str]:
+    """A small file under `<store>/vectors/incoming/` holding a random token: a worker that
+    reads the token at that path sees the store's folder as the writer does. The caller
+    deletes it (or the next run's collection does).
+
+    Returns:
+        (the file's absolute path, the token).
+    """
+    target = (folder(store_dir) / INCOMING).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    path = target / f"probe-{token[:8]}"
+    path.write_text(token)
+    return path, token
+
+
 def clear_incoming(store_dir: str | Path) -> int:
     """Delete what workers left under `vectors/incoming/` (partitions no run committed);
     called only before a run's workers start. Returns how many files."""

@@ -73,6 +73,30 @@ def _as_matrix(embeddings) -> np.ndarray:
     return embeddings.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, dim)
 
 
+def _coalesced(
+    pieces: Iterable[tuple[np.ndarray, np.ndarray]], batch_rows: int
+) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """`pieces` regrouped into items of `batch_rows` (the last fewer): a store of many small
+    files streams as it would as rows (a FAISS shard or add per item, not per file)."""
+    ids: list[np.ndarray] = []
+    vecs: list[np.ndarray] = []
+    held = 0
+    for part_ids, part in pieces:
+        if not held and len(part_ids) == batch_rows:  # whole already: no copy
+            yield part_ids, part
+            continue
+        ids.append(part_ids)
+        vecs.append(part)
+        held += len(part_ids)
+        while held >= batch_rows:
+            all_ids, all_vecs = np.concatenate(ids), np.concatenate(vecs)
+            yield all_ids[:batch_rows], all_vecs[:batch_rows]
+            ids, vecs = [all_ids[batch_rows:]], [all_vecs[batch_rows:]]
+            held -= batch_rows
+    if held:
+        yield np.concatenate(ids), np.concatenate(vecs)
+
+
 class Vectors:
     """Vectors and their provenance (`store.vectors`).
 
@@ -222,7 +246,12 @@ class Vectors:
             for rb in self.core.con.execute(SELECT_VECTORS).fetch_record_batch(batch_rows):
                 yield rb.column(0).to_numpy().astype(np.int64), _as_matrix(rb.column(1))
             return
-        # rows and files interleaved by chunk id: the rows before each file, then the file
+        yield from _coalesced(self._interleaved(files, batch_rows), batch_rows)
+
+    def _interleaved(
+        self, files: list[VectorFile], batch_rows: int
+    ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """Rows and files by chunk id: the rows before each file, then the file."""
         low = 0
         for vf in files:
             yield from self._rows_between(low, vf.first, batch_rows)

@@ -222,8 +222,15 @@ def test_index_and_annotate_on_two_worker_processes(
         assert set(shares) == _names(workers), shares
         assert all(w["share"] >= 1 / 3 and w["cpu_seconds"] > 0 for w in shares.values()), shares
     assert indexed["cluster"]["index"] == {"on": "workers", "shards": 1}  # one batch of vectors
+    # texts out; the workers see the store's folder, so their vectors stay there as files the
+    # writer records, and only the chunks' positions come back (less than one vector's bytes)
+    assert indexed["cluster"]["vectors"] == "files"
     sent = indexed["cluster"]["bytes_per_document"]
-    assert 0 < sent["sent"] < 200 and sent["received"] > 32 * 4  # texts out, vectors back
+    assert 0 < sent["sent"] < 200 and 0 < sent["received"] < 32 * 4
+    with Store(cfg.store.path, read_only=True, snapshot=False) as store:
+        assert len(store.vectors.files()) == 4  # one a partition
+        assert store.con.execute("SELECT count(*) FROM vectors").fetchone() == (0,)
+    assert not any((tmp_path / "store" / "vectors" / "incoming").iterdir())
     _assert_same_store(cfg, ref_cfg, ref_annotations)
 
 
@@ -264,8 +271,13 @@ def test_worker_killed_mid_run_gives_the_same_store(
             "partition.before_return:2",
             workers=[addr],
         )
-    cfg = _on_cluster(ref_cfg, address, tmp_path / "store")
+    # the vectors sent back (`dask.vectors: send`, the path for workers without the folder)
+    cfg = _on_cluster(ref_cfg, address, tmp_path / "store").with_overrides(
+        **{"dask.vectors": "send"}
+    )
     indexed = flow_for(cfg)([str(corpus)], cfg)
+    assert indexed["cluster"]["vectors"] == "sent"
+    assert indexed["cluster"]["bytes_per_document"]["received"] > 32 * 4  # vectors back
     assert victim.wait(10) == -signal.SIGKILL  # died holding an encoded partition
     annotated = annotate_flow(head_args(heads), cfg)  # on the worker left
     assert indexed["encoded"] == DOCS and indexed["failed_batches"] == []

@@ -22,13 +22,14 @@ import pytest
 from crash_kit import assert_same_results, write_corpus
 
 import indexer.indexing.steps as steps
-from indexer.errors import StoreError
+from indexer.errors import ConfigError, StoreError
+from indexer.indexing.partitions import EncodedPartition, Work, join, vectors_folder
 from indexer.indexing.run import run_index
 from indexer.ingest.readers import Record
 from indexer.ops.consistency import check_store
 from indexer.ops.doctor import diagnose
 from indexer.records.provenance import Provenance
-from indexer.store import ChunkRows, Store, WorkerFile, write_worker_vectors
+from indexer.store import ChunkRows, Store, WorkerFile, WorkerFiles, write_worker_vectors
 
 BATCH = 100
 
@@ -182,14 +183,51 @@ def test_a_workers_file_is_moved_in_and_one_of_the_wrong_shape_commits_nothing(t
     with Store(store_dir) as store:
         store.vectors.set_provenance(Provenance("m", "h", "mean", True, 16, 8, "fp32"))
         wrong = write_worker_vectors(store_dir, "p/0", vectors[:, :4])
-        new, chunks = _worker_batch(store, WorkerFile(wrong.path, 40, 8), texts)
+        new, chunks = _worker_batch(store, WorkerFiles((WorkerFile(wrong.path, 40, 8),), 8), texts)
         with pytest.raises(StoreError, match=r"holds \(40, 4\).*40 chunks of 8"):
             store.documents.write_batch("c", new, [], [], chunks, [], "run", as_file=True)
         assert store.counts.documents() == 0 and store.vectors.files() == []
         made = write_worker_vectors(store_dir, "p/1", vectors)
         assert made.path.startswith(str(store_dir / "vectors" / "incoming"))
-        new, chunks = _worker_batch(store, made, texts)
+        new, chunks = _worker_batch(store, WorkerFiles((made,), 8), texts)
         added, _ = store.documents.write_batch("c", new, [], [], chunks, [], "run", as_file=True)
         assert not os.path.exists(made.path)  # moved, not copied
         assert np.array_equal(store.vectors.fetch(np.asarray(added)), vectors)
         assert store.vectors.count() == 40
+
+
+def test_workers_write_files_only_where_they_see_the_store_folder(tmp_path):
+    store_dir = tmp_path / "store"
+
+    def here(fn, path, token):  # a worker on this machine: the same folder
+        return {"w0": fn(path, token), "w1": fn(path, token)}
+
+    def elsewhere(fn, path, token):  # one worker whose disk has no such folder
+        return {"w0": fn(path, token), "w1": fn(str(tmp_path / "other" / "probe"), token)}
+
+    assert vectors_folder(store_dir, "auto", here) == str(store_dir.resolve())
+    assert vectors_folder(store_dir, "send", here) is None
+    assert vectors_folder(store_dir, "auto", elsewhere) is None
+    with pytest.raises(ConfigError, match=r"worker w1 does not see the store's folder.*send"):
+        vectors_folder(store_dir, "files", elsewhere)
+    assert list((store_dir / "vectors" / "incoming").iterdir()) == []  # probes removed
+
+
+def test_join_hands_the_workers_files_on_in_order(tmp_path):
+    rng = np.random.default_rng(1)
+    parts = []
+    for i, n in enumerate((3, 5)):
+        made = write_worker_vectors(
+            tmp_path, f"p{i}", rng.standard_normal((n, 4)).astype(np.float32)
+        )
+        zero32, zero64 = np.zeros(n, np.int32), np.zeros(n, np.int64)
+        owners = np.arange(n, dtype=np.int32)
+        parts.append(
+            EncodedPartition(
+                f"p{i}", owners, zero32, zero64, zero64, zero32, made, {}, Work("w", n, 1, 0.0)
+            )
+        )
+        assert parts[-1].nbytes() == n * (4 + 4 + 8 + 8 + 4)  # no vector bytes travel
+    rows = join(parts, [0, 3], 4)
+    assert rows.vectors == WorkerFiles((parts[0].vectors, parts[1].vectors), 4)
+    assert rows.doc_ids == [0, 1, 2, 3, 4, 5, 6, 7] and len(rows.vectors) == 8
