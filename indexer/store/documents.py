@@ -192,9 +192,14 @@ class DocumentWrites:
             StoreError: a worker's file is missing or of another shape (nothing is recorded).
         """
         vectors = chunks.vectors
-        if not chunk_ids or chunk_ids[-1] - chunk_ids[0] != len(chunk_ids) - 1:
+        if not chunk_ids:
+            return None
+        if chunk_ids[-1] - chunk_ids[0] != len(chunk_ids) - 1:
             if isinstance(vectors, WorkerFiles):
-                raise StoreError(f"store {self.core.path}: chunk ids of a batch not consecutive")
+                raise StoreError(
+                    f"store {self.core.path}: a batch's chunk ids are not consecutive (another "
+                    "process drew from the store's sequence); run the index again"
+                )
             return None
         if not isinstance(vectors, WorkerFiles):
             written = [vector_files.write(self.core.path, chunk_ids[0], vectors)]

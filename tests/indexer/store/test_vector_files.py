@@ -82,6 +82,9 @@ def test_a_store_of_vector_files_equals_one_of_rows(tiny_config, tmp_path, monke
         assert store.checks.documents_missing_vectors() == []
         assert store.counts.collections()[0]["vectors"] == summary["chunks"]
     assert _files_on_disk(cfg) == sorted(f.name for f in files)
+    with Store(cfg.store.path, read_only=True) as published:  # the snapshot: no embeddings
+        assert published.version is not None
+        assert published.counts.collections()[0]["vectors"] == summary["chunks"]
     got, ref = check_store(cfg), check_store(rows_cfg)
     assert got.problems == [] and got.differences(ref) == []
     assert_same_results(cfg, rows_cfg)
