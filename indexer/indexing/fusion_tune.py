@@ -236,7 +236,7 @@ def _dense_rankings(
     cut_owner_pos, cut_rows = encode_documents(encoder, cut_texts, config)
     cut_owners = np.asarray([queries[p].doc_id for p in cut_owner_pos], np.int64)
     owners = np.concatenate([owners, cut_owners])
-    vectors = np.concatenate([vectors, cut_rows.vectors.astype(np.float32)])
+    vectors = np.concatenate([vectors, np.asarray(cut_rows.vectors, np.float32)])
     q = encoder.encode_queries([p.query for p in queries])  # (queries, dim)
     out = []
     for row in range(0, len(q), 64):

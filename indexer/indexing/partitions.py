@@ -69,7 +69,7 @@ class EncodedPartition:
             self.starts.tolist(),
             self.ends.tolist(),
             self.n_tokens.tolist(),
-            self.vectors,
+            _vectors([self], self.vectors.shape[1]),
         )
 
     def nbytes(self) -> int:
@@ -168,9 +168,9 @@ def encode_partition(
     cpu = time.process_time()
     encoder = load_encoder(config.model)
     owners, chunks = encode_documents(encoder, texts, config)
-    vectors = np.ascontiguousarray(chunks.vectors, dtype=np.float32)
+    vectors: np.ndarray | WorkerFile = np.ascontiguousarray(chunks.vectors, dtype=np.float32)
     if vectors_to is not None and len(vectors):
-        vectors = write_worker_vectors(vectors_to, pid, vectors)
+        vectors = write_worker_vectors(vectors_to, pid, np.asarray(vectors))
     crash_point("partition.before_return")
     return EncodedPartition(
         pid,

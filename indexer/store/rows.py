@@ -17,7 +17,7 @@ class ChunkRows:
     starts: list[int]
     ends: list[int]
     n_tokens: list[int]
-    vectors: np.ndarray  # (n, dim) float32, or WorkerFiles of that shape (cluster workers)
+    vectors: np.ndarray | WorkerFiles  # (n, dim) float32, or the files cluster workers wrote
 
 
 @dataclass(frozen=True)
