@@ -162,18 +162,45 @@ class DocumentWrites:
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
         written = self._vector_files(chunk_ids, chunks) if as_file else None
         try:
-            removed = self._write(
-                collection,
-                new_docs,
-                changed_docs,
-                metadata_updates,
-                chunks,
-                chunk_ids,
-                rejected,
-                run_id,
-                now,
-                written,
-            )
+            con = self.core.con
+            with self.core.transaction():
+                removed: list[int] = []
+                if changed_docs:
+                    removed = self._chunks_of([d for d, _, _ in changed_docs])
+                    with self.core.bound(removed) as old_chunks:
+                        con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
+                        con.execute(DELETE_CHUNKS.format(ids=old_chunks))
+                    con.executemany(
+                        UPDATE_DOCUMENT,
+                        [
+                            [r.title, r.text, to_json(r.metadata), h, now, d]
+                            for d, r, h in changed_docs
+                        ],
+                    )
+                if metadata_updates:
+                    con.executemany(
+                        UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
+                    )
+                if new_docs:
+                    self.core.insert_view(
+                        INSERT_DOCUMENTS, _documents_table(collection, new_docs, now)
+                    )
+                if chunk_ids:
+                    chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
+                    self.core.insert_view(INSERT_CHUNKS, chunk_table)
+                    if written is None:
+                        self.core.insert_view(INSERT_VECTORS, vector_table)
+                    else:
+                        for vf, size in written:
+                            self.vectors.record_file(vf, size)
+                if rejected:
+                    con.executemany(
+                        INSERT_REJECTED,
+                        [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
+                    )
+                if new_docs or changed_docs or metadata_updates or chunk_ids:
+                    self.core.bump_data_version()
+                crash_point("batch.before_commit")
         except BaseException:
             if written:  # never recorded: nothing refers to them
                 vector_files.remove(self.core.path, [vf.name for vf, _ in written])
@@ -223,56 +250,6 @@ class DocumentWrites:
             raise
         crash_point("batch.vector_file_written")
         return written
-
-    def _write(
-        self,
-        collection: str,
-        new_docs: list[tuple[int, Record, str]],
-        changed_docs: list[tuple[int, Record, str]],
-        metadata_updates: list[tuple[int, Record]],
-        chunks: ChunkRows,
-        chunk_ids: list[int],
-        rejected: list[Rejected],
-        run_id: str,
-        now: datetime,
-        written: list[tuple[VectorFile, int]] | None,
-    ) -> list[int]:
-        """`write_batch`'s transaction; returns the chunk ids removed."""
-        con = self.core.con
-        with self.core.transaction():
-            removed: list[int] = []
-            if changed_docs:
-                removed = self._chunks_of([d for d, _, _ in changed_docs])
-                with self.core.bound(removed) as old_chunks:
-                    con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
-                    con.execute(DELETE_CHUNKS.format(ids=old_chunks))
-                con.executemany(
-                    UPDATE_DOCUMENT,
-                    [[r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs],
-                )
-            if metadata_updates:
-                con.executemany(
-                    UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
-                )
-            if new_docs:
-                self.core.insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
-            if chunk_ids:
-                chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
-                self.core.insert_view(INSERT_CHUNKS, chunk_table)
-                if written is None:
-                    self.core.insert_view(INSERT_VECTORS, vector_table)
-                else:
-                    for vf, size in written:
-                        self.vectors.record_file(vf, size)
-            if rejected:
-                con.executemany(
-                    INSERT_REJECTED,
-                    [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
-                )
-            if new_docs or changed_docs or metadata_updates or chunk_ids:
-                self.core.bump_data_version()
-            crash_point("batch.before_commit")
-        return removed
 
     def delete(
         self,
