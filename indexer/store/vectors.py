@@ -216,8 +216,8 @@ class Vectors:
         stored = self.provenance()
         return stored.dim if stored is not None else 0
 
-    def _file_rows(self, vf: VectorFile) -> np.ndarray:
-        return vector_files.open_rows(self.core.path, vf, self._dim())
+    def _file_rows(self, vf: VectorFile, dim: int) -> np.ndarray:
+        return vector_files.open_rows(self.core.path, vf, dim)
 
     def count(self) -> int:
         """Stored vectors (what `iter_batches` yields); 0 before the first."""
@@ -275,7 +275,7 @@ class Vectors:
     ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """A file's rows of the chunks that exist, `batch_rows` at a time (copied out of the
         mapped file, so a caller may keep them)."""
-        rows = self._file_rows(vf)
+        rows = self._file_rows(vf, self._dim())
         live = self.core.con.execute(CHUNK_IDS_IN, [vf.first, vf.stop]).fetchnumpy()
         ids = np.sort(live["chunk_id"].astype(np.int64))
         whole = len(ids) == vf.rows
@@ -304,12 +304,13 @@ class Vectors:
         if not files:
             return self._fetch_rows(chunk_ids)
         ids = np.asarray(chunk_ids, np.int64)
-        out = np.empty((len(ids), self._dim()), np.float32)
+        dim = self._dim()  # one read of the provenance, not one per file
+        out = np.empty((len(ids), dim), np.float32)
         in_file = np.zeros(len(ids), bool)
         for vf in files:
             lo, hi = np.searchsorted(ids, [vf.first, vf.stop])
             if hi > lo:
-                out[lo:hi] = self._file_rows(vf)[ids[lo:hi] - vf.first]
+                out[lo:hi] = self._file_rows(vf, dim)[ids[lo:hi] - vf.first]
                 in_file[lo:hi] = True
         if not in_file.all():
             out[~in_file] = self._fetch_rows(ids[~in_file])
