@@ -7,13 +7,17 @@ tasks instead, to retry I/O and to encode on Dask workers. Does not import Prefe
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from indexer.config import Config
 from indexer.core.faults import crash_point
@@ -35,7 +39,7 @@ from indexer.indexing.steps import (
 )
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
-from indexer.store import COMPLETED_WITH_FAILURES, Store
+from indexer.store import COMPLETED_WITH_FAILURES, FileState, SourceFile, Store
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,9 @@ STAGES = (
     "keyword_index",
     "publish",
 )
+# Bump when reading a file can give other records from the same bytes and settings: every
+# file recorded as read (`indexer.store.sources`) is then read again once.
+READER_VERSION = 1
 _READ_AHEAD = 2  # batches the reader thread parses ahead of the writer
 _ENCODE_AHEAD = 1  # batches encoding on the local encode thread while the writer commits
 
@@ -185,6 +192,7 @@ def run_index(
     steps = steps or Steps()
     clock = StageClock(STAGES)
     files, refused_files = expand_paths(paths, config.roots.data)
+    fields = fields or FieldMap()
     encoder = steps.load(config)
     with running(clock), timed("read"):  # the vector file, whole, before any batch
         imported = _open_vectors(vectors, encoder, config)
@@ -205,17 +213,22 @@ def run_index(
             clock=clock,
         ) as job,
     ):
+        # files known unchanged are skipped: not with on_missing delete (which needs every
+        # id the files hold as text) nor with a vector file (whose rows name documents)
+        with running(clock), timed("read"):
+            sources = _Sources.of(
+                store, collection, files, _settings(fmt, fields, config), on_missing, imported
+            )
         try:
             index_info = job.index(
-                _read(
-                    files, refused_files, fmt, fields or FieldMap(), batch_size, config, job.run_bar
-                ),
+                _read(files, refused_files, fmt, fields, batch_size, config, job.run_bar, sources),
                 strict,
             )
         except BaseException:  # recorded as failed
             run.summary = job.so_far()
             raise
-        summary = job.summary(files, index_info)
+        job.record_sources(sources)
+        summary = job.summary(files, index_info, sources)
         crash_point("run.before_record")
         run.summary = summary
         if job.failed or job.refused:
@@ -231,6 +244,86 @@ def _open_vectors(vectors: str | Path | None, encoder, config: Config) -> Import
     return ImportedVectors.opening(vectors, encoder.provenance, config.model)
 
 
+def _settings(fmt: str, fields: FieldMap, config: Config) -> str:
+    """What besides its bytes decides the records read from a file (JSON, compared as text)."""
+    return json.dumps(
+        {
+            "reader": READER_VERSION,
+            "format": fmt,
+            "fields": dataclasses.asdict(fields),
+            "max_chars": config.long_documents.max_chars,
+        },
+        sort_keys=True,
+    )
+
+
+@dataclass
+class _Sources:
+    """A run's files against what earlier runs recorded of them (`indexer.store.sources`):
+    those unchanged since (skipped, their ids claimed in their place) and those read, with
+    what the run saw of each, to record the ones read whole."""
+
+    collection: str
+    settings: str
+    unchanged: dict[str, SourceFile]  # str(path) as given -> its record
+    reading: dict[str, FileState]  # str(path) -> its state before it was read
+    counts: dict[str, list[int]]  # str(path) -> [records, rejected] as read
+    enabled: bool
+    ids: IdRegistry | None = None  # the run's ids once every file is read
+    partial: set[str] = field(default_factory=set)  # files with a row (or rest) unreadable
+
+    @classmethod
+    def of(
+        cls,
+        store: Store,
+        collection: str,
+        files: list[Path],
+        settings: str,
+        on_missing: str,
+        imported: ImportedVectors | None,
+    ) -> _Sources:
+        """Stat and hash every file (SHA-256: seconds for gigabytes) and look each up."""
+        enabled = on_missing != "delete" and imported is None
+        unchanged: dict[str, SourceFile] = {}
+        reading: dict[str, FileState] = {}
+        for path in files:
+            try:
+                state = FileState.of(path)
+            except OSError:  # unreadable: read_batches says why, as a rejection
+                continue
+            found = store.sources.unchanged(collection, state, settings) if enabled else None
+            if found is not None:
+                unchanged[str(path)] = found
+            else:
+                reading[str(path)] = state
+        return cls(collection, settings, unchanged, reading, {}, enabled)
+
+    def note(self, source: str, batch: Batch) -> None:
+        counts = self.counts.setdefault(source, [0, 0])
+        counts[0] += len(batch.records)
+        counts[1] += len(batch.rejected)
+        if any(r.external_id is None for r in batch.rejected):
+            self.partial.add(source)  # read again next time, so its rows are reported again
+
+    def to_record(self, failed: set[str]) -> list[SourceFile]:
+        """The files read whole (no failed or refused batch, nothing unreadable), to record."""
+        if not self.enabled or self.ids is None:
+            return []
+        keys = self.ids.keys_by_source()
+        empty = np.zeros((0, 2), np.uint64)
+        return [
+            SourceFile(
+                state,
+                self.settings,
+                self.counts.get(source, [0, 0])[0],
+                self.counts.get(source, [0, 0])[1],
+                keys.get(source, empty),
+            )
+            for source, state in self.reading.items()
+            if source not in failed and source not in self.partial
+        ]
+
+
 def _read(
     files: list[Path],
     refused_files: list,
@@ -239,17 +332,28 @@ def _read(
     batch_size: int,
     config: Config,
     run_bar: Progress,
+    sources: _Sources | None = None,
 ) -> Iterator[Batch]:
     """The run's batches, file after file; refused files (outside roots.data, or no known
-    suffix) first, as rejections: recorded, never read. Ids are unique across the run."""
+    suffix) first, as rejections: recorded, never read. Ids are unique across the run. A file
+    `sources` knows unchanged is not read: its ids are claimed at its place in the order."""
     if refused_files:
         yield Batch(rejected=list(refused_files))
     ids = IdRegistry()
     for i, path in enumerate(files, start=1):
         run_bar.set_postfix(f"file {i}/{len(files)}")
-        yield from read_batches(
+        known = sources.unchanged.get(str(path)) if sources else None
+        if known is not None:
+            ids.preload(known.ids, str(path))
+            continue
+        for batch in read_batches(
             path, fmt, fields, batch_size, ids=ids, max_chars=config.long_documents.max_chars
-        )
+        ):
+            if sources is not None:
+                sources.note(str(path), batch)
+            yield batch
+    if sources is not None:
+        sources.ids = ids  # every file is read: the accepted ids, by file, to record
 
 
 class _IndexRun:
@@ -288,6 +392,7 @@ class _IndexRun:
         self.failed: list[dict] = []
         self.refused: list[dict] = []
         self.refused_records = 0
+        self.failed_sources: set[str] = set()  # files with a failed or refused batch
         self.deleted: list[str] = []
         self.delete_skipped: str | None = None
         self.pending: deque[tuple[BatchPlan, Any, Split | None]] = deque()
@@ -318,6 +423,7 @@ class _IndexRun:
                 }
             )
             self.refused_records += len(batch.records)
+            self.failed_sources.update(_sources_of(batch))
             batch = Batch(rejected=batch.rejected)
         ids = [r.external_id for r in batch.records]
         if self.pending_ids.intersection(ids):  # same id in a batch not yet written
@@ -408,6 +514,7 @@ class _IndexRun:
 
     def _fail(self, plan: BatchPlan, exc: Exception) -> None:
         log.error("batch %s failed: %s", plan.describe(), exc)
+        self.failed_sources.update(_sources_of(plan.batch))
         self.failed.append({"batch": plan.describe(), "error": repr(exc)[:500]})
 
     def delete_missing(self) -> list[int]:
@@ -435,6 +542,17 @@ class _IndexRun:
             )
         return removed
 
+    def record_sources(self, sources: _Sources) -> None:
+        """Record the files this run read whole; a run that changed stored documents keeps
+        only its own files' records (`indexer.store.sources`)."""
+        done = sources.to_record(self.failed_sources)
+        if not sources.enabled or not (done or self.total.changed):
+            return
+        kept = [f.state.path for f in [*sources.unchanged.values(), *done]]
+        self.store.sources.record(
+            self.collection, done, self.run_id, keep=kept if self.total.changed else None
+        )
+
     def so_far(self) -> dict:
         """What a failed run records: the counts, the failed batches, the stages' seconds."""
         return self.total.summary() | {
@@ -442,9 +560,13 @@ class _IndexRun:
             "stages": self.clock.summary(),
         }
 
-    def summary(self, files: list[Path], index_info: dict) -> dict:
+    def summary(self, files: list[Path], index_info: dict, sources: _Sources) -> dict:
         skipped = self.seen and self.delete_skipped
-        return self.total.summary() | {
+        counts = self.total.summary()
+        # documents of files skipped whole count as unchanged
+        counts["skipped_unchanged"] += sum(f.records for f in sources.unchanged.values())
+        return counts | {
+            "unchanged_files": len(sources.unchanged),
             "stages": self.clock.summary(),
             "read": self.total.read + self.refused_records,
             "deleted": len(self.deleted),
@@ -461,6 +583,10 @@ class _IndexRun:
                 for r in self.rejected_rows[:_MAX_REJECTIONS]
             ],
         }
+
+
+def _sources_of(batch: Batch) -> set[str]:
+    return {r.source for r in batch.records} | {r.source for r in batch.rejected}
 
 
 def run_delete(config: Config, collection: str, external_ids: list[str]) -> dict:

@@ -43,6 +43,7 @@ class BatchResult:
     read: int = 0
     encoded: int = 0
     skipped_unchanged: int = 0
+    changed: int = 0  # stored documents given new text or metadata
     rejected: int = 0
     chunks: int = 0
     # chunk ids as packed int64 (8 bytes each, not a Python int): a run over millions of
@@ -54,6 +55,7 @@ class BatchResult:
         self.read += other.read
         self.encoded += other.encoded
         self.skipped_unchanged += other.skipped_unchanged
+        self.changed += other.changed
         self.rejected += other.rejected
         self.chunks += other.chunks
         self.added.extend(other.added)
@@ -210,6 +212,7 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
         read=len(batch.records) + len(batch.rejected),
         encoded=len(to_encode),
         skipped_unchanged=plan.skipped_unchanged,
+        changed=len(plan.changed_docs) + len(plan.meta_updates),
         rejected=len(batch.rejected),
         chunks=len(added),
         added=array("q", added),

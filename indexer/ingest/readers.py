@@ -108,6 +108,33 @@ class IdRegistry:
             self._merge()
         return None
 
+    def preload(self, keys: np.ndarray, source: str) -> None:
+        """Claim the fingerprints `keys` ((n, 2) uint64, as `keys_by_source` gives) for
+        `source`, a file not read again (`indexer.store.sources`): a later record with one of
+        them is rejected as it would have been had the file been read. Claims already made
+        stay first. Their row is 0 (unknown)."""
+        if not len(keys):
+            return
+        self._merge()
+        index = self._source_index.get(source)
+        if index is None:
+            index = self._source_index[source] = len(self._sources)
+            self._sources.append(source)
+        hi = np.concatenate([self._hi, keys[:, 0]])
+        lo = np.concatenate([self._lo, keys[:, 1]])
+        packed = np.concatenate([self._packed, np.full(len(keys), index << 40, np.int64)])
+        order = np.lexsort((lo, hi))  # stable: an earlier claim of a key stays first
+        self._hi, self._lo, self._packed = hi[order], lo[order], packed[order]
+
+    def keys_by_source(self) -> dict[str, np.ndarray]:
+        """Each source's accepted ids as fingerprints, (n, 2) uint64 (preloaded ones too)."""
+        self._merge()
+        owners = self._packed >> 40
+        order = np.argsort(owners, kind="stable")
+        bounds = np.searchsorted(owners[order], np.arange(len(self._sources) + 1))
+        keys = np.stack([self._hi, self._lo], axis=1)[order]
+        return {source: keys[bounds[i] : bounds[i + 1]] for i, source in enumerate(self._sources)}
+
     def _lookup(self, key: bytes) -> int | None:
         hi, lo = (np.uint64(int.from_bytes(key[i : i + 8], "little")) for i in (0, 8))
         pos = int(np.searchsorted(self._hi, hi))
@@ -118,6 +145,8 @@ class IdRegistry:
         return None
 
     def _merge(self) -> None:
+        if not self._recent:
+            return
         keys = np.frombuffer(b"".join(self._recent), dtype="<u8").reshape(-1, 2)
         packed = np.fromiter(self._recent.values(), np.int64, len(self._recent))
         hi = np.concatenate([self._hi, keys[:, 0]])
@@ -261,7 +290,12 @@ class _Validator:
         first = self.ids.claim(ext_id, self.source, number)
         if first is not None:
             source, row_number = first
-            where = f"row {row_number}" if source == self.source else f"{source} row {row_number}"
+            if row_number == 0:  # a file skipped as unchanged (`IdRegistry.preload`)
+                where = f"{source}, unchanged since an earlier run and not read again"
+            elif source == self.source:
+                where = f"row {row_number}"
+            else:
+                where = f"{source} row {row_number}"
             return self._reject(
                 number,
                 ext_id,

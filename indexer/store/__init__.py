@@ -14,7 +14,8 @@ the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_rev
 `WriterLock`; `content_hash`; `read_snapshot_facts`, `segment_problems` and
 `collect_segments` (a published snapshot's facts, its damaged segments, removing unused ones);
 `new_run_id`; `write_worker_vectors` (a cluster worker's vectors as a file the writer
-records) and `incoming_probe` (whether workers see the store's folder); the constants
+records) and `incoming_probe` (whether workers see the store's folder); `FileState` and
+`SourceFile` (a corpus file's bytes and what a run recorded of it); the constants
 `DB_NAME`, `VECTOR_FILE_MIN_ROWS`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
 (the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or
@@ -25,7 +26,8 @@ transactions, data version), `lock` (writer lock), `schema` (DDL and migrations)
 (published snapshots opened as views over Parquet segments), `segments` (writing only what changed
 as segments, merging and collecting them), and one module per group, each a class that holds the
 core and the groups it needs: `documents` (content hash and document writes), `side_tables`
-(annotations, runs, ... by name), `vectors` (vectors and provenance), `vector_files` (large batches'
+(annotations, runs, ... by name), `sources` (files an index run read whole, skipped
+when unchanged), `vectors` (vectors and provenance), `vector_files` (large batches'
 vectors as `.npy` files in the store's folder), `reads` (documents read back), `filters` (search
 filters as bound SQL), `runs` (run log), `counts` (status counts), `checks` (integrity),
 `annotations` (labels, entities and the inbox ledger), `reviews` (people's labels: the review loop),
@@ -55,6 +57,7 @@ from indexer.store.runs import COMPLETED_WITH_FAILURES, Run, new_run_id
 from indexer.store.schema import SCHEMA_VERSION
 from indexer.store.segments import collect_segments
 from indexer.store.snapshot import read_snapshot_facts, segment_problems
+from indexer.store.sources import FileState, SourceFile
 from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
@@ -68,6 +71,8 @@ __all__ = [
     "TIME_UNITS",
     "UNKNOWN",
     "VECTOR_FILE_MIN_ROWS",
+    "FileState",
+    "SourceFile",
     "Candidates",
     "ChunkLayout",
     "ChunkRows",

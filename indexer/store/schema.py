@@ -16,7 +16,7 @@ from indexer.records.annotations import Entity, Label
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # DuckDB column types of the Arrow types the records' schemas use
 _SQL_TYPES = {
@@ -142,6 +142,17 @@ CREATE_VECTOR_FILES = """CREATE TABLE vector_files (
             name VARCHAR PRIMARY KEY, first_chunk_id BIGINT NOT NULL, n_rows BIGINT NOT NULL,
             bytes BIGINT NOT NULL, created_at TIMESTAMP NOT NULL)"""
 
+# -- step 8: files known unchanged (indexer/store/sources.py). An index run records each file
+# whose batches all committed: its size, modification time and SHA-256, the reading settings,
+# and its accepted ids as 128-bit fingerprints (`ids`, 16 bytes each, left out of snapshots),
+# so that a later run skips a file whose bytes and settings are the same and still rejects
+# another file's record that takes one of its ids. Readers never read it (no data_version bump).
+CREATE_SOURCE_FILES = """CREATE TABLE source_files (
+            collection VARCHAR NOT NULL, path VARCHAR NOT NULL, bytes BIGINT NOT NULL,
+            mtime_ns BIGINT NOT NULL, sha256 VARCHAR NOT NULL, settings VARCHAR NOT NULL,
+            records BIGINT NOT NULL, rejected BIGINT NOT NULL, ids BLOB NOT NULL,
+            run_id VARCHAR, recorded_at TIMESTAMP NOT NULL, PRIMARY KEY (collection, path))"""
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         CREATE_META,
@@ -160,9 +171,10 @@ MIGRATIONS: dict[int, list[str]] = {
     5: [CREATE_TOKENS, ADD_REVIEW_WHO],
     6: [ADD_TOKEN_EXPIRES],
     7: [CREATE_VECTOR_FILES],
+    8: [CREATE_SOURCE_FILES],
 }
 # steps whose tables no snapshot reader needs before the next publish
-SNAPSHOT_UNCHANGED = frozenset({7})
+SNAPSHOT_UNCHANGED = frozenset({7, 8})
 
 # -- created on demand ----------------------------------------------------------------------
 # `vectors` waits for the first encoder: its column width is the encoder's dimension.

@@ -21,6 +21,7 @@ from indexer.store.reads import DocumentReads
 from indexer.store.reviews import ReviewTables, read_reviewed_file
 from indexer.store.runs import RunLog
 from indexer.store.side_tables import SideTables
+from indexer.store.sources import SourceFiles
 from indexer.store.tokens import StoredToken, TokenTables, read_tokens_file
 from indexer.store.trends import Trends
 from indexer.store.vectors import Vectors
@@ -72,6 +73,7 @@ class Store(StoreCore):
         super().__init__(path, read_only=read_only, snapshot=snapshot, lock=lock)
         self.vectors = Vectors(self)
         self.side = SideTables(self)
+        self.sources = SourceFiles(self)
         self.documents = DocumentWrites(self, self.vectors, self.side)
         self.reads = DocumentReads(self)
         self.filters = Filters(self)

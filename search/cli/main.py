@@ -150,7 +150,13 @@ def index(
     else:
         click.echo(
             f"read {summary['read']}, encoded {summary['encoded']}, "
-            f"unchanged {summary['skipped_unchanged']}, rejected {summary['rejected']}"
+            f"unchanged {summary['skipped_unchanged']}"
+            + (
+                f" ({summary['unchanged_files']} unchanged files not read again)"
+                if summary.get("unchanged_files")
+                else ""
+            )
+            + f", rejected {summary['rejected']}"
             + (f", imported {summary['vectors']['imported']} vectors" if vectors else "")
             + "; "
             f"index {summary['index']['ntotal']} vectors in {cfg.store.path}"

@@ -56,6 +56,7 @@ def test_migrations_from_an_empty_file(tmp_path):
             "review_heads",
             "reviews",
             "runs",
+            "source_files",
             "tokens",
         ]
         assert store.counts.documents() == store.counts.chunks() == store.vectors.count() == 0
