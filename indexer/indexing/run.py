@@ -7,17 +7,13 @@ tasks instead, to retry I/O and to encode on Dask workers. Does not import Prefe
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from indexer.config import Config
 from indexer.core.faults import crash_point
@@ -29,6 +25,7 @@ from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
 from indexer.index.keyword import sync_keyword_index
 from indexer.indexing.fusion_tune import is_due, tune_dense_weight
 from indexer.indexing.imported import ImportedVectors, Split
+from indexer.indexing.run_files import RunFiles, reading_settings
 from indexer.indexing.steps import (
     BatchPlan,
     BatchResult,
@@ -39,7 +36,7 @@ from indexer.indexing.steps import (
 )
 from indexer.ingest.paths import expand_paths
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
-from indexer.store import COMPLETED_WITH_FAILURES, FileState, SourceFile, Store
+from indexer.store import COMPLETED_WITH_FAILURES, Store
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +57,6 @@ STAGES = (
     "keyword_index",
     "publish",
 )
-# Bump when reading a file can give other records from the same bytes and settings: every
-# file recorded as read (`indexer.store.sources`) is then read again once.
-READER_VERSION = 1
 _READ_AHEAD = 2  # batches the reader thread parses ahead of the writer
 _ENCODE_AHEAD = 1  # batches encoding on the local encode thread while the writer commits
 
@@ -172,8 +166,7 @@ def run_index(
         config: the validated configuration.
         collection: collection name; external ids are unique within it.
         fmt: a registered format name, or `auto` (by file name).
-        fields: id/text/title/metadata column mapping (None: id, text, title, the rest as
-            metadata).
+        fields: id/text/title/metadata column mapping (None: id, text, title, the rest).
         batch_size: records read and committed per batch.
         progress: a progress mode (`indexer.core.progress`): "bar", an encoding bar per batch;
             "lines", a line every 30 s with documents done, rate and the file being read.
@@ -213,12 +206,8 @@ def run_index(
             clock=clock,
         ) as job,
     ):
-        # files known unchanged are skipped: not with on_missing delete (which needs every
-        # id the files hold as text) nor with a vector file (whose rows name documents)
-        with running(clock), timed("read"):
-            sources = _Sources.of(
-                store, collection, files, _settings(fmt, fields, config), on_missing, imported
-            )
+        settings = reading_settings(fmt, fields, config)  # unchanged files are not read:
+        sources = RunFiles.of(store, collection, files, settings, on_missing, imported)
         try:
             index_info = job.index(
                 _read(files, refused_files, fmt, fields, batch_size, config, job.run_bar, sources),
@@ -227,8 +216,7 @@ def run_index(
         except BaseException:  # recorded as failed
             run.summary = job.so_far()
             raise
-        job.record_sources(sources)
-        summary = job.summary(files, index_info, sources)
+        summary = job.finish(files, index_info, sources)
         crash_point("run.before_record")
         run.summary = summary
         if job.failed or job.refused:
@@ -244,86 +232,6 @@ def _open_vectors(vectors: str | Path | None, encoder, config: Config) -> Import
     return ImportedVectors.opening(vectors, encoder.provenance, config.model)
 
 
-def _settings(fmt: str, fields: FieldMap, config: Config) -> str:
-    """What besides its bytes decides the records read from a file (JSON, compared as text)."""
-    return json.dumps(
-        {
-            "reader": READER_VERSION,
-            "format": fmt,
-            "fields": dataclasses.asdict(fields),
-            "max_chars": config.long_documents.max_chars,
-        },
-        sort_keys=True,
-    )
-
-
-@dataclass
-class _Sources:
-    """A run's files against what earlier runs recorded of them (`indexer.store.sources`):
-    those unchanged since (skipped, their ids claimed in their place) and those read, with
-    what the run saw of each, to record the ones read whole."""
-
-    collection: str
-    settings: str
-    unchanged: dict[str, SourceFile]  # str(path) as given -> its record
-    reading: dict[str, FileState]  # str(path) -> its state before it was read
-    counts: dict[str, list[int]]  # str(path) -> [records, rejected] as read
-    enabled: bool
-    ids: IdRegistry | None = None  # the run's ids once every file is read
-    partial: set[str] = field(default_factory=set)  # files with a row (or rest) unreadable
-
-    @classmethod
-    def of(
-        cls,
-        store: Store,
-        collection: str,
-        files: list[Path],
-        settings: str,
-        on_missing: str,
-        imported: ImportedVectors | None,
-    ) -> _Sources:
-        """Stat and hash every file (SHA-256: seconds for gigabytes) and look each up."""
-        enabled = on_missing != "delete" and imported is None
-        unchanged: dict[str, SourceFile] = {}
-        reading: dict[str, FileState] = {}
-        for path in files:
-            try:
-                state = FileState.of(path)
-            except OSError:  # unreadable: read_batches says why, as a rejection
-                continue
-            found = store.sources.unchanged(collection, state, settings) if enabled else None
-            if found is not None:
-                unchanged[str(path)] = found
-            else:
-                reading[str(path)] = state
-        return cls(collection, settings, unchanged, reading, {}, enabled)
-
-    def note(self, source: str, batch: Batch) -> None:
-        counts = self.counts.setdefault(source, [0, 0])
-        counts[0] += len(batch.records)
-        counts[1] += len(batch.rejected)
-        if any(r.external_id is None for r in batch.rejected):
-            self.partial.add(source)  # read again next time, so its rows are reported again
-
-    def to_record(self, failed: set[str]) -> list[SourceFile]:
-        """The files read whole (no failed or refused batch, nothing unreadable), to record."""
-        if not self.enabled or self.ids is None:
-            return []
-        keys = self.ids.keys_by_source()
-        empty = np.zeros((0, 2), np.uint64)
-        return [
-            SourceFile(
-                state,
-                self.settings,
-                self.counts.get(source, [0, 0])[0],
-                self.counts.get(source, [0, 0])[1],
-                keys.get(source, empty),
-            )
-            for source, state in self.reading.items()
-            if source not in failed and source not in self.partial
-        ]
-
-
 def _read(
     files: list[Path],
     refused_files: list,
@@ -332,7 +240,7 @@ def _read(
     batch_size: int,
     config: Config,
     run_bar: Progress,
-    sources: _Sources | None = None,
+    sources: RunFiles | None = None,
 ) -> Iterator[Batch]:
     """The run's batches, file after file; refused files (outside roots.data, or no known
     suffix) first, as rejections: recorded, never read. Ids are unique across the run. A file
@@ -542,7 +450,12 @@ class _IndexRun:
             )
         return removed
 
-    def record_sources(self, sources: _Sources) -> None:
+    def finish(self, files: list[Path], index_info: dict, sources: RunFiles) -> dict:
+        """Record the files read whole (`record_sources`); the run's summary."""
+        self.record_sources(sources)
+        return self.summary(files, index_info, sources)
+
+    def record_sources(self, sources: RunFiles) -> None:
         """Record the files this run read whole; a run that changed stored documents keeps
         only its own files' records (`indexer.store.sources`)."""
         done = sources.to_record(self.failed_sources)
@@ -560,7 +473,7 @@ class _IndexRun:
             "stages": self.clock.summary(),
         }
 
-    def summary(self, files: list[Path], index_info: dict, sources: _Sources) -> dict:
+    def summary(self, files: list[Path], index_info: dict, sources: RunFiles) -> dict:
         skipped = self.seen and self.delete_skipped
         counts = self.total.summary()
         # documents of files skipped whole count as unchanged

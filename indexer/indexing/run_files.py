@@ -1,0 +1,104 @@
+"""A run's files against what earlier runs recorded of them (`indexer.store.sources`): which
+are unchanged since (skipped; their ids claimed in their place) and which are read, with what
+the run saw of each, so that those read whole are recorded. Decisions: docs/guides/indexing.md
+(Incremental runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from indexer.config import Config
+from indexer.core.stages import timed
+from indexer.indexing.imported import ImportedVectors
+from indexer.ingest.readers import Batch, FieldMap, IdRegistry
+from indexer.store import FileState, SourceFile, Store
+
+# Bump when reading a file can give other records from the same bytes and settings: every
+# file recorded as read is then read again once.
+READER_VERSION = 1
+
+
+def reading_settings(fmt: str, fields: FieldMap, config: Config) -> str:
+    """What besides its bytes decides the records read from a file (JSON, compared as text)."""
+    return json.dumps(
+        {
+            "reader": READER_VERSION,
+            "format": fmt,
+            "fields": dataclasses.asdict(fields),
+            "max_chars": config.long_documents.max_chars,
+        },
+        sort_keys=True,
+    )
+
+
+@dataclass
+class RunFiles:
+    """A run's files: those unchanged since an earlier run recorded them, and those read."""
+
+    collection: str
+    settings: str
+    unchanged: dict[str, SourceFile]  # str(path) as given -> its record
+    reading: dict[str, FileState]  # str(path) -> its state before it was read
+    counts: dict[str, list[int]]  # str(path) -> [records, rejected] as read
+    enabled: bool
+    ids: IdRegistry | None = None  # the run's ids once every file is read
+    partial: set[str] = field(default_factory=set)  # files with a row (or rest) unreadable
+
+    @classmethod
+    def of(
+        cls,
+        store: Store,
+        collection: str,
+        files: list[Path],
+        settings: str,
+        on_missing: str,
+        imported: ImportedVectors | None,
+    ) -> RunFiles:
+        """Stat and hash every file (SHA-256: seconds for gigabytes) and look each up. Nothing
+        is skipped with `on_missing: delete` (which needs every id the files hold as text) or
+        a vector file (whose rows name documents)."""
+        enabled = on_missing != "delete" and imported is None
+        unchanged: dict[str, SourceFile] = {}
+        reading: dict[str, FileState] = {}
+        for path in files:
+            try:
+                with timed("read"):
+                    state = FileState.of(path)
+            except OSError:  # unreadable: read_batches says why, as a rejection
+                continue
+            found = store.sources.unchanged(collection, state, settings) if enabled else None
+            if found is not None:
+                unchanged[str(path)] = found
+            else:
+                reading[str(path)] = state
+        return cls(collection, settings, unchanged, reading, {}, enabled)
+
+    def note(self, source: str, batch: Batch) -> None:
+        counts = self.counts.setdefault(source, [0, 0])
+        counts[0] += len(batch.records)
+        counts[1] += len(batch.rejected)
+        if any(r.external_id is None for r in batch.rejected):
+            self.partial.add(source)  # read again next time, so its rows are reported again
+
+    def to_record(self, failed: set[str]) -> list[SourceFile]:
+        """The files read whole (no failed or refused batch, nothing unreadable), to record."""
+        if not self.enabled or self.ids is None:
+            return []
+        keys = self.ids.keys_by_source()
+        empty = np.zeros((0, 2), np.uint64)
+        return [
+            SourceFile(
+                state,
+                self.settings,
+                self.counts.get(source, [0, 0])[0],
+                self.counts.get(source, [0, 0])[1],
+                keys.get(source, empty),
+            )
+            for source, state in self.reading.items()
+            if source not in failed and source not in self.partial
+        ]
