@@ -194,14 +194,16 @@ class ClusterIndex:
             pids, futures, [s for s, _ in ranges], [text_bytes(texts[s:e]) for s, e in ranges]
         )
 
-    def build(self, spec: str, provenance, config, batches, count: int, spill=None) -> VectorIndex:
+    def build(
+        self, spec: str, provenance, config, batches, count: int, spill=None, tune_queries=None
+    ) -> VectorIndex:
         """A rebuilt vector index: IVF specs in shards on the workers (trained here once,
         merged here), the others here (`indexer.index.shards.unmergeable` says why)."""
         reason = unmergeable(spec)
         if reason is not None:
             self.index_build = {"on": "writer", "reason": reason}
             return VectorIndex.build_from_batches(
-                spec, provenance, config, batches, count, spill=spill
+                spec, provenance, config, batches, count, spill=spill, tune_queries=tune_queries
             )
         template = None  # sent to every worker once, not with every shard
 
@@ -216,7 +218,14 @@ class ClusterIndex:
 
         self.index_build = {"on": "workers", "shards": 0}
         return build_in_shards(
-            spec, provenance, config, batches, count, submit, in_flight=2 * self.slots
+            spec,
+            provenance,
+            config,
+            batches,
+            count,
+            submit,
+            in_flight=2 * self.slots,
+            tune_queries=tune_queries,
         )
 
     def chunks(self, plan: BatchPlan, encoded) -> ChunkRows:

@@ -182,6 +182,12 @@ class IndexConfig(Strict):
         "nprobe/efSearch that reached target_recall on held database vectors (real queries sit "
         "farther from the database than its own vectors do)",
     )
+    tune_queries: str | None = Field(
+        None,
+        description="`auto`: a file of example queries (one a line; `.jsonl`: a `query` or "
+        "`text` field a line) that tuning encodes as served and measures recall on, instead "
+        "of held database vectors; `tune_headroom` then does not apply",
+    )
     refine_factor: int = Field(
         16,
         ge=1,

@@ -361,12 +361,14 @@ def tune(
     seed: int = 0,
     k_factor: int | None = None,
     headroom: float = 1.0,
+    queries: np.ndarray | None = None,
 ) -> dict:
     """`tune_batches` over vectors held in memory (`vectors` (n, dim), `ids` (n,))."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     ids = np.asarray(ids, dtype=np.int64)
+    batches = lambda: [(ids, vectors)]  # noqa: E731
     return tune_batches(
-        index, spec, lambda: [(ids, vectors)], len(ids), target, sample, seed, k_factor, headroom
+        index, spec, batches, len(ids), target, sample, seed, k_factor, headroom, queries
     )
 
 
@@ -380,11 +382,13 @@ def tune_batches(
     seed: int = 0,
     k_factor: int | None = None,
     headroom: float = 1.0,
+    queries: np.ndarray | None = None,
 ) -> dict:
     """The smallest nprobe/efSearch whose recall@10 against exact search reaches `target`.
 
-    Queries are `sample` of the indexed vectors (seeded draw). Each query's own id is left out
-    of both result lists, so recall counts its 10 nearest *other* vectors; the truth comes
+    Queries are `sample` of the indexed vectors (seeded draw), or `queries` when given
+    (example queries encoded as served: `index.tune_queries`). A held vector's own id is left
+    out of both result lists, so recall counts its 10 nearest *other* vectors; the truth comes
     from exact inner-product search over all the vectors, a batch at a time. Doubles the
     parameter until the target is reached, then bisects down to the smallest value that
     still reaches it.
@@ -399,7 +403,8 @@ def tune_batches(
         headroom: `value` is this multiple of the smallest value that reached the target
             (rounded up, at most the largest value): held database vectors sit closer to
             their neighbours than real queries do (`benchmarks/index_scale.py`: 0.944 on real
-            queries at the value tuned for 0.95).
+            queries at the value tuned for 0.95). Not applied with `queries`.
+        queries: (m, dim) float32 example queries to tune with instead of held vectors.
     Returns:
         {"param", "value", "recall@10" (at `value`), "target", "reached", "sample",
         "seconds", "curve", "smallest" (the value that reached the target), "headroom"}, and
@@ -412,9 +417,13 @@ def tune_batches(
     if found is None:
         raise ValueError(f"{spec} is an exact index: no search parameter to tune")
     param, values = found
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(count, min(sample, count), replace=False))
-    own, queries = gather_rows(batches, rows, index.d)
+    if queries is None:
+        rng = np.random.default_rng(seed)
+        rows = np.sort(rng.choice(count, min(sample, count), replace=False))
+        own, queries = gather_rows(batches, rows, index.d)
+    else:  # real queries hold no own id, and need no headroom for sitting farther out
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        own, rows, headroom = np.full(len(queries), -1, np.int64), queries, 1.0
     k = min(11, count)
     exact = exact_neighbours(queries, batches, k)
     truth = [set(_top10_others(r, o)) for r, o in zip(exact, own)]
@@ -442,6 +451,7 @@ def tune_batches(
         "target": target,
         "reached": reached,
         "sample": len(rows),
+        "queries": "database vectors" if own.max(initial=-1) >= 0 else "tune_queries",
         "seconds": round(time.perf_counter() - started, 3),
         "curve": {str(v): round(r, 4) for v, r in sorted(curve.items())},
         "smallest": int(smallest),

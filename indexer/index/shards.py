@@ -108,6 +108,7 @@ def build_in_shards(
     count: int,
     submit: Callable,
     in_flight: int = 4,
+    tune_queries: np.ndarray | None = None,
 ) -> VectorIndex:
     """`VectorIndex.build_from_batches` with the adding done by `submit`ted shard tasks, one
     per batch of vectors, and the shards merged here; same training sample, same result.
@@ -153,5 +154,6 @@ def build_in_shards(
             config.tune_sample,
             k_factor=out._k_factor(),
             headroom=config.tune_headroom,
+            queries=tune_queries,
         )
     return out

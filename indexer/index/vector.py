@@ -165,6 +165,7 @@ class VectorIndex:
         batches: Batches,
         count: int,
         spill: Path | None = None,
+        tune_queries: np.ndarray | None = None,
     ) -> VectorIndex:
         """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
         holding them all: one pass gathers the training sample (`auto.training_rows`),
@@ -175,6 +176,7 @@ class VectorIndex:
                 each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
             spill: a folder where an `…,RFlat` index's vectors wait (`index.spill`; None: RAM).
+            tune_queries: example queries, encoded, for `auto`'s tuning (`index.tune_queries`).
         """
         dim = provenance.dim
         parsed = parse_spec(spec)
@@ -213,6 +215,7 @@ class VectorIndex:
                 config.tune_sample,
                 k_factor=out._k_factor(),
                 headroom=config.tune_headroom,
+                queries=tune_queries,
             )
         return out
 

@@ -11,6 +11,7 @@ import logging
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from indexer.core.progress import ProgressArg
 from indexer.core.stages import timed
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
-from indexer.errors import ProvenanceMismatch, VectorIndexError
+from indexer.errors import ConfigError, ProvenanceMismatch, VectorIndexError
 from indexer.index.span_file import spans_path, write_spans
 from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.index.version_files import bases_dir
@@ -288,7 +289,13 @@ def sync_vector_index(
         else:
             batches, count = store.vectors.iter_batches, store.vectors.count()
             index = (build or VectorIndex.build_from_batches)(
-                spec, provenance, config.index, batches, count, spill=bases_dir(store.path)
+                spec,
+                provenance,
+                config.index,
+                batches,
+                count,
+                spill=bases_dir(store.path),
+                tune_queries=tune_queries(config),
             )
     if index.ntotal != total:
         raise VectorIndexError(
@@ -299,6 +306,38 @@ def sync_vector_index(
     version = _save(store, index, data_version, rebuilt=not incremental)
     info = {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
     return info | short_of_target(index.tuning)
+
+
+def tune_queries(config: Config) -> np.ndarray | None:
+    """`index.tune_queries` read and encoded as a search encodes queries (at most
+    `index.tune_sample` of them, a seeded draw); None when unset or the spec is not `auto`.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, or holds no query.
+    """
+    where = config.index.tune_queries
+    if not where or config.index.spec != "auto":
+        return None
+    path = Path(where)
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        if path.suffix == ".jsonl":
+            rows = [json.loads(line) for line in lines if line]
+            lines = [str(r.get("query") or r.get("text") or "") for r in rows]
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"index.tune_queries {path}: {exc}; give a file of example queries, one a line "
+            "(.jsonl: a `query` or `text` field a line)"
+        ) from None
+    queries = [q for q in lines if q]
+    if not queries:
+        raise ConfigError(f"index.tune_queries {path} holds no query")
+    if len(queries) > config.index.tune_sample:
+        drawn = np.random.default_rng(0).choice(len(queries), config.index.tune_sample, False)
+        queries = [queries[i] for i in sorted(drawn)]
+    from indexer.encode.encoder import load_encoder
+
+    return load_encoder(config.model).encode_queries(queries)
 
 
 def _save(store: Store, index: VectorIndex, data_version: int, rebuilt: bool) -> str:

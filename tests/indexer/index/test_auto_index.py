@@ -12,7 +12,7 @@ import pytest
 from vector_kit import clustered, synthetic_provenance
 
 from indexer.config import IndexConfig
-from indexer.errors import VectorIndexError
+from indexer.errors import ConfigError, VectorIndexError
 from indexer.index.auto import choose_spec, estimate_bytes, resident_bytes, tune
 from indexer.index.vector import VectorIndex
 from indexer.indexing.run import run_index
@@ -223,3 +223,50 @@ def test_auto_index_records_tuning_in_provenance(tiny_config, small_corpus):
     assert info["memory_bytes"] > 0 and info["deleted"] == 0
     loaded = VectorIndex.load(cfg.store.path, cfg.index)
     assert loaded.tuning == info["tuning"]
+
+
+def test_tuning_on_example_queries_sees_what_held_vectors_hide():
+    """A corpus of near-copies (10 of each text, as the scale benchmark's): a held vector's
+    neighbours are its own copies, found at nprobe 2, while a new query has none; tuning on
+    example queries (`index.tune_queries`) finds the probes real queries need."""
+    points = clustered(1600, spread=1.5)
+    bases, examples, new = points[:1000], points[1000:1300], points[1300:]
+    noise = np.random.default_rng(1).normal(size=(10_000, 32)).astype(np.float32)
+    x = np.repeat(bases, 10, axis=0) + 0.05 * noise
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ids = np.arange(10_000, dtype=np.int64)
+    spec = "IVF256,Flat"
+    index = faiss.index_factory(32, spec, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add_with_ids(x, ids)
+    held = tune(index, spec, x, ids, sample=300)
+    asked = tune(index, spec, x, ids, sample=300, queries=examples, headroom=1.2)
+    assert (held["queries"], asked["queries"], asked["headroom"]) == (
+        "database vectors",
+        "tune_queries",
+        1.0,  # real queries need no headroom
+    )
+    _, exact = faiss.knn(new, x, 10, metric=faiss.METRIC_INNER_PRODUCT)
+
+    def recall_at(nprobe):
+        index.nprobe = nprobe
+        _, found = index.search(new, 10)
+        return np.mean([len(set(e) & set(f)) / 10 for e, f in zip(exact, found)])
+
+    assert asked["value"] > 5 * held["value"]
+    assert recall_at(held["value"]) < 0.7 and recall_at(asked["value"]) >= 0.93
+
+
+def test_tune_queries_file_is_encoded_and_used(tiny_config, small_corpus, tmp_path):
+    examples = tmp_path / "queries.txt"
+    examples.write_text("a cat on a mat\ngzip a file\n\nthe sea\n")
+    cfg = tiny_config.with_overrides(**{"index.flat_limit": 0, "index.tune_queries": str(examples)})
+    summary = run_index([str(small_corpus)], cfg)
+    folder = Path(cfg.store.path) / "index" / summary["index"]["version"]
+    tuning = json.loads((folder / "provenance.json").read_text())["tuning"]
+    assert (tuning["queries"], tuning["sample"], tuning["headroom"]) == ("tune_queries", 3, 1.0)
+    missing = cfg.with_overrides(**{"index.tune_queries": str(tmp_path / "none.txt")})
+    with pytest.raises(ConfigError, match="none.txt"):
+        run_index(
+            [str(small_corpus)], missing.with_overrides(**{"store.path": str(tmp_path / "s2")})
+        )
