@@ -301,10 +301,17 @@ def run_minimum(corpus: Path, out: Path, model_dir: Path, n: int, chunk: int) ->
     return {**done, **info, "docs_per_s": rate(n, done["wall_s"]), "disk_bytes": disk}
 
 
-def write_config(path: Path, model_dir: Path, store: Path, args) -> Path:
+def write_config(path: Path, model_dir: Path, store: Path, args, queries: list[str]) -> Path:
+    """The run's config.yaml; with --tune-queries N, `index.tune_queries` names a file of N
+    held-out tweets (the held-out list's last N: never the served or recall queries, its
+    first 200) for `auto`'s tuning."""
     index: dict = {"spec": args.spec}
     if args.memory_budget_mb:
         index["memory_budget_mb"] = args.memory_budget_mb
+    if args.tune_queries:
+        examples = path.parent / "tune_queries.txt"
+        examples.write_text("\n".join(queries[-args.tune_queries :]) + "\n", encoding="utf-8")
+        index["tune_queries"] = str(examples)
     config = {"model": {"name": str(model_dir)}, "index": index, "store": {"path": str(store)}}
     path.write_text(yaml.safe_dump(config))
     return path
@@ -482,7 +489,7 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
     resumed = args.keep_store and (store / "store.duckdb").is_file()
     if not resumed:
         shutil.rmtree(store, ignore_errors=True)
-    config = write_config(folder / "config.yaml", model_dir, store, args)
+    config = write_config(folder / "config.yaml", model_dir, store, args, queries)
 
     def first_run() -> dict:
         if resumed:  # the same command completes a store an earlier run committed
@@ -627,6 +634,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON result (default: benchmarks/results/...)")
     parser.add_argument("--spec", default="auto", help="index.spec (default: auto)")
     parser.add_argument("--memory-budget-mb", type=float, help="index.memory_budget_mb")
+    parser.add_argument(
+        "--tune-queries",
+        type=int,
+        default=1000,
+        help="held-out tweets `auto` tunes on (index.tune_queries; 0: held database vectors)",
+    )
     parser.add_argument("--batch-size", type=int, help="bertindex index --batch-size")
     parser.add_argument("--load-seconds", type=float, default=15.0, help="16-client load test")
     parser.add_argument("--child-minimum", type=Path, help=argparse.SUPPRESS)
