@@ -75,8 +75,9 @@ class IdRegistry:
     re-run of the same files keeps the same one.
 
     Kept compact, since a run may read millions of ids: each id as a 128-bit blake2b
-    fingerprint and its packed place (source index << 40 | row), 24 bytes, in sorted numpy
-    arrays, plus a dict of the latest claims merged into them every RECENT. Two different ids
+    fingerprint and its packed place (source index << 40 | row), 24 bytes, in numpy arrays
+    sorted by the fingerprint's high half, plus a dict of the latest claims merged into them
+    every RECENT. Two different ids
     share a fingerprint with probability ~n²/2¹²⁹ (≈ 1e-27 for a million ids).
     """
 
@@ -120,11 +121,7 @@ class IdRegistry:
         if index is None:
             index = self._source_index[source] = len(self._sources)
             self._sources.append(source)
-        hi = np.concatenate([self._hi, keys[:, 0]])
-        lo = np.concatenate([self._lo, keys[:, 1]])
-        packed = np.concatenate([self._packed, np.full(len(keys), index << 40, np.int64)])
-        order = np.lexsort((lo, hi))  # stable: an earlier claim of a key stays first
-        self._hi, self._lo, self._packed = hi[order], lo[order], packed[order]
+        self._insert(keys[:, 0], keys[:, 1], np.full(len(keys), index << 40, np.int64))
 
     def keys_by_source(self) -> dict[str, np.ndarray]:
         """Each source's accepted ids as fingerprints, (n, 2) uint64 (preloaded ones too)."""
@@ -149,12 +146,21 @@ class IdRegistry:
             return
         keys = np.frombuffer(b"".join(self._recent), dtype="<u8").reshape(-1, 2)
         packed = np.fromiter(self._recent.values(), np.int64, len(self._recent))
-        hi = np.concatenate([self._hi, keys[:, 0]])
-        lo = np.concatenate([self._lo, keys[:, 1]])
-        packed = np.concatenate([self._packed, packed])
-        order = np.lexsort((lo, hi))
-        self._hi, self._lo, self._packed = hi[order], lo[order], packed[order]
+        self._insert(keys[:, 0], keys[:, 1], packed)
         self._recent = {}
+
+    def _insert(self, hi: np.ndarray, lo: np.ndarray, packed: np.ndarray) -> None:
+        """Insert claims into the arrays, kept sorted by the high 64 bits only (`_lookup`
+        scans a run of equal ones): the new claims sorted, then placed by binary search, after
+        any equal ones (an earlier claim stays first). One pass over the arrays, not a sort of
+        them: merging every RECENT claims into 10M ids had cost a lexsort of up to 10M pairs
+        each time, quadratic in all (`benchmarks/id_registry.py`)."""
+        order = np.argsort(hi, kind="stable")
+        hi, lo, packed = hi[order], lo[order], packed[order]
+        at = np.searchsorted(self._hi, hi, side="right")
+        self._hi = np.insert(self._hi, at, hi)
+        self._lo = np.insert(self._lo, at, lo)
+        self._packed = np.insert(self._packed, at, packed)
 
 
 def read_batches(
