@@ -20,6 +20,7 @@ from indexer.store import vector_files
 from indexer.store.core import StoreCore
 from indexer.store.rows import ChunkRows, StoredDoc, WorkerFiles
 from indexer.store.side_tables import SideTables
+from indexer.store.stored_ids import StoredIds
 from indexer.store.vector_files import VectorFile
 from indexer.store.vectors import Vectors
 
@@ -88,6 +89,8 @@ class DocumentWrites:
         self.core = core
         self.vectors = vectors
         self.side = side
+        # (collection, up_to) -> the run's map of stored ids (`stored_ids`; None: too few)
+        self._stored_ids: dict[tuple[str, int], StoredIds | None] = {}
 
     def existing(
         self, collection: str, external_ids: Sequence[str], up_to: int | None = None
@@ -105,6 +108,14 @@ class DocumentWrites:
         """
         if not external_ids or up_to == 0:
             return {}
+        if up_to is not None:  # an index run: its map of the ids stored when it began
+            key = (collection, up_to)
+            if key not in self._stored_ids:
+                big = StoredIds.worth_it(self.core, collection, up_to)
+                self._stored_ids[key] = StoredIds(self.core, collection, up_to) if big else None
+            stored = self._stored_ids[key]
+            if stored is not None:
+                return stored.existing(external_ids)
         limit = up_to if up_to is not None else 2**63 - 1
         with self.core.bound(list(external_ids), pa.string()) as ids:
             rows = self.core.con.execute(

@@ -360,3 +360,22 @@ def test_a_writer_stores_embeddings_uncompressed_not_as_alprd(tmp_path):
             ).fetchall()
         }
     assert "Uncompressed" in methods and "ALPRD" not in methods
+
+
+def test_a_runs_map_of_stored_ids_finds_what_the_join_finds(store, monkeypatch):
+    monkeypatch.setattr("indexer.store.stored_ids.MIN_DOCUMENTS", 3)
+    texts = {f"id{i}": f"text {i}" for i in range(40)}
+    add(store, "docs", [record(k, v) for k, v in texts.items()])
+    add(store, "other", [record("id1", "elsewhere"), record("id99", "only here")])
+    last = store.documents.last_doc_id()
+    add(store, "docs", [record("late", "after the run began")])
+    asked = ["id3", "id39", "nope", "id99", "late", "id0", "id3"]
+    joined = store.documents.existing("docs", asked, up_to=None)
+    assert sorted(joined) == ["id0", "id3", "id39", "late"]
+    mapped = store.documents.existing("docs", asked, up_to=last)
+    assert mapped == {k: v for k, v in joined.items() if k != "late"}
+    assert store.documents._stored_ids[("docs", last)] is not None  # the map answered
+    assert store.documents.existing("docs", ["nope", "late"], up_to=last) == {}
+    assert store.documents.existing("other", ["id1"], up_to=last)["id1"].doc_id not in {
+        d.doc_id for d in mapped.values()
+    }
