@@ -401,9 +401,8 @@ def tune_batches(
         count: the vectors they hold in all.
         k_factor: candidates rescored per result, for an index with a rescoring stage.
         headroom: `value` is this multiple of the smallest value that reached the target
-            (rounded up, at most the largest value): held database vectors sit closer to
-            their neighbours than real queries do (`benchmarks/index_scale.py`: 0.944 on real
-            queries at the value tuned for 0.95). Not applied with `queries`.
+            (rounded up, at most the largest value): held database vectors sit closer to their
+            neighbours than real queries do (`benchmarks/index_scale.py`). Not with `queries`.
         queries: (m, dim) float32 example queries to tune with instead of held vectors.
     Returns:
         {"param", "value", "recall@10" (at `value`), "target", "reached", "sample",
@@ -417,13 +416,9 @@ def tune_batches(
     if found is None:
         raise ValueError(f"{spec} is an exact index: no search parameter to tune")
     param, values = found
-    if queries is None:
-        rng = np.random.default_rng(seed)
-        rows = np.sort(rng.choice(count, min(sample, count), replace=False))
-        own, queries = gather_rows(batches, rows, index.d)
-    else:  # real queries hold no own id, and need no headroom for sitting farther out
-        queries = np.ascontiguousarray(queries, dtype=np.float32)
-        own, rows, headroom = np.full(len(queries), -1, np.int64), queries, 1.0
+    own, queries = _tuning_queries(batches, count, sample, seed, index.d, queries)
+    if own.max(initial=-1) < 0:  # real queries need no headroom for sitting farther out
+        headroom = 1.0
     k = min(11, count)
     exact = exact_neighbours(queries, batches, k)
     truth = [set(_top10_others(r, o)) for r, o in zip(exact, own)]
@@ -450,13 +445,25 @@ def tune_batches(
         "recall@10": round(recall(best), 4),
         "target": target,
         "reached": reached,
-        "sample": len(rows),
-        "queries": "database vectors" if own.max(initial=-1) >= 0 else "tune_queries",
+        "sample": len(own),
+        "queries": "tune_queries" if own.max(initial=-1) < 0 else "database vectors",
         "seconds": round(time.perf_counter() - started, 3),
         "curve": {str(v): round(r, 4) for v, r in sorted(curve.items())},
         "smallest": int(smallest),
         "headroom": headroom,
     } | ({} if k_factor is None else {"k_factor": k_factor})
+
+
+def _tuning_queries(
+    batches: Batches, count: int, sample: int, seed: int, dim: int, given: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(own ids, query vectors): `sample` held database vectors (seeded draw), or the `given`
+    example queries with no own id (-1)."""
+    if given is not None:
+        return np.full(len(given), -1, np.int64), np.ascontiguousarray(given, dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(count, min(sample, count), replace=False))
+    return gather_rows(batches, rows, dim)
 
 
 class _RecallCurve:

@@ -168,15 +168,15 @@ class VectorIndex:
         tune_queries: np.ndarray | None = None,
     ) -> VectorIndex:
         """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
-        holding them all: one pass gathers the training sample (`auto.training_rows`),
-        one adds the batches, and `auto` tuning makes two more (queries, exact truth).
+        holding them all: one pass gathers the training sample (`auto.training_rows`), one
+        adds the batches, and `auto` tuning two more (queries, exact truth).
 
         Args:
             batches: called once per pass; yields the same `count` vectors in the same order
                 each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
             spill: a folder where an `…,RFlat` index's vectors wait (`index.spill`; None: RAM).
-            tune_queries: example queries, encoded, for `auto`'s tuning (`index.tune_queries`).
+            tune_queries: encoded example queries for `auto`'s tuning (`index.tune_queries`).
         """
         dim = provenance.dim
         parsed = parse_spec(spec)
@@ -207,12 +207,7 @@ class VectorIndex:
         del sample
         if config.spec == "auto" and tunable(spec) is not None and count:
             out.tuning = tune_batches(
-                out.index,
-                spec,
-                batches,
-                count,
-                config.target_recall,
-                config.tune_sample,
+                *(out.index, spec, batches, count, config.target_recall, config.tune_sample),
                 k_factor=out._k_factor(),
                 headroom=config.tune_headroom,
                 queries=tune_queries,

@@ -287,16 +287,7 @@ def sync_vector_index(
         if incremental and current is not None:
             index = _add_stored(current, store, added)
         else:
-            batches, count = store.vectors.iter_batches, store.vectors.count()
-            index = (build or VectorIndex.build_from_batches)(
-                spec,
-                provenance,
-                config.index,
-                batches,
-                count,
-                spill=bases_dir(store.path),
-                tune_queries=tune_queries(config),
-            )
+            index = _rebuild(store, config, spec, provenance, build)
     if index.ntotal != total:
         raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "
@@ -306,6 +297,15 @@ def sync_vector_index(
     version = _save(store, index, data_version, rebuilt=not incremental)
     info = {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
     return info | short_of_target(index.tuning)
+
+
+def _rebuild(store: Store, config: Config, spec: str, provenance, build: Callable | None):
+    """A new base from the stored vectors, streamed batch by batch (`build` or here)."""
+    return (build or VectorIndex.build_from_batches)(
+        *(spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()),
+        spill=bases_dir(store.path),
+        tune_queries=tune_queries(config),
+    )
 
 
 def tune_queries(config: Config) -> np.ndarray | None:
