@@ -109,6 +109,46 @@ class IdRegistry:
             self._merge()
         return None
 
+    def claim_many(
+        self, external_ids: list[str], source: str, rows: list[int]
+    ) -> list[tuple[str, int] | None]:
+        """`claim` each id in order (a batch's valid records): the arrays are searched for
+        all of them at once, so an id costs its hash and a dict lookup, not a binary search
+        from Python (`benchmarks/id_registry.py`)."""
+        keys = [
+            hashlib.blake2b(i.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            for i in external_ids
+        ]
+        held = self._lookup_many(keys)
+        index = self._source_index.get(source)
+        if index is None:
+            index = self._source_index[source] = len(self._sources)
+            self._sources.append(source)
+        recent = self._recent
+        out: list[tuple[str, int] | None] = []
+        for key, row, packed in zip(keys, rows, held):
+            if packed is None:
+                packed = recent.get(key)
+            if packed is not None:
+                out.append((self._sources[packed >> 40], packed & ((1 << 40) - 1)))
+                continue
+            recent[key] = (index << 40) | row
+            out.append(None)
+        if len(recent) >= self.RECENT:
+            self._merge()
+        return out
+
+    def _lookup_many(self, keys: list[bytes]) -> list[int | None]:
+        """The packed place of each key in the arrays (None: not there)."""
+        found: list[int | None] = [None] * len(keys)
+        if not len(self._hi) or not keys:
+            return found
+        his = np.frombuffer(b"".join(keys), dtype="<u8").reshape(-1, 2)[:, 0]
+        pos = np.minimum(np.searchsorted(self._hi, his), len(self._hi) - 1)
+        for i in np.flatnonzero(self._hi[pos] == his):  # a high half held: compare exactly
+            found[i] = self._lookup(keys[i])
+        return found
+
     def preload(self, keys: np.ndarray, source: str) -> None:
         """Claim the fingerprints `keys` ((n, 2) uint64, as `keys_by_source` gives) for
         `source`, a file not read again (`indexer.store.sources`): a later record with one of
@@ -260,16 +300,39 @@ class _Validator:
             self.id_resolved = True
 
     def check(self, first_row: int, rows: list[dict], bad: list[Rejected]) -> Batch:
+        """Validate the rows, then claim the valid ones' ids in row order, all at once."""
         batch = Batch(rejected=list(bad))
+        valid: list[Record] = []
         for row in rows:
             number = row.pop("__row")
             outcome = self._record(row, number)
             if isinstance(outcome, Record):
-                batch.records.append(outcome)
+                valid.append(outcome)
             else:
                 batch.rejected.append(outcome)
+        ids, numbers = [r.external_id for r in valid], [r.row for r in valid]
+        firsts = self.ids.claim_many(ids, self.source, numbers)
+        for record, first in zip(valid, firsts):
+            if first is None:
+                batch.records.append(record)
+            else:
+                batch.rejected.append(self._duplicate(record, *first))
         batch.rejected.sort(key=lambda r: r.row)
         return batch
+
+    def _duplicate(self, record: Record, source: str, row_number: int) -> Rejected:
+        if row_number == 0:  # a file skipped as unchanged (`IdRegistry.preload`)
+            where = f"{source}, unchanged since an earlier run and not read again"
+        elif source == self.source:
+            where = f"row {row_number}"
+        else:
+            where = f"{source} row {row_number}"
+        return self._reject(
+            record.row,
+            record.external_id,
+            f"duplicate id '{record.external_id}' (first at {where}); "
+            "the first record read with an id is kept",
+        )
 
     def _reject(self, number: int, ext_id: str | None, reason: str) -> Rejected:
         return Rejected(self.source, number, ext_id, reason)
@@ -293,21 +356,6 @@ class _Validator:
             metadata = self._metadata(row)
         except _Bad as bad:
             return self._reject(number, ext_id, str(bad))
-        first = self.ids.claim(ext_id, self.source, number)
-        if first is not None:
-            source, row_number = first
-            if row_number == 0:  # a file skipped as unchanged (`IdRegistry.preload`)
-                where = f"{source}, unchanged since an earlier run and not read again"
-            elif source == self.source:
-                where = f"row {row_number}"
-            else:
-                where = f"{source} row {row_number}"
-            return self._reject(
-                number,
-                ext_id,
-                f"duplicate id '{ext_id}' (first at {where}); "
-                "the first record read with an id is kept",
-            )
         return Record(ext_id, text, title, metadata, self.source, number)
 
     def _external_id(self, row: dict, number: int) -> str:
