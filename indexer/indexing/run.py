@@ -35,7 +35,7 @@ from indexer.indexing.steps import (
     sync_vector_index,
 )
 from indexer.ingest.paths import expand_paths
-from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
+from indexer.ingest.readers import Batch, FieldMap, IdRegistry, Rejected, read_batches
 from indexer.store import COMPLETED_WITH_FAILURES, Store
 
 log = logging.getLogger(__name__)
@@ -451,8 +451,15 @@ class _IndexRun:
         return removed
 
     def finish(self, files: list[Path], index_info: dict, sources: RunFiles) -> dict:
-        """Record the files read whole (`record_sources`); the run's summary."""
+        """Record the files read whole (`record_sources`), take the rejections of those
+        skipped as this run's; the run's summary."""
         self.record_sources(sources)
+        for name, skipped in sources.unchanged.items():
+            room = _MAX_REJECTIONS - len(self.rejected_rows)
+            carried = self.store.sources.carry_rejections(
+                self.collection, skipped, name, self.run_id, room
+            )
+            self.rejected_rows.extend(Rejected(*row) for row in carried)
         return self.summary(files, index_info, sources)
 
     def record_sources(self, sources: RunFiles) -> None:
@@ -476,12 +483,15 @@ class _IndexRun:
     def summary(self, files: list[Path], index_info: dict, sources: RunFiles) -> dict:
         skipped = self.seen and self.delete_skipped
         counts = self.total.summary()
-        # documents of files skipped whole count as unchanged
-        counts["skipped_unchanged"] += sum(f.records for f in sources.unchanged.values())
+        # a file skipped whole counts as read: its documents unchanged, its rejections again
+        for unchanged in sources.unchanged.values():
+            counts["skipped_unchanged"] += unchanged.records
+            counts["rejected"] += unchanged.rejected
+            counts["read"] += unchanged.records + unchanged.rejected
         return counts | {
             "unchanged_files": len(sources.unchanged),
             "stages": self.clock.summary(),
-            "read": self.total.read + self.refused_records,
+            "read": counts["read"] + self.refused_records,
             "deleted": len(self.deleted),
             "failed_batches": self.failed,
             "refused_batches": self.refused,

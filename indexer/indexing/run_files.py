@@ -98,6 +98,7 @@ class RunFiles:
                 self.counts.get(source, [0, 0])[0],
                 self.counts.get(source, [0, 0])[1],
                 keys.get(source, empty),
+                source,
             )
             for source, state in self.reading.items()
             if source not in failed and source not in self.partial

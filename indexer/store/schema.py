@@ -146,9 +146,12 @@ CREATE_VECTOR_FILES = """CREATE TABLE vector_files (
 # whose batches all committed: its size, modification time and SHA-256, the reading settings,
 # and its accepted ids as 128-bit fingerprints (`ids`, 16 bytes each, left out of snapshots),
 # so that a later run skips a file whose bytes and settings are the same and still rejects
-# another file's record that takes one of its ids. Readers never read it (no data_version bump).
+# another file's record that takes one of its ids; `source` and `run_id` name the file's rows
+# in `rejected`, which a skipping run copies as its own. Readers never read it (no
+# data_version bump).
 CREATE_SOURCE_FILES = """CREATE TABLE source_files (
-            collection VARCHAR NOT NULL, path VARCHAR NOT NULL, bytes BIGINT NOT NULL,
+            collection VARCHAR NOT NULL, path VARCHAR NOT NULL, source VARCHAR NOT NULL,
+            bytes BIGINT NOT NULL,
             mtime_ns BIGINT NOT NULL, sha256 VARCHAR NOT NULL, settings VARCHAR NOT NULL,
             records BIGINT NOT NULL, rejected BIGINT NOT NULL, ids BLOB NOT NULL,
             run_id VARCHAR, recorded_at TIMESTAMP NOT NULL, PRIMARY KEY (collection, path))"""

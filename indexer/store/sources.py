@@ -34,9 +34,18 @@ import pyarrow as pa
 from indexer.store.core import StoreCore
 
 SELECT_ONE = (
-    "SELECT bytes, mtime_ns, sha256, settings, records, rejected, ids FROM source_files "
-    "WHERE collection = ? AND path = ?"
+    "SELECT bytes, mtime_ns, sha256, settings, records, rejected, ids, source, run_id "
+    "FROM source_files WHERE collection = ? AND path = ?"
 )
+CARRY_REJECTED = (
+    "INSERT INTO rejected SELECT ?, ?, row_number, external_id, reason, ? FROM rejected "
+    "WHERE run_id = ? AND source = ? ORDER BY row_number"
+)
+SELECT_CARRIED = (
+    "SELECT source, row_number, external_id, reason FROM rejected WHERE run_id = ? "
+    "AND source = ? ORDER BY row_number LIMIT ?"
+)
+MOVE_RECORD = "UPDATE source_files SET source = ?, run_id = ? WHERE collection = ? AND path = ?"
 DELETE_ONE = "DELETE FROM source_files WHERE collection = ? AND path = ?"
 DELETE_OTHERS = "DELETE FROM source_files WHERE collection = ? AND path NOT IN {paths}"
 DELETE_ALL = "DELETE FROM source_files"
@@ -71,13 +80,16 @@ class FileState:
 
 @dataclass
 class SourceFile:
-    """One file read whole by a run, to record: its state, settings, counts and ids."""
+    """One file read whole by a run, to record: its state, settings, counts and ids; the
+    name the run read it by (`source`, as in `rejected.source`) and the run (`run_id`)."""
 
     state: FileState
     settings: str
     records: int
     rejected: int
     ids: np.ndarray  # (n, 2) uint64: the accepted ids' fingerprints
+    source: str = ""
+    run_id: str | None = None
 
 
 class SourceFiles:
@@ -96,11 +108,29 @@ class SourceFiles:
         row = self.core.con.execute(SELECT_ONE, [collection, state.path]).fetchone()
         if row is None:
             return None
-        size, _mtime, sha, recorded_settings, records, rejected, ids = row
+        size, _mtime, sha, recorded_settings, records, rejected, ids, source, run_id = row
         if size != state.bytes or sha != state.sha256 or recorded_settings != settings:
             return None
         keys = np.frombuffer(ids, dtype="<u8").reshape(-1, 2)
-        return SourceFile(state, settings, int(records), int(rejected), keys)
+        return SourceFile(state, settings, int(records), int(rejected), keys, source, run_id)
+
+    def carry_rejections(
+        self, collection: str, skipped: SourceFile, source: str, run_id: str, listed: int
+    ) -> list[tuple]:
+        """Copy a skipped file's rejected rows from the run that read it to `run_id` (named
+        `source`, as this run names the file), and make that run the record's: a re-run
+        reports the same rejections as a full read. Returns the first `listed` of them as
+        (source, row, external id, reason)."""
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        with self.core.transaction():
+            if skipped.rejected:
+                self.core.con.execute(
+                    CARRY_REJECTED, [run_id, source, now, skipped.run_id, skipped.source]
+                )
+            self.core.con.execute(MOVE_RECORD, [source, run_id, collection, skipped.state.path])
+        if not skipped.rejected or listed <= 0:
+            return []
+        return self.core.con.execute(SELECT_CARRIED, [run_id, source, listed]).fetchall()
 
     def record(
         self, collection: str, files: list[SourceFile], run_id: str, keep: list[str] | None
@@ -125,6 +155,7 @@ class SourceFiles:
                 row = {
                     "collection": [collection],
                     "path": [f.state.path],
+                    "source": [f.source],
                     "bytes": [f.state.bytes],
                     "mtime_ns": [f.state.mtime_ns],
                     "sha256": [f.state.sha256],

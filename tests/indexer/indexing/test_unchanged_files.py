@@ -46,7 +46,8 @@ def test_unchanged_file_is_skipped_and_a_changed_one_read(tiny_config, files):
     assert recorded(tiny_config) == ["a.jsonl", "b.jsonl"]
 
     again = run_index([str(a), str(b)], tiny_config)
-    assert (again["read"], again["encoded"], again["skipped_unchanged"]) == (0, 0, 10)
+    # the summary is a full read's (`read` counts the files' rows), only faster
+    assert (again["read"], again["encoded"], again["skipped_unchanged"]) == (10, 0, 10)
     assert again["unchanged_files"] == 2 and again["index"]["version"] is None
 
     os.utime(a, ns=(1, 1))  # the same bytes with another time: still unchanged (SHA-256)
@@ -54,7 +55,7 @@ def test_unchanged_file_is_skipped_and_a_changed_one_read(tiny_config, files):
     rows[1]["text"] = "green grass by the river"
     write(b, rows)
     third = run_index([str(a), str(b)], tiny_config)
-    assert (third["unchanged_files"], third["read"], third["encoded"]) == (1, 4, 1)
+    assert (third["unchanged_files"], third["read"], third["encoded"]) == (1, 10, 1)
     assert third["skipped_unchanged"] == 6 + 3
     assert texts(tiny_config)["b1"] == "green grass by the river"
     # the settings a file is read with are part of what is unchanged
@@ -116,7 +117,25 @@ def test_failed_batches_and_on_missing_delete_read_again(tiny_config, files):
     assert len(failed["failed_batches"]) == 1
     assert recorded(tiny_config) == ["a.jsonl"]  # b.jsonl did not commit whole
     summary = run_index([str(a), str(b)], tiny_config)
-    assert (summary["unchanged_files"], summary["read"], summary["encoded"]) == (1, 4, 4)
+    assert (summary["unchanged_files"], summary["read"], summary["encoded"]) == (1, 10, 4)
 
     deleting = run_index([str(a), str(b)], tiny_config, on_missing="delete")
     assert (deleting["unchanged_files"], deleting["read"], deleting["deleted"]) == (0, 10, 0)
+
+
+def test_a_skipped_files_rejections_are_reported_again(tiny_config, tmp_path):
+    rows = [{"id": "k1", "text": "kept"}, {"id": "k2", "text": "   "}, {"id": "k3", "text": "ok"}]
+    messy = write(tmp_path / "messy.jsonl", rows)
+    first = run_index([str(messy)], tiny_config)
+    again = run_index([str(messy)], tiny_config)
+    assert again["unchanged_files"] == 1
+    assert (again["read"], again["rejected"]) == (first["read"], first["rejected"]) == (3, 1)
+    assert again["rejections"] == first["rejections"]
+    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
+        rows = store.con.execute(
+            "SELECT run_id, row_number, reason FROM rejected ORDER BY run_id"
+        ).fetchall()
+    assert sorted(r[0] for r in rows) == sorted([first["run_id"], again["run_id"]])
+    assert rows[0][1:] == rows[1][1:] == (2, "empty text")
+    third = run_index([str(messy)], tiny_config)  # carried from the run that carried it
+    assert third["rejections"] == first["rejections"]
