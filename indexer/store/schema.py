@@ -16,7 +16,7 @@ from indexer.records.annotations import Entity, Label
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # DuckDB column types of the Arrow types the records' schemas use
 _SQL_TYPES = {
@@ -146,15 +146,16 @@ CREATE_VECTOR_FILES = """CREATE TABLE vector_files (
 # whose batches all committed: its size, modification time and SHA-256, the reading settings,
 # and its accepted ids as 128-bit fingerprints (`ids`, 16 bytes each, left out of snapshots),
 # so that a later run skips a file whose bytes and settings are the same and still rejects
-# another file's record that takes one of its ids; `source` and `run_id` name the file's rows
-# in `rejected`, which a skipping run copies as its own. Readers never read it (no
-# data_version bump).
+# another file's record that takes one of its ids. Readers never read it (no data_version
+# bump). Step 9 adds `source`, the file's name as the run gave it: with `run_id` it names the
+# file's rows in `rejected`, which a skipping run copies as its own (NULL on a row recorded
+# before step 9: its rejections are not copied).
 CREATE_SOURCE_FILES = """CREATE TABLE source_files (
-            collection VARCHAR NOT NULL, path VARCHAR NOT NULL, source VARCHAR NOT NULL,
-            bytes BIGINT NOT NULL,
+            collection VARCHAR NOT NULL, path VARCHAR NOT NULL, bytes BIGINT NOT NULL,
             mtime_ns BIGINT NOT NULL, sha256 VARCHAR NOT NULL, settings VARCHAR NOT NULL,
             records BIGINT NOT NULL, rejected BIGINT NOT NULL, ids BLOB NOT NULL,
             run_id VARCHAR, recorded_at TIMESTAMP NOT NULL, PRIMARY KEY (collection, path))"""
+ADD_SOURCE_FILES_SOURCE = "ALTER TABLE source_files ADD COLUMN source VARCHAR"
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -175,9 +176,10 @@ MIGRATIONS: dict[int, list[str]] = {
     6: [ADD_TOKEN_EXPIRES],
     7: [CREATE_VECTOR_FILES],
     8: [CREATE_SOURCE_FILES],
+    9: [ADD_SOURCE_FILES_SOURCE],
 }
 # steps whose tables no snapshot reader needs before the next publish
-SNAPSHOT_UNCHANGED = frozenset({7, 8})
+SNAPSHOT_UNCHANGED = frozenset({7, 8, 9})
 
 # -- created on demand ----------------------------------------------------------------------
 # `vectors` waits for the first encoder: its column width is the encoder's dimension.

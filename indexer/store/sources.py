@@ -49,7 +49,7 @@ MOVE_RECORD = "UPDATE source_files SET source = ?, run_id = ? WHERE collection =
 DELETE_ONE = "DELETE FROM source_files WHERE collection = ? AND path = ?"
 DELETE_OTHERS = "DELETE FROM source_files WHERE collection = ? AND path NOT IN {paths}"
 DELETE_ALL = "DELETE FROM source_files"
-INSERT = "INSERT INTO source_files SELECT * FROM {view}"
+INSERT = "INSERT INTO source_files BY NAME SELECT * FROM {view}"  # columns by name
 LIST = (
     "SELECT collection, path, bytes, records, rejected, recorded_at FROM source_files "
     "ORDER BY collection, path"
