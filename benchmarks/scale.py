@@ -482,6 +482,13 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
     phase(record, "corpus", generate)
     if args.reads_only:
         return reads(folder, model_dir, queries, args, record)
+    if args.changed_only:  # the 1 % re-run alone, on the store an earlier run left
+        store, config = folder / "store", folder / "config.yaml"
+        record["changed_only"] = True
+        paths = (corpus, changed, config, store)
+        phase(record, "rerun_1pct_changed", changed_run, *paths, n, args, bases)
+        phase(record, "disk_bytes_after_reruns", disk_by_part, store)
+        return record
     minimum = not args.skip_minimum
     if minimum and not args.minimum_last:
         phase(record, "minimum", run_minimum, corpus, folder / "minimum", model_dir, n, CHUNK)
@@ -501,17 +508,8 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
     phase(record, "disk_bytes", disk_by_part, store)
     phase(record, "rerun_unchanged", index_run, corpus, config, store, n, args)
 
-    def one_percent() -> dict:
-        changed.parent.mkdir(exist_ok=True)
-        # a new version writes what changed (segments, a delta): the new corpus, the log
-        # before its checkpoint (1 GB), a tenth of the index for the delta and the segments
-        index = sum(disk_by_part(store / "index").values())
-        require(folder, corpus.stat().st_size + 2e9 + index / 10)
-        write_corpus(changed, n, bases, changed=True)
-        return index_run(changed, config, store, n, args)
-
     read_phases(record, config, store, queries, model_dir, args)
-    phase(record, "rerun_1pct_changed", one_percent)
+    phase(record, "rerun_1pct_changed", changed_run, corpus, changed, config, store, n, args, bases)
     phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     if minimum and args.minimum_last:  # the two do not fit a 66 GB disk together at 10M
         shutil.rmtree(store, ignore_errors=True)
@@ -520,6 +518,19 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)
         SAVE()
     return record
+
+
+def changed_run(
+    corpus: Path, changed: Path, config: Path, store: Path, n: int, args, bases: list[str]
+) -> dict:
+    """`bertindex index` on a copy of the corpus with every 100th text rewritten."""
+    changed.parent.mkdir(exist_ok=True)
+    # a new version writes what changed (segments, a delta): the new corpus, the log
+    # before its checkpoint (1 GB), a tenth of the index for the delta and the segments
+    index = sum(disk_by_part(store / "index").values())
+    require(corpus.parent, corpus.stat().st_size + 2e9 + index / 10)
+    write_corpus(changed, n, bases, changed=True)
+    return index_run(changed, config, store, n, args)
 
 
 def reads(folder: Path, model_dir: Path, queries: list[str], args, record: dict) -> dict:
@@ -630,6 +641,11 @@ def main() -> None:
         "--reads-only",
         action="store_true",
         help="cold query, serve, recall and disk on the stores an earlier run left in --work",
+    )
+    parser.add_argument(
+        "--changed-only",
+        action="store_true",
+        help="the 1 %% re-run alone, on the store an earlier run left in --work",
     )
     parser.add_argument("--out", type=Path, help="JSON result (default: benchmarks/results/...)")
     parser.add_argument("--spec", default="auto", help="index.spec (default: auto)")
