@@ -171,7 +171,11 @@ class IndexConfig(Strict):
         100_000, ge=0, description="`auto`: exact search up to this many vectors"
     )
     target_recall: float = Field(
-        0.95, gt=0, le=1, description="`auto`: recall@10 against exact search to tune for"
+        0.95,
+        gt=0,
+        le=1,
+        description="`auto`: recall@10 against exact search to tune for; lowered, it takes "
+        "effect at the next search from the tuning's recorded curve",
     )
     tune_sample: int = Field(1000, ge=10, description="`auto`: held queries used for tuning")
     tune_headroom: float = Field(

@@ -496,6 +496,23 @@ class _RecallCurve:
         return self.curve[value]
 
 
+def retarget(tuning: dict, target: float) -> int:
+    """The search parameter for `target` (`index.target_recall` at search time) from a
+    recorded tuning: its value when `target` is the one tuned for; else the smallest value on
+    its recorded curve reaching `target`, times the tuning's headroom (a lower target takes
+    effect at the next search, without a rebuild); its value when none on the curve does (a
+    higher target than the curve reaches needs `bertindex reindex`)."""
+    value = int(tuning["value"])
+    curve = tuning.get("curve") or {}
+    if not curve or abs(float(tuning.get("target", target)) - target) < 1e-9:
+        return value
+    reaching = [int(v) for v, r in curve.items() if r >= target]
+    if not reaching:
+        return value
+    headroom = max(float(tuning.get("headroom", 1.0)), 1.0)
+    return max(1, int(np.ceil(min(reaching) * headroom - 1e-9)))
+
+
 def smallest_reaching(
     recall: Callable[[int], float], values: list[int], target: float
 ) -> tuple[int, bool]:

@@ -41,6 +41,7 @@ from indexer.index.auto import (
     is_gpu,
     resident_bytes,
     resolve_spec,
+    retarget,
     search_params,
     training_rows,
     tunable,
@@ -326,7 +327,8 @@ class VectorIndex:
         if in_delta:
             params = None
             if has_lists(self.delta):
-                nprobe = (self.tuning or {}).get("value") or self.config.nprobe
+                tuned = self.tuning and retarget(self.tuning, self.config.target_recall)
+                nprobe = tuned or self.config.nprobe
                 params = probed_params(self.delta, nprobe, self._k_factor(), delta_allowed)
             parts.append(search_delta(self.delta, queries, k, delta_allowed, params))
         return merge_top(parts, k, self.index.metric_type)
@@ -409,7 +411,7 @@ class VectorIndex:
             keep.append(live)
         default = parse_spec(self.spec).search_param
         if self.tuning is not None:
-            param, value = self.tuning["param"], self.tuning["value"]
+            param, value = self.tuning["param"], retarget(self.tuning, self.config.target_recall)
         elif default == "nprobe":
             param, value = "nprobe", self.config.nprobe
         elif default == "efSearch":

@@ -13,7 +13,7 @@ from vector_kit import clustered, synthetic_provenance
 
 from indexer.config import IndexConfig
 from indexer.errors import ConfigError, VectorIndexError
-from indexer.index.auto import choose_spec, estimate_bytes, resident_bytes, tune
+from indexer.index.auto import choose_spec, estimate_bytes, resident_bytes, retarget, tune
 from indexer.index.vector import VectorIndex
 from indexer.indexing.run import run_index
 from indexer.query.searcher import Searcher
@@ -270,3 +270,16 @@ def test_tune_queries_file_is_encoded_and_used(tiny_config, small_corpus, tmp_pa
         run_index(
             [str(small_corpus)], missing.with_overrides(**{"store.path": str(tmp_path / "s2")})
         )
+
+
+def test_a_lower_target_recall_takes_effect_at_search_from_the_recorded_curve():
+    tuning = {"param": "nprobe", "value": 36, "target": 0.95, "headroom": 1.2}
+    tuning["curve"] = {"8": 0.81, "16": 0.9, "24": 0.93, "30": 0.95, "32": 0.96}
+    assert retarget(tuning, 0.95) == 36  # the tuned value
+    assert retarget(tuning, 0.9) == 20  # 16 reached 0.90, × 1.2 headroom
+    assert retarget(tuning, 0.99) == 36  # beyond the curve: the tuned value (reindex to raise)
+    index, vectors, ids = built()
+    tuned = held_recall(index, vectors, ids)
+    index.config = index.config.model_copy(update={"target_recall": 0.5})
+    lower = retarget(index.tuning, 0.5)
+    assert lower < index.tuning["value"] and held_recall(index, vectors, ids) < tuned
