@@ -21,7 +21,7 @@ from indexer.core.prefetch import prefetched
 from indexer.core.progress import Progress, ProgressArg, as_mode
 from indexer.core.stages import StageClock, in_context, running, timed, timed_iter
 from indexer.encode.encoder import Encoder, load_encoder
-from indexer.errors import ConfigError, ModelError, ProvenanceMismatch
+from indexer.errors import ConfigError, ModelError, ProvenanceMismatch, StoreError
 from indexer.index.keyword import sync_keyword_index
 from indexer.indexing.fusion_tune import is_due, tune_dense_weight
 from indexer.indexing.imported import ImportedVectors, Split
@@ -301,6 +301,7 @@ class _IndexRun:
         self.refused: list[dict] = []
         self.refused_records = 0
         self.failed_sources: set[str] = set()  # files with a failed or refused batch
+        self.sources_error: str | None = None  # why the files read were not recorded
         self.deleted: list[str] = []
         self.delete_skipped: str | None = None
         self.pending: deque[tuple[BatchPlan, Any, Split | None]] = deque()
@@ -469,9 +470,13 @@ class _IndexRun:
         if not sources.enabled or not (done or self.total.changed):
             return
         kept = [f.state.path for f in [*sources.unchanged.values(), *done]]
-        self.store.sources.record(
-            self.collection, done, self.run_id, keep=kept if self.total.changed else None
-        )
+        try:  # a shortcut for the next run: never worth failing this one for
+            self.store.sources.record(
+                self.collection, done, self.run_id, keep=kept if self.total.changed else None
+            )
+        except StoreError as exc:
+            log.warning("files read whole were not recorded (the next run reads them): %s", exc)
+            self.sources_error = str(exc)[:300]
 
     def so_far(self) -> dict:
         """What a failed run records: the counts, the failed batches, the stages' seconds."""
@@ -490,6 +495,7 @@ class _IndexRun:
             counts["read"] += unchanged.records + unchanged.rejected
         return counts | {
             "unchanged_files": len(sources.unchanged),
+            **({"files_not_recorded": self.sources_error} if self.sources_error else {}),
             "stages": self.clock.summary(),
             "read": counts["read"] + self.refused_records,
             "deleted": len(self.deleted),

@@ -36,7 +36,7 @@ DELETE_VECTORS_OF_CHUNKS = "DELETE FROM vectors WHERE chunk_id IN {ids}"
 DELETE_CHUNKS = "DELETE FROM chunks WHERE chunk_id IN {ids}"
 DELETE_CHUNKS_OF_DOCS = "DELETE FROM chunks WHERE doc_id IN {ids}"
 DELETE_DOCUMENTS = "DELETE FROM documents WHERE doc_id IN {ids}"
-FORGET_SOURCE_FILES = "DELETE FROM source_files"
+FORGET_SOURCE_FILES = ("DELETE FROM source_files", "DELETE FROM source_file_ids")
 UPDATE_DOCUMENT = (
     "UPDATE documents SET title = ?, text = ?, metadata = ?, content_hash = ?, "
     "ingested_at = ? WHERE doc_id = ?"
@@ -377,7 +377,8 @@ class DocumentWrites:
             self.side.delete_rows(ids)
             self.core.con.execute(DELETE_DOCUMENTS.format(ids=ids))
         # a file recorded as read whole holds a deleted document no more (`store.sources`)
-        self.core.con.execute(FORGET_SOURCE_FILES)
+        for forget in FORGET_SOURCE_FILES:
+            self.core.con.execute(forget)
         return removed
 
 

@@ -16,7 +16,7 @@ from indexer.records.annotations import Entity, Label
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # DuckDB column types of the Arrow types the records' schemas use
 _SQL_TYPES = {
@@ -157,6 +157,15 @@ CREATE_SOURCE_FILES = """CREATE TABLE source_files (
             run_id VARCHAR, recorded_at TIMESTAMP NOT NULL, PRIMARY KEY (collection, path))"""
 ADD_SOURCE_FILES_SOURCE = "ALTER TABLE source_files ADD COLUMN source VARCHAR"
 
+# -- step 10: a file's id fingerprints in parts (`source_file_ids`, at most 2^20 ids, 16 MiB, a
+# row): one BLOB of a 10M-row file's 160 MB could not be written within the writer's 128 MB of
+# DuckDB memory. Records made before are forgotten (their files are read once more).
+CREATE_SOURCE_FILE_IDS = """CREATE TABLE source_file_ids (
+            collection VARCHAR NOT NULL, path VARCHAR NOT NULL, part INTEGER NOT NULL,
+            ids BLOB NOT NULL, PRIMARY KEY (collection, path, part))"""
+FORGET_SOURCE_FILES = "DELETE FROM source_files"
+DROP_SOURCE_FILES_IDS = "ALTER TABLE source_files DROP COLUMN ids"
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         CREATE_META,
@@ -177,9 +186,10 @@ MIGRATIONS: dict[int, list[str]] = {
     7: [CREATE_VECTOR_FILES],
     8: [CREATE_SOURCE_FILES],
     9: [ADD_SOURCE_FILES_SOURCE],
+    10: [CREATE_SOURCE_FILE_IDS, FORGET_SOURCE_FILES, DROP_SOURCE_FILES_IDS],
 }
 # steps whose tables no snapshot reader needs before the next publish
-SNAPSHOT_UNCHANGED = frozenset({7, 8, 9})
+SNAPSHOT_UNCHANGED = frozenset({7, 8, 9, 10})
 
 # -- created on demand ----------------------------------------------------------------------
 # `vectors` waits for the first encoder: its column width is the encoder's dimension.

@@ -5,7 +5,8 @@ corpus with nothing changed costs the files' SHA-256, not 16 minutes: docs/guide
 
 A row per (collection, resolved path): size, modification time, SHA-256 of the bytes, the
 reading settings (`settings`: format, field mapping, `long_documents.max_chars`, reader
-version), records and rejections, and the accepted ids' 128-bit fingerprints (`ids`), which a
+version), records and rejections; and in `source_file_ids`, in parts of 2^20, the accepted
+ids' 128-bit fingerprints, which a
 later run claims in the file's place so that another file's record with one of its ids is
 still rejected as a duplicate, exactly as if the file had been read.
 
@@ -28,15 +29,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexer.errors import StoreError
 from indexer.store.core import StoreCore
 
 SELECT_ONE = (
-    "SELECT bytes, mtime_ns, sha256, settings, records, rejected, ids, source, run_id "
+    "SELECT bytes, mtime_ns, sha256, settings, records, rejected, source, run_id "
     "FROM source_files WHERE collection = ? AND path = ?"
 )
+SELECT_PART = "SELECT ids FROM source_file_ids WHERE collection = ? AND path = ? AND part = ?"
+PART_IDS = 1 << 20  # 16 MiB a row: one part at a time stays within the writer's DuckDB memory
 CARRY_REJECTED = (
     "INSERT INTO rejected SELECT ?, ?, row_number, external_id, reason, ? FROM rejected "
     "WHERE run_id = ? AND source = ? ORDER BY row_number"
@@ -46,10 +51,11 @@ SELECT_CARRIED = (
     "AND source = ? ORDER BY row_number LIMIT ?"
 )
 MOVE_RECORD = "UPDATE source_files SET source = ?, run_id = ? WHERE collection = ? AND path = ?"
-DELETE_ONE = "DELETE FROM source_files WHERE collection = ? AND path = ?"
-DELETE_OTHERS = "DELETE FROM source_files WHERE collection = ? AND path NOT IN {paths}"
-DELETE_ALL = "DELETE FROM source_files"
-INSERT = "INSERT INTO source_files BY NAME SELECT * FROM {view}"  # columns by name
+TABLES = ("source_files", "source_file_ids")
+DELETE_ONE = "DELETE FROM {table} WHERE collection = ? AND path = ?"
+DELETE_OTHERS = "DELETE FROM {table} WHERE collection = ? AND path NOT IN {paths}"
+DELETE_ALL = "DELETE FROM {table}"
+INSERT = "INSERT INTO {table} BY NAME SELECT * FROM {{view}}"  # columns by name
 LIST = (
     "SELECT collection, path, bytes, records, rejected, recorded_at FROM source_files "
     "ORDER BY collection, path"
@@ -108,11 +114,18 @@ class SourceFiles:
         row = self.core.con.execute(SELECT_ONE, [collection, state.path]).fetchone()
         if row is None:
             return None
-        size, _mtime, sha, recorded_settings, records, rejected, ids, source, run_id = row
+        size, _mtime, sha, recorded_settings, records, rejected, source, run_id = row
         if size != state.bytes or sha != state.sha256 or recorded_settings != settings:
             return None
-        keys = np.frombuffer(ids, dtype="<u8").reshape(-1, 2)
+        parts: list[np.ndarray] = []
+        while (part := self._part(collection, state.path, len(parts))) is not None:
+            parts.append(np.frombuffer(part, dtype="<u8").reshape(-1, 2))
+        keys = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
         return SourceFile(state, settings, int(records), int(rejected), keys, source, run_id)
+
+    def _part(self, collection: str, path: str, part: int) -> bytes | None:
+        row = self.core.con.execute(SELECT_PART, [collection, path, part]).fetchone()
+        return None if row is None else row[0]
 
     def carry_rejections(
         self, collection: str, skipped: SourceFile, source: str, run_id: str, listed: int
@@ -135,6 +148,14 @@ class SourceFiles:
     def record(
         self, collection: str, files: list[SourceFile], run_id: str, keep: list[str] | None
     ) -> None:
+        try:
+            self._record(collection, files, run_id, keep)
+        except duckdb.Error as exc:  # rolled back: nothing is recorded
+            raise StoreError(f"{self.core.db_path}: recording files read whole: {exc}") from exc
+
+    def _record(
+        self, collection: str, files: list[SourceFile], run_id: str, keep: list[str] | None
+    ) -> None:
         """Record `files` as read whole by run `run_id`, in one transaction.
 
         Args:
@@ -148,10 +169,14 @@ class SourceFiles:
         with self.core.transaction():
             if keep is not None:
                 with self.core.bound(keep, pa.string()) as paths:
-                    self.core.con.execute(DELETE_OTHERS.format(paths=paths), [collection])
+                    for table in TABLES:
+                        delete = DELETE_OTHERS.format(table=table, paths=paths)
+                        self.core.con.execute(delete, [collection])
             for f in files:
-                self.core.con.execute(DELETE_ONE, [collection, f.state.path])
-                ids = np.ascontiguousarray(f.ids, dtype="<u8").tobytes()
+                for table in TABLES:
+                    delete = DELETE_ONE.format(table=table)
+                    self.core.con.execute(delete, [collection, f.state.path])
+                self._write_ids(collection, f.state.path, f.ids)
                 row = {
                     "collection": [collection],
                     "path": [f.state.path],
@@ -162,15 +187,27 @@ class SourceFiles:
                     "settings": [f.settings],
                     "records": [f.records],
                     "rejected": [f.rejected],
-                    "ids": pa.array([ids], pa.large_binary()),
                     "run_id": [run_id],
                     "recorded_at": [now],
                 }
-                self.core.insert_view(INSERT, pa.table(row))
+                self.core.insert_view(INSERT.format(table="source_files"), pa.table(row))
+
+    def _write_ids(self, collection: str, path: str, ids: np.ndarray) -> None:
+        """A file's fingerprints, PART_IDS a row (inside the caller's transaction)."""
+        flat = np.ascontiguousarray(ids, dtype="<u8")
+        for part, start in enumerate(range(0, len(flat), PART_IDS)):
+            row = {
+                "collection": [collection],
+                "path": [path],
+                "part": pa.array([part], pa.int32()),
+                "ids": pa.array([flat[start : start + PART_IDS].tobytes()], pa.large_binary()),
+            }
+            self.core.insert_view(INSERT.format(table="source_file_ids"), pa.table(row))
 
     def forget_all(self) -> None:
         """Forget every record (documents were deleted), inside the caller's transaction."""
-        self.core.con.execute(DELETE_ALL)
+        for table in TABLES:
+            self.core.con.execute(DELETE_ALL.format(table=table))
 
     def listed(self) -> list[dict]:
         """Every record without its ids: collection, path, bytes, records, rejected, when."""

@@ -6,6 +6,7 @@ failed batches and `on_missing: delete` all still behave as a full read does."""
 import json
 import os
 
+import duckdb
 import pytest
 
 from indexer.indexing.run import Steps, encode_texts_for_index, run_delete, run_index
@@ -139,3 +140,27 @@ def test_a_skipped_files_rejections_are_reported_again(tiny_config, tmp_path):
     assert rows[0][1:] == rows[1][1:] == (2, "empty text")
     third = run_index([str(messy)], tiny_config)  # carried from the run that carried it
     assert third["rejections"] == first["rejections"]
+
+
+def test_ids_are_kept_in_parts_and_a_failed_record_fails_nothing(tiny_config, files, monkeypatch):
+    a, b = files
+    monkeypatch.setattr("indexer.store.sources.PART_IDS", 4)  # a.jsonl's 6 ids: 2 parts
+    run_index([str(a), str(b)], tiny_config)
+    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
+        parts = store.con.execute(
+            "SELECT count(*) FROM source_file_ids WHERE path LIKE '%a.jsonl'"
+        ).fetchone()
+    assert parts == (2,)
+    late = write(a.parent / "c.jsonl", [{"id": "a5", "text": "a late a5"}])
+    summary = run_index([str(a), str(late)], tiny_config)  # a.jsonl's ids, both parts
+    assert summary["unchanged_files"] == 1 and summary["rejections"][0]["id"] == "a5"
+
+    def out_of_memory(*args, **kwargs):
+        raise duckdb.OutOfMemoryException("could not allocate block")
+
+    monkeypatch.setattr("indexer.store.sources.SourceFiles._record", out_of_memory)
+    rows = [json.loads(line) for line in b.read_text().splitlines()]
+    write(b, rows + [{"id": "b9", "text": "one more"}])
+    done = run_index([str(a), str(b)], tiny_config)  # indexed and published all the same
+    assert done["encoded"] == 1 and "could not allocate" in done["files_not_recorded"]
+    assert "b9" in texts(tiny_config)
