@@ -157,7 +157,7 @@ CREATE_SOURCE_FILES = """CREATE TABLE source_files (
             run_id VARCHAR, recorded_at TIMESTAMP NOT NULL, PRIMARY KEY (collection, path))"""
 ADD_SOURCE_FILES_SOURCE = "ALTER TABLE source_files ADD COLUMN source VARCHAR"
 
-# -- step 10: a file's id fingerprints in parts (`source_file_ids`, at most 2^20 ids, 16 MiB, a
+# -- step 10: a file's id fingerprints in parts (`source_file_ids`, at most 2^18 ids, 4 MiB, a
 # row): one BLOB of a 10M-row file's 160 MB could not be written within the writer's 128 MB of
 # DuckDB memory. Records made before are forgotten (their files are read once more).
 CREATE_SOURCE_FILE_IDS = """CREATE TABLE source_file_ids (

@@ -5,7 +5,7 @@ corpus with nothing changed costs the files' SHA-256, not 16 minutes: docs/guide
 
 A row per (collection, resolved path): size, modification time, SHA-256 of the bytes, the
 reading settings (`settings`: format, field mapping, `long_documents.max_chars`, reader
-version), records and rejections; and in `source_file_ids`, in parts of 2^20, the accepted
+version), records and rejections; and in `source_file_ids`, in parts of 2^18, the accepted
 ids' 128-bit fingerprints, which a
 later run claims in the file's place so that another file's record with one of its ids is
 still rejected as a duplicate, exactly as if the file had been read.
@@ -41,7 +41,7 @@ SELECT_ONE = (
     "FROM source_files WHERE collection = ? AND path = ?"
 )
 SELECT_PART = "SELECT ids FROM source_file_ids WHERE collection = ? AND path = ? AND part = ?"
-PART_IDS = 1 << 20  # 16 MiB a row: one part at a time stays within the writer's DuckDB memory
+PART_IDS = 1 << 18  # 4 MiB a row, a transaction each: within the writer's DuckDB memory
 CARRY_REJECTED = (
     "INSERT INTO rejected SELECT ?, ?, row_number, external_id, reason, ? FROM rejected "
     "WHERE run_id = ? AND source = ? ORDER BY row_number"
@@ -121,6 +121,8 @@ class SourceFiles:
         while (part := self._part(collection, state.path, len(parts))) is not None:
             parts.append(np.frombuffer(part, dtype="<u8").reshape(-1, 2))
         keys = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
+        if len(keys) != records:  # parts of a record cut short: read the file again
+            return None
         return SourceFile(state, settings, int(records), int(rejected), keys, source, run_id)
 
     def _part(self, collection: str, path: str, part: int) -> bytes | None:
@@ -156,7 +158,10 @@ class SourceFiles:
     def _record(
         self, collection: str, files: list[SourceFile], run_id: str, keep: list[str] | None
     ) -> None:
-        """Record `files` as read whole by run `run_id`, in one transaction.
+        """Record `files` as read whole by run `run_id`: a file's old row goes first, then
+        its fingerprints' parts each in a transaction of its own (all of a 10M-row file's in one
+        had outgrown the writer's 128 MB of DuckDB memory), its new row last. A writer killed
+        between leaves a file without a row (read again), never a row without its parts.
 
         Args:
             collection: the collection they were read into.
@@ -176,24 +181,26 @@ class SourceFiles:
                 for table in TABLES:
                     delete = DELETE_ONE.format(table=table)
                     self.core.con.execute(delete, [collection, f.state.path])
-                self._write_ids(collection, f.state.path, f.ids)
-                row = {
-                    "collection": [collection],
-                    "path": [f.state.path],
-                    "source": [f.source],
-                    "bytes": [f.state.bytes],
-                    "mtime_ns": [f.state.mtime_ns],
-                    "sha256": [f.state.sha256],
-                    "settings": [f.settings],
-                    "records": [f.records],
-                    "rejected": [f.rejected],
-                    "run_id": [run_id],
-                    "recorded_at": [now],
-                }
+        for f in files:
+            self._write_ids(collection, f.state.path, f.ids)
+            row = {
+                "collection": [collection],
+                "path": [f.state.path],
+                "source": [f.source],
+                "bytes": [f.state.bytes],
+                "mtime_ns": [f.state.mtime_ns],
+                "sha256": [f.state.sha256],
+                "settings": [f.settings],
+                "records": [f.records],
+                "rejected": [f.rejected],
+                "run_id": [run_id],
+                "recorded_at": [now],
+            }
+            with self.core.transaction():
                 self.core.insert_view(INSERT.format(table="source_files"), pa.table(row))
 
     def _write_ids(self, collection: str, path: str, ids: np.ndarray) -> None:
-        """A file's fingerprints, PART_IDS a row (inside the caller's transaction)."""
+        """A file's fingerprints, PART_IDS a row, a transaction each."""
         flat = np.ascontiguousarray(ids, dtype="<u8")
         for part, start in enumerate(range(0, len(flat), PART_IDS)):
             row = {
@@ -202,7 +209,8 @@ class SourceFiles:
                 "part": pa.array([part], pa.int32()),
                 "ids": pa.array([flat[start : start + PART_IDS].tobytes()], pa.large_binary()),
             }
-            self.core.insert_view(INSERT.format(table="source_file_ids"), pa.table(row))
+            with self.core.transaction():
+                self.core.insert_view(INSERT.format(table="source_file_ids"), pa.table(row))
 
     def forget_all(self) -> None:
         """Forget every record (documents were deleted), inside the caller's transaction."""
