@@ -36,7 +36,7 @@ DELETE_VECTORS_OF_CHUNKS = "DELETE FROM vectors WHERE chunk_id IN {ids}"
 DELETE_CHUNKS = "DELETE FROM chunks WHERE chunk_id IN {ids}"
 DELETE_CHUNKS_OF_DOCS = "DELETE FROM chunks WHERE doc_id IN {ids}"
 DELETE_DOCUMENTS = "DELETE FROM documents WHERE doc_id IN {ids}"
-FORGET_SOURCE_FILES = ("DELETE FROM source_files", "DELETE FROM source_file_ids")
+FORGET_SOURCE_FILES = ("DELETE FROM source_files",)  # their fingerprint files: `store.sources`
 UPDATE_DOCUMENT = (
     "UPDATE documents SET title = ?, text = ?, metadata = ?, content_hash = ?, "
     "ingested_at = ? WHERE doc_id = ?"

@@ -56,7 +56,7 @@ from indexer.store.snapshot import (
 CHECKPOINT = "CHECKPOINT"
 MERGE_RATIO = 2
 # columns readers never read from a snapshot
-LEFT_OUT = {"vectors": ("embedding",), "source_file_ids": ("ids",)}
+LEFT_OUT = {"vectors": ("embedding",)}
 # row groups of 2048 rows: a search's few hits are read by id straight from the row groups
 # that hold them (`segment_fetch`, one ~0.5 ms decode each at 10M), so a smaller group decodes
 # less; through DuckDB's views (which walk every group's statistics per query) 2048 had cost

@@ -5,8 +5,8 @@ corpus with nothing changed costs the files' SHA-256, not 16 minutes: docs/guide
 
 A row per (collection, resolved path): size, modification time, SHA-256 of the bytes, the
 reading settings (`settings`: format, field mapping, `long_documents.max_chars`, reader
-version), records and rejections; and in `source_file_ids`, in parts of 2^18, the accepted
-ids' 128-bit fingerprints, which a
+version), records and rejections; and in a file of `<store>/sources/`, the accepted ids'
+128-bit fingerprints (16 bytes each, `.npy`), which a
 later run claims in the file's place so that another file's record with one of its ids is
 still rejected as a duplicate, exactly as if the file had been read.
 
@@ -33,6 +33,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from indexer.core.fsio import fsync_dir
 from indexer.errors import StoreError
 from indexer.store.core import StoreCore
 
@@ -40,8 +41,8 @@ SELECT_ONE = (
     "SELECT bytes, mtime_ns, sha256, settings, records, rejected, source, run_id "
     "FROM source_files WHERE collection = ? AND path = ?"
 )
-SELECT_PART = "SELECT ids FROM source_file_ids WHERE collection = ? AND path = ? AND part = ?"
-PART_IDS = 1 << 18  # 4 MiB a row, a transaction each: within the writer's DuckDB memory
+FOLDER = "sources"  # <store>/sources/<name>.npy: a recorded file's fingerprints
+LIST_PATHS = "SELECT collection, path FROM source_files"
 CARRY_REJECTED = (
     "INSERT INTO rejected SELECT ?, ?, row_number, external_id, reason, ? FROM rejected "
     "WHERE run_id = ? AND source = ? ORDER BY row_number"
@@ -51,11 +52,10 @@ SELECT_CARRIED = (
     "AND source = ? ORDER BY row_number LIMIT ?"
 )
 MOVE_RECORD = "UPDATE source_files SET source = ?, run_id = ? WHERE collection = ? AND path = ?"
-TABLES = ("source_files", "source_file_ids")
-DELETE_ONE = "DELETE FROM {table} WHERE collection = ? AND path = ?"
-DELETE_OTHERS = "DELETE FROM {table} WHERE collection = ? AND path NOT IN {paths}"
-DELETE_ALL = "DELETE FROM {table}"
-INSERT = "INSERT INTO {table} BY NAME SELECT * FROM {{view}}"  # columns by name
+DELETE_ONE = "DELETE FROM source_files WHERE collection = ? AND path = ?"
+DELETE_OTHERS = "DELETE FROM source_files WHERE collection = ? AND path NOT IN {paths}"
+DELETE_ALL = "DELETE FROM source_files"
+INSERT = "INSERT INTO source_files BY NAME SELECT * FROM {view}"  # columns by name
 LIST = (
     "SELECT collection, path, bytes, records, rejected, recorded_at FROM source_files "
     "ORDER BY collection, path"
@@ -117,17 +117,17 @@ class SourceFiles:
         size, _mtime, sha, recorded_settings, records, rejected, source, run_id = row
         if size != state.bytes or sha != state.sha256 or recorded_settings != settings:
             return None
-        parts: list[np.ndarray] = []
-        while (part := self._part(collection, state.path, len(parts))) is not None:
-            parts.append(np.frombuffer(part, dtype="<u8").reshape(-1, 2))
-        keys = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
-        if len(keys) != records:  # parts of a record cut short: read the file again
+        try:
+            keys = np.load(self._ids_file(collection, state.path), allow_pickle=False)
+        except (OSError, ValueError):  # missing or damaged: read the file again
+            return None
+        if keys.shape != (records, 2):
             return None
         return SourceFile(state, settings, int(records), int(rejected), keys, source, run_id)
 
-    def _part(self, collection: str, path: str, part: int) -> bytes | None:
-        row = self.core.con.execute(SELECT_PART, [collection, path, part]).fetchone()
-        return None if row is None else row[0]
+    def _ids_file(self, collection: str, path: str) -> Path:
+        name = hashlib.sha256(f"{collection}\0{path}".encode("utf-8", "surrogatepass"))
+        return self.core.path / FOLDER / f"{name.hexdigest()[:40]}.npy"
 
     def carry_rejections(
         self, collection: str, skipped: SourceFile, source: str, run_id: str, listed: int
@@ -159,9 +159,11 @@ class SourceFiles:
         self, collection: str, files: list[SourceFile], run_id: str, keep: list[str] | None
     ) -> None:
         """Record `files` as read whole by run `run_id`: a file's old row goes first, then
-        its fingerprints' parts each in a transaction of its own (all of a 10M-row file's in one
-        had outgrown the writer's 128 MB of DuckDB memory), its new row last. A writer killed
-        between leaves a file without a row (read again), never a row without its parts.
+        its fingerprints are written to `<store>/sources/` (temporary name, synced, renamed),
+        its new row last. A writer killed between leaves a file without a row (read again),
+        never a row without its fingerprints. (In DuckDB, a 10M-row file's 160 MB of them
+        outgrew the writer's 128 MB of memory, even 4 MiB at a time.) Fingerprint files no
+        row names any more are removed at the end.
 
         Args:
             collection: the collection they were read into.
@@ -174,15 +176,11 @@ class SourceFiles:
         with self.core.transaction():
             if keep is not None:
                 with self.core.bound(keep, pa.string()) as paths:
-                    for table in TABLES:
-                        delete = DELETE_OTHERS.format(table=table, paths=paths)
-                        self.core.con.execute(delete, [collection])
+                    self.core.con.execute(DELETE_OTHERS.format(paths=paths), [collection])
             for f in files:
-                for table in TABLES:
-                    delete = DELETE_ONE.format(table=table)
-                    self.core.con.execute(delete, [collection, f.state.path])
+                self.core.con.execute(DELETE_ONE, [collection, f.state.path])
         for f in files:
-            self._write_ids(collection, f.state.path, f.ids)
+            self._write_ids(self._ids_file(collection, f.state.path), f.ids)
             row = {
                 "collection": [collection],
                 "path": [f.state.path],
@@ -197,25 +195,33 @@ class SourceFiles:
                 "recorded_at": [now],
             }
             with self.core.transaction():
-                self.core.insert_view(INSERT.format(table="source_files"), pa.table(row))
+                self.core.insert_view(INSERT, pa.table(row))
+        self._remove_unnamed()
 
-    def _write_ids(self, collection: str, path: str, ids: np.ndarray) -> None:
-        """A file's fingerprints, PART_IDS a row, a transaction each."""
-        flat = np.ascontiguousarray(ids, dtype="<u8")
-        for part, start in enumerate(range(0, len(flat), PART_IDS)):
-            row = {
-                "collection": [collection],
-                "path": [path],
-                "part": pa.array([part], pa.int32()),
-                "ids": pa.array([flat[start : start + PART_IDS].tobytes()], pa.large_binary()),
-            }
-            with self.core.transaction():
-                self.core.insert_view(INSERT.format(table="source_file_ids"), pa.table(row))
+    @staticmethod
+    def _write_ids(target: Path, ids: np.ndarray) -> None:
+        target.parent.mkdir(exist_ok=True)
+        temporary = target.with_suffix(".tmp")
+        with open(temporary, "wb") as f:
+            np.save(f, np.ascontiguousarray(ids, dtype="<u8").reshape(-1, 2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+        fsync_dir(target.parent)
+
+    def _remove_unnamed(self) -> None:
+        """Remove fingerprint files no row names (forgotten records, killed writes)."""
+        folder = self.core.path / FOLDER
+        if not folder.is_dir():
+            return
+        named = {self._ids_file(c, p).name for c, p in self.core.con.execute(LIST_PATHS).fetchall()}
+        for stale in folder.iterdir():
+            if stale.name not in named:
+                stale.unlink(missing_ok=True)
 
     def forget_all(self) -> None:
         """Forget every record (documents were deleted), inside the caller's transaction."""
-        for table in TABLES:
-            self.core.con.execute(DELETE_ALL.format(table=table))
+        self.core.con.execute(DELETE_ALL)
 
     def listed(self) -> list[dict]:
         """Every record without its ids: collection, path, bytes, records, rejected, when."""

@@ -142,18 +142,18 @@ def test_a_skipped_files_rejections_are_reported_again(tiny_config, tmp_path):
     assert third["rejections"] == first["rejections"]
 
 
-def test_ids_are_kept_in_parts_and_a_failed_record_fails_nothing(tiny_config, files, monkeypatch):
+def test_ids_are_kept_in_a_file_and_a_failed_record_fails_nothing(tiny_config, files, monkeypatch):
     a, b = files
-    monkeypatch.setattr("indexer.store.sources.PART_IDS", 4)  # a.jsonl's 6 ids: 2 parts
     run_index([str(a), str(b)], tiny_config)
-    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
-        parts = store.con.execute(
-            "SELECT count(*) FROM source_file_ids WHERE path LIKE '%a.jsonl'"
-        ).fetchone()
-    assert parts == (2,)
+    kept = sorted((tmp := a.parent / "store" / "sources").glob("*.npy"))
+    assert len(kept) == 2 and not list(tmp.glob("*.tmp"))
     late = write(a.parent / "c.jsonl", [{"id": "a5", "text": "a late a5"}])
-    summary = run_index([str(a), str(late)], tiny_config)  # a.jsonl's ids, both parts
+    summary = run_index([str(a), str(late)], tiny_config)  # a.jsonl's ids from its file
     assert summary["unchanged_files"] == 1 and summary["rejections"][0]["id"] == "a5"
+    for damaged in kept:
+        damaged.write_bytes(b"not an array")
+    summary = run_index([str(a), str(b)], tiny_config)  # damaged fingerprints: read again
+    assert (summary["unchanged_files"], summary["encoded"]) == (0, 0)
 
     def out_of_memory(*args, **kwargs):
         raise duckdb.OutOfMemoryException("could not allocate block")

@@ -56,7 +56,6 @@ def test_migrations_from_an_empty_file(tmp_path):
             "review_heads",
             "reviews",
             "runs",
-            "source_file_ids",
             "source_files",
             "tokens",
         ]
