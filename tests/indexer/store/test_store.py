@@ -379,3 +379,26 @@ def test_a_runs_map_of_stored_ids_finds_what_the_join_finds(store, monkeypatch):
     assert store.documents.existing("other", ["id1"], up_to=last)["id1"].doc_id not in {
         d.doc_id for d in mapped.values()
     }
+
+
+def test_a_writer_checkpoints_every_so_many_changed_documents(store, monkeypatch):
+    monkeypatch.setattr(documents_module, "CHANGED_PER_CHECKPOINT", 2)
+    doc_ids, _, _ = add(store, "docs", [record(k, "first") for k in "abc"])
+    wal = store.db_path.with_name(store.db_path.name + ".wal")
+
+    def change(keys: str, seed: int) -> None:
+        rows = [
+            (d, record(k, f"new {seed}"), content_hash(record(k, f"new {seed}")))
+            for d, k in zip(doc_ids, "abc")
+            if k in keys
+        ]
+        chunks = chunks_for([d for d, _, _ in rows], seed=seed)
+        store.documents.write_batch("docs", [], rows, [], chunks, [], f"run{seed}")
+
+    change("a", 1)  # one changed document: under the threshold, the log keeps it
+    assert wal.is_file() and wal.stat().st_size > 0
+    change("bc", 2)  # three since the last checkpoint: the log is written into the file
+    assert not wal.is_file() or wal.stat().st_size == 0
+    assert store.documents.existing("docs", ["c"])["c"].content_hash == content_hash(
+        record("c", "new 2")
+    )
