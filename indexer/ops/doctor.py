@@ -406,9 +406,16 @@ def _check_keyword(store: Store, out: Diagnosis, language: str) -> None:
         )
 
 
+# an index that loads and reflects an older data version (a run stopped before publishing):
+# updated by its difference from the store (`sync_vector_index`), which rebuilds only when
+# the change is too large; other ids at the same data version are damage: rebuilt
+_BEHIND = {"index_ids", "index_version"}
+
+
 def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
     """Rebuild from the store under the caller's lock: unreachable rows deleted, a FAISS index
-    built from the stored vectors and published as a new version (with its snapshot), the
+    built from the stored vectors and published as a new version (with its snapshot), or,
+    when it is only behind the store (`_BEHIND`), updated by what differs, the
     keyword index brought in step. Recorded as a `doctor` run.
 
     Returns:
@@ -422,7 +429,10 @@ def _repair(path: Path, config: Config, problems: list[Problem]) -> dict:
         try:
             if "unreachable" in checks:
                 done["unreachable"] = store.checks.delete_unreachable()
-            if checks & set(VECTOR_CHECKS):
+            vector = checks & set(VECTOR_CHECKS)
+            if "index_version" in vector and vector <= _BEHIND:  # only behind: update
+                done["index"] = sync_vector_index(store, config, [], [])
+            elif vector:
                 done["index"] = sync_vector_index(store, config, [], [], force=True)
             done["keyword"] = sync_keyword_index(store, config.keyword.language)
         except BertindexError as exc:

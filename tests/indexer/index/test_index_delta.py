@@ -22,7 +22,7 @@ from indexer.index import vector
 from indexer.index.delta import DELTA_REBUILD
 from indexer.index.vector import VectorIndex
 from indexer.index.version_files import DELTA_FILE, PROVENANCE_FILE, version_files
-from indexer.indexing.run import run_index
+from indexer.indexing.run import Steps, run_index
 from indexer.ops.consistency import check_store
 from indexer.ops.doctor import diagnose, run_doctor
 from indexer.records.versions import current_version, version_dir
@@ -175,6 +175,42 @@ def test_a_large_change_rebuilds_and_the_old_base_is_collected(tiny_config, tmp_
     # a reader that mapped the collected base still searches it
     some = int(faiss.vector_to_array(reader.index.id_map)[0])
     assert reader.search(reader._reconstruct(np.array([some])), 1)[1][0, 0] == some
+    assert check_store(tiny_config).problems == []
+
+
+class _Stopped(Exception):
+    """A run stopped after committing its batches, before it published."""
+
+
+def _stop(*args, **kwargs):
+    raise _Stopped
+
+
+@pytest.mark.parametrize("catch_up", ["rerun", "doctor"])
+def test_a_run_stopped_before_publishing_is_caught_up_by_its_difference(
+    catch_up, tiny_config, tmp_path
+):
+    """The next run, or `doctor --repair`, updates the index by what the store holds that it
+    does not (and the reverse): the base file is kept, no rebuild."""
+    corpus = write_corpus(tmp_path / "docs.jsonl", 200, seed=1)
+    run_index([str(corpus)], tiny_config)
+    store = Path(tiny_config.store.path)
+    base = base_file(store)
+    inode, before = base.stat().st_ino, VectorIndex.load(store, tiny_config.index).ids()
+    write_corpus(tmp_path / "docs.jsonl", 200, seed=1, change={"d3", "d4"}, drop={"d9"})
+    with pytest.raises(_Stopped):
+        run_index([str(corpus)], tiny_config, on_missing="delete", steps=Steps(write=_stop))
+    problems = {p.check for p in diagnose(store, tiny_config).problems}
+    assert {"index_ids", "index_version"} <= problems
+    if catch_up == "rerun":
+        info = run_index([str(corpus)], tiny_config, on_missing="delete")["index"]
+    else:
+        info = run_doctor(tiny_config, repair=True)["repair"]["index"]
+    assert info["version"] is not None and not info["rebuilt"]
+    assert base_file(store) == base and base.stat().st_ino == inode
+    after = VectorIndex.load(store, tiny_config.index).ids()
+    assert len(np.setdiff1d(before, after)) == 3  # d3's, d4's and d9's chunks
+    assert len(np.setdiff1d(after, before)) >= 2  # d3's and d4's new ones
     assert check_store(tiny_config).problems == []
 
 
