@@ -28,6 +28,7 @@ SELECT_VECTORS_OF = (
     "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} ORDER BY chunk_id"
 )
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
+FETCH_ROWS = 8192  # vectors a query of `Vectors.fetch` returns (12 MB at 384-d)
 SELECT_VECTORS_IN = "SELECT chunk_id, embedding FROM vectors WHERE chunk_id >= ? AND chunk_id < ?"
 HAS_VECTOR_FILES = (
     "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database() "
@@ -317,15 +318,22 @@ class Vectors:
         return out
 
     def _fetch_rows(self, chunk_ids: np.ndarray) -> np.ndarray:
-        """`fetch` from the `vectors` rows only."""
-        with self.core.bound(chunk_ids) as ids:
-            table = self.core.con.execute(SELECT_VECTORS_OF.format(ids=ids)).fetch_arrow_table()
-        if table.num_rows != len(chunk_ids):
-            raise StoreError(
-                f"store {self.core.path}: {len(chunk_ids) - table.num_rows} of {len(chunk_ids)} "
-                "chunk ids have no stored vector; run `bertindex doctor` to see which"
-            )
-        return _as_matrix(table.column("embedding").combine_chunks())
+        """`fetch` from the `vectors` rows only, FETCH_ROWS ids a query: the sorted result
+        is held whole by DuckDB, whose writer has 128 MB (65,536 384-d vectors are 100 MB;
+        a 10M store's 1 % re-run ran out of memory publishing)."""
+        parts = []
+        for start in range(0, len(chunk_ids), FETCH_ROWS):
+            wanted = chunk_ids[start : start + FETCH_ROWS]
+            with self.core.bound(wanted) as ids:
+                query = SELECT_VECTORS_OF.format(ids=ids)
+                table = self.core.con.execute(query).fetch_arrow_table()
+            if table.num_rows != len(wanted):
+                raise StoreError(
+                    f"store {self.core.path}: {len(wanted) - table.num_rows} of {len(wanted)} "
+                    "chunk ids have no stored vector; run `bertindex doctor` to see which"
+                )
+            parts.append(_as_matrix(table.column("embedding").combine_chunks()))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _live_only(self) -> None:
         """Embeddings are read from the live file: a published snapshot leaves them out (the

@@ -36,11 +36,17 @@ def test_choice_follows_size_and_memory_budget():
     assert chosen(full - 1) == f"{fast},Refine(SQ8)"  # int8 rescoring
     sq8 = estimate_bytes(f"{fast},Refine(SQ8)", 1_000_000, 384)
     assert sq8 == 1_000_000 * (96 + 384 + 56) + 4096 * 1536
-    # larger than the budget: served mapped, PQ codes of the same bytes (8-bit) in plain
-    # lists and the float32 rescoring vectors left in the file; each process keeps the ids (a
-    # plain IDMap, 8 bytes a vector) and the centroids
+    # larger than the budget: served mapped, the float32 rescoring vectors left in the file;
+    # first fast-scan lists, read into each process (codes, their ids and the IDMap's ids)
+    assert chosen(sq8 - 1) == f"{fast},RFlat"
+    fast_private = resident_bytes(f"{fast},RFlat", 1_000_000, 384)
+    assert fast_private == 1_000_000 * (8 + 96 + 8) + 4096 * 1536
+    assert chosen(fast_private - 1) == "IVF4096,PQ96x4fs,RFlat"  # half the codes' bytes
+    smaller = resident_bytes("IVF4096,PQ96x4fs,RFlat", 1_000_000, 384)
+    # then PQ codes of the same bytes (8-bit) in plain lists, mapped too; each process keeps
+    # the ids (a plain IDMap, 8 bytes a vector) and the centroids
     mapped = "IVF4096,PQ96x8np,RFlat"
-    assert chosen(sq8 - 1) == mapped
+    assert chosen(smaller - 1) == mapped
     private = resident_bytes(mapped, 1_000_000, 384)
     assert private == 1_000_000 * 8 + 4096 * 1536
     assert chosen(private) == mapped
@@ -49,6 +55,10 @@ def test_choice_follows_size_and_memory_budget():
     with pytest.raises(VectorIndexError, match="IVF4096,PQ96x8np,RFlat"):
         chosen(private - 1)
     assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ96x8np,RFlat"
+    # ten million under 1 GiB a process: fast-scan codes of 48 bytes and ids (640 MB) fit
+    assert choose_spec(10_000_000, 384, IndexConfig(memory_budget_mb=1024)) == (
+        "IVF16384,PQ96x4fs,RFlat"
+    )
     # too few vectors to train 8-bit codes (39 × 256): 4-bit ones of the same bytes
     assert choose_spec(9_000, 384, IndexConfig(memory_budget_mb=0.5)) == "IVF230,PQ192x4np,RFlat"
     # too few vectors to train 4-bit codes (39 × 16): full or 8-bit vectors in IVF lists

@@ -14,6 +14,7 @@ from store_kit import PROVENANCE, add, chunks_for, publish, record
 from testkit import ROOT
 
 import indexer.store.documents as documents_module
+import indexer.store.vectors as vectors_module
 from indexer.errors import StoreError
 from indexer.ingest.readers import Rejected
 from indexer.records.versions import MANIFEST_FILE
@@ -141,6 +142,17 @@ def test_changed_document_replaces_its_chunks(store):
     assert store.reads.documents_text([doc_id]) == [DocText(doc_id, None, "second")]
     np.testing.assert_array_equal(store.vectors.chunk_ids(), added)
     np.testing.assert_array_equal(store.vectors.fetch(np.asarray(added)), new.vectors)
+
+
+def test_vectors_are_fetched_a_bounded_number_of_rows_a_query(store, monkeypatch):
+    """A publish fetches its added chunks' vectors FETCH_ROWS a query: DuckDB holds a sorted
+    result whole, and 65,536 vectors outgrew the writer's memory at 10M documents."""
+    doc_ids, chunk_ids, chunks = add(store, "docs", [record(i, f"text {i}") for i in "abcdefg"])
+    monkeypatch.setattr(vectors_module, "FETCH_ROWS", 3)
+    wanted = np.asarray(chunk_ids)[[0, 2, 3, 4, 5, 6]]
+    np.testing.assert_array_equal(store.vectors.fetch(wanted), chunks.vectors[[0, 2, 3, 4, 5, 6]])
+    with pytest.raises(StoreError, match="chunk ids have no stored vector"):
+        store.vectors.fetch(np.append(wanted, 10**9))
 
 
 def test_delete_by_id_and_keep(store):
