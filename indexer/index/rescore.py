@@ -101,7 +101,12 @@ def prefetch(vectors: np.ndarray, rows: np.ndarray) -> None:
 
 
 def search_mapped(
-    parts: MappedRefine, queries: np.ndarray, k: int, k_factor: int, first_params
+    parts: MappedRefine,
+    queries: np.ndarray,
+    k: int,
+    k_factor: int,
+    first_params,
+    exclude: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product over the first pass's k·k_factor candidates a query, as
     `IndexRefine` ranks them (missing results: id -1, score -inf).
@@ -109,9 +114,16 @@ def search_mapped(
     Args:
         first_params: the first pass's search parameters (nprobe, the selector over
             internal positions), as `VectorIndex._search_params` builds them.
+        exclude: sorted ids dropped from the candidates before rescoring (the base's deleted
+            ids): a selector in the first pass checks every code it scans through two
+            lookups, 156,000 a query at 10M, which doubled the first pass with 1 % deleted.
     """
     wide = min(k * k_factor, len(parts.ids))
     _, cand = parts.first.search(queries, wide, params=first_params)
+    if exclude is not None and len(exclude):
+        ids = parts.ids[np.maximum(cand, 0)]
+        at = np.minimum(np.searchsorted(exclude, ids), len(exclude) - 1)
+        cand = np.where(exclude[at] == ids, -1, cand)
     prefetch(parts.vectors, cand[cand >= 0])
     scores = np.full((len(queries), k), -np.inf, np.float32)
     found = np.full((len(queries), k), -1, np.int64)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -351,10 +352,16 @@ class VectorIndex:
                     at = np.minimum(np.searchsorted(stored, allowed), max(len(stored) - 1, 0))
                     allowed = allowed[stored[at] == allowed] if len(stored) else stored
                 return self._exact_among(queries, k, allowed)
-        params = self._search_params(allowed)
-        if self._rescored_here is not None and params is not None:  # a mapped `…,RFlat`
-            first = params.base_index_params
-            return search_mapped(self._rescored_here, queries, k, int(params.k_factor), first)
+        # a mapped `…,RFlat` drops the deleted ids from its candidates, a share more of them
+        after = allowed is None and len(self.deleted) > 0 and self._rescored_here is not None
+        params = self._search_params(allowed, deleted=not after)
+        if self._rescored_here is not None and params is not None:
+            first, k_factor, exclude = params.base_index_params, float(params.k_factor), None
+            if after:
+                exclude = self.deleted
+                k_factor /= 1 - min(len(exclude) / max(int(self.index.ntotal), 1), 0.5)
+            k_factor = math.ceil(k_factor)
+            return search_mapped(self._rescored_here, queries, k, k_factor, first, exclude)
         if params is None:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)
@@ -398,14 +405,16 @@ class VectorIndex:
             return None
         return (self.tuning or {}).get("k_factor") or self.config.refine_factor
 
-    def _search_params(self, allowed: np.ndarray | None):
+    def _search_params(self, allowed: np.ndarray | None, deleted: bool = True):
+        """The base's search parameters; `deleted` False: no selector leaving out the deleted
+        ids (the caller drops them from the results)."""
         # every object the C++ side points to rides on the returned parameters, so that
         # concurrent searches (the server's threads) never free one another's selectors
         selector: faiss.IDSelector | None = None
         keep: list = []
         if allowed is not None:
             selector, keep = batch_selector(allowed)
-        elif len(self.deleted):
+        elif deleted and len(self.deleted):
             live = self._live_selector()
             selector = live[2]
             keep.append(live)

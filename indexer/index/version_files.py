@@ -185,4 +185,4 @@ def read_deleted(path: Path, count: int) -> np.ndarray:
             f"{path} lists {len(deleted)} deleted ids, provenance.json {count}; re-run "
             "`bertindex index` on the same store to rebuild the index"
         )
-    return deleted
+    return np.sort(deleted)  # written sorted; searches rely on it (`rescore.search_mapped`)

@@ -1,7 +1,7 @@
 """A mapped `…,RFlat` base is rescored here (`indexer.index.rescore`): the first pass alone,
 the candidates' pages requested together, then the same inner products; its results equal
-FAISS's own refine over the same index read privately, with filters and deleted ids, and the
-prefetch asks for exactly the pages of the candidates' rows."""
+FAISS's own refine over the same index read privately with filters (with deleted ids, which
+it drops after a wider first pass, they are at least as good), and the prefetch asks for exactly the pages of the candidates' rows."""
 
 import numpy as np
 import pytest
@@ -37,10 +37,16 @@ def test_mapped_rescoring_equals_faiss_refine(published):
     for allowed in (None, np.sort(rng.choice(ids, 3000, replace=False))):
         got_scores, got = mapped.search(queries, 10, allowed)
         want_scores, want = private.search(queries, 10, allowed)
+        assert not np.isin(got, ids[100:400]).any()
+        if allowed is None:
+            # the deleted ids dropped after a first pass wider by their share (5 %): every
+            # candidate FAISS's selector keeps, and some more
+            assert (got_scores >= want_scores - 1e-6).all()
+            assert (got_scores > want_scores + 1e-6).any()
+            continue
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
         tie = np.isclose(got_scores, want_scores, atol=1e-5)
         assert ((got == want) | tie).all()
-        assert not np.isin(got, ids[100:400]).any()
 
 
 def test_prefetch_asks_for_the_pages_of_the_candidates_rows(monkeypatch):
