@@ -1,7 +1,8 @@
 """A mapped `…,RFlat` base is rescored here (`indexer.index.rescore`): the first pass alone,
 the candidates' pages requested together, then the same inner products; its results equal
 FAISS's own refine over the same index read privately with filters (with deleted ids, which
-it drops after a wider first pass, they are at least as good), and the prefetch asks for exactly the pages of the candidates' rows."""
+it drops after a wider first pass, they are at least as good), and the prefetch asks for
+exactly the pages of the candidates' rows."""
 
 import numpy as np
 import pytest
