@@ -31,10 +31,18 @@ from indexer.store.snapshot import HASH, SEG
 
 MAX_TOMBSTONES = 1 << 22  # 64 MB of (hash, segment) pairs in each reading process
 MAX_GROUPS = 1024  # row groups one fetch may decode (a one-off search spans ~400 chunks)
+EXACT_KEYS = 1 << 20  # a segment this small has its keys read (8 MB at most): `_Part`
 
 
 class _Part:
-    """One rows segment: its open file and each row group's key range."""
+    """One rows segment: its open file and each row group's key range; a segment of at most
+    EXACT_KEYS rows also its keys, sorted, and the row group of each.
+
+    Key ranges prune a segment whose groups hold consecutive keys (a table written whole).
+    A later segment holds the rows that changed, scattered over the whole key range, so that
+    every one of its groups' ranges holds almost any key: a fetch of 10 hits decoded all of a
+    100,000-row segment's 49 groups (22 ms a search at 10M with 1 % changed); its keys say
+    exactly which groups hold a hit."""
 
     def __init__(self, path: Path, key: str):
         self.file = pq.ParquetFile(path, memory_map=True)
@@ -49,9 +57,22 @@ class _Part:
             highs.append(stats.max)
         self.lows = np.asarray(lows, np.int64)
         self.highs = np.asarray(highs, np.int64)
+        self.keys: np.ndarray | None = None  # sorted keys (EXACT_KEYS rows at most)
+        self.key_groups: np.ndarray | None = None  # the row group of each
+        if meta.num_rows <= EXACT_KEYS:
+            keys = self.file.read([key], use_threads=False)[key].to_numpy(zero_copy_only=False)
+            sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+            order = np.argsort(keys, kind="stable")
+            self.keys, self.key_groups = keys.astype(np.int64)[order], groups[order]
 
     def groups(self, keys: np.ndarray) -> np.ndarray:
-        """Row groups whose key range holds one of `keys`."""
+        """Row groups that may hold one of `keys` (sorted, unique)."""
+        if self.keys is not None and self.key_groups is not None:
+            lo = np.searchsorted(self.keys, keys, side="left")
+            hi = np.searchsorted(self.keys, keys, side="right")
+            held = [self.key_groups[a:b] for a, b in zip(lo.tolist(), hi.tolist()) if b > a]
+            return np.unique(np.concatenate(held)) if held else np.zeros(0, np.int64)
         holds = (self.lows[None, :] <= keys[:, None]) & (self.highs[None, :] >= keys[:, None])
         return np.flatnonzero(holds.any(axis=0))
 

@@ -5,6 +5,9 @@ the views answer."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from store_kit import PROVENANCE, add, publish, record
 
@@ -47,7 +50,10 @@ def as_rows(hits: dict) -> dict[int, tuple]:
     return {d: (h.doc_id, h.collection, h.external_id, h.title, h.text) for d, h in hits.items()}
 
 
-def test_direct_fetch_matches_the_views_across_segments_and_tombstones(store):
+@pytest.mark.parametrize("exact", [True, False], ids=["keys", "ranges"])
+def test_direct_fetch_matches_the_views_across_segments_and_tombstones(store, exact, monkeypatch):
+    if not exact:
+        monkeypatch.setattr(segment_fetch, "EXACT_KEYS", 0)  # every segment by key ranges
     live = dict(store.con.execute("SELECT doc_id, text FROM documents").fetchall())
     with Store(store.path, read_only=True) as reader:
         segments = reader.reads.core._snapshot.manifest["tables"]["documents"]["segments"]
@@ -85,3 +91,17 @@ def test_the_views_answer_where_the_direct_read_does_not_apply(store, monkeypatc
         assert reader.reads.core.row_lookup("documents", "doc_id") is None
         assert as_rows(reader.reads.fetch_documents(list(range(N + 6)))) == expected
     assert store.reads.core.row_lookup("documents", "doc_id") is None  # the live file
+
+
+def test_a_segment_of_scattered_keys_decodes_only_the_groups_holding_them(tmp_path):
+    """Changed rows keep their keys: a later segment's groups each span the key range, so
+    their ranges say nothing; its keys, read once, name the groups."""
+    path = tmp_path / "documents-9.parquet"
+    # group g holds g*100 + 0, 400, 800, 1200: every group's range holds 350
+    keys = np.array([g * 100 + j * 400 for g in range(4) for j in range(4)])
+    pq.write_table(pa.table({"doc_id": keys}), path, row_group_size=4)
+    part = segment_fetch._Part(path, "doc_id")
+    assert part.groups(np.array([500, 1500])).tolist() == [1, 3]
+    assert part.groups(np.array([350])).tolist() == []  # within every range, held by none
+    part.keys = None
+    assert part.groups(np.array([350])).tolist() == [0, 1, 2, 3]  # ranges alone: every group
