@@ -45,7 +45,9 @@ class _Part:
     exactly which groups hold a hit."""
 
     def __init__(self, path: Path, key: str):
-        self.file = pq.ParquetFile(path, memory_map=True)
+        # no pre-buffering: it copies each column chunk of the mapped file before decoding
+        # (10 groups of a 10M-document segment: 7.5 -> 5.6 ms)
+        self.file = pq.ParquetFile(path, memory_map=True, pre_buffer=False)
         meta = self.file.metadata
         column = meta.schema.names.index(key)
         lows, highs = [], []
