@@ -46,7 +46,9 @@ def read_vectors(store: Path | None, count: int, dim: int) -> np.ndarray:
     return np.ascontiguousarray(column.flatten().to_numpy().reshape(-1, width), np.float32)
 
 
-def measure(spec: str, base: np.ndarray, queries: np.ndarray, truth, probes) -> dict:
+def measure(
+    spec: str, base: np.ndarray, queries: np.ndarray, truth, probes, k_factors=(K_FACTOR,)
+) -> dict:
     index = faiss.index_factory(base.shape[1], spec + ",RFlat", faiss.METRIC_INNER_PRODUCT)
     started = time.perf_counter()
     rng = np.random.default_rng(1)
@@ -57,20 +59,26 @@ def measure(spec: str, base: np.ndarray, queries: np.ndarray, truth, probes) -> 
     ivf = faiss.extract_index_ivf(index.base_index)
     row = {"spec": spec + ",RFlat", "train_s": round(trained, 1), "build_s": round(built, 1)}
     for nprobe in probes:
-        ivf.nprobe = nprobe
-        params = faiss.IndexRefineSearchParameters(k_factor=K_FACTOR)  # type: ignore[call-arg]
-        _, found = index.search(queries, K, params=params)
-        recall = np.mean([len(set(f) & set(t)) / K for f, t in zip(found, truth)])
-        first_pass = []
-        for q in queries[:200]:
-            start = time.perf_counter()
-            ivf.search(q[None, :], K * K_FACTOR)
-            first_pass.append((time.perf_counter() - start) * 1000)
-        row[f"nprobe_{nprobe}"] = {
-            "recall@10": round(float(recall), 4),
-            "first_pass_ms_p50": round(float(np.median(first_pass)), 3),
-        }
-        print(spec, nprobe, row[f"nprobe_{nprobe}"], flush=True)
+        for k_factor in k_factors:
+            ivf.nprobe = nprobe
+            params = faiss.IndexRefineSearchParameters(k_factor=k_factor)  # type: ignore[call-arg]
+            _, found = index.search(queries, K, params=params)
+            recall = np.mean([len(set(f) & set(t)) / K for f, t in zip(found, truth)])
+            first_pass, whole = [], []
+            for q in queries[:200]:
+                start = time.perf_counter()
+                ivf.search(q[None, :], K * k_factor)
+                first_pass.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                index.search(q[None, :], K, params=params)
+                whole.append((time.perf_counter() - start) * 1000)
+            name = f"nprobe_{nprobe}" + ("" if k_factor == K_FACTOR else f"_k{k_factor}")
+            row[name] = {
+                "recall@10": round(float(recall), 4),
+                "first_pass_ms_p50": round(float(np.median(first_pass)), 3),
+                "with_rescoring_ms_p50": round(float(np.median(whole)), 3),
+            }
+            print(spec, nprobe, k_factor, row[name], flush=True)
     return row
 
 
@@ -83,6 +91,7 @@ def main() -> None:
     parser.add_argument("--lists", type=int, default=4096)
     parser.add_argument("--codes", nargs="+", default=["PQ192x4np", "PQ96x8np", "PQ48x8np"])
     parser.add_argument("--probes", type=int, nargs="+", default=[16, 32, 64, 128])
+    parser.add_argument("--k-factors", type=int, nargs="+", default=[K_FACTOR])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     faiss.omp_set_num_threads(1)
@@ -90,7 +99,7 @@ def main() -> None:
     base, queries = vectors[: -args.queries], vectors[-args.queries :]
     _, truth = faiss.knn(queries, base, K, metric=faiss.METRIC_INNER_PRODUCT)
     rows = [
-        measure(f"IVF{args.lists},{codes}", base, queries, truth, args.probes)
+        measure(f"IVF{args.lists},{codes}", base, queries, truth, args.probes, args.k_factors)
         for codes in args.codes
     ]
     result = {
@@ -98,7 +107,7 @@ def main() -> None:
         "store": str(args.store) if args.store else "random unit vectors",
         "vectors": len(base),
         "queries": len(queries),
-        "k_factor": K_FACTOR,
+        "k_factors": args.k_factors,
         "rows": rows,
     }
     print(result)

@@ -75,7 +75,9 @@ class Searcher:
         self._lookups = 0  # chunk lookups answered without the map (`_lookup`)
         # the index version published with the snapshot this store opened (not a newer one)
         self.index = VectorIndex.load(
-            store.path, config.index, store.vectors.provenance(), QUERY_KEYS, version=store.version
+            *(store.path, config.index, store.vectors.provenance(), QUERY_KEYS),
+            version=store.version,
+            delta_mapped=True,  # only searched: one copy in the page cache for every process
         )
         if self.index is not None:
             self._check_in_step(self.index)
