@@ -333,6 +333,30 @@ def index_run(corpus: Path, config: Path, store: Path, n: int, args) -> dict:
     return out
 
 
+def served_index(config: Path, store: Path) -> dict:
+    """The published index the reads measure: its spec, the search parameter the configured
+    target recall takes from its tuning, the rescoring depth, the delta and deleted ids."""
+    from indexer.config import load_config
+    from indexer.index.auto import retarget
+    from indexer.records.versions import current_version, version_dir
+
+    settings = load_config(config).index
+    version = current_version(store)
+    info = json.loads((version_dir(store, version) / "provenance.json").read_text())
+    tuning = info.get("tuning") or {}
+    return {
+        "version": version,
+        "spec": info.get("spec"),
+        "memory_budget_mb": settings.memory_budget_mb,
+        "target_recall": settings.target_recall,
+        "param": tuning.get("param"),
+        "value": retarget(tuning, settings.target_recall) if tuning else None,
+        "k_factor": tuning.get("k_factor") or settings.refine_factor,
+        "delta": (info.get("delta") or {}).get("ntotal", 0),
+        "deleted": info.get("deleted", 0),
+    }
+
+
 def cold_queries(config: Path, store: Path, queries: list[str], runs: int = 7) -> dict:
     walls = []
     for text in queries[:runs]:
@@ -545,7 +569,9 @@ def reads(folder: Path, model_dir: Path, queries: list[str], args, record: dict)
 
 
 def read_phases(record: dict, config: Path, store: Path, queries, model_dir: Path, args) -> None:
-    """Cold queries, then (unless --skip-serve) serve and the recall of what it served."""
+    """What is served (`served_index`), cold queries, then (unless --skip-serve) serve and
+    the recall of what it served."""
+    phase(record, "served_index", served_index, config, store)
     phase(record, "cold_query", cold_queries, config, store, queries)
     if not args.skip_serve:
         served = phase(record, "serve", serve_run, config, store, queries, args)
