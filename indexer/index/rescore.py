@@ -79,7 +79,7 @@ MADVISE = _madvise()
 
 def random_access(vectors: np.ndarray) -> None:
     """Tell the kernel that the mapped `vectors` are read at random (`MADV_RANDOM`): a page
-    fault then reads its page, not the ~128 KB of readahead around it. A search rescores ~160
+    fault then reads its page, not the ~128 KB of readahead around it. A search rescores ~320
     scattered vectors; with readahead, 876 served queries at 10M pulled ~10 GB of the base
     into the server's resident pages (`benchmarks/scale.py`, results/scale_10M_reads_8bit.json)."""
     if MADVISE is None or not vectors.size:
