@@ -107,6 +107,7 @@ def search_mapped(
     k_factor: int,
     first_params,
     exclude: np.ndarray | None = None,
+    assigned: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product over the first pass's k·k_factor candidates a query, as
     `IndexRefine` ranks them (missing results: id -1, score -inf).
@@ -117,9 +118,15 @@ def search_mapped(
         exclude: sorted ids dropped from the candidates before rescoring (the base's deleted
             ids): a selector in the first pass checks every code it scans through two
             lookups, 156,000 a query at 10M, which doubled the first pass with 1 % deleted.
+        assigned: (scores, lists) of the coarse quantizer for `queries`, as many lists as
+            `first_params` probes: searched by another index with the same centroids (a
+            base and its probed delta), so not computed again.
     """
     wide = min(k * k_factor, len(parts.ids))
-    _, cand = parts.first.search(queries, wide, params=first_params)
+    if assigned is None:
+        _, cand = parts.first.search(queries, wide, params=first_params)
+    else:
+        cand = _preassigned(parts.first, queries, wide, first_params, assigned)
     if exclude is not None and len(exclude):
         ids = parts.ids[np.maximum(cand, 0)]
         at = np.minimum(np.searchsorted(exclude, ids), len(exclude) - 1)
@@ -136,3 +143,28 @@ def search_mapped(
         scores[q, : len(top)] = exact[top]
         found[q, : len(top)] = parts.ids[row[top]]
     return scores, found
+
+
+def _preassigned(
+    first: faiss.Index, queries: np.ndarray, wide: int, params, assigned
+) -> np.ndarray:
+    """The IVF first pass over lists already chosen (FAISS's `search_preassigned`, called
+    with the parameters: its Python wrapper would need the index's own nprobe set, which
+    threads searching one index must not change)."""
+    ivf = faiss.extract_index_ivf(first)
+    scores, lists = (np.ascontiguousarray(a) for a in assigned)
+    n = len(queries)
+    out_scores = np.empty((n, wide), np.float32)
+    out_ids = np.empty((n, wide), np.int64)
+    ivf.search_preassigned_c(
+        n,
+        faiss.swig_ptr(queries),
+        wide,
+        faiss.swig_ptr(lists),
+        faiss.swig_ptr(scores),
+        faiss.swig_ptr(out_scores),
+        faiss.swig_ptr(out_ids),
+        False,
+        params,
+    )
+    return out_ids

@@ -317,6 +317,8 @@ class VectorIndex:
         k = max(1, min(k, self.ntotal)) if self.ntotal else 1
         if not self.delta.ntotal:
             return self._search_base(queries, k, allowed)
+        if allowed is None and (both := self._search_probed_together(queries, k)) is not None:
+            return both
         base_allowed = delta_allowed = None
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=np.int64)
@@ -335,6 +337,51 @@ class VectorIndex:
                 params = probed_params(self.delta, nprobe, self._k_factor(), delta_allowed)
             parts.append(search_delta(self.delta, queries, k, delta_allowed, params))
         return merge_top(parts, k, self.index.metric_type)
+
+    def _search_probed_together(self, queries: np.ndarray, k: int):
+        """A mapped `…,RFlat` base and its probed delta searched with one coarse assignment:
+        the delta is a copy of the base's trained index, so the same centroids; at 10M the
+        quantizer's 16,384 inner products a query were done twice. None where that does not
+        apply (no rescoring stage here, a flat delta, no live base vector)."""
+        base, delta = self._rescored_here, self._delta_parts()
+        if base is None or delta is None or not self._base_live:
+            return None
+        after = len(self.deleted) > 0  # dropped from the candidates, as `_search_base`
+        params = self._search_params(None, deleted=not after)
+        if params is None:
+            return None
+        k_factor = float(params.k_factor)
+        # the first pass's parameters as `search_params` made them (`base_index_params` comes
+        # back from SWIG as the base class, which FAISS's preassigned search refuses)
+        first = getattr(params, "keep", (None,))[0]
+        nprobe = getattr(first, "nprobe", None)
+        if nprobe is None:
+            return None
+        quantizer = faiss.extract_index_ivf(base.first).quantizer
+        assigned = quantizer.search(queries, int(nprobe))
+        wider = k_factor
+        if after:
+            wider /= 1 - min(len(self.deleted) / max(int(self.index.ntotal), 1), 0.5)
+        exclude = self.deleted if after else None
+        parts = [
+            search_mapped(base, queries, k, math.ceil(wider), first, exclude, assigned),
+            search_mapped(delta, queries, k, math.ceil(k_factor), first, None, assigned),
+        ]
+        return merge_top(parts, k, self.index.metric_type)
+
+    def _delta_parts(self) -> MappedRefine | None:
+        """The probed delta's first pass, rescoring vectors and ids (`rescore.mapped_refine`);
+        kept for a mapped delta (a searcher's, never changed), read anew for one that an
+        update may change in place."""
+        key = (id(self.delta), int(self.delta.ntotal))
+        cached = getattr(self, "_delta_cache", None)
+        if cached is None or cached[0] != key or not self.delta_mapped:
+            parts = None
+            if has_lists(self.delta) and hasattr(self.delta, "id_map"):
+                ids = faiss.vector_to_array(self.delta.id_map).astype(np.int64)
+                parts = mapped_refine(self.delta, ids)
+            cached = self._delta_cache = (key, parts)
+        return cached[1]
 
     def _search_base(self, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """Top-k of the base, deleted ids left out (`allowed`: ids it stores, or others)."""

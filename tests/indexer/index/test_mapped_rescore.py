@@ -63,3 +63,21 @@ def test_prefetch_asks_for_the_pages_of_the_candidates_rows(monkeypatch):
         begin = base + row * 1536
         want.append((begin - begin % 4096, begin + 1536 - (begin - begin % 4096), 3))
     assert calls == want
+
+
+def test_a_probed_delta_shares_the_bases_coarse_assignment(published, monkeypatch):
+    """Base and delta searched with one quantizer search give what searching each does."""
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config)
+    new = vectors[:50] * 0.9 + 0.05
+    index.add(new, np.arange(90_000, 90_050))
+    assert index._delta_parts() is not None  # a probed delta with its rescoring stage
+    queries = np.concatenate([vectors[::97], new[:10]]) + 0.02
+    together = index.search(queries, 10)
+    assert (together[1][-10:] >= 90_000).any()  # the delta answers
+    monkeypatch.setattr(VectorIndex, "_search_probed_together", lambda *a: None)
+    apart = index.search(queries, 10)
+    np.testing.assert_allclose(together[0], apart[0], rtol=1e-5, atol=1e-6)
+    tie = np.isclose(together[0], apart[0], atol=1e-5)
+    assert ((together[1] == apart[1]) | tie).all()
+    assert not np.isin(together[1], ids[100:400]).any()
