@@ -138,7 +138,10 @@ def search_mapped(
         row = row[row >= 0]
         if not len(row):
             continue
-        exact = parts.vectors[row] @ queries[q]
+        # not `@`: numpy's BLAS runs a matrix-vector product on a thread per core whose
+        # spinning after each call cost a served 10M query as much CPU again (22 ms wall,
+        # 44 ms CPU), halving the throughput of busy servers; einsum stays on this thread
+        exact = np.einsum("ij,j->i", parts.vectors[row], queries[q])
         top = np.argsort(-exact, kind="stable")[:k]
         scores[q, : len(top)] = exact[top]
         found[q, : len(top)] = parts.ids[row[top]]
