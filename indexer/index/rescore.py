@@ -159,7 +159,7 @@ def _preassigned(
     n = len(queries)
     out_scores = np.empty((n, wide), np.float32)
     out_ids = np.empty((n, wide), np.int64)
-    ivf.search_preassigned_c(
+    ivf.search_preassigned_c(  # type: ignore[attr-defined]  # the SWIG method under the wrapper
         n,
         faiss.swig_ptr(queries),
         wide,

@@ -12,11 +12,8 @@ the store, which is the truth this index is rebuilt from.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
-import os
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,8 +28,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from indexer.config import IndexConfig
-from indexer.core.faults import crash_point
-from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
 from indexer.index.auto import (
     ID_MAP_BYTES,
@@ -40,7 +35,6 @@ from indexer.index.auto import (
     build_on_gpu,
     gather_rows,
     has_gpu,
-    is_gpu,
     resident_bytes,
     resolve_spec,
     retarget,
@@ -65,7 +59,6 @@ from indexer.index.delta import (
     stored_ids,
     tombstoned,
     trained_copy,
-    write_template,
 )
 from indexer.index.rescore import MappedRefine, id_view, mapped_refine, search_mapped
 from indexer.index.spill import fill
@@ -76,16 +69,15 @@ from indexer.index.version_files import (
     PROVENANCE_FILE,
     bases_dir,
     id_positions,
-    plain_id_map,
+    publish_version,
     read_deleted,
     read_faiss,
     read_info,
     remove_old_versions,
-    write_index_file,
 )
 from indexer.records.index_spec import parse_spec
 from indexer.records.provenance import Provenance
-from indexer.records.versions import current_version, list_versions, write_pointer
+from indexer.records.versions import current_version
 
 __all__ = ["VectorIndex", "remove_old_versions", "resolve_spec"]
 
@@ -517,11 +509,9 @@ class VectorIndex:
         extra: Callable[[Path], None] | None = None,
         switch: bool = True,
     ) -> str:
-        """Write a new version atomically and point CURRENT at it; returns the version.
-
-        The version folder holds the delta and the deleted ids; the base is written (under
-        `index/bases/`, renamed into place and fsynced before the folder that names it) only
-        when it is not on disk yet, i.e. after a build.
+        """Write a new version atomically and point CURRENT at it; returns the version
+        (`version_files.publish_version`: the delta and deleted ids in the version folder,
+        the base under `index/bases/` only after a build).
 
         Args:
             data_version: the store's data_version these vectors reflect (recorded).
@@ -530,68 +520,7 @@ class VectorIndex:
             switch: False publishes the folder without pointing CURRENT at it (the caller
                 switches later with `versions.write_pointer`).
         """
-        root = Path(store_dir) / "index"
-        root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(".v*.tmp"):  # left by a killed writer
-            shutil.rmtree(stale, ignore_errors=True)
-        versions = list_versions(store_dir)
-        version = f"v{(versions[-1] + 1) if versions else 1}"
-        base_bytes = self._write_base(store_dir, version)
-        tmp = root / f".{version}.tmp"
-        tmp.mkdir()
-        written = [PROVENANCE_FILE]
-        delta_bytes = 0
-        if self.delta.ntotal:
-            faiss.write_index(self.delta, str(tmp / DELTA_FILE))
-            delta_bytes = (tmp / DELTA_FILE).stat().st_size
-            written.append(DELTA_FILE)
-        if len(self.deleted):
-            np.save(tmp / DELETED_FILE, self.deleted)
-            written.append(DELETED_FILE)
-        info = {
-            "spec": self.spec,
-            "ntotal": self.ntotal,
-            "provenance": self.provenance.to_dict(),
-            "data_version": data_version,
-            "tuning": self.tuning,
-            "memory_bytes": base_bytes + delta_bytes,
-            "base": {"file": self.base, "bytes": base_bytes, "ntotal": int(self.index.ntotal)},
-            "delta": {"ntotal": int(self.delta.ntotal), "bytes": delta_bytes},
-            "deleted": len(self.deleted),
-            "query_encoder": self.query_encoder,
-        }
-        (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
-        if extra is not None:
-            extra(tmp)
-        for name in written:
-            fsync_file(tmp / name)
-        fsync_dir(tmp)
-        crash_point("index.before_rename")
-        os.replace(tmp, root / version)
-        fsync_dir(root)
-        self.data_version, self.version = data_version, version
-        self.file_bytes = (base_bytes, delta_bytes)
-        if not switch:
-            return version
-        crash_point("index.before_pointer")
-        write_pointer(store_dir, version)
-        crash_point("index.before_cleanup")
-        remove_old_versions(store_dir)
-        return version
-
-    def _write_base(self, store_dir: Path, version: str) -> int:
-        """Write the base as `index/bases/<version>.faiss` unless it is there already (the
-        base a loaded index maps); returns its size."""
-        folder = bases_dir(store_dir)
-        folder.mkdir(exist_ok=True)
-        if self.base is not None and (folder / self.base).is_file():
-            return (folder / self.base).stat().st_size
-        index = faiss.index_gpu_to_cpu(self.index) if is_gpu(self.index) else self.index
-        if self.trained is not None:  # first: a base on disk is always beside its template
-            self.trained_file = write_template(self.trained, folder / f"{version}{TRAINED_SUFFIX}")
-        size = write_index_file(plain_id_map(index), folder / f"{version}.faiss")
-        self.base = f"{version}.faiss"
-        return size
+        return publish_version(self, Path(store_dir), data_version, extra, switch)
 
     @classmethod
     def load(

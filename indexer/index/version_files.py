@@ -10,15 +10,20 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
 
+from indexer.core.faults import crash_point
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
+from indexer.index.auto import is_gpu
+from indexer.index.delta import TRAINED_SUFFIX, write_template
 from indexer.records.provenance import Provenance
-from indexer.records.versions import current_version, index_root, list_versions
+from indexer.records.versions import current_version, index_root, list_versions, write_pointer
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +32,9 @@ PROVENANCE_FILE = "provenance.json"
 DELETED_FILE = "deleted.npy"  # ids removed from the base (which is never changed)
 BASES_DIR = "bases"  # under index/: base files, shared by the versions built on them
 DELTA_FILE = "delta.faiss"  # in a version folder: the vectors added since its base
+if TYPE_CHECKING:
+    from indexer.index.vector import VectorIndex
+
 KEEP_VERSIONS = 2
 
 
@@ -186,3 +194,79 @@ def read_deleted(path: Path, count: int) -> np.ndarray:
             "`bertindex index` on the same store to rebuild the index"
         )
     return np.sort(deleted)  # written sorted; searches rely on it (`rescore.search_mapped`)
+
+
+def publish_version(
+    index: VectorIndex,
+    store_dir: Path,
+    data_version: int | None,
+    extra: Callable[[Path], None] | None,
+    switch: bool,
+) -> str:
+    """`VectorIndex.save`: the version folder (delta, deleted ids, provenance.json, `extra`'s
+    files) written under a temporary name, fsynced and renamed; the base first (renamed into
+    place and fsynced before the folder that names it) when it is not on disk yet; then
+    CURRENT pointed at it unless `switch` is False, and old versions collected."""
+    root = Path(store_dir) / "index"
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".v*.tmp"):  # left by a killed writer
+        shutil.rmtree(stale, ignore_errors=True)
+    versions = list_versions(store_dir)
+    version = f"v{(versions[-1] + 1) if versions else 1}"
+    base_bytes = write_base(index, store_dir, version)
+    tmp = root / f".{version}.tmp"
+    tmp.mkdir()
+    written = [PROVENANCE_FILE]
+    delta_bytes = 0
+    if index.delta.ntotal:
+        faiss.write_index(index.delta, str(tmp / DELTA_FILE))
+        delta_bytes = (tmp / DELTA_FILE).stat().st_size
+        written.append(DELTA_FILE)
+    if len(index.deleted):
+        np.save(tmp / DELETED_FILE, index.deleted)
+        written.append(DELETED_FILE)
+    info = {
+        "spec": index.spec,
+        "ntotal": index.ntotal,
+        "provenance": index.provenance.to_dict(),
+        "data_version": data_version,
+        "tuning": index.tuning,
+        "memory_bytes": base_bytes + delta_bytes,
+        "base": {"file": index.base, "bytes": base_bytes, "ntotal": int(index.index.ntotal)},
+        "delta": {"ntotal": int(index.delta.ntotal), "bytes": delta_bytes},
+        "deleted": len(index.deleted),
+        "query_encoder": index.query_encoder,
+    }
+    (tmp / PROVENANCE_FILE).write_text(json.dumps(info, indent=2))
+    if extra is not None:
+        extra(tmp)
+    for name in written:
+        fsync_file(tmp / name)
+    fsync_dir(tmp)
+    crash_point("index.before_rename")
+    os.replace(tmp, root / version)
+    fsync_dir(root)
+    index.data_version, index.version = data_version, version
+    index.file_bytes = (base_bytes, delta_bytes)
+    if not switch:
+        return version
+    crash_point("index.before_pointer")
+    write_pointer(store_dir, version)
+    crash_point("index.before_cleanup")
+    remove_old_versions(store_dir)
+    return version
+
+
+def write_base(index: VectorIndex, store_dir: Path, version: str) -> int:
+    """Write the base as `index/bases/<version>.faiss` unless it is there already (the base
+    a loaded index maps), its trained template first; returns its size."""
+    folder = bases_dir(store_dir)
+    folder.mkdir(exist_ok=True)
+    if index.base is not None and (folder / index.base).is_file():
+        return (folder / index.base).stat().st_size
+    base = faiss.index_gpu_to_cpu(index.index) if is_gpu(index.index) else index.index
+    if index.trained is not None:  # first: a base on disk is always beside its template
+        index.trained_file = write_template(index.trained, folder / f"{version}{TRAINED_SUFFIX}")
+    size = write_index_file(plain_id_map(base), folder / f"{version}.faiss")
+    index.base = f"{version}.faiss"
+    return size

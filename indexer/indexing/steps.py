@@ -280,23 +280,10 @@ def sync_vector_index(
         return {"version": None, "spec": current.spec, "ntotal": total, "rebuilt": False}
     added = np.unique(np.asarray(added, dtype=np.int64))
     removed = np.asarray(removed, dtype=np.int64)
-    if (
-        current is not None
-        and current.spec == spec
-        and (base_version is None or current.data_version != base_version)
-    ):
-        with timed("vector_index"):
-            added, removed = _out_of_step(current, store)
-        base_version = current.data_version
-    incremental = (
-        current is not None
-        and base_version is not None
-        and current.data_version == base_version
-        and current.spec == spec
-        and current.ntotal + len(added) - len(removed) == total
-        and current.takes(len(added))
-        and current.remove(removed)
-    )
+    if current is not None and current.spec == spec:
+        added, removed, incremental = _updatable(current, store, added, removed, base_version)
+    else:
+        incremental = False
     with timed("vector_index"):
         if incremental and current is not None:
             index = _add_stored(current, store, added)
@@ -311,6 +298,25 @@ def sync_vector_index(
     version = _save(store, index, data_version, rebuilt=not incremental)
     info = {"version": version, "spec": spec, "ntotal": total, "rebuilt": not incremental}
     return info | short_of_target(index.tuning)
+
+
+def _updatable(
+    current: VectorIndex, store: Store, added, removed, base_version: int | None
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(added, removed, whether `current` takes them as an update): the run's own when the
+    index reflects `base_version`, else its difference from the store (`_out_of_step`);
+    an update while the counts agree and the delta's and deleted ids' shares allow it
+    (`current.remove` applies the removal when it does)."""
+    if base_version is None or current.data_version != base_version:
+        with timed("vector_index"):
+            added, removed = _out_of_step(current, store)
+    total = store.counts.chunks()
+    incremental = (
+        current.ntotal + len(added) - len(removed) == total
+        and current.takes(len(added))
+        and current.remove(removed)
+    )
+    return added, removed, incremental
 
 
 def _out_of_step(current: VectorIndex, store: Store) -> tuple[np.ndarray, np.ndarray]:
