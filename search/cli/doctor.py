@@ -16,8 +16,9 @@ from search.cli.common import build_config, config_options, handle_errors, json_
     "--repair",
     is_flag=True,
     help="Rebuild what is out of step from the store: the FAISS index from the "
-    "stored vectors (a new index version), the keyword index from the stored "
-    "texts. Nothing is encoded; the model is not needed.",
+    "stored vectors (a new index version; one only behind the store is updated by "
+    "the difference), the keyword index from the stored texts. Nothing is encoded; "
+    "the model is not needed.",
 )
 @config_options
 @json_option
