@@ -338,42 +338,47 @@ class VectorIndex:
         base, delta = self._rescored_here, self._delta_parts()
         if base is None or delta is None or not self._base_live:
             return None
-        after = len(self.deleted) > 0  # dropped from the candidates, as `_search_base`
-        params = self._search_params(None, deleted=not after)
-        if params is None:
+        mapped = self._mapped_pass(None)
+        if mapped is None or not hasattr(mapped[0], "nprobe"):
             return None
-        k_factor = float(params.k_factor)
-        # the first pass's parameters as `search_params` made them (`base_index_params` comes
-        # back from SWIG as the base class, which FAISS's preassigned search refuses)
-        first = getattr(params, "keep", (None,))[0]
-        nprobe = getattr(first, "nprobe", None)
-        if nprobe is None:
-            return None
+        first, k_factor, delta_factor, exclude = mapped
         quantizer = faiss.extract_index_ivf(base.first).quantizer
-        assigned = quantizer.search(queries, int(nprobe))
-        wider = k_factor
-        if after:
-            wider /= 1 - min(len(self.deleted) / max(int(self.index.ntotal), 1), 0.5)
-        exclude = self.deleted if after else None
+        assigned = quantizer.search(queries, int(first.nprobe))
         parts = [
-            search_mapped(base, queries, k, math.ceil(wider), first, exclude, assigned),
-            search_mapped(delta, queries, k, math.ceil(k_factor), first, None, assigned),
+            search_mapped(base, queries, k, k_factor, first, exclude, assigned),
+            search_mapped(delta, queries, k, delta_factor, first, None, assigned),
         ]
         return merge_top(parts, k, self.index.metric_type)
+
+    def _mapped_pass(self, allowed: np.ndarray | None):
+        """A mapped `…,RFlat` base's first pass: (its parameters, candidates a result, the
+        delta's candidates a result, the deleted ids to drop from the candidates or None);
+        None without parameters. Unfiltered, the deleted ids are dropped after the first pass
+        (`rescore.search_mapped`), which asks for more candidates by their share."""
+        after = allowed is None and len(self.deleted) > 0
+        params = self._search_params(allowed, deleted=not after)
+        if params is None:
+            return None
+        # the first pass's own parameters as `search_params` made them (`base_index_params`
+        # comes back from SWIG as the base class, which FAISS's preassigned search refuses)
+        first, k_factor = params.keep[0], float(params.k_factor)
+        if not after:
+            return first, math.ceil(k_factor), math.ceil(k_factor), None
+        share = min(len(self.deleted) / max(int(self.index.ntotal), 1), 0.5)
+        return first, math.ceil(k_factor / (1 - share)), math.ceil(k_factor), self.deleted
 
     def _delta_parts(self) -> MappedRefine | None:
         """The probed delta's first pass, rescoring vectors and ids (`rescore.mapped_refine`);
         kept for a mapped delta (a searcher's, never changed), read anew for one that an
         update may change in place."""
-        key = (id(self.delta), int(self.delta.ntotal))
-        cached = getattr(self, "_delta_cache", None)
-        if cached is None or cached[0] != key or not self.delta_mapped:
-            parts = None
-            if has_lists(self.delta) and hasattr(self.delta, "id_map"):
-                ids = faiss.vector_to_array(self.delta.id_map).astype(np.int64)
-                parts = mapped_refine(self.delta, ids)
-            cached = self._delta_cache = (key, parts)
-        return cached[1]
+        if "_mapped_delta" in self.__dict__:
+            return self.__dict__["_mapped_delta"]
+        parts = None
+        if has_lists(self.delta) and hasattr(self.delta, "id_map"):
+            parts = mapped_refine(self.delta, faiss.vector_to_array(self.delta.id_map))
+        if self.delta_mapped:
+            self.__dict__["_mapped_delta"] = parts
+        return parts
 
     def _search_base(self, queries: np.ndarray, k: int, allowed: np.ndarray | None):
         """Top-k of the base, deleted ids left out (`allowed`: ids it stores, or others)."""
@@ -393,16 +398,10 @@ class VectorIndex:
                     at = np.minimum(np.searchsorted(stored, allowed), max(len(stored) - 1, 0))
                     allowed = allowed[stored[at] == allowed] if len(stored) else stored
                 return self._exact_among(queries, k, allowed)
-        # a mapped `…,RFlat` drops the deleted ids from its candidates, a share more of them
-        after = allowed is None and len(self.deleted) > 0 and self._rescored_here is not None
-        params = self._search_params(allowed, deleted=not after)
-        if self._rescored_here is not None and params is not None:
-            first, k_factor, exclude = params.base_index_params, float(params.k_factor), None
-            if after:
-                exclude = self.deleted
-                k_factor /= 1 - min(len(exclude) / max(int(self.index.ntotal), 1), 0.5)
-            k_factor = math.ceil(k_factor)
+        if self._rescored_here is not None and (mapped := self._mapped_pass(allowed)):
+            first, k_factor, _, exclude = mapped
             return search_mapped(self._rescored_here, queries, k, k_factor, first, exclude)
+        params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)

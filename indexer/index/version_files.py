@@ -25,6 +25,9 @@ from indexer.index.delta import TRAINED_SUFFIX, write_template
 from indexer.records.provenance import Provenance
 from indexer.records.versions import current_version, index_root, list_versions, write_pointer
 
+if TYPE_CHECKING:
+    from indexer.index.vector import VectorIndex
+
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.faiss"  # a version published before bases: its whole index, in its folder
@@ -32,9 +35,6 @@ PROVENANCE_FILE = "provenance.json"
 DELETED_FILE = "deleted.npy"  # ids removed from the base (which is never changed)
 BASES_DIR = "bases"  # under index/: base files, shared by the versions built on them
 DELTA_FILE = "delta.faiss"  # in a version folder: the vectors added since its base
-if TYPE_CHECKING:
-    from indexer.index.vector import VectorIndex
-
 KEEP_VERSIONS = 2
 
 

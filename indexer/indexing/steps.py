@@ -281,7 +281,8 @@ def sync_vector_index(
     added = np.unique(np.asarray(added, dtype=np.int64))
     removed = np.asarray(removed, dtype=np.int64)
     if current is not None and current.spec == spec:
-        added, removed, incremental = _updatable(current, store, added, removed, base_version)
+        update = _updatable(current, store, total, added, removed, base_version)
+        added, removed, incremental = update
     else:
         incremental = False
     with timed("vector_index"):
@@ -301,7 +302,7 @@ def sync_vector_index(
 
 
 def _updatable(
-    current: VectorIndex, store: Store, added, removed, base_version: int | None
+    current: VectorIndex, store: Store, total: int, added, removed, base_version: int | None
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(added, removed, whether `current` takes them as an update): the run's own when the
     index reflects `base_version`, else its difference from the store (`_out_of_step`);
@@ -310,7 +311,6 @@ def _updatable(
     if base_version is None or current.data_version != base_version:
         with timed("vector_index"):
             added, removed = _out_of_step(current, store)
-    total = store.counts.chunks()
     incremental = (
         current.ntotal + len(added) - len(removed) == total
         and current.takes(len(added))

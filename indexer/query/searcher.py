@@ -16,7 +16,7 @@ import numpy as np
 
 from indexer.config import Config, SearchConfig
 from indexer.encode.query_encoder import QueryEncoder, load_query_encoder
-from indexer.errors import InputError, StoreError, VectorIndexError, repair_hint
+from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.keyword import KeywordIndex
@@ -25,9 +25,8 @@ from indexer.index.vector import VectorIndex
 from indexer.index.version_files import bases_dir
 from indexer.query.hits import SearchHit
 from indexer.records.provenance import QUERY_KEYS
-from indexer.records.versions import MANIFEST_FILE, version_dir
-from indexer.store import Hit, Store, read_snapshot_facts
-from indexer.store.rows import SnapshotFacts
+from indexer.records.versions import version_dir
+from indexer.store import Hit, Store
 
 # chunk lookups read per search before the whole chunk map is loaded: a one-off search reads
 # ~40 rows (ms), a session of searches the map once (24 bytes a chunk)
@@ -122,7 +121,7 @@ class Searcher:
         store = self.store
         folder = version_dir(store.path, index.version) if index.version else store.path
         fix = f"rebuild the index from the stored vectors: {repair_hint(store.path)}"
-        facts = _manifest_facts(store)  # a snapshot's recorded counts: no count of 10M rows
+        facts = store.snapshot_facts()  # a snapshot's recorded counts: no count of 10M rows
         data_version = facts.data_version if facts else store.data_version()
         same = index.data_version is None or data_version == index.data_version
         if store.version is not None and not same:
@@ -552,18 +551,3 @@ class Searcher:
                     )
                 ]
             fetch = min(limit, fetch * 4)
-
-
-def _manifest_facts(store: Store) -> SnapshotFacts | None:
-    """The data version and chunk count a snapshot's manifest recorded when it was published
-    (counting a 10M-chunk snapshot's rows cost a cold search 0.5 s); None for the live store
-    or a snapshot without a manifest."""
-    if store.version is None:
-        return None
-    folder = version_dir(store.path, store.version)
-    if not (folder / MANIFEST_FILE).is_file():
-        return None
-    try:
-        return read_snapshot_facts(folder)
-    except StoreError:
-        return None

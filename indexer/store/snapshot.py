@@ -223,6 +223,15 @@ def view_sql(folder: Path, table: dict[str, Any]) -> str:
     return visible_sql(folder, table["segments"], select)
 
 
+def manifest_facts(manifest: dict[str, Any]) -> SnapshotFacts | None:
+    """The data version and chunk count a manifest recorded at publishing (None: absent)."""
+    facts = manifest.get("facts") or {}
+    try:
+        return SnapshotFacts(int(facts["data_version"]), int(facts["chunks"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def read_snapshot_facts(folder: Path) -> SnapshotFacts:
     """The data version and chunk count of a version's snapshot: its manifest's record, or
     read from a legacy `store.duckdb` copy without migrating it.
@@ -237,11 +246,10 @@ def read_snapshot_facts(folder: Path) -> SnapshotFacts:
     """
     manifest = folder / MANIFEST_FILE
     if manifest.is_file():
-        facts = read_manifest(manifest).get("facts") or {}
-        try:
-            return SnapshotFacts(int(facts["data_version"]), int(facts["chunks"]))
-        except (KeyError, TypeError, ValueError):
-            raise StoreError(f"snapshot manifest {manifest} lacks its facts") from None
+        facts = manifest_facts(read_manifest(manifest))
+        if facts is None:
+            raise StoreError(f"snapshot manifest {manifest} lacks its facts")
+        return facts
     snap = folder / SNAPSHOT_FILE
     try:
         con = duckdb.connect(str(snap), read_only=True)
