@@ -76,7 +76,8 @@ class SpanMap:
     """
 
     def __init__(self, parts: Sequence[Spans | np.ndarray]):
-        self.parts = [p for p in parts if len(p[0])]
+        # plain arrays over the mapped file: numpy's memmap wraps every index result
+        self.parts = [tuple(np.asarray(c) for c in p) for p in parts if len(p[0])]
 
     def lookup(self, chunk_ids: np.ndarray) -> Spans:
         """(doc ids, start chars, end chars, found) aligned with `chunk_ids`; where `found` is

@@ -40,6 +40,7 @@ from indexer.core.faults import crash_point
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import StoreError
 from indexer.records.versions import MANIFEST_FILE, current_version, list_versions, version_dir
+from indexer.store.row_pack import pack_name, write_missing
 from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 from indexer.store.snapshot import (
     FORMAT,
@@ -115,6 +116,7 @@ def publish_segments(con: duckdb.DuckDBPyConnection, folder: Path) -> dict[str, 
         "data_version": int(data_version) if data_version is not None else 0,
         "chunks": int(scalar(con, COUNT_CHUNKS)),
     }
+    write_missing(where, manifest)  # derived: a reader without one reads the Parquet
     text = json.dumps(manifest, indent=1)
     _write_text(lock_path(store_dir, manifest["id"]), text)
     fsync_dir(where)
@@ -334,6 +336,8 @@ def collect_segments(store_dir: Path) -> list[str]:
         for table in manifest["tables"].values():
             for seg in table["segments"]:
                 keep.update(n for n in (seg["rows"], seg["dead"]) if n)
+                if seg["rows"]:
+                    keep.add(pack_name(seg["rows"]))  # its row pack, when there is one
     for path in where.iterdir():
         if path.name not in keep:
             path.unlink(missing_ok=True)

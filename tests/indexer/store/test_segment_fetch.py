@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from store_kit import PROVENANCE, add, publish, record
 
-from indexer.store import Store, segment_fetch
+from indexer.store import Store, row_pack, segment_fetch
 from indexer.store.reads import SELECT_DOCUMENT_HITS
+from indexer.store.snapshot import segments_dir
 from indexer.store.vectors import SELECT_CHUNK_SPANS_OF
 
 N = 40
@@ -50,15 +51,25 @@ def as_rows(hits: dict) -> dict[int, tuple]:
     return {d: (h.doc_id, h.collection, h.external_id, h.title, h.text) for d, h in hits.items()}
 
 
+@pytest.mark.parametrize("source", ["pack", "parquet"])
 @pytest.mark.parametrize("exact", [True, False], ids=["keys", "ranges"])
-def test_direct_fetch_matches_the_views_across_segments_and_tombstones(store, exact, monkeypatch):
+def test_direct_fetch_matches_the_views_across_segments_and_tombstones(
+    store, exact, source, monkeypatch
+):
     if not exact:
         monkeypatch.setattr(segment_fetch, "EXACT_KEYS", 0)  # every segment by key ranges
+    packs = sorted(segments_dir(store.path).glob(f"documents-*{row_pack.SUFFIX}"))
+    if source == "parquet":
+        for path in packs:  # derived files: without them the Parquet is decoded
+            path.unlink()
     live = dict(store.con.execute("SELECT doc_id, text FROM documents").fetchall())
     with Store(store.path, read_only=True) as reader:
         segments = reader.reads.core._snapshot.manifest["tables"]["documents"]["segments"]
         assert len(segments) >= 2 and any(s["dead"] for s in segments)  # what is exercised
-        assert reader.reads.core.row_lookup("documents", "doc_id") is not None
+        lookup = reader.reads.core.row_lookup("documents", "doc_id")
+        assert lookup is not None
+        assert len(packs) == len(segments)  # every documents segment was packed
+        assert [p.pack is not None for p in lookup._parts] == [source == "pack"] * len(segments)
         ids = list(range(0, N + 12))  # unknown ids at both ends
         direct = reader.reads.fetch_documents(ids)
         views = by_views(reader, ids)
@@ -100,7 +111,7 @@ def test_a_segment_of_scattered_keys_decodes_only_the_groups_holding_them(tmp_pa
     # group g holds g*100 + 0, 400, 800, 1200: every group's range holds 350
     keys = np.array([g * 100 + j * 400 for g in range(4) for j in range(4)])
     pq.write_table(pa.table({"doc_id": keys}), path, row_group_size=4)
-    part = segment_fetch._Part(path, "doc_id")
+    part = segment_fetch._Part(path, "doc_id", len(keys))
     assert part.groups(np.array([500, 1500])).tolist() == [1, 3]
     assert part.groups(np.array([350])).tolist() == []  # within every range, held by none
     part.keys = None

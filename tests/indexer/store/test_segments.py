@@ -15,7 +15,7 @@ import pytest
 from store_kit import PROVENANCE, add, publish, record
 
 from indexer.records.versions import MANIFEST_FILE, SNAPSHOT_FILE, index_root, write_pointer
-from indexer.store import Store, segment_problems
+from indexer.store import Store, row_pack, segment_problems
 from indexer.store.segments import merge_tail
 from indexer.store.snapshot import segments_dir
 
@@ -115,10 +115,9 @@ def test_a_held_version_reads_on_and_is_collected_after_close(store):
         n
         for v in os.listdir(index_root(store.path))
         if v.startswith("v")
-        for t in manifest(store, v)["tables"].values()
+        for name, t in manifest(store, v)["tables"].items()
         for s in t["segments"]
-        for n in (s["rows"], s["dead"])
-        if n
+        for n in _files(name, s)
     }
     assert left - listed == {f"{manifest(store, v)['id']}.json" for v in ("v3", "v4")}
     assert "documents" in " ".join(old_files) and not (old_files - listed) & left
@@ -202,6 +201,14 @@ def _publish_killed(path):
         publish(store)
 
 
+def _files(table: str, segment: dict) -> list[str]:
+    """A segment's files: rows, tombstones, and a documents segment's row pack."""
+    names = [n for n in (segment["rows"], segment["dead"]) if n]
+    if table in row_pack.PACKED and segment["rows"]:
+        names.append(row_pack.pack_name(segment["rows"]))
+    return names
+
+
 def test_sigkill_midway_leaves_the_version_readable_and_leftovers_collected(store):
     v1 = publish(store)
     path = store.path
@@ -214,10 +221,9 @@ def test_sigkill_midway_leaves_the_version_readable_and_leftovers_collected(stor
         assert reader.version == v1 and text_of(reader, "e5") == ["text 5"]
     listed = {
         n
-        for t in manifest(reader, v1)["tables"].values()
+        for name, t in manifest(reader, v1)["tables"].items()
         for s in t["segments"]
-        for n in (s["rows"], s["dead"])
-        if n
+        for n in _files(name, s)
     }
     leftovers = (
         {p.name for p in segments_dir(path).iterdir()}
