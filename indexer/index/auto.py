@@ -68,15 +68,15 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
       single queries than HNSW at the same recall on a million vectors);
     - `…,Refine(SQ8)`: rescored with int8 vectors (¼ the memory);
     - larger than the budget, served from the file's pages (`VectorIndex.load` maps it):
-      first the fast-scan codes (`PQ{dim/2}x4fs`) read into each process with the float32
-      rescoring vectors mapped, when the codes and ids (`resident_bytes`) fit the budget: at
-      equal nprobe their first pass is 2.4x faster than 8-bit plain lists for 0.02 less
-      recall (1M vectors of the scale corpus, nprobe 256 of 4096: 2.0 ms and 0.911 against
-      5.0 ms and 0.932, `benchmarks/mapped_codes.py`; half the bytes, `PQ{dim/4}x4fs`, stop
-      at recall 0.66, so they are not a choice here); then `mapped_spec`, plain 8-bit PQ
-      lists and float32 rescoring vectors, both mapped, when
-      what a mapped load keeps private (`resident_bytes`: ids and centroids) fits the
-      budget; a search reads the lists it probes and the few candidates it rescores;
+      the same fast-scan codes (`PQ{dim/2}x4fs`), their lists in a file beside the base
+      (`indexer.index.block_lists`), with the float32 rescoring vectors, all mapped, when what
+      a mapped load keeps private (`resident_bytes`: ids and centroids) fits the budget; a
+      search reads the lists it probes and the few candidates it rescores. At equal nprobe
+      their first pass is 2.4x faster than 8-bit codes in plain lists for 0.02 less recall
+      (1M vectors of the scale corpus, nprobe 256 of 4096: 2.0 ms and 0.911 against 5.0 ms
+      and 0.932, `benchmarks/mapped_codes.py`), and those (`mapped_spec`) keep as much
+      private, so they come after; half the bytes, `PQ{dim/4}x4fs`, stop at recall 0.66,
+      so they are not a choice here;
     - no rescoring, `PQ{m}x4fs` codes, most precise first (recall may fall short of the
       target: tuning warns).
 
@@ -196,7 +196,8 @@ def resident_bytes(spec: str, n_vectors: int, dim: int) -> float:
     rest staying in the file's shared pages (`estimate_bytes` counts both).
 
     Mapped: flat, scalar-quantised and plain PQ codes (a flat index, plain IVF lists with
-    their ids, a rescoring stage). Private: fast-scan lists (codes and 8-byte ids), an HNSW
+    their ids, a rescoring stage), fast-scan lists (written to a file beside the base and
+    mapped: `indexer.index.block_lists`). Private: an HNSW
     graph and the codes under it (FAISS writes to their pages while searching), the IDMap's
     ids (8 bytes a vector: bases are read as plain IDMaps, without IDMap2's reverse map), the
     IVF centroids (and their HNSW graph), which every query reads.
@@ -213,8 +214,6 @@ def resident_bytes(spec: str, n_vectors: int, dim: int) -> float:
     per_vector: float = SERVED_ID_BYTES if parsed.needs_id_map else 0
     if parsed.hnsw_m is not None:
         per_vector += parsed.codes.bytes_per_vector(inner) + _graph_bytes(parsed.hnsw_m)
-    elif parsed.codes.fast_scan:
-        per_vector += parsed.codes.bytes_per_vector(inner) + 8
     centroids = (parsed.nlist or 0) * inner * 4
     if parsed.quantizer_m is not None:
         centroids += (parsed.nlist or 0) * _graph_bytes(parsed.quantizer_m)

@@ -43,6 +43,7 @@ from indexer.index.auto import (
     tunable,
     tune_batches,
 )
+from indexer.index.block_lists import has_block_lists
 from indexer.index.delta import (
     DELTA_MAX_BYTES,
     DELTA_REBUILD,
@@ -494,7 +495,7 @@ class VectorIndex:
         delta, and of a mapped base its resident part (`auto.resident_bytes`), are private."""
         base, delta = self.file_bytes
         own = base
-        if self.mapped:
+        if self.mapped and not has_block_lists(self.index):  # (a base before `block_lists`)
             dim = self.provenance.dim
             own = min(base, int(resident_bytes(self.spec, int(self.index.ntotal), dim)))
         if self.delta_mapped:  # its reverse id map is private: ~56 bytes a vector
@@ -568,7 +569,7 @@ class VectorIndex:
         base = info.get("base") or {}
         base_file = bases_dir(store_dir) / base["file"] if base else folder / INDEX_FILE
         base_bytes = base.get("bytes", info.get("memory_bytes"))
-        index = read_faiss(base_file, base_bytes, mapped, fix, folder)
+        index = read_faiss(base_file, base_bytes, mapped, fix, folder, base.get("lists_bytes"))
         out = cls(
             index, info["spec"], provenance, config, info.get("data_version"), version, mapped
         )
@@ -582,7 +583,8 @@ class VectorIndex:
             file = folder / DELTA_FILE
             out.delta_mapped = mapped and delta_mapped
             out.delta = read_faiss(file, delta["bytes"], out.delta_mapped, fix, folder)
-        out.file_bytes = (base_file.stat().st_size, delta.get("bytes", 0))
+        lists = base.get("lists_bytes") or 0  # a fast-scan base's mapped lists file
+        out.file_bytes = (base_file.stat().st_size + lists, delta.get("bytes", 0))
         if info.get("deleted"):
             out.deleted = read_deleted(folder / DELETED_FILE, info["deleted"])
         if "ntotal" in info and out.ntotal != info["ntotal"]:

@@ -21,6 +21,8 @@ from indexer.core.faults import crash_point
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
 from indexer.index.auto import is_gpu
+from indexer.index.block_lists import SUFFIX as LISTS_SUFFIX
+from indexer.index.block_lists import has_block_lists, lists_path, move_to_file, open_lists
 from indexer.index.delta import TRAINED_SUFFIX, write_template
 from indexer.records.provenance import Provenance
 from indexer.records.versions import current_version, index_root, list_versions, write_pointer
@@ -102,8 +104,10 @@ def collect_bases(store_dir: str | Path) -> None:
             return
     for path in folder.iterdir():
         # a base's trained copy (`<name>.trained.faiss`, the probed deltas' template) and its
-        # span map (`<name>.spans.npy`, `indexer.index.span_file`) go with it
+        # span map (`<name>.spans.npy`, `indexer.index.span_file`) and fast-scan lists
+        # (`<name>.lists`, `indexer.index.block_lists`) go with it
         base = path.name.removesuffix(".trained.faiss").removesuffix(".spans.npy")
+        base = base.removesuffix(LISTS_SUFFIX)
         if path.name not in named and (base == path.name or f"{base}.faiss" not in named):
             path.unlink(missing_ok=True)
 
@@ -154,14 +158,28 @@ def read_info(folder: Path, fix: str) -> tuple[dict, Provenance]:
         raise VectorIndexError(f"cannot read {info_file} ({exc!r}); {fix}") from None
 
 
-def read_faiss(path: Path, written: int | None, mapped: bool, fix: str, folder: Path):
-    """Read (or map) a FAISS file of `folder`'s version, checked against its recorded size."""
+def read_faiss(
+    path: Path,
+    written: int | None,
+    mapped: bool,
+    fix: str,
+    folder: Path,
+    lists_written: int | None = None,
+):
+    """Read (or map) a FAISS file of `folder`'s version, checked against its recorded size;
+    a base with its lists in a file beside it (`lists_written` bytes: `block_lists`) maps
+    them, mapped or not."""
     if not path.is_file():
         what = path.name if path.parent == folder else f"its base {path}"
         raise VectorIndexError(f"index {folder}: {what} missing; {fix}")
     try:
         check_size(path, written)
-        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
+        flags = faiss.IO_FLAG_MMAP_IFC if mapped else 0
+        if lists_written is None:
+            return faiss.read_index(str(path), flags)
+        index = faiss.read_index(str(path), flags | faiss.IO_FLAG_SKIP_IVF_DATA)
+        open_lists(index, path, lists_written)
+        return index
     except RuntimeError as exc:
         reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
         raise VectorIndexError(
@@ -214,6 +232,7 @@ def publish_version(
     versions = list_versions(store_dir)
     version = f"v{(versions[-1] + 1) if versions else 1}"
     base_bytes = write_base(index, store_dir, version)
+    lists_bytes = _lists_bytes(store_dir, index.base)
     tmp = root / f".{version}.tmp"
     tmp.mkdir()
     written = [PROVENANCE_FILE]
@@ -231,8 +250,13 @@ def publish_version(
         "provenance": index.provenance.to_dict(),
         "data_version": data_version,
         "tuning": index.tuning,
-        "memory_bytes": base_bytes + delta_bytes,
-        "base": {"file": index.base, "bytes": base_bytes, "ntotal": int(index.index.ntotal)},
+        "memory_bytes": base_bytes + (lists_bytes or 0) + delta_bytes,
+        "base": {
+            "file": index.base,
+            "bytes": base_bytes,
+            "ntotal": int(index.index.ntotal),
+            "lists_bytes": lists_bytes,
+        },
         "delta": {"ntotal": int(index.delta.ntotal), "bytes": delta_bytes},
         "deleted": len(index.deleted),
         "query_encoder": index.query_encoder,
@@ -247,7 +271,7 @@ def publish_version(
     os.replace(tmp, root / version)
     fsync_dir(root)
     index.data_version, index.version = data_version, version
-    index.file_bytes = (base_bytes, delta_bytes)
+    index.file_bytes = (base_bytes + (lists_bytes or 0), delta_bytes)
     if not switch:
         return version
     crash_point("index.before_pointer")
@@ -267,6 +291,14 @@ def write_base(index: VectorIndex, store_dir: Path, version: str) -> int:
     base = faiss.index_gpu_to_cpu(index.index) if is_gpu(index.index) else index.index
     if index.trained is not None:  # first: a base on disk is always beside its template
         index.trained_file = write_template(index.trained, folder / f"{version}{TRAINED_SUFFIX}")
+    if has_block_lists(base):  # then its lists, which the base file names
+        move_to_file(base, lists_path(folder / f"{version}.faiss"))
     size = write_index_file(plain_id_map(base), folder / f"{version}.faiss")
     index.base = f"{version}.faiss"
     return size
+
+
+def _lists_bytes(store_dir: Path, base: str | None) -> int | None:
+    """The size of the base's lists file (`block_lists`), None when it has none."""
+    path = lists_path(bases_dir(store_dir) / base) if base else None
+    return path.stat().st_size if path is not None and path.is_file() else None

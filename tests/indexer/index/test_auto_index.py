@@ -36,31 +36,27 @@ def test_choice_follows_size_and_memory_budget():
     assert chosen(full - 1) == f"{fast},Refine(SQ8)"  # int8 rescoring
     sq8 = estimate_bytes(f"{fast},Refine(SQ8)", 1_000_000, 384)
     assert sq8 == 1_000_000 * (96 + 384 + 56) + 4096 * 1536
-    # larger than the budget: served mapped, the float32 rescoring vectors left in the file;
-    # first fast-scan lists, read into each process (codes, their ids and the IDMap's ids)
+    # larger than the budget: served mapped, the float32 rescoring vectors left in the file,
+    # the fast-scan lists too (`block_lists`): each process keeps the ids (a plain IDMap,
+    # 8 bytes a vector) and the centroids
     assert chosen(sq8 - 1) == f"{fast},RFlat"
-    fast_private = resident_bytes(f"{fast},RFlat", 1_000_000, 384)
-    assert fast_private == 1_000_000 * (8 + 96 + 8) + 4096 * 1536
-    # then PQ codes of the same bytes (8-bit) in plain lists, mapped too; each process keeps
-    # the ids (a plain IDMap, 8 bytes a vector) and the centroids
-    mapped = "IVF4096,PQ96x8np,RFlat"
-    assert chosen(fast_private - 1) == mapped
-    private = resident_bytes(mapped, 1_000_000, 384)
+    private = resident_bytes(f"{fast},RFlat", 1_000_000, 384)
     assert private == 1_000_000 * 8 + 4096 * 1536
-    assert chosen(private) == mapped
-    # no codes-only index keeps less (fast-scan codes and ids in the IVF lists are private)
+    assert chosen(private) == f"{fast},RFlat"
+    # 8-bit codes in plain lists, mapped, keep as much to each process: never preferred
+    assert resident_bytes("IVF4096,PQ96x8np,RFlat", 1_000_000, 384) == private
+    # no codes-only index keeps less (its ids are in the IVF lists, but it is read whole)
     assert estimate_bytes(fast, 1_000_000, 384) == 1_000_000 * (96 + 8) + 4096 * 1536
-    with pytest.raises(VectorIndexError, match="IVF4096,PQ96x8np,RFlat"):
+    with pytest.raises(VectorIndexError, match="IVF4096,PQ192x4fs,RFlat"):
         chosen(private - 1)
-    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ96x8np,RFlat"
-    # ten million: fast-scan codes of 96 bytes and ids (1.1 GB a process) mapped under 1.5 GiB
+    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ192x4fs,RFlat"
+    # ten million: 80 MB of ids and 25 MB of centroids a process, whatever the codes' size
     ten = {
         budget: choose_spec(10**7, 384, IndexConfig(memory_budget_mb=budget))
-        for budget in (1536, 1024)
+        for budget in (1536, 1024, 128)
     }
-    assert ten == {1536: "IVF16384,PQ192x4fs,RFlat", 1024: "IVF16384,PQ96x8np,RFlat"}
-    # too few vectors to train 8-bit codes (39 × 256): 4-bit ones of the same bytes
-    assert choose_spec(9_000, 384, IndexConfig(memory_budget_mb=0.5)) == "IVF230,PQ192x4np,RFlat"
+    assert set(ten.values()) == {"IVF16384,PQ192x4fs,RFlat"}
+    assert choose_spec(9_000, 384, IndexConfig(memory_budget_mb=0.5)) == "IVF230,PQ192x4fs,RFlat"
     # too few vectors to train 4-bit codes (39 × 16): full or 8-bit vectors in IVF lists
     assert choose_spec(500, 32, IndexConfig(flat_limit=0)) == "IVF12,Flat"
     assert choose_spec(500, 32, IndexConfig(flat_limit=0, memory_budget_mb=0.05)) == "IVF12,SQ8"

@@ -104,23 +104,28 @@ def test_changing_a_mapped_index_changes_its_delta_not_the_file(spec, tmp_path):
     assert again.ntotal == N
 
 
-def test_auto_under_a_small_budget_serves_a_mapped_index_at_the_recall_target(tmp_path):
+@pytest.mark.parametrize("chosen", [True, False], ids=["auto-fast-scan", "plain-8-bit"])
+def test_auto_under_a_small_budget_serves_a_mapped_index_at_the_recall_target(chosen, tmp_path):
     n, dim = 20_000, 64
     data = clustered(n + 300, dim, clusters=256, spread=0.7)
     vectors, queries = data[:n], data[n:]  # the same clusters; the queries held out
     ids = np.arange(n, dtype=np.int64) * 7
-    spec = mapped_spec(n, dim)
-    assert spec == "IVF512,PQ16x8np,RFlat"
-    private = resident_bytes(spec, n, dim)
+    fast = "IVF512,PQ32x4fs,RFlat"
+    private = resident_bytes(fast, n, dim)
     # a budget below every index held whole in memory, above what a mapped load keeps
     budget = 1.5 * private
     assert estimate_bytes("IVF512,PQ32x4fs,Refine(SQ8)", n, dim) > budget
     config = IndexConfig(flat_limit=0, tune_sample=300, memory_budget_mb=budget / 2**20)
-    assert choose_spec(n, dim, config) == spec
+    assert choose_spec(n, dim, config) == fast
+    spec = fast if chosen else mapped_spec(n, dim)  # the plain lists, for a pinned spec
+    assert chosen or spec == "IVF512,PQ16x8np,RFlat"
     index = VectorIndex.build(spec, synthetic_provenance(dim), config, vectors, ids)
     assert index.tuning["reached"] and index.tuning["recall@10"] >= config.target_recall
     index.save(tmp_path)
     loaded = VectorIndex.load(tmp_path, IndexConfig())
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(loaded.index).invlists)
+    kind = faiss.OnDiskInvertedLists if chosen else faiss.ArrayInvertedLists
+    assert isinstance(lists, kind)  # fast-scan blocks mapped from `<base>.lists`
     _, exact = faiss.knn(queries, vectors, 10, metric=faiss.METRIC_INNER_PRODUCT)
     _, found = loaded.search(queries, 10)
     recall = np.mean([len(set(ids[e]) & set(f)) / 10 for e, f in zip(exact, found)])
