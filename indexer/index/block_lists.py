@@ -23,6 +23,8 @@ it read-only (`open_lists`). It is collected with its base (`version_files.colle
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import sys
 import threading
@@ -111,6 +113,7 @@ def move_to_file(index: faiss.Index, path: Path) -> int:
     fsync_file(tmp)
     os.replace(tmp, path)
     lists.filename = str(path)  # what the base records (the mapping follows the inode)
+    lists.prefetch_nthread = 0  # FAISS's read-ahead threads: 32 started by every search
     ivf.replace_invlists(lists, True)
     getattr(lists, "this").disown()  # the IVF index frees it
     return path.stat().st_size
@@ -135,4 +138,31 @@ def open_lists(index: faiss.Index, base_file: Path, written: int) -> None:
         raise RuntimeError(f"Error: {path.name} is {size} bytes, {written} written")
     lists.filename = str(path)
     lists.read_only = True
+    lists.prefetch_nthread = 0  # else each search starts 32 threads to read its lists ahead
     lists.do_mmap()
+
+
+MADV_POPULATE_READ = 22  # Linux 5.14: fault the pages in (read), no copy
+
+
+def populate(index: faiss.Index) -> bool:
+    """Fill this process's page table for the mapped lists of `index` from the page cache
+    (`MADV_POPULATE_READ`, reading what is not cached): a long-lived reader (a `serve`
+    worker) then scans them without a page fault per 4 KB of every list it first probes
+    (7.0 ms a search with the lists read into the process, 9.6 mapped unpopulated at 10M).
+    False where there are no mapped lists or the kernel cannot."""
+    lists = _lists(index)[1]
+    if not isinstance(lists, faiss.OnDiskInvertedLists) or not lists.totsize:
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return False
+    address = _address(lists)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc.madvise(address, int(lists.totsize), MADV_POPULATE_READ) == 0
+
+
+def _address(lists) -> int:
+    """The mapping's start (`OnDiskInvertedLists.ptr`, a uint8_t* to SWIG)."""
+    return int(faiss.rev_swig_ptr(lists.ptr, 1).ctypes.data)

@@ -19,6 +19,7 @@ from indexer.encode.query_encoder import QueryEncoder, load_query_encoder
 from indexer.errors import InputError, VectorIndexError, repair_hint
 from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
+from indexer.index.block_lists import populate
 from indexer.index.keyword import KeywordIndex
 from indexer.index.span_file import SpanMap, read_spans, spans_path
 from indexer.index.vector import VectorIndex
@@ -147,10 +148,12 @@ class Searcher:
     def warm(self) -> None:
         """Load now what the first queries would load: the model, the keyword index's
         searcher, the chunk -> document map and the configured reranker (a server does this
-        before it listens)."""
+        before it listens); and fill the page table of a fast-scan base's mapped lists
+        (`block_lists.populate`: no page fault per 4 KB of each list a query first probes)."""
         self.encoder  # noqa: B018
         if self.index is not None and self.index.ntotal:
             self._map()
+            populate(self.index.index)
         with contextlib.suppress(VectorIndexError):  # no keyword index: keyword searches say so
             self.keyword.searcher  # noqa: B018
         if self.config.search.rerank:
