@@ -540,7 +540,8 @@ class VectorIndex:
                 copy: flat and scalar-quantised codes, plain IVF lists (ids and PQ codes) and
                 the vectors of a rescoring stage stay in the page cache, one copy for every
                 process that maps the base, and a search reads only the pages it touches.
-                Fast-scan PQ lists, HNSW graphs (which FAISS writes to while searching), the
+                A fast-scan base's lists are mapped from the file beside it (`block_lists`).
+                HNSW graphs (which FAISS writes to while searching), the
                 IDMap2 ids and the coarse centroids still become private memory. Bases are
                 never rewritten in place, so the mapping stays valid.
             delta_mapped: map the delta too (a searcher's: 190 MB read into every process at
