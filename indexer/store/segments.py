@@ -174,13 +174,14 @@ def _quoted(columns: list[list[str]]) -> str:
 
 def _live_sql(name: str, columns: list[list[str]], keyed: bool) -> str:
     """The live rows with their `_h`: the hash of all columns, and for a table whose rows
-    may repeat, of that and the row's ordinal among its identical copies."""
+    may repeat, of that and the row's ordinal among its identical copies; and `_r`, the
+    row's rowid."""
     cols = _quoted(columns)
     if keyed:
-        return f'SELECT {cols}, hash({cols}) AS {HASH} FROM "{name}"'
+        return f'SELECT {cols}, hash({cols}) AS {HASH}, rowid AS _r FROM "{name}"'
     return (
-        f"SELECT {cols}, hash(_h0, row_number() OVER (PARTITION BY _h0)) AS {HASH} "
-        f'FROM (SELECT {cols}, hash({cols}) AS _h0 FROM "{name}")'
+        f"SELECT {cols}, hash(_h0, row_number() OVER (PARTITION BY _h0)) AS {HASH}, _r "
+        f'FROM (SELECT {cols}, hash({cols}) AS _h0, rowid AS _r FROM "{name}")'
     )
 
 
@@ -194,23 +195,37 @@ def _diff(
     seq: int,
 ) -> list[dict[str, Any]]:
     """The table's segments after adding segment `seq`: the live rows not published and
-    tombstones for the published rows not live (the whole table when `before` is None)."""
+    tombstones for the published rows not live (the whole table when `before` is None).
+
+    The diff is done on hashes alone (`_live`: rowid and `_h`, 16 bytes a row), then only the
+    new rows are read whole, by rowid: an anti join of the whole rows against the published
+    hashes spilled every row's columns to DuckDB's temporary files once the hashes passed
+    its memory limit (10M documents: a forced rebuild's snapshot filled 15 GB of disk)."""
     live = _live_sql(name, columns, keyed)
+    names = [f'"{name}"' for name, _ in columns]
     old = before["segments"] if before is not None else []
     if any(s["rows"] for s in old):
         con.execute(f"CREATE OR REPLACE TEMP TABLE _pub AS {visible_sql(where, old, f'r.{HASH}')}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _live AS SELECT _r, {HASH} FROM ({live})")
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _new AS SELECT l._r, l.{HASH} FROM _live l "
+            f"ANTI JOIN _pub p USING ({HASH})"
+        )
+        # the table streams through the join in its order (one thread: `_copy`), the new
+        # rows' hashes are the build side
         new_rows = (
-            f"SELECT l.*, {seq}::BIGINT AS {SEG} FROM ({live}) l ANTI JOIN _pub p USING ({HASH})"
+            f"SELECT {', '.join('t.' + n for n in names)}, n.{HASH}, {seq}::BIGINT AS {SEG} "
+            f'FROM "{name}" t JOIN _new n ON t.rowid = n._r'
         )
         gone = (
-            f"SELECT p.{HASH}, {seq}::BIGINT AS {SEG} FROM _pub p "
-            f"ANTI JOIN (SELECT {HASH} FROM ({live})) l USING ({HASH})"
+            f"SELECT p.{HASH}, {seq}::BIGINT AS {SEG} FROM _pub p ANTI JOIN _live l USING ({HASH})"
         )
     else:
-        new_rows, gone = f"SELECT l.*, {seq}::BIGINT AS {SEG} FROM ({live}) l", None
+        whole = ", ".join("l." + n for n in names)
+        new_rows, gone = f"SELECT {whole}, l.{HASH}, {seq}::BIGINT AS {SEG} FROM ({live}) l", None
     segment = _segment(con, where, f"{name}-{seq}", new_rows, gone)
     if gone is not None:
-        con.execute("DROP TABLE _pub")
+        con.execute("DROP TABLE _pub; DROP TABLE _live; DROP TABLE _new")
     return [*old, segment] if segment else list(old)
 
 
