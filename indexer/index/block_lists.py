@@ -23,8 +23,6 @@ it read-only (`open_lists`). It is collected with its base (`version_files.colle
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import sys
 import threading
@@ -35,6 +33,7 @@ import faiss
 import numpy as np
 
 from indexer.core.fsio import fsync_file
+from indexer.index.rescore import MADVISE
 
 SUFFIX = ".lists"
 _STDOUT = threading.Lock()
@@ -148,21 +147,12 @@ MADV_POPULATE_READ = 22  # Linux 5.14: fault the pages in (read), no copy
 def populate(index: faiss.Index) -> bool:
     """Fill this process's page table for the mapped lists of `index` from the page cache
     (`MADV_POPULATE_READ`, reading what is not cached): a long-lived reader (a `serve`
-    worker) then scans them without a page fault per 4 KB of every list it first probes
-    (7.0 ms a search with the lists read into the process, 9.6 mapped unpopulated at 10M).
-    False where there are no mapped lists or the kernel cannot."""
+    worker) then scans them without a page fault per 4 KB of each list it first probes
+    (10M, `benchmarks/block_lists.py`: 6.10-6.36 ms a search populated, 6.26-6.64 not;
+    0.036 s to populate from the page cache). False where there are no mapped lists or the
+    kernel cannot."""
     lists = _lists(index)[1]
-    if not isinstance(lists, faiss.OnDiskInvertedLists) or not lists.totsize:
+    if MADVISE is None or not isinstance(lists, faiss.OnDiskInvertedLists) or not lists.totsize:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return False
-    address = _address(lists)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return libc.madvise(address, int(lists.totsize), MADV_POPULATE_READ) == 0
-
-
-def _address(lists) -> int:
-    """The mapping's start (`OnDiskInvertedLists.ptr`, a uint8_t* to SWIG)."""
-    return int(faiss.rev_swig_ptr(lists.ptr, 1).ctypes.data)
+    address = int(faiss.rev_swig_ptr(lists.ptr, 1).ctypes.data)  # the mapping's start
+    return MADVISE(address, int(lists.totsize), MADV_POPULATE_READ) == 0
