@@ -224,7 +224,8 @@ def run_child(command: list[str], log: Path) -> dict:
     proc.returncode = code
     if code != 0:
         tail = log.read_text(errors="replace")[-1500:]
-        raise RuntimeError(f"{' '.join(command[:5])} ... exited {code}: {tail}")
+        said = stdout.strip()[-500:]  # a --json command reports its error on stdout
+        raise RuntimeError(f"{' '.join(command[:5])} ... exited {code}: {tail} stdout: {said}")
     return {"wall_s": wall, "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "stdout": stdout}
 
 
@@ -308,6 +309,8 @@ def write_config(path: Path, model_dir: Path, store: Path, args, queries: list[s
     index: dict = {"spec": args.spec}
     if args.memory_budget_mb:
         index["memory_budget_mb"] = args.memory_budget_mb
+    if args.target_recall:
+        index["target_recall"] = args.target_recall
     if args.tune_queries:
         examples = path.parent / "tune_queries.txt"
         examples.write_text("\n".join(queries[-args.tune_queries :]) + "\n", encoding="utf-8")
@@ -563,6 +566,10 @@ def reads(folder: Path, model_dir: Path, queries: list[str], args, record: dict)
     if not (store / "store.duckdb").is_file() or not config.is_file():
         raise SystemExit(f"--reads-only: no store and config.yaml in {folder} from an earlier run")
     record["reads_only"] = True
+    if args.target_recall:  # a lower target takes effect at the next search (retarget)
+        settings = yaml.safe_load(config.read_text())
+        settings.setdefault("index", {})["target_recall"] = args.target_recall
+        config.write_text(yaml.safe_dump(settings))
     phase(record, "disk_bytes", disk_by_part, store)
     read_phases(record, config, store, queries, model_dir, args)
     return record
@@ -676,6 +683,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON result (default: benchmarks/results/...)")
     parser.add_argument("--spec", default="auto", help="index.spec (default: auto)")
     parser.add_argument("--memory-budget-mb", type=float, help="index.memory_budget_mb")
+    parser.add_argument(
+        "--target-recall",
+        type=float,
+        help="index.target_recall (default: the project's); with --reads-only it is set in the "
+        "earlier run's config.yaml, and a lower target than tuned for takes effect without a "
+        "rebuild",
+    )
     parser.add_argument(
         "--tune-queries",
         type=int,
