@@ -29,11 +29,12 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-# two pytest workers (pytest-xdist): most tests wait on subprocesses, DuckDB files and
+# two pytest workers (pytest-xdist; `worksteal` and the longest-first order in tests/conftest.py):
+# most tests wait on subprocesses, DuckDB files and
 # single-threaded Python, so two processes use 2 cores better than one (617 tests: 9 min 27 s
 # in one process, 6 min 2 s in two, Intel Xeon, quiet); tests share no fixed port or file
 test: $(STAMP) browser lint
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist worksteal
 
 # the inner loop (under 2 minutes on 2 quiet cores): no real data (`slow`) and none of the
 # modules marked `heavy` (seconds each: browser pages, Prefect flows and Dask, the reliability

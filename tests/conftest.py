@@ -189,3 +189,50 @@ def toy_head(pair_bert, tmp_path_factory):
     )
     receipt = train_head(data, settings)
     return tmp / "head", receipt, val
+
+
+# -- the order two workers share the suite in -----------------------------------------------------
+# The real-data tests encode with the packaged model on one torch thread: SciFact alone is ~5 min
+# of the ~18 min of work on 2 cores, and started mid-run it finished last, alone. `make test` runs
+# `--dist worksteal`, which gives the first half of the collected order to one worker and the
+# second half to the other, and lets an idle worker take the end of the other's queue. So modules
+# (a module's tests stay together: its module fixtures are built once) are weighed by their
+# marks, shared longest first to the lighter half, and each half runs longest first: the long
+# tests start at once on both workers and what is stolen at the end is short.
+LONGEST = {"tests/indexer/query/test_hybrid.py": 360.0}  # SciFact + msmarco-subset: ~6 min
+
+
+def _weight(item) -> float:
+    marks = {m.name for m in item.iter_markers()}
+    return 60.0 if "slow" in marks else 3.0 if "heavy" in marks else 0.3
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest modules first, shared between the halves worksteal hands out (above)."""
+    if not items:
+        return
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    weight = {
+        path: LONGEST.get(path) or sum(map(_weight, tests)) for path, tests in modules.items()
+    }
+    halves: tuple[list[str], list[str]] = ([], [])
+    loads = [0.0, 0.0]
+    for path in sorted(modules, key=lambda p: -weight[p]):  # stable: ties keep their order
+        side = 0 if not halves[0] else int(loads[1] < loads[0])
+        halves[side].append(path)
+        loads[side] += weight[path]
+    # worksteal splits the list at its middle: the first half must reach it, or the second
+    # half's longest modules would queue behind the first's; its lightest modules move over
+    count = sum(len(modules[p]) for p in halves[0])
+    while count < len(items) // 2 and halves[1]:
+        moved = halves[1].pop()
+        halves[0].append(moved)
+        count += len(modules[moved])
+    halves[0].sort(key=lambda p: -weight[p])
+    items[:] = [
+        test
+        for path in halves[0] + halves[1]
+        for test in sorted(modules[path], key=lambda t: -_weight(t))  # stable within a module
+    ]
