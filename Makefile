@@ -30,9 +30,9 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 # two pytest workers (pytest-xdist; `worksteal` and the longest-first order in tests/conftest.py):
-# most tests wait on subprocesses, DuckDB files and
-# single-threaded Python, so two processes use 2 cores better than one (617 tests: 9 min 27 s
-# in one process, 6 min 2 s in two, Intel Xeon, quiet); tests share no fixed port or file
+# most tests wait on subprocesses, DuckDB files and single-threaded Python, so two processes use
+# 2 cores better than one (617 tests: 9 min 27 s in one process, 6 min 2 s in two, Intel Xeon,
+# quiet); tests share no fixed port or file
 test: $(STAMP) browser lint
 	$(PY) -m pytest -q -n 2 --dist worksteal
 

@@ -193,9 +193,10 @@ def toy_head(pair_bert, tmp_path_factory):
 
 # -- the order two workers share the suite in -----------------------------------------------------
 # The real-data tests encode with the packaged model on one torch thread: SciFact alone is ~5 min
-# of the ~18 min of work on 2 cores, and started mid-run it finished last, alone. `make test` runs
-# `--dist worksteal`, which gives the first half of the collected order to one worker and the
-# second half to the other, and lets an idle worker take the end of the other's queue. So modules
+# of the 20-26 min of work on 2 cores (Intel, AMD), and started mid-run it finished last, alone.
+# `make test` runs `--dist worksteal`, which gives the first half of the collected order to one
+# worker and the second half to the other, and lets an idle worker take the end of the other's
+# queue. So modules
 # (a module's tests stay together: its module fixtures are built once) are weighed by their
 # marks, shared longest first to the lighter half, and each half runs longest first: the long
 # tests start at once on both workers and what is stolen at the end is short.
@@ -220,7 +221,7 @@ def pytest_collection_modifyitems(config, items):
     halves: tuple[list[str], list[str]] = ([], [])
     loads = [0.0, 0.0]
     for path in sorted(modules, key=lambda p: -weight[p]):  # stable: ties keep their order
-        side = 0 if not halves[0] else int(loads[1] < loads[0])
+        side = int(loads[1] < loads[0])
         halves[side].append(path)
         loads[side] += weight[path]
     # worksteal splits the list at its middle: the first half must reach it, or the second

@@ -202,7 +202,7 @@ def _diff(
     hashes spilled every row's columns to DuckDB's temporary files once the hashes passed
     its memory limit (10M documents: a forced rebuild's snapshot filled 15 GB of disk)."""
     live = _live_sql(name, columns, keyed)
-    names = [f'"{name}"' for name, _ in columns]
+    names = [f'"{column}"' for column, _ in columns]
     old = before["segments"] if before is not None else []
     if any(s["rows"] for s in old):
         con.execute(f"CREATE OR REPLACE TEMP TABLE _pub AS {visible_sql(where, old, f'r.{HASH}')}")
