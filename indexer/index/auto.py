@@ -64,12 +64,21 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
     SIMD fast-scan (`PQ{dim/2}x4fs`, dim/4 bytes a vector) and rescores `refine_factor`
     candidates per result, the first of these that fits the budget:
 
-    - `…,RFlat`: rescored with the full float32 vectors (README "Index scale": 4–5× faster
-      single queries than HNSW at the same recall on a million vectors);
-    - `…,Refine(SQ8)`: rescored with int8 vectors (¼ the memory);
+    - `…,Refine(SQfp16)`: rescored with the vectors in half precision (README "Index
+      scale": 4–5× faster single queries than HNSW at the same recall on a million vectors,
+      measured with float32 ones). Half-precision codes, not the float32 vectors (`RFlat`,
+      until 2026-12-06): the same recall, 0.9418 against 0.9422 at nprobe 256 and 0.8066
+      against 0.8070 at 64, in 1.01 GB of base instead of 1.78 on disk and in the page cache,
+      and no slower (single-thread p50 on the served, mapped path 1.60 / 2.50 ms warm
+      against 2.20 / 3.56, cold 4.10 / 5.18 against 4.52 / 5.82; 1M vectors of the scale
+      corpus, 500 held-out, k_factor 32, AMD EPYC, `benchmarks/refine_codes.py`). The
+      store keeps every vector in float32 already: a second float32 copy in the base
+      doubled the vectors on disk (15.5 GB at 10M);
+    - `…,Refine(SQ8)`: rescored with int8 vectors (¼ the memory of float32; 0.018 less
+      recall than half precision at nprobe 256 in the same benchmark, so only under a budget);
     - larger than the budget, served from the file's pages (`VectorIndex.load` maps it):
       the same fast-scan codes (`PQ{dim/2}x4fs`), their lists in a file beside the base
-      (`indexer.index.block_lists`), with the float32 rescoring vectors, all mapped, when what
+      (`indexer.index.block_lists`), with the half-precision rescoring codes, all mapped, when what
       a mapped load keeps private (`resident_bytes`: ids and centroids) fits the budget; a
       search reads the lists it probes and the few candidates it rescores. At equal nprobe
       their first pass is 2.4x faster than 8-bit codes in plain lists for 0.02 less recall
@@ -100,8 +109,8 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
         fast_mapped = []
     else:
         fast = f"IVF{lists},PQ{sizes[0]}x4fs"
-        in_memory = [f"{fast},RFlat", f"{fast},Refine(SQ8)"]
-        fast_mapped = [f"{fast},RFlat"]
+        in_memory = [f"{fast},{REFINE}", f"{fast},Refine(SQ8)"]
+        fast_mapped = [f"{fast},{REFINE}"]
         mapped = mapped_spec(n_vectors, dim)
         lossy = [f"IVF{lists},PQ{m}x4fs" for m in sizes]
     # (candidate, its cost against the budget), in order of preference
@@ -122,26 +131,29 @@ def choose_spec(n_vectors: int, dim: int, config: IndexConfig) -> str:
 
 def mapped_spec(n_vectors: int, dim: int) -> str:
     """The spec `auto` serves from its mapped file when the in-memory ones exceed the budget:
-    IVF lists of product-quantised codes in the plain layout, which a mapped load leaves in the
-    file (fast-scan blocks are read whole into each process), then float32 rescoring vectors,
-    also mapped. The codes are 8-bit `PQ{dim/4}x8`, the same bytes as the in-memory choice's
-    `PQ{dim/2}x4fs`: without fast-scan, FAISS scans 8-bit codes with byte-indexed tables and
-    4-bit ones through a generic bit reader, and at equal bytes both give the same recall
-    after rescoring (`benchmarks/mapped_codes.py`, 1M vectors of the scale corpus, nprobe 128
-    of 4096 lists: recall@10 0.914 both, first pass 3.4 ms against 24.2 ms). Fewer than
-    `PQ8_MIN_VECTORS` vectors (or a dimension not divisible by 4) keep 4-bit codes.
-    `np`: no polysemous training (unused by inner-product search; ~10x the codes' training).
+    IVF lists of product-quantised codes in the plain layout, which a mapped load leaves in the file
+    (fast-scan blocks are read whole into each process), then half-precision rescoring codes
+    (`REFINE`), also mapped. The codes are 8-bit `PQ{dim/4}x8`, the same bytes as the in-memory
+    choice's `PQ{dim/2}x4fs`: without fast-scan, FAISS scans 8-bit codes with byte-indexed tables
+    and 4-bit ones through a generic bit reader, and at equal bytes both give the same recall after
+    rescoring (`benchmarks/mapped_codes.py`, 1M vectors of the scale corpus, nprobe 128 of 4096
+    lists: recall@10 0.914 both, first pass 3.4 ms against 24.2 ms). Fewer than `PQ8_MIN_VECTORS`
+    vectors (or a dimension not divisible by 4) keep 4-bit codes. `np`: no polysemous training
+    (unused by inner-product search; ~10x the codes' training).
 
     Args:
         n_vectors: vectors the index will hold (at least PQ_MIN_VECTORS).
         dim: their dimension (`_pq_sizes(dim)` is not empty).
     Returns:
-        e.g. `IVF4096,PQ96x8np,RFlat` for a million vectors of 384 dimensions.
+        e.g. `IVF4096,PQ96x8np,Refine(SQfp16)` for a million vectors of 384 dimensions.
     """
     lists, half = _list_count(n_vectors), _pq_sizes(dim)[0]
     if n_vectors >= PQ8_MIN_VECTORS and half % 2 == 0 and half // 2 >= 8:
-        return f"IVF{lists},PQ{half // 2}x8np,RFlat"
-    return f"IVF{lists},PQ{half}x4np,RFlat"
+        return f"IVF{lists},PQ{half // 2}x8np,{REFINE}"
+    return f"IVF{lists},PQ{half}x4np,{REFINE}"
+
+
+REFINE = "Refine(SQfp16)"  # the rescoring stage `auto` builds (`choose_spec`)
 
 
 def _list_count(n_vectors: int) -> int:
@@ -158,7 +170,7 @@ SERVED_ID_BYTES = 8  # a base is read as a plain IDMap (`version_files.plain_id_
 
 def estimate_bytes(spec: str, n_vectors: int, dim: int) -> float:
     """Approximate RAM of an index (`indexer.records.index_spec` forms), with or without a
-    rescoring stage (`RFlat`, `Refine(SQ8)`).
+    rescoring stage (`RFlat`, `Refine(SQfp16)`, `Refine(SQ8)`).
 
     Per vector: its codes (`Flat` 4·dim, `SQ8` dim, `PQm` m, `PQmxb[fs]` m·b/8 bytes), the
     rescoring codes, and an int64 id in the IVF lists, or for `IDMap2`-wrapped indexes the

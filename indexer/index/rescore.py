@@ -1,12 +1,14 @@
 """Rescoring a mapped base's candidates with their pages asked for first.
 
 A mapped `…,RFlat` base (`VectorIndex.load(mapped=True)`) keeps its full vectors in the file's
-pages. FAISS's `IndexRefine` reads each candidate's vector in turn, so a query whose candidates
-are not in the page cache waits on k·k_factor page faults one after another (a new query on a
-1M base: ~26 ms, against 0.4 ms once its pages are resident). Here the first pass runs alone,
-the candidates' pages are requested together (`madvise(MADV_WILLNEED)`: the kernel reads them
-in parallel), then the candidates are rescored with the same inner products: ~2 ms for a new
-query (`benchmarks/mapped_rescore.py`). Results equal `IndexRefine`'s up to ties.
+pages; a mapped `…,Refine(SQ8)` one keeps 8-bit codes of them (a quarter of the bytes, scored here
+as FAISS decodes them: `MappedRefine.scores`), `…,Refine(SQfp16)` half-precision ones. FAISS's
+`IndexRefine` reads each candidate's vector in turn, so a query whose candidates are not in the page
+cache waits on k·k_factor page faults one after another (a new query on a 1M base: ~26 ms, against
+0.4 ms once its pages are resident). Here the first pass runs alone, the candidates' pages are
+requested together (`madvise(MADV_WILLNEED)`: the kernel reads them in parallel), then the
+candidates are rescored with the same inner products: ~2 ms for a new query
+(`benchmarks/mapped_rescore.py`). Results equal `IndexRefine`'s up to ties.
 """
 
 from __future__ import annotations
@@ -36,32 +38,66 @@ def id_view(id_map) -> tuple[np.ndarray, np.ndarray | None]:
 
 @dataclass
 class MappedRefine:
-    """The parts of a mapped `IDMap(IndexRefine(first pass, IndexFlat))` base."""
+    """The parts of a mapped `IDMap(IndexRefine(first pass, IndexFlat | IndexScalarQuantizer))`
+    base."""
 
     first: faiss.Index  # the first pass (IVF with PQ codes), over internal positions
-    vectors: np.ndarray  # (n, dim) float32: a view of the file's mapped pages
+    vectors: np.ndarray  # (n, dim) float32, uint8 (SQ8) or float16: the file's mapped pages
     ids: np.ndarray  # external id of each internal position
+    scale: np.ndarray | None = None  # SQ8: a dimension's value is offset + code · scale
+    offset: np.ndarray | None = None
+
+    def scores(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Inner products of `query` with the rescoring vectors at `rows`: exact for float32,
+        FAISS's own decoding for 8-bit codes (`(code + 0.5) / 255` of each dimension's
+        trained range: the same scores `IndexRefine` gives, up to float rounding).
+
+        Not `@`: numpy's BLAS runs a matrix-vector product on a thread per core whose
+        spinning after each call cost a served 10M query as much CPU again (22 ms wall, 44 ms
+        CPU), halving the throughput of busy servers; einsum stays on this thread."""
+        held = self.vectors[rows]
+        if self.scale is None:
+            if held.dtype != np.float32:
+                held = held.astype(np.float32)
+            return np.einsum("ij,j->i", held, query)
+        return np.einsum("ij,j->i", held.astype(np.float32), query * self.scale) + float(
+            np.dot(query, self.offset)
+        )
 
 
 def mapped_refine(index: faiss.Index, ids: np.ndarray) -> MappedRefine | None:
-    """The parts to rescore `index` here: an IDMap over an IndexRefine whose rescoring
-    vectors are float32 in inner product (`…,RFlat`), else None (FAISS searches it).
-    `ids`: the IDMap's ids by position (the caller holds them once)."""
+    """The parts to rescore `index` here: an IDMap over an IndexRefine in inner product whose
+    rescoring stage is float32 (`…,RFlat`), 8-bit (`Refine(SQ8)`) or half-precision
+    (`Refine(SQfp16)`) codes, else None (FAISS searches it). `ids`: the IDMap's ids by
+    position (the caller holds them once)."""
     top = faiss.downcast_index(index)
     if not isinstance(top, faiss.IndexIDMap):
         return None
     refine = faiss.downcast_index(top.index)
     if not isinstance(refine, faiss.IndexRefine):
         return None
-    flat = faiss.downcast_index(refine.refine_index)
-    if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:
+    stage = faiss.downcast_index(refine.refine_index)
+    n, dim = int(stage.ntotal), int(stage.d)
+    if not n or stage.metric_type != faiss.METRIC_INNER_PRODUCT:
         return None
-    n, dim = int(flat.ntotal), int(flat.d)
-    vectors = faiss.rev_swig_ptr(flat.get_xb(), n * dim).reshape(n, dim) if n else None
-    if vectors is None:
+    scale = offset = None
+    if isinstance(stage, faiss.IndexFlat):
+        vectors = faiss.rev_swig_ptr(stage.get_xb(), n * dim).reshape(n, dim)
+    elif isinstance(stage, faiss.IndexScalarQuantizer) and stage.sq.qtype in SQ_TYPES:
+        codes = faiss.rev_swig_ptr(stage.codes.data(), n * stage.code_size)
+        vectors = codes.view(SQ_TYPES[stage.sq.qtype]).reshape(n, dim)
+        if stage.sq.qtype == faiss.ScalarQuantizer.QT_8bit:
+            trained = faiss.vector_to_array(stage.sq.trained)  # each dimension's min, range
+            scale = trained[dim:] / 255
+            offset = trained[:dim] + 0.5 * scale
+    else:
         return None
     random_access(vectors)
-    return MappedRefine(faiss.downcast_index(refine.base_index), vectors, ids)
+    return MappedRefine(faiss.downcast_index(refine.base_index), vectors, ids, scale, offset)
+
+
+# the scalar quantisers rescored here, and their codes' numpy type
+SQ_TYPES = {faiss.ScalarQuantizer.QT_8bit: np.uint8, faiss.ScalarQuantizer.QT_fp16: np.float16}
 
 
 def _madvise():
@@ -93,7 +129,7 @@ def prefetch(vectors: np.ndarray, rows: np.ndarray) -> None:
     """Ask the kernel to read the pages of `rows` of the mapped `vectors` (no wait)."""
     if MADVISE is None or not len(rows):
         return
-    width = vectors.shape[1] * 4
+    width = vectors.shape[1] * vectors.itemsize
     start = vectors.ctypes.data + np.unique(rows).astype(np.int64) * width
     first = start - start % PAGE
     for begin, end in zip(first.tolist(), (start + width).tolist()):
@@ -138,10 +174,7 @@ def search_mapped(
         row = row[row >= 0]
         if not len(row):
             continue
-        # not `@`: numpy's BLAS runs a matrix-vector product on a thread per core whose
-        # spinning after each call cost a served 10M query as much CPU again (22 ms wall,
-        # 44 ms CPU), halving the throughput of busy servers; einsum stays on this thread
-        exact = np.einsum("ij,j->i", parts.vectors[row], queries[q])
+        exact = parts.scores(row, queries[q])
         top = np.argsort(-exact, kind="stable")[:k]
         scores[q, : len(top)] = exact[top]
         found[q, : len(top)] = parts.ids[row[top]]

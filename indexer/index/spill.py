@@ -1,14 +1,16 @@
-"""Building a `…,RFlat` base whose rescoring vectors do not fit in memory.
+"""Building a `…,RFlat` (or `…,Refine(SQfp16|SQ8)`) base whose rescoring vectors do not fit
+in memory.
 
 An `IVF…,PQ…,RFlat` index keeps every vector at full precision for its rescoring stage: at 10M
-384-wide vectors 15.4 GB, which FAISS's `IndexRefineFlat.add` holds in memory beside the rest
-of the writer (the second 10M attempt ran out of memory there). Here the first pass (IVF lists
-of PQ codes: ~100 bytes a vector) fills in memory as before, while the full vectors are written
-straight to an unnamed file in the store's folder, in FAISS's `IndexFlat` layout; once every
-batch is in, FAISS maps that file (`IO_FLAG_MMAP_IFC`) and the rescoring stage is a view of its
-pages. Writing the base then streams them from the page cache. The index searches, tunes and
-serialises byte for byte as the one built in memory (tested); the writer's private memory is
-the first pass's, and the spilled pages are the kernel's to evict.
+384-wide vectors 15.4 GB, which FAISS's `IndexRefineFlat.add` holds in memory beside the rest of the
+writer (the second 10M attempt ran out of memory there); half-precision codes still take 7.7 GB.
+Here the first pass (IVF lists of PQ codes: ~100 bytes a vector) fills in memory as before, while
+the rescoring codes (the vectors themselves, or FAISS's own scalar-quantised encoding of them) are
+written straight to an unnamed file in the store's folder, in FAISS's `IndexFlat` /
+`IndexScalarQuantizer` layout; once every batch is in, FAISS maps that file (`IO_FLAG_MMAP_IFC`) and
+the rescoring stage is a view of its pages. Writing the base then streams them from the page cache.
+The index searches, tunes and serialises byte for byte as the one built in memory (tested); the
+writer's private memory is the first pass's, and the spilled pages are the kernel's to evict.
 
 The file has no name (`O_TMPFILE` where the filesystem has it, else removed at once): a killed
 writer leaves nothing to clean, and its space returns when the index is dropped.
@@ -36,8 +38,9 @@ def fill(
     batches: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]],
     spill: Path | None,
 ) -> faiss.Index:
-    """`index` (trained, empty) with every batch's (ids, vectors) added; an `…,RFlat` one
-    with its full vectors in an unnamed file in `spill` when given (`SpilledRefine`).
+    """`index` (trained, empty) with every batch's (ids, vectors) added; one with a flat or
+    scalar-quantised rescoring stage with its codes in an unnamed file in `spill` when given
+    (`SpilledRefine`).
     Returns the filled index (a new object when spilled)."""
     if spill is not None and spillable(spec, index):
         spilled = SpilledRefine(index, spill)
@@ -53,16 +56,20 @@ def fill(
 
 
 def spillable(spec: str, index: faiss.Index) -> bool:
-    """Whether `index` (built from `spec`, maybe under an IDMap) rescores with an exact
-    float32 flat stage, whose vectors can be spilled to a file while it fills."""
+    """Whether `index` (built from `spec`, maybe under an IDMap) rescores with a flat
+    (`RFlat`) or scalar-quantised (`Refine(SQ…)`) stage, whose codes can be spilled to a file
+    while it fills."""
     refine = parse_spec(spec).refine
-    if refine is None or refine.kind != "Flat":
+    if refine is None or refine.kind not in ("Flat", "SQ"):
         return False
     top = faiss.downcast_index(index)
     inner = faiss.downcast_index(top.index) if isinstance(top, faiss.IndexIDMap) else top
     return isinstance(inner, faiss.IndexRefine) and isinstance(
-        faiss.downcast_index(inner.refine_index), faiss.IndexFlat
+        faiss.downcast_index(inner.refine_index), SPILLED_STAGES
     )
+
+
+SPILLED_STAGES = (faiss.IndexFlat, faiss.IndexScalarQuantizer)
 
 
 def flat_header(dim: int, metric: int, count: int) -> bytes:
@@ -76,20 +83,42 @@ def flat_header(dim: int, metric: int, count: int) -> bytes:
     return bytes(head)
 
 
-def _check_layout() -> None:
-    probe = faiss.IndexFlat(3, faiss.METRIC_INNER_PRODUCT)
-    vectors = np.arange(6, dtype=np.float32).reshape(2, 3)
+def stage_header(stage: faiss.Index, count: int) -> bytes:
+    """The bytes FAISS writes before the codes of a rescoring `stage` (empty, trained: an
+    IndexFlat or IndexScalarQuantizer) holding `count` vectors: its own serialisation with the
+    vector count and the codes' length set (floats for IndexFlat, bytes otherwise)."""
+    if isinstance(stage, faiss.IndexFlat):
+        return flat_header(int(stage.d), int(stage.metric_type), count)
+    head = bytearray(faiss.serialize_index(stage).tobytes())
+    head[HEADER_N] = np.int64(count).tobytes()
+    head[-8:] = np.uint64(count * stage.code_size).tobytes()
+    return bytes(head)
+
+
+def encoded(stage: faiss.Index, vectors: np.ndarray) -> bytes:
+    """The codes `stage` stores for `vectors`: the floats themselves, or FAISS's encoding."""
+    if isinstance(stage, faiss.IndexFlat):
+        return vectors.tobytes()
+    return stage.sa_encode(vectors).tobytes()
+
+
+def _check_layout(stage: faiss.Index) -> None:
+    """A copy of the empty `stage` given two vectors must serialise as header + codes, so that
+    a change of FAISS's layout fails loudly instead of writing garbage."""
+    probe: Any = faiss.deserialize_index(faiss.serialize_index(stage))
+    vectors = (np.arange(2 * stage.d, dtype=np.float32).reshape(2, -1) % 7) / 7
+    header = stage_header(probe, 2)
     probe.add(vectors)
-    written = faiss.serialize_index(probe).tobytes()
-    if written != flat_header(3, faiss.METRIC_INNER_PRODUCT, 2) + vectors.tobytes():
+    if faiss.serialize_index(probe).tobytes() != header + encoded(probe, vectors):
         raise RuntimeError(
-            f"faiss {faiss.__version__} writes IndexFlat in a layout this build does not "
-            "know; set index.spec without RFlat or report it"
+            f"faiss {faiss.__version__} writes {type(stage).__name__} in a layout this build "
+            "does not know; set index.spec without a rescoring stage or report it"
         )
 
 
 class SpilledRefine:
-    """Fills an `[IDMap,]IndexRefine(first pass, IndexFlat)` with its flat vectors on disk.
+    """Fills an `[IDMap,]IndexRefine(first pass, IndexFlat | IndexScalarQuantizer)` with its
+    rescoring codes on disk.
 
     Args:
         index: the trained, empty index (`spillable`).
@@ -97,15 +126,15 @@ class SpilledRefine:
     """
 
     def __init__(self, index: faiss.Index, folder: Path):
-        _check_layout()
         self.owner = index  # the wrapper that owns the first pass (downcasts do not)
         top: Any = faiss.downcast_index(index)  # FAISS's wrappers are untyped
         self.id_map = isinstance(top, faiss.IndexIDMap)
         refine: Any = faiss.downcast_index(top.index) if self.id_map else top
         self.k_factor = float(refine.k_factor)
         self.first = faiss.downcast_index(refine.base_index)
-        flat = faiss.downcast_index(refine.refine_index)
-        self.dim, self.metric = int(flat.d), int(flat.metric_type)
+        self.stage = faiss.downcast_index(refine.refine_index)  # empty, trained
+        _check_layout(self.stage)
+        self.dim, self.metric = int(self.stage.d), int(self.stage.metric_type)
         folder.mkdir(parents=True, exist_ok=True)
         self.named = not Path("/proc/self/fd").is_dir()  # no /proc: a named file, removed
         # open until `finish` (or `close` on failure): it outlives this call
@@ -114,17 +143,17 @@ class SpilledRefine:
             if self.named
             else tempfile.TemporaryFile(dir=folder, prefix=".spill-")  # noqa: SIM115
         )
-        self.file.write(flat_header(self.dim, self.metric, 0))
+        self.file.write(stage_header(self.stage, 0))
         self.count = 0
         self.ids: list[np.ndarray] = []
 
     def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
-        """Add a batch: codes to the first pass, full vectors to the file."""
+        """Add a batch: codes to the first pass, rescoring codes to the file."""
         if self.file.closed:
             raise ValueError("the spilled index is finished: add to the index it returned")
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self.first.add(vectors)
-        self.file.write(vectors.tobytes())
+        self.file.write(encoded(self.stage, vectors))
         self.ids.append(np.asarray(ids, dtype=np.int64))
         self.count += len(vectors)
 
@@ -136,18 +165,18 @@ class SpilledRefine:
             os.unlink(self.file.name)
 
     def finish(self) -> faiss.Index:
-        """The full index: the first pass with the mapped flat stage, under an IDMap when
+        """The full index: the first pass with the mapped rescoring stage, under an IDMap when
         the built one had one (a plain IDMap, as bases are written; `plain_id_map`)."""
         self.file.seek(0)
-        self.file.write(flat_header(self.dim, self.metric, self.count))
+        self.file.write(stage_header(self.stage, self.count))
         self.file.flush()
         os.fsync(self.file.fileno())
         path = self.file.name if self.named else f"/proc/self/fd/{self.file.fileno()}"
-        flat = faiss.read_index(path, faiss.IO_FLAG_MMAP_IFC)
+        stage = faiss.read_index(path, faiss.IO_FLAG_MMAP_IFC)
         self.close()  # the mapping holds the file; it goes when the index does
-        refine = faiss.IndexRefine(self.first, flat)
+        refine = faiss.IndexRefine(self.first, stage)
         refine.k_factor = self.k_factor
-        refine.referenced_objects = [self.owner, flat]  # type: ignore[attr-defined]
+        refine.referenced_objects = [self.owner, stage]  # type: ignore[attr-defined]
         if not self.id_map:
             return refine
         # FAISS wraps only an empty index: wrap an empty one, then point at the full one

@@ -172,7 +172,8 @@ class VectorIndex:
             batches: called once per pass; yields the same `count` vectors in the same order
                 each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
-            spill: a folder where an `…,RFlat` index's vectors wait (`index.spill`; None: RAM).
+            spill: a folder where the rescoring codes of an `…,RFlat` or `…,Refine(SQ…)`
+                index wait while it fills (`indexer.index.spill`; None: RAM).
             tune_queries: encoded example queries for `auto`'s tuning (`index.tune_queries`).
         """
         dim = provenance.dim
@@ -332,10 +333,10 @@ class VectorIndex:
         return merge_top(parts, k, self.index.metric_type)
 
     def _search_probed_together(self, queries: np.ndarray, k: int):
-        """A mapped `…,RFlat` base and its probed delta searched with one coarse assignment:
-        the delta is a copy of the base's trained index, so the same centroids; at 10M the
-        quantizer's 16,384 inner products a query were done twice. None where that does not
-        apply (no rescoring stage here, a flat delta, no live base vector)."""
+        """A mapped base rescored here (`rescore.mapped_refine`) and its probed delta searched
+        with one coarse assignment: the delta is a copy of the base's trained index, so the same
+        centroids; at 10M the quantizer's 16,384 inner products a query were done twice. None where
+        that does not apply (no rescoring stage here, a flat delta, no live base vector)."""
         base, delta = self._rescored_here, self._delta_parts()
         if base is None or delta is None or not self._base_live:
             return None
@@ -352,9 +353,9 @@ class VectorIndex:
         return merge_top(parts, k, self.index.metric_type)
 
     def _mapped_pass(self, allowed: np.ndarray | None):
-        """A mapped `…,RFlat` base's first pass: (its parameters, candidates a result, the
-        delta's candidates a result, the deleted ids to drop from the candidates or None);
-        None without parameters. Unfiltered, the deleted ids are dropped after the first pass
+        """A mapped base's first pass before its rescoring here: (its parameters, candidates
+        a result, the delta's candidates a result, the deleted ids to drop from the candidates or
+        None); None without parameters. Unfiltered, the deleted ids are dropped after the first pass
         (`rescore.search_mapped`), which asks for more candidates by their share."""
         after = allowed is None and len(self.deleted) > 0
         params = self._search_params(allowed, deleted=not after)

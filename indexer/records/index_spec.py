@@ -184,7 +184,8 @@ def parse_spec(text: str) -> IndexSpec:
     refine = None
     if pos < len(parts):
         if not (r := _REFINE_RE.fullmatch(parts[pos])):
-            raise _error(text, f"'{parts[pos]}' is not a rescoring stage (RFlat, Refine(SQ8))")
+            stages = "RFlat, Refine(SQfp16), Refine(SQ8)"
+            raise _error(text, f"'{parts[pos]}' is not a rescoring stage ({stages})")
         refine = Codes("Flat") if r["codes"] is None else _codes(text, r["codes"])
         pos += 1
     if pos < len(parts):

@@ -24,39 +24,44 @@ def test_choice_follows_size_and_memory_budget():
     cfg = IndexConfig()
     assert choose_spec(50_000, 384, cfg) == "Flat"
     fast = "IVF4096,PQ192x4fs"
-    assert choose_spec(1_000_000, 384, cfg) == f"{fast},RFlat"
-    full = estimate_bytes(f"{fast},RFlat", 1_000_000, 384)
-    # 4-bit codes (96 bytes) + float32 rescoring vectors + IDMap2 ids, and the centroids
-    assert full == 1_000_000 * (96 + 1536 + 56) + 4096 * 1536
+    half = f"{fast},Refine(SQfp16)"
+    assert choose_spec(1_000_000, 384, cfg) == half
+    full = estimate_bytes(half, 1_000_000, 384)
+    # 4-bit codes (96 bytes) + half-precision rescoring codes + IDMap2 ids, and the centroids
+    assert full == 1_000_000 * (96 + 768 + 56) + 4096 * 1536
 
     def chosen(budget_bytes, n=1_000_000):
         return choose_spec(n, 384, IndexConfig(memory_budget_mb=budget_bytes / 2**20))
 
-    assert chosen(full) == f"{fast},RFlat"
+    assert chosen(full) == half
     assert chosen(full - 1) == f"{fast},Refine(SQ8)"  # int8 rescoring
     sq8 = estimate_bytes(f"{fast},Refine(SQ8)", 1_000_000, 384)
     assert sq8 == 1_000_000 * (96 + 384 + 56) + 4096 * 1536
-    # larger than the budget: served mapped, the float32 rescoring vectors left in the file,
-    # the fast-scan lists too (`block_lists`): each process keeps the ids (a plain IDMap,
+    # larger than the budget: served mapped, the rescoring codes left in the file, the
+    # fast-scan lists too (`block_lists`): each process keeps the ids (a plain IDMap,
     # 8 bytes a vector) and the centroids
-    assert chosen(sq8 - 1) == f"{fast},RFlat"
-    private = resident_bytes(f"{fast},RFlat", 1_000_000, 384)
+    assert chosen(sq8 - 1) == half
+    private = resident_bytes(half, 1_000_000, 384)
     assert private == 1_000_000 * 8 + 4096 * 1536
-    assert chosen(private) == f"{fast},RFlat"
+    assert chosen(private) == half
     # 8-bit codes in plain lists, mapped, keep as much to each process: never preferred
-    assert resident_bytes("IVF4096,PQ96x8np,RFlat", 1_000_000, 384) == private
+    assert resident_bytes("IVF4096,PQ96x8np,Refine(SQfp16)", 1_000_000, 384) == private
     # no codes-only index keeps less (its ids are in the IVF lists, but it is read whole)
     assert estimate_bytes(fast, 1_000_000, 384) == 1_000_000 * (96 + 8) + 4096 * 1536
-    with pytest.raises(VectorIndexError, match="IVF4096,PQ192x4fs,RFlat"):
+    with pytest.raises(VectorIndexError, match=r"IVF4096,PQ192x4fs,Refine\(SQfp16\)"):
         chosen(private - 1)
-    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == "IVF1024,PQ192x4fs,RFlat"
+    assert choose_spec(50_000, 384, IndexConfig(memory_budget_mb=2)) == (
+        "IVF1024,PQ192x4fs,Refine(SQfp16)"
+    )
     # ten million: 80 MB of ids and 25 MB of centroids a process, whatever the codes' size
     ten = {
         budget: choose_spec(10**7, 384, IndexConfig(memory_budget_mb=budget))
         for budget in (1536, 1024, 128)
     }
-    assert set(ten.values()) == {"IVF16384,PQ192x4fs,RFlat"}
-    assert choose_spec(9_000, 384, IndexConfig(memory_budget_mb=0.5)) == "IVF230,PQ192x4fs,RFlat"
+    assert set(ten.values()) == {"IVF16384,PQ192x4fs,Refine(SQfp16)"}
+    assert choose_spec(9_000, 384, IndexConfig(memory_budget_mb=0.5)) == (
+        "IVF230,PQ192x4fs,Refine(SQfp16)"
+    )
     # too few vectors to train 4-bit codes (39 × 16): full or 8-bit vectors in IVF lists
     assert choose_spec(500, 32, IndexConfig(flat_limit=0)) == "IVF12,Flat"
     assert choose_spec(500, 32, IndexConfig(flat_limit=0, memory_budget_mb=0.05)) == "IVF12,SQ8"
@@ -104,7 +109,7 @@ def held_recall(index, vectors, ids):
 
 def test_auto_scans_4bit_codes_rescores_and_tunes_nprobe():
     index, vectors, ids = built()
-    assert index.spec == "IVF153,PQ16x4fs,RFlat"
+    assert index.spec == "IVF153,PQ16x4fs,Refine(SQfp16)"
     record = index.tuning
     assert record["param"] == "nprobe" and record["k_factor"] == 32
     assert record["reached"] and record["recall@10"] >= 0.95
@@ -117,7 +122,7 @@ def test_auto_scans_4bit_codes_rescores_and_tunes_nprobe():
     # without rescoring the 4-bit codes alone fall short at the same nprobe
     index.tuning = record | {"k_factor": 1}
     assert held_recall(index, vectors, ids) < 0.9
-    # a budget below the float32 rescoring vectors rescores with int8 ones
+    # a budget below the half-precision rescoring codes rescores with int8 ones
     full_mb = estimate_bytes(index.spec, 6000, 32) / 2**20
     sq8, vectors, ids = built(memory_budget_mb=full_mb * 0.9)
     assert sq8.spec == "IVF153,PQ16x4fs,Refine(SQ8)" and sq8.tuning["reached"]

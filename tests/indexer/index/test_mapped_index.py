@@ -110,7 +110,7 @@ def test_auto_under_a_small_budget_serves_a_mapped_index_at_the_recall_target(ch
     data = clustered(n + 300, dim, clusters=256, spread=0.7)
     vectors, queries = data[:n], data[n:]  # the same clusters; the queries held out
     ids = np.arange(n, dtype=np.int64) * 7
-    fast = "IVF512,PQ32x4fs,RFlat"
+    fast = "IVF512,PQ32x4fs,Refine(SQfp16)"
     private = resident_bytes(fast, n, dim)
     # a budget below every index held whole in memory, above what a mapped load keeps
     budget = 1.5 * private
@@ -118,7 +118,7 @@ def test_auto_under_a_small_budget_serves_a_mapped_index_at_the_recall_target(ch
     config = IndexConfig(flat_limit=0, tune_sample=300, memory_budget_mb=budget / 2**20)
     assert choose_spec(n, dim, config) == fast
     spec = fast if chosen else mapped_spec(n, dim)  # the plain lists, for a pinned spec
-    assert chosen or spec == "IVF512,PQ16x8np,RFlat"
+    assert chosen or spec == "IVF512,PQ16x8np,Refine(SQfp16)"
     index = VectorIndex.build(spec, synthetic_provenance(dim), config, vectors, ids)
     assert index.tuning["reached"] and index.tuning["recall@10"] >= config.target_recall
     index.save(tmp_path)

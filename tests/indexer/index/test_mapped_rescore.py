@@ -1,8 +1,8 @@
-"""A mapped `…,RFlat` base is rescored here (`indexer.index.rescore`): the first pass alone,
-the candidates' pages requested together, then the same inner products; its results equal
-FAISS's own refine over the same index read privately with filters (with deleted ids, which
-it drops after a wider first pass, they are at least as good), and the prefetch asks for
-exactly the pages of the candidates' rows."""
+"""A mapped `…,RFlat` base (and one with 8-bit or half-precision rescoring codes) is rescored here
+(`indexer.index.rescore`): the first pass alone, the candidates' pages requested together, then the
+same inner products; its results equal FAISS's own refine over the same index read privately with
+filters (with deleted ids, which it drops after a wider first pass, they are at least as good), and
+the prefetch asks for exactly the pages of the candidates' rows."""
 
 import numpy as np
 import pytest
@@ -13,15 +13,16 @@ from indexer.index import rescore
 from indexer.index.vector import VectorIndex
 
 DIM = 48
-SPEC = "IVF32,PQ24x4fs,RFlat"
+SPECS = ["IVF32,PQ24x4fs,RFlat", "IVF32,PQ24x4fs,Refine(SQ8)", "IVF32,PQ24x4fs,Refine(SQfp16)"]
 
 
-@pytest.fixture
-def published(tmp_path):
+@pytest.fixture(params=SPECS)
+def published(tmp_path, request):
+    spec = request.param
     vectors = clustered(6000, DIM, seed=7)
     ids = np.arange(6000, dtype=np.int64) * 3 + 11
-    config = IndexConfig(spec=SPEC, nprobe=4, refine_factor=8)
-    VectorIndex.build(SPEC, synthetic_provenance(DIM), config, vectors, ids).save(tmp_path)
+    config = IndexConfig(spec=spec, nprobe=4, refine_factor=8)
+    VectorIndex.build(spec, synthetic_provenance(DIM), config, vectors, ids).save(tmp_path)
     index = VectorIndex.load(tmp_path, config)
     assert index.remove(ids[100:400])  # deleted ids: a selector on the first pass
     index.save(tmp_path)
@@ -48,6 +49,24 @@ def test_mapped_rescoring_equals_faiss_refine(published):
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
         tie = np.isclose(got_scores, want_scores, atol=1e-5)
         assert ((got == want) | tie).all()
+
+
+def test_8bit_rescoring_decodes_as_faiss_does(published):
+    """The scores of 8-bit codes are FAISS's decoded vectors' inner products (`sa_decode`)."""
+    import faiss
+
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config)  # held: the parts are views of its mapped pages
+    parts = index._rescored_here
+    rows = np.arange(0, 6000, 37)
+    query = vectors[5]
+    refine = faiss.downcast_index(faiss.downcast_index(index.index).index)
+    decoded = faiss.downcast_index(refine.refine_index).sa_decode(
+        np.ascontiguousarray(parts.vectors[rows]).view(np.uint8)
+    )
+    np.testing.assert_allclose(parts.scores(rows, query), decoded @ query, rtol=1e-5, atol=1e-5)
+    # and close to the full vectors' (8 bits of each dimension's trained range)
+    np.testing.assert_allclose(parts.scores(rows, query), vectors[rows] @ query, atol=0.02)
 
 
 def test_prefetch_asks_for_the_pages_of_the_candidates_rows(monkeypatch):

@@ -1,5 +1,7 @@
 """An `…,RFlat` base built with its full vectors on disk (`indexer.index.spill`) is the one
-built in memory: the same bytes on disk, the same search results, no file left behind."""
+built in memory: the same bytes on disk, the same search results, no file left behind; and so
+is one whose rescoring stage holds half-precision or 8-bit codes (`Refine(SQfp16)`,
+`Refine(SQ8)`)."""
 
 import os
 
@@ -15,6 +17,7 @@ from indexer.records.provenance import Provenance
 
 DIM = 24
 SPEC = "IVF8,PQ6x4np,RFlat"
+SPECS = [SPEC, "IVF8,PQ6x4np,Refine(SQfp16)", "IVF8,PQ6x4np,Refine(SQ8)"]
 
 
 def _data(n=2000, seed=0):
@@ -47,12 +50,14 @@ def test_flat_header_is_faiss_layout():
     assert written == flat_header(DIM, faiss.METRIC_INNER_PRODUCT, 5) + vectors.tobytes()
 
 
-def test_spilled_index_is_byte_identical_and_searches_the_same(tmp_path):
+@pytest.mark.parametrize("spec", SPECS)
+def test_spilled_index_is_byte_identical_and_searches_the_same(tmp_path, spec):
     ids, vectors = _data()
-    memory = _trained(ids, vectors)
+    memory = _trained(ids, vectors, f"IDMap2,{spec}")
     spilled = faiss.deserialize_index(faiss.serialize_index(memory))
-    memory = fill(memory, SPEC, _batches(ids, vectors), None)
-    spilled = fill(spilled, SPEC, _batches(ids, vectors), tmp_path)
+    assert spillable(spec, spilled)
+    memory = fill(memory, spec, _batches(ids, vectors), None)
+    spilled = fill(spilled, spec, _batches(ids, vectors), tmp_path)
     assert isinstance(spilled, faiss.IndexIDMap)
     expected = faiss.serialize_index(plain_id_map(memory))
     assert np.array_equal(faiss.serialize_index(spilled), expected)
@@ -66,24 +71,24 @@ def test_spilled_index_is_byte_identical_and_searches_the_same(tmp_path):
     assert set(os.listdir(tmp_path)) == set()  # the spilled file has no name
 
 
-def test_only_exact_rescoring_spills():
+def test_only_a_flat_or_scalar_quantised_rescoring_stage_spills():
     ids, vectors = _data(1200)
     assert spillable(SPEC, _trained(ids, vectors))
     assert not spillable("IVF8,PQ6x4np", _trained(ids, vectors, "IVF8,PQ6x4np"))
-    assert not spillable(
-        "IVF8,PQ6x4np,Refine(SQ8)", _trained(ids, vectors, "IDMap2,IVF8,PQ6x4np,Refine(SQ8)")
-    )
+    pq = "IVF8,PQ6x4np,Refine(PQ12)"
+    assert not spillable(pq, _trained(ids, vectors, f"IDMap2,{pq}"))
 
 
-def test_built_base_saved_and_loaded_as_in_memory(tmp_path):
+@pytest.mark.parametrize("spec", [SPEC, SPECS[1]])
+def test_built_base_saved_and_loaded_as_in_memory(tmp_path, spec):
     """Through the index's own build and save: the written base is the same file either way."""
     ids, vectors = _data()
-    config = IndexConfig(spec=SPEC, nprobe=8)
+    config = IndexConfig(spec=spec, nprobe=8)
     files = []
     for name, spill in (("memory", None), ("spilled", tmp_path / "spilled" / "index" / "bases")):
         store = tmp_path / name
         built = VectorIndex.build_from_batches(
-            SPEC, _provenance(), config, _batches(ids, vectors), len(ids), spill=spill
+            spec, _provenance(), config, _batches(ids, vectors), len(ids), spill=spill
         )
         built.save(store)
         files.append((bases_dir(store) / built.base).read_bytes())
