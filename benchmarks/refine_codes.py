@@ -12,7 +12,11 @@ base's bytes on disk, recall@10 against exact search at each `--probes` (k_facto
   every file of the folder: no root needed), then each held-out query once, in order: the
   lists and rescoring pages a query touches are read from disk unless an earlier query read
   them;
-* **warm**: the same queries again.
+* **warm**: the same queries again;
+
+and the process's Pss (`/proc/self/smaps_rollup`) before the base is opened and after both
+passes. `--reads file mapped` measures each base twice: its rescoring rows read from the file
+with `pread` (`rescore.FileRows`, what searches do) and through the mapping (before).
 
     .venv/bin/python benchmarks/refine_codes.py --store DIR/store --vectors 1000000 \\
         --out benchmarks/results/refine_codes_1m.json
@@ -62,8 +66,16 @@ def timed(index, queries: np.ndarray) -> tuple[float, np.ndarray]:
     return float(np.median(walls)), np.array(found)
 
 
+def pss_mb() -> float:
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 def measure(refine: str, folder: Path, base, queries, truth, args) -> dict:
     from indexer.config import IndexConfig
+    from indexer.index import rescore
     from indexer.index.vector import VectorIndex
     from indexer.records.provenance import Provenance
 
@@ -78,20 +90,28 @@ def measure(refine: str, folder: Path, base, queries, truth, args) -> dict:
     row: dict = {"spec": spec, "build_s": round(time.perf_counter() - started, 1)}
     row["disk_bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     for nprobe in args.probes:
-        config = IndexConfig(spec=spec, nprobe=nprobe, refine_factor=args.k_factor)
-        evict(folder)
-        index = VectorIndex.load(folder, config)
-        assert index._rescored_here is not None, spec  # the served path, not FAISS's refine
-        cold, found = timed(index, queries)
-        warm, _ = timed(index, queries)
-        recall = np.mean([len(set(f) & set(t)) / K for f, t in zip(found, truth)])
-        row[f"nprobe_{nprobe}"] = {
-            "recall@10": round(float(recall), 4),
-            "cold_ms_p50": round(cold, 3),
-            "warm_ms_p50": round(warm, 3),
-        }
-        print(spec, nprobe, row[f"nprobe_{nprobe}"], flush=True)
-        del index
+        for reads in args.reads:
+            rescore.READ_FILES = reads == "file"
+            config = IndexConfig(spec=spec, nprobe=nprobe, refine_factor=args.k_factor)
+            evict(folder)
+            before = pss_mb()
+            index = VectorIndex.load(folder, config)
+            parts = index._rescored_here
+            assert parts is not None, spec  # the served path, not FAISS's refine
+            assert (parts.file is not None) == (reads == "file")
+            cold, found = timed(index, queries)
+            warm, _ = timed(index, queries)
+            recall = np.mean([len(set(f) & set(t)) / K for f, t in zip(found, truth)])
+            name = f"nprobe_{nprobe}" + ("" if reads == "file" else "_mapped_reads")
+            row[name] = {
+                "recall@10": round(float(recall), 4),
+                "cold_ms_p50": round(cold, 3),
+                "warm_ms_p50": round(warm, 3),
+                "pss_added_mb": round(pss_mb() - before, 1),
+            }
+            print(spec, name, row[name], flush=True)
+            del index, parts
+    rescore.READ_FILES = True
     return row
 
 
@@ -104,6 +124,7 @@ def main() -> None:
     parser.add_argument("--k-factor", type=int, default=32)
     parser.add_argument("--probes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--refines", nargs="+", default=["RFlat", "Refine(SQ8)", "Refine(SQfp16)"])
+    parser.add_argument("--reads", nargs="+", default=["file"], choices=["file", "mapped"])
     parser.add_argument("--work", type=Path, help="where the bases are written (default: /tmp)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

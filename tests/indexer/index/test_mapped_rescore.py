@@ -100,3 +100,26 @@ def test_a_probed_delta_shares_the_bases_coarse_assignment(published, monkeypatc
     tie = np.isclose(together[0], apart[0], atol=1e-5)
     assert ((together[1] == apart[1]) | tie).all()
     assert not np.isin(together[1], ids[100:400]).any()
+
+
+def test_rescoring_rows_are_read_from_the_file_not_the_mapping(published, monkeypatch):
+    """The rows a query rescores are read from the base file with pread (`FileRows`): the
+    same bytes as the mapped view, the same results as reading through the mapping."""
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config)
+    parts = index._rescored_here
+    assert parts.file is not None  # found behind the mapping: the version's base file
+    rows = np.array([5, 4000, 17, 5999, 0])
+    np.testing.assert_array_equal(parts.file.read(rows, parts.vectors), parts.vectors[rows])
+    queries = vectors[::97] + 0.02
+    from_file = index.search(queries, 10)
+    monkeypatch.setattr(rescore, "READ_FILES", False)
+    through_mapping = VectorIndex.load(store, config)
+    assert through_mapping._rescored_here.file is None
+    got = through_mapping.search(queries, 10)
+    np.testing.assert_array_equal(from_file[0], got[0])
+    np.testing.assert_array_equal(from_file[1], got[1])
+
+
+def test_anonymous_memory_has_no_file():
+    assert rescore.mapped_file(np.zeros(10).ctypes.data) is None
