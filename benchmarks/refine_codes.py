@@ -146,8 +146,7 @@ def main() -> None:
         "k_factor": args.k_factor,
         "rows": rows,
     }
-    print(result)
-    if args.out:
+    if args.out:  # each row was printed as it was measured
         write_json(args.out, result)
 
 
