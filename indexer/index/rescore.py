@@ -237,6 +237,7 @@ def search_mapped(
     first_params,
     exclude: np.ndarray | None = None,
     assigned: tuple[np.ndarray, np.ndarray] | None = None,
+    ranked: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product over the first pass's k·k_factor candidates a query, as
     `IndexRefine` ranks them (missing results: id -1, score -inf).
@@ -250,8 +251,12 @@ def search_mapped(
         assigned: (scores, lists) of the coarse quantizer for `queries`, as many lists as
             `first_params` probes: searched by another index with the same centroids (a
             base and its probed delta), so not computed again.
+        ranked: how many of the k results are ranked for their own sake (None: k): the first
+            pass keeps k_factor candidates for each of these and one for each other result,
+            and all of them are rescored (`VectorIndex.search`).
     """
-    wide = min(k * k_factor, len(parts.ids))
+    ranked = k if ranked is None else min(ranked, k)
+    wide = min(ranked * k_factor + (k - ranked), len(parts.ids))
     if assigned is None:
         _, cand = parts.first.search(queries, wide, params=first_params)
     else:

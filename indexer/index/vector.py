@@ -299,19 +299,34 @@ class VectorIndex:
         self.deleted = deleted
         return True
 
-    def search(self, queries: np.ndarray, k: int, allowed: np.ndarray | None = None):
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        allowed: np.ndarray | None = None,
+        ranked: int | None = None,
+    ):
         """Top-k chunk ids per query, optionally restricted to `allowed` ids inside FAISS.
 
         The base (less the deleted) and the delta are searched apart and their top k merged.
+
+        Args:
+            ranked: how many of the k results the caller ranks by (None: all k). A mapped base
+                rescores k_factor candidates for each of these and one for each other result
+                (`rescore.search_mapped`): the searcher asks for 4·k chunks to find k
+                documents, and rescoring 32 candidates for each of the 40 (1,280 a query) cost
+                a served 10M query more than its first pass did at nprobe 256, for the chunks
+                after the 10th, which only widen the pool that documents are grouped from.
 
         Returns:
             (scores (q, k) float32, ids (q, k) int64); missing results have id -1.
         """
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = max(1, min(k, self.ntotal)) if self.ntotal else 1
+        ranked = k if ranked is None else max(1, min(ranked, k))
         if not self.delta.ntotal:
-            return self._search_base(queries, k, allowed)
-        if allowed is None and (both := self._search_probed_together(queries, k)) is not None:
+            return self._search_base(queries, k, allowed, ranked)
+        if allowed is None and (both := self._search_probed_together(queries, k, ranked)):
             return both
         base_allowed = delta_allowed = None
         if allowed is not None:
@@ -322,7 +337,7 @@ class VectorIndex:
         in_base = base_allowed is None or len(base_allowed)
         in_delta = delta_allowed is None or len(delta_allowed)
         if (self._base_live and in_base) or not in_delta:  # the base also answers "none"
-            parts.append(self._search_base(queries, k, base_allowed))
+            parts.append(self._search_base(queries, k, base_allowed, ranked))
         if in_delta:
             params = None
             if has_lists(self.delta):
@@ -332,7 +347,7 @@ class VectorIndex:
             parts.append(search_delta(self.delta, queries, k, delta_allowed, params))
         return merge_top(parts, k, self.index.metric_type)
 
-    def _search_probed_together(self, queries: np.ndarray, k: int):
+    def _search_probed_together(self, queries: np.ndarray, k: int, ranked: int):
         """A mapped base rescored here (`rescore.mapped_refine`) and its probed delta searched
         with one coarse assignment: the delta is a copy of the base's trained index, so the same
         centroids; at 10M the quantizer's 16,384 inner products a query were done twice. None where
@@ -347,8 +362,8 @@ class VectorIndex:
         quantizer = faiss.extract_index_ivf(base.first).quantizer
         assigned = quantizer.search(queries, int(first.nprobe))
         parts = [
-            search_mapped(base, queries, k, k_factor, first, exclude, assigned),
-            search_mapped(delta, queries, k, delta_factor, first, None, assigned),
+            search_mapped(base, queries, k, k_factor, first, exclude, assigned, ranked),
+            search_mapped(delta, queries, k, delta_factor, first, None, assigned, ranked),
         ]
         return merge_top(parts, k, self.index.metric_type)
 
@@ -382,7 +397,9 @@ class VectorIndex:
             self.__dict__["_mapped_delta"] = parts
         return parts
 
-    def _search_base(self, queries: np.ndarray, k: int, allowed: np.ndarray | None):
+    def _search_base(
+        self, queries: np.ndarray, k: int, allowed: np.ndarray | None, ranked: int | None = None
+    ):
         """Top-k of the base, deleted ids left out (`allowed`: ids it stores, or others)."""
         live = self._base_live
         k = max(1, min(k, live)) if live else 1
@@ -402,7 +419,8 @@ class VectorIndex:
                 return self._exact_among(queries, k, allowed)
         if self._rescored_here is not None and (mapped := self._mapped_pass(allowed)):
             first, k_factor, _, exclude = mapped
-            return search_mapped(self._rescored_here, queries, k, k_factor, first, exclude)
+            parts = self._rescored_here
+            return search_mapped(parts, queries, k, k_factor, first, exclude, ranked=ranked)
         params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)

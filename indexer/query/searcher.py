@@ -538,7 +538,8 @@ class Searcher:
         """Best chunk per document, k documents; widens the chunk search until k are found."""
         fetch = min(limit, max(k * 4, 16))
         while True:
-            scores, ids = index.search(vector, fetch, allowed)
+            # ranked=k: the chunks past the k-th only widen the pool documents come from
+            scores, ids = index.search(vector, fetch, allowed, ranked=k)
             valid = ids[0] >= 0
             chunk_ids, chunk_scores = ids[0][valid], scores[0][valid]
             doc_ids = self._doc_of(chunk_ids)

@@ -123,3 +123,28 @@ def test_rescoring_rows_are_read_from_the_file_not_the_mapping(published, monkey
 
 def test_anonymous_memory_has_no_file():
     assert rescore.mapped_file(np.zeros(10).ctypes.data) is None
+
+
+def test_results_past_the_ranked_ones_add_one_candidate_each(published, monkeypatch):
+    """Asked for 40 with 10 ranked (the searcher's 4·k chunks for k documents), the base
+    rescores k_factor candidates for the 10 and one for each of the other 30, and its top 10
+    stay those of the full-depth search."""
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config)
+    seen = []
+    scores = rescore.MappedRefine.scores
+    monkeypatch.setattr(
+        rescore.MappedRefine,
+        "scores",
+        lambda self, rows, q: seen.append(len(rows)) or scores(self, rows, q),
+    )
+    queries = vectors[::301] + 0.02
+    full = index.search(queries, 40)
+    deep = sum(seen)
+    seen.clear()
+    short = index.search(queries, 40, ranked=10)
+    # k_factor 8, widened by the deleted ids' share (5 %) to 9: 40·9 against 10·9 + 30
+    assert deep > 2.5 * sum(seen)
+    overlap = [len(set(a[:10]) & set(b[:10])) / 10 for a, b in zip(full[1], short[1])]
+    assert np.mean(overlap) >= 0.95
+    assert (short[1][:, :40] >= 0).all()  # still 40 results a query
