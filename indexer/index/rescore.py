@@ -66,7 +66,7 @@ class MappedRefine:
         spinning after each call cost a served 10M query as much CPU again (22 ms wall, 44 ms
         CPU), halving the throughput of busy servers; einsum stays on this thread."""
         held = self.vectors[rows] if self.file is None else self.file.read(rows, self.vectors)
-        if self.scale is None:
+        if self.scale is None or self.offset is None:
             if held.dtype != np.float32:
                 held = held.astype(np.float32)
             return np.einsum("ij,j->i", held, query)
@@ -152,7 +152,7 @@ class FileRows:
         """`like[rows]` (the mapped view's dtype and width) read from the file."""
         width = self.width
         out = np.empty(len(rows) * width, np.uint8)
-        view = memoryview(out)
+        view = out.data  # a memoryview: preadv fills the array in place
         for i, row in enumerate(rows.tolist()):
             part = view[i * width : (i + 1) * width]
             if os.preadv(self.fd, [part], self.start + row * width) != width:

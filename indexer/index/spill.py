@@ -91,7 +91,7 @@ def stage_header(stage: faiss.Index, count: int) -> bytes:
         return flat_header(int(stage.d), int(stage.metric_type), count)
     head = bytearray(faiss.serialize_index(stage).tobytes())
     head[HEADER_N] = np.int64(count).tobytes()
-    head[-8:] = np.uint64(count * stage.code_size).tobytes()
+    head[-8:] = np.uint64(count * stage.sa_code_size()).tobytes()
     return bytes(head)
 
 
