@@ -172,8 +172,7 @@ class VectorIndex:
             batches: called once per pass; yields the same `count` vectors in the same order
                 each time (e.g. `store.vectors.iter_batches`).
             count: how many vectors the batches hold.
-            spill: a folder where the rescoring codes of an `…,RFlat` or `…,Refine(SQ…)`
-                index wait while it fills (`indexer.index.spill`; None: RAM).
+            spill: a folder where a rescoring stage's codes wait while it fills (None: RAM).
             tune_queries: encoded example queries for `auto`'s tuning (`index.tune_queries`).
         """
         dim = provenance.dim
@@ -299,24 +298,12 @@ class VectorIndex:
         self.deleted = deleted
         return True
 
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        allowed: np.ndarray | None = None,
-        ranked: int | None = None,
-    ):
+    def search(self, queries: np.ndarray, k: int, allowed=None, ranked: int | None = None):
         """Top-k chunk ids per query, optionally restricted to `allowed` ids inside FAISS.
 
         The base (less the deleted) and the delta are searched apart and their top k merged.
-
-        Args:
-            ranked: how many of the k results the caller ranks by (None: all k). A mapped base
-                rescores k_factor candidates for each of these and one for each other result
-                (`rescore.search_mapped`): the searcher asks for 4·k chunks to find k
-                documents, and rescoring 32 candidates for each of the 40 (1,280 a query) cost
-                a served 10M query more than its first pass did at nprobe 256, for the chunks
-                after the 10th, which only widen the pool that documents are grouped from.
+        `ranked`: how many of the k results the caller ranks by (None: k); a mapped base
+        rescores k_factor candidates for each, one for each other (`rescore.search_mapped`).
 
         Returns:
             (scores (q, k) float32, ids (q, k) int64); missing results have id -1.
@@ -397,9 +384,7 @@ class VectorIndex:
             self.__dict__["_mapped_delta"] = parts
         return parts
 
-    def _search_base(
-        self, queries: np.ndarray, k: int, allowed: np.ndarray | None, ranked: int | None = None
-    ):
+    def _search_base(self, queries: np.ndarray, k: int, allowed, ranked: int | None = None):
         """Top-k of the base, deleted ids left out (`allowed`: ids it stores, or others)."""
         live = self._base_live
         k = max(1, min(k, live)) if live else 1
@@ -420,7 +405,7 @@ class VectorIndex:
         if self._rescored_here is not None and (mapped := self._mapped_pass(allowed)):
             first, k_factor, _, exclude = mapped
             parts = self._rescored_here
-            return search_mapped(parts, queries, k, k_factor, first, exclude, ranked=ranked)
+            return search_mapped(parts, queries, k, k_factor, first, exclude, None, ranked)
         params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)
