@@ -5,9 +5,10 @@ pages; a mapped `…,Refine(SQ8)` one keeps 8-bit codes of them (a quarter of th
 as FAISS decodes them: `MappedRefine.scores`), `…,Refine(SQfp16)` half-precision ones. FAISS's
 `IndexRefine` reads each candidate's vector in turn, so a query whose candidates are not in the page
 cache waits on k·k_factor page faults one after another (a new query on a 1M base: ~26 ms, against
-0.4 ms once its pages are resident). Here the first pass runs alone, the candidates' pages are
-requested together (`madvise(MADV_WILLNEED)`: the kernel reads them in parallel), then the
-candidates are rescored with the same inner products: ~2 ms for a new query
+0.4 ms once its pages are resident). Here the first pass runs alone, the candidates' rows are
+requested together (`posix_fadvise`/`madvise(WILLNEED)`: the kernel reads them in parallel),
+then read from the file with `pread` (`FileRows`; through the mapping where the file cannot be
+named) and rescored with the same inner products: ~2 ms for a new query
 (`benchmarks/mapped_rescore.py`). Results equal `IndexRefine`'s up to ties.
 """
 
@@ -75,11 +76,12 @@ class MappedRefine:
         )
 
 
-def mapped_refine(index: faiss.Index, ids: np.ndarray) -> MappedRefine | None:
+def mapped_refine(index: faiss.Index, ids: np.ndarray, files: bool = True) -> MappedRefine | None:
     """The parts to rescore `index` here: an IDMap over an IndexRefine in inner product whose
     rescoring stage is float32 (`…,RFlat`), 8-bit (`Refine(SQ8)`) or half-precision
     (`Refine(SQfp16)`) codes, else None (FAISS searches it). `ids`: the IDMap's ids by
-    position (the caller holds them once)."""
+    position (the caller holds them once). `files`: look for the file under the rows
+    (`FileRows`); False for an index held in memory, which has none."""
     top = faiss.downcast_index(index)
     if not isinstance(top, faiss.IndexIDMap):
         return None
@@ -104,7 +106,8 @@ def mapped_refine(index: faiss.Index, ids: np.ndarray) -> MappedRefine | None:
         return None
     random_access(vectors)
     first = faiss.downcast_index(refine.base_index)
-    return MappedRefine(first, vectors, ids, scale, offset, FileRows.behind(vectors))
+    rows = FileRows.behind(vectors) if files else None
+    return MappedRefine(first, vectors, ids, scale, offset, rows)
 
 
 @dataclass

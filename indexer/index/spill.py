@@ -73,25 +73,21 @@ SPILLED_STAGES = (faiss.IndexFlat, faiss.IndexScalarQuantizer)
 
 
 def flat_header(dim: int, metric: int, count: int) -> bytes:
-    """The bytes FAISS writes before an `IndexFlat`'s vectors, for `count` vectors: its own
-    serialisation of an empty one with the two counts (vectors, floats) set, checked once
-    against a real one so that a change of layout fails loudly instead of writing garbage."""
-    empty = faiss.serialize_index(faiss.IndexFlat(dim, metric)).tobytes()
-    head = bytearray(empty)
-    head[HEADER_N] = np.int64(count).tobytes()
-    head[-8:] = np.uint64(count * dim).tobytes()
-    return bytes(head)
+    """The bytes FAISS writes before an `IndexFlat`'s vectors, for `count` vectors
+    (`stage_header` of an empty one)."""
+    return stage_header(faiss.IndexFlat(dim, metric), count)
 
 
 def stage_header(stage: faiss.Index, count: int) -> bytes:
     """The bytes FAISS writes before the codes of a rescoring `stage` (empty, trained: an
     IndexFlat or IndexScalarQuantizer) holding `count` vectors: its own serialisation with the
-    vector count and the codes' length set (floats for IndexFlat, bytes otherwise)."""
-    if isinstance(stage, faiss.IndexFlat):
-        return flat_header(int(stage.d), int(stage.metric_type), count)
+    vector count and the codes' length set (floats for IndexFlat, bytes otherwise), checked
+    against a real one (`_check_layout`) so that a change of layout fails loudly instead of
+    writing garbage."""
+    unit = 4 if isinstance(stage, faiss.IndexFlat) else 1  # bytes a counted element
     head = bytearray(faiss.serialize_index(stage).tobytes())
     head[HEADER_N] = np.int64(count).tobytes()
-    head[-8:] = np.uint64(count * stage.sa_code_size()).tobytes()
+    head[-8:] = np.uint64(count * stage.sa_code_size() // unit).tobytes()
     return bytes(head)
 
 

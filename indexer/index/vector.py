@@ -302,8 +302,7 @@ class VectorIndex:
         """Top-k chunk ids per query, optionally restricted to `allowed` ids inside FAISS.
 
         The base (less the deleted) and the delta are searched apart and their top k merged.
-        `ranked`: how many of the k results the caller ranks by (None: k); a mapped base
-        rescores k_factor candidates for each, one for each other (`rescore.search_mapped`).
+        `ranked`: how many of the k results the caller ranks by (`rescore.search_mapped`).
 
         Returns:
             (scores (q, k) float32, ids (q, k) int64); missing results have id -1.
@@ -379,7 +378,8 @@ class VectorIndex:
             return self.__dict__["_mapped_delta"]
         parts = None
         if has_lists(self.delta) and hasattr(self.delta, "id_map"):
-            parts = mapped_refine(self.delta, faiss.vector_to_array(self.delta.id_map))
+            ids = faiss.vector_to_array(self.delta.id_map)
+            parts = mapped_refine(self.delta, ids, files=self.delta_mapped)
         if self.delta_mapped:
             self.__dict__["_mapped_delta"] = parts
         return parts
