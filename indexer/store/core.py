@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import StoreError
+from indexer.store.lazy_views import ViewsOnDemand
 from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
     SCHEMA_VERSION,
@@ -206,13 +207,17 @@ class StoreCore:
         it per calling thread (a DuckDB connection runs one query at a time)."""
         local = self._threads
         if local is None:
-            return self._con
-        cursor = getattr(local, "cursor", None)
-        if cursor is None:
-            with self._cursor_lock:
-                cursor = local.cursor = self._con.cursor()
-                self._cursors.append(cursor)
-        return cursor
+            con = self._con
+        else:
+            con = getattr(local, "cursor", None)
+            if con is None:
+                with self._cursor_lock:
+                    con = local.cursor = self._con.cursor()
+                    self._cursors.append(con)
+        views = self._snapshot.views if self._snapshot is not None else None
+        if views is not None and views.pending:  # a snapshot's views made on first use
+            return ViewsOnDemand(con, views)  # type: ignore[return-value]
+        return con
 
     @con.setter
     def con(self, value: duckdb.DuckDBPyConnection) -> None:

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +29,7 @@ from indexer.records.versions import (
     index_root,
     version_dir,
 )
+from indexer.store.lazy_views import LazyViews
 from indexer.store.rows import SnapshotFacts
 from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
 
@@ -52,6 +54,7 @@ class Snapshot:
         hold: the file whose shared lock keeps the version's segments on disk (None for a
             legacy snapshot, whose file stays readable once open).
         manifest: the segments' manifest (None for a legacy snapshot).
+        views: the views not created yet (None for a legacy snapshot).
     """
 
     con: duckdb.DuckDBPyConnection
@@ -59,6 +62,7 @@ class Snapshot:
     path: Path
     hold: IO[bytes] | None = None
     manifest: dict[str, Any] | None = None
+    views: LazyViews | None = None
 
     def release(self) -> None:
         """Give up the lock; the writer's next collection may then remove the segments."""
@@ -163,32 +167,60 @@ def _open_segments(store_dir: Path, version: str) -> Snapshot | None:
             hold.close()
             return None
         manifest = json.loads(hold.read())
-        con = views_connection(segments_dir(store_dir), manifest)
+        con, views = views_connection(
+            segments_dir(store_dir),
+            manifest,
+            lambda exc: _damaged(store_dir, manifest_file, exc),
+        )
     except (OSError, ValueError, duckdb.Error) as exc:
         hold.close()
         raise _damaged(store_dir, manifest_file, exc) from None
-    return Snapshot(con, version, manifest_file, hold, manifest)
+    return Snapshot(con, version, manifest_file, hold, manifest, views)
 
 
-def views_connection(folder: Path, manifest: dict[str, Any]) -> duckdb.DuckDBPyConnection:
+def views_connection(
+    folder: Path, manifest: dict[str, Any], damaged: Callable[[Exception], Exception]
+) -> tuple[duckdb.DuckDBPyConnection, LazyViews]:
     """An in-memory DuckDB in which each table of `manifest` is a view of the same name and
-    column types over its segments in `folder`, tombstoned rows left out.
+    column types over its segments in `folder`, tombstoned rows left out; the views of
+    tables with segments are created when a query first names them (`lazy_views`), the
+    others (no rows, no file to read) at once.
 
     Raises:
-        duckdb.Error: a segment file is missing or not Parquet (views bind on creation).
+        OSError: a segment file is missing, or does not end like a Parquet file.
     """
+    for table in manifest["tables"].values():
+        for segment in table["segments"]:
+            for name in (segment["rows"], segment["dead"]):
+                if name:
+                    _check_parquet_tail(folder / name)
     spill = os.path.join(tempfile.gettempdir(), f"bertindex-reader-{os.getpid()}")
     con = duckdb.connect(
         ":memory:", config={"memory_limit": READER_MEMORY_LIMIT, "temp_directory": spill}
     )
+    pending = {}
     try:
         con.execute("SET parquet_metadata_cache = true")  # segments never change in place
         for name, table in manifest["tables"].items():
-            con.execute(f'CREATE VIEW "{name}" AS {view_sql(folder, table)}')
+            if any(s["rows"] for s in table["segments"]):
+                pending[name] = view_sql(folder, table)
+            else:
+                con.execute(f'CREATE VIEW "{name}" AS {view_sql(folder, table)}')
     except BaseException:
         con.close()
         raise
-    return con
+    return con, LazyViews(pending, damaged)
+
+
+def _check_parquet_tail(path: Path) -> None:
+    """Raise OSError unless `path` ends with Parquet's footer magic (a truncated or
+    overwritten segment; the rest of a check would read its footer, what `lazy_views`
+    defers)."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        tail = os.pread(fh.fileno(), 4, size - 4) if size >= 12 else b""
+    if tail != b"PAR1":
+        raise OSError(f"{path.name} is not a whole Parquet file ({size} bytes)")
 
 
 def parquet_list(folder: Path, names: list[str]) -> str:

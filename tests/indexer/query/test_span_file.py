@@ -86,10 +86,19 @@ def test_searches_map_the_base_spans_and_read_only_newer_chunks(
     def whole_map(self):
         raise AssertionError("the whole chunk map was read")
 
+    asked = []
+    by_id = Vectors.chunk_spans
+
+    def only_newer(self, chunk_ids):  # a one-off search asks the store for these ids only
+        asked.extend(int(i) for i in chunk_ids)
+        return by_id(self, chunk_ids)
+
     with monkeypatch.context() as patch:  # the file stands in for every read of the map
         patch.setattr(Vectors, "chunk_span_map", whole_map)
-        patch.setattr(Vectors, "chunk_spans", whole_map)
+        patch.setattr(Vectors, "chunk_spans", only_newer)
         assert ranked(tiny_config, QUERIES) == with_file
+    base_last = int(read_spans(first)[0][-1])
+    assert asked and all(i > base_last for i in asked)  # n1's chunk, newer than the base
 
     good = first.read_bytes()
     first.write_bytes(b"damaged")  # a damaged file: read as a store without one
