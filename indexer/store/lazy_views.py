@@ -38,29 +38,33 @@ class LazyViews:
     """The views not created yet, by table name, and their creation.
 
     Args:
-        pending: table name -> the SELECT its view runs.
+        tables: every table of the snapshot (views made or not).
+        pending: table name -> the SELECT its view runs, for the views not made yet.
         damaged: turns a DuckDB error creating a view into the error to raise.
     """
 
-    def __init__(self, pending: dict[str, str], damaged: Callable[[Exception], Exception]):
+    def __init__(
+        self, tables: list[str], pending: dict[str, str], damaged: Callable[[Exception], Exception]
+    ):
+        self.tables = set(tables)
         self.pending = dict(pending)
         self._damaged = damaged
         self._lock = threading.Lock()
-        names = "|".join(re.escape(name) for name in sorted(pending, key=len, reverse=True))
-        self._names = re.compile(rf"\b({names})\b", re.IGNORECASE) if pending else None
+        names = "|".join(re.escape(name) for name in sorted(tables, key=len, reverse=True))
+        self._names = re.compile(rf"\b({names})\b", re.IGNORECASE) if tables else None
 
     def ensure(self, con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> None:
         """Create, through `con`, the views `sql` (and its string `params`) name that do not
-        exist yet; a catalog query that names none creates them all."""
+        exist yet; a catalog query that names no table creates them all."""
         if not self.pending or self._names is None:
             return
-        wanted = {name.lower() for name in self._names.findall(sql)}
+        named = {name.lower() for name in self._names.findall(sql)}
         if isinstance(params, (list, tuple)):
-            wanted.update(p for p in params if isinstance(p, str) and p in self.pending)
-        if not wanted and _CATALOG.search(sql):
-            wanted = set(self.pending)
-        if wanted & set(self.pending):
-            self.create(con, wanted)
+            named.update(p for p in params if isinstance(p, str) and p in self.tables)
+        if not named and _CATALOG.search(sql):
+            named = set(self.pending)
+        if named & self.pending.keys():
+            self.create(con, named)
 
     def create(self, con: duckdb.DuckDBPyConnection, names: set[str]) -> None:
         with self._lock:  # another thread's cursor may be creating the same view

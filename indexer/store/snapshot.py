@@ -168,9 +168,7 @@ def _open_segments(store_dir: Path, version: str) -> Snapshot | None:
             return None
         manifest = json.loads(hold.read())
         con, views = views_connection(
-            segments_dir(store_dir),
-            manifest,
-            lambda exc: _damaged(store_dir, manifest_file, exc),
+            segments_dir(store_dir), manifest, lambda exc: _damaged(store_dir, manifest_file, exc)
         )
     except (OSError, ValueError, duckdb.Error) as exc:
         hold.close()
@@ -209,7 +207,7 @@ def views_connection(
     except BaseException:
         con.close()
         raise
-    return con, LazyViews(pending, damaged)
+    return con, LazyViews(list(manifest["tables"]), pending, damaged)
 
 
 def _check_parquet_tail(path: Path) -> None:
