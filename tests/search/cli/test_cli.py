@@ -4,6 +4,8 @@ One Prefect flow run (the `index` command) per session, under Prefect's test har
 """
 
 import json
+import subprocess
+import sys
 
 import click
 import numpy as np
@@ -181,6 +183,38 @@ def test_exit_codes(cli_store, tmp_path):
     bad.write_text("model:\n  nmae: x\n")
     result = runner.invoke(main, ["search", "cat", "--config", str(bad)])
     assert result.exit_code == 1 and "unknown key 'model.nmae'" in result.stderr
+
+
+def test_the_console_script_answers_in_full_then_exits_at_once(cli_store, tmp_path):
+    """`bertindex` runs `search.cli.main:run`: a local search's whole answer reaches a pipe
+    before the process ends without its teardown; errors keep their exit codes."""
+    from importlib.metadata import entry_points
+
+    [script] = [e for e in entry_points(group="console_scripts") if e.name == "bertindex"]
+    assert script.value == "search.cli.main:run"
+    config, _ = cli_store
+    command = [sys.executable, "-m", "search.cli.main", "search"]
+    done = subprocess.run(
+        [*command, "the cat sat on the mat", "--config", str(config), "--json", "-k", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    inline = CliRunner().invoke(
+        main, ["search", "the cat sat on the mat", "--config", str(config), "--json", "-k", "3"]
+    )
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == [
+        json.loads(line)["id"] for line in inline.stdout.splitlines()
+    ]
+    assert len(done.stdout.splitlines()) == 3
+    missing = subprocess.run(
+        [*command, "cat", "--config", str(config), "--store", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 1 and "no store" in missing.stderr
 
 
 def test_index_vectors_imports_and_names_a_bad_file(tmp_path, tiny_model_dir, prefect_api):
