@@ -206,14 +206,14 @@ class StoreCore:
         """The DuckDB connection: the one opened, or after `share_across_threads` a cursor of
         it per calling thread (a DuckDB connection runs one query at a time)."""
         local = self._threads
-        if local is None:
-            con = self._con
-        else:
-            con = getattr(local, "cursor", None)
-            if con is None:
+        con: duckdb.DuckDBPyConnection = self._con
+        if local is not None:
+            cursor = getattr(local, "cursor", None)
+            if cursor is None:
                 with self._cursor_lock:
-                    con = local.cursor = self._con.cursor()
-                    self._cursors.append(con)
+                    cursor = local.cursor = self._con.cursor()
+                    self._cursors.append(cursor)
+            con = cursor
         views = self._snapshot.views if self._snapshot is not None else None
         if views is not None and views.pending:  # a snapshot's views made on first use
             return ViewsOnDemand(con, views)  # type: ignore[return-value]
