@@ -5,8 +5,11 @@ segments removed) but without a FAISS file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -41,6 +44,16 @@ def add(
     added, removed = store.documents.write_batch(collection, rows, [], [], chunks, [], "run1")
     assert removed == []
     return doc_ids, added, chunks
+
+
+@contextlib.contextmanager
+def store_with_docs(path: Path, n: int) -> Iterator[Store]:
+    """A writable store at `path` holding `n` documents `e0`, `e1`, ... of collection `docs`
+    (one chunk each, random vectors)."""
+    with Store(path) as s:
+        s.vectors.set_provenance(PROVENANCE)
+        add(s, "docs", [record(f"e{i}", f"text {i}", lang="en", n=i) for i in range(n)])
+        yield s
 
 
 def publish(store: Store) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from store_kit import PROVENANCE, add, publish, record
+from store_kit import publish, store_with_docs
 
 from indexer.errors import StoreError
 from indexer.store import Store
@@ -19,9 +19,7 @@ N = 40
 
 @pytest.fixture
 def published(tmp_path):
-    with Store(tmp_path / "s") as s:
-        s.vectors.set_provenance(PROVENANCE)
-        add(s, "docs", [record(f"e{i}", f"text {i}", lang="en", n=i) for i in range(N)])
+    with store_with_docs(tmp_path / "s", N) as s:
         publish(s)
         live = {
             table: s.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]

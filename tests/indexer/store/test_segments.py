@@ -12,7 +12,7 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from store_kit import PROVENANCE, add, publish, record
+from store_kit import add, publish, record, store_with_docs
 
 from indexer.records.versions import MANIFEST_FILE, SNAPSHOT_FILE, index_root, write_pointer
 from indexer.store import Store, row_pack, segment_problems
@@ -24,9 +24,7 @@ N = 50
 
 @pytest.fixture
 def store(tmp_path):
-    with Store(tmp_path / "s") as s:
-        s.vectors.set_provenance(PROVENANCE)
-        add(s, "docs", [record(f"e{i}", f"text {i}", lang="en", n=i) for i in range(N)])
+    with store_with_docs(tmp_path / "s", N) as s:
         yield s
 
 
