@@ -57,6 +57,21 @@ def ranked(config, queries) -> list[list[tuple]]:
         ]
 
 
+def ranked_long(config, queries, rounds: int = 3) -> list[list[tuple]]:
+    """`ranked` from one searcher asked every query `rounds` times (past MAP_AFTER searches,
+    it holds the whole map); the last round's hits."""
+    with Searcher.open(config) as searcher:
+        for _ in range(rounds):
+            out = [
+                [
+                    (h.id, h.chunk_start, h.chunk_end, round(h.score, 5))
+                    for h in searcher.search(q, 5, mode="dense")
+                ]
+                for q in queries
+            ]
+        return out
+
+
 QUERIES = ["the cat sat on the mat", "gzip a file", "a brand new text about trains", "river"]
 
 
@@ -82,6 +97,7 @@ def test_searches_map_the_base_spans_and_read_only_newer_chunks(
     assert base_of(tiny_config) == first.name.replace(".spans.npy", ".faiss")
     with_file = ranked(tiny_config, QUERIES)
     assert with_file[2][0][0] == "n1"  # a chunk newer than the base's map is found
+    assert ranked_long(tiny_config, QUERIES) == with_file  # the held map: base file + newer
 
     def whole_map(self):
         raise AssertionError("the whole chunk map was read")
@@ -124,3 +140,10 @@ def test_searches_map_the_base_spans_and_read_only_newer_chunks(
     assert not first.exists() and not first.with_name("v1.faiss").exists()  # gone together
     assert read_spans(second) is not None
     assert ranked(config, QUERIES[:3])[2][0][0] == "n1"
+
+    def nothing_is_newer(self, last):
+        raise AssertionError("chunks after the base read for an index without a delta")
+
+    with monkeypatch.context() as patch:  # no delta: the base's file is the whole map
+        patch.setattr(Vectors, "chunk_spans_after", nothing_is_newer)
+        assert ranked_long(config, QUERIES[:3])[2][0][0] == "n1"
