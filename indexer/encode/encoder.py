@@ -166,6 +166,13 @@ class Encoder:
             self.path.reason,
         )
 
+    def release(self) -> None:
+        """Free the model's weights; this encoder cannot encode afterwards (see
+        `OnnxEncoder.release`), and `load_encoder` forgets the encoders it kept, so that a
+        later load gets a working one."""
+        self.model = None
+        load_encoder.cache_clear()
+
     def calibrate(self, model, passages: int = 32) -> None:
         """Run `model` over a fixed sample of Python standard-library docstrings (present on
         every machine), the calibration of the smoothed int8 variants."""

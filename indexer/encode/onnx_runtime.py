@@ -122,6 +122,12 @@ class OnnxEncoder:
             str(self.model_file), options, providers=["CPUExecutionProvider"]
         )
 
+    def release(self) -> None:
+        """Free the sessions (the weights); this encoder cannot encode afterwards. For a
+        process that loaded it only to look (`serve`'s supervisor, whose app's routes outlive
+        it in FastAPI's caches)."""
+        self.session = self._single = None
+
     @contextlib.contextmanager
     def _pick_session(self):
         """The session for this call: alone, the multi-thread one (5.6 ms a SciFact query on

@@ -35,6 +35,10 @@ class QueryEncoder(Protocol):
         """`model.query_prompt` + each query, one (len(queries), dim) float32 row each."""
         ...
 
+    def release(self) -> None:
+        """Free the weights; the encoder cannot encode afterwards."""
+        ...
+
     # what `indexer.encode.embed` needs to encode texts as the index run encodes documents
     @property
     def document_prefix(self) -> list[int]:

@@ -3,10 +3,12 @@ in the version's provenance, equal to the torch encoder (fp32) on ids, order and
 by a CLI search that never imports torch, and replaced by torch with one stderr line when the
 export is missing or changed; its int8 twin (`onnx-int8`), made once and checked likewise."""
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +101,14 @@ def test_onnx_search_equals_torch_fp32(exported_store):
                 y = slow.search(q, 5, mode=mode)
                 assert [h.id for h in x] == [h.id for h in y], (mode, q)
                 assert np.allclose([h.score for h in x], [h.score for h in y], atol=1e-4)
+        # `release` frees the weights even while something still holds the encoder (as the
+        # routes of `serve`'s supervisor hold it): the session and the model are collected
+        held = (fast.encoder, slow.encoder)
+        weights = [weakref.ref(fast.encoder.session), weakref.ref(slow.encoder.model)]
+        for encoder in held:
+            encoder.release()
+        gc.collect()
+        assert [w() for w in weights] == [None, None]
 
 
 def test_overlapping_calls_take_the_one_thread_session(exported_store):
