@@ -208,10 +208,7 @@ def serve(
     # read into memory is 1.1 GB at 10M) — the app's closures hold the searcher in a cycle
     # that only the collector frees, and the heap returns freed blocks only when trimmed
     searcher = app.app.state.searcher
-    searcher.store.close()
-    searcher.index = None
-    if searcher._encoder is not None:  # the app's routes hold it on (FastAPI's caches): free
-        searcher._encoder.release()  # its weights (44 MB at 10M with the 0-layer export)
+    searcher.release()  # its encoder too: the app's routes hold that on (FastAPI's caches)
     del app, searcher
     gc.collect()
     _trim_heap()

@@ -109,6 +109,16 @@ class Searcher:
         if self._owns_store:
             self.store.close()
 
+    def release(self) -> None:
+        """Free what this searcher loaded and close its store, for a process that opened it
+        only to look (`serve`'s supervisor, whose app's routes outlive it in FastAPI's caches
+        and so hold the encoder on): the index is dropped and the encoder's weights freed;
+        it cannot search afterwards."""
+        self.store.close()
+        self.index = None
+        if self._encoder is not None:
+            self._encoder.release()
+
     def __enter__(self) -> Searcher:
         return self
 
@@ -484,15 +494,15 @@ class Searcher:
             table = self._base_spans
             if table is None:
                 self._chunk_map = SpanMap([self.store.vectors.chunk_span_map()])
-            elif self.index is not None and not self.index.delta.ntotal:
-                # every chunk the index returns is in its base's file: reading the chunks
-                # added since (none) scanned the chunks view and left DuckDB holding its
-                # segments' metadata, ~40 MB in each server process at 10M
-                self._chunk_map = SpanMap([tuple(table)])
             else:
-                last = int(table[0][-1]) if table.shape[1] else -1
-                newer = self.store.vectors.chunk_spans_after(last)
-                self._chunk_map = SpanMap([tuple(table), newer])
+                parts = [tuple(table)]
+                # only an index with a delta returns chunks newer than its base's file (the
+                # read scans the chunks view, and DuckDB then holds its segments' metadata:
+                # ~40 MB in each server process at 10M)
+                if self.index is not None and self.index.delta.ntotal:
+                    last = int(table[0][-1]) if table.shape[1] else -1
+                    parts.append(self.store.vectors.chunk_spans_after(last))
+                self._chunk_map = SpanMap(parts)
         return self._chunk_map
 
     @functools.cached_property
@@ -519,10 +529,10 @@ class Searcher:
             # every chunk added since the base cost a one-off search ~40 ms at 10M (a scan
             # over the chunks view's segment footers)
             parts = [] if base is None else [tuple(base)]
-            missing = ~SpanMap(parts).lookup(chunk_ids)[3]
-            if missing.any():
-                parts.append(self.store.vectors.chunk_spans(chunk_ids[missing]))
             docs, starts, ends, found = SpanMap(parts).lookup(chunk_ids)
+            if not found.all():
+                parts.append(self.store.vectors.chunk_spans(chunk_ids[~found]))
+                docs, starts, ends, found = SpanMap(parts).lookup(chunk_ids)
         else:
             docs, starts, ends, found = self._map().lookup(chunk_ids)
         if not found.all():

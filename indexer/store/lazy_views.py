@@ -3,14 +3,14 @@
 Creating a view binds it, and binding `read_parquet` reads its first segment's Parquet footer:
 at 10M documents the documents, chunks and vectors footers (row groups of 2,048 rows: 3-6.5 MB
 each) cost every reader ~120 ms at open, before its first query (AMD EPYC, 2026-12-06). A
-one-off search names two of the 17 tables (`meta`, and `chunks` only for chunks added since
-the index's base), so each view waits for the first query whose SQL names its table.
+one-off search names one of the 17 tables (`meta`), so each view waits for the first query
+whose SQL names its table.
 
 The order of a view's segments is kept: DuckDB estimates a multi-file scan as the first file's
 rows times the files, so putting a small segment first to bind faster would skew its plans.
 
-Which tables a query names is read from its text: a word equal to a pending table's name
-(quoted or not, any case), or a string parameter equal to one, creates that view; a catalog
+Which tables a query names is read from its text: a word equal to a table's name (quoted
+or not, any case), or a string parameter equal to one, creates that view; a catalog
 query (`information_schema`, `duckdb_tables()`, `SHOW`, `DESCRIBE`, `PRAGMA`) that names no
 table creates them all (`WHERE table_name = 'meta'` creates `meta` only). A false match (a
 column named like a table) only creates a view early. Damage found then is the error opening the
