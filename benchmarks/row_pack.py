@@ -2,7 +2,9 @@
 groups of its Parquet (`indexer.store.segment_fetch`), on a store's current version: random
 sets of `--hits` doc ids, alternating rounds, one thread; the rows must be equal. Writes the
 packs the store lacks first (what its next publish would do), and reports their size beside
-the Parquet's.
+the Parquet's. A third contender reads the packs through a mapping (as before they were read
+with `pread`): its time, and how much of the packs the process holds mapped after its rounds
+(`/proc/self/smaps` Rss of the pack files; the `pread` reader maps none).
 
     .venv/bin/python benchmarks/row_pack.py --store DIR/store \\
         --out benchmarks/results/row_pack_10m_intel.json
@@ -12,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
 from machine import machine, write_json
 
 from indexer.store import Store, row_pack, segment_fetch
@@ -48,6 +53,12 @@ def main() -> None:
     plain = segment_fetch.RowLookup(where, table, "doc_id")
     for part in plain._parts:
         part.pack = None  # the Parquet path
+    mapped = segment_fetch.RowLookup(where, table, "doc_id")
+    for part in mapped._parts:
+        if part.pack is not None:
+            part.pack.reader = ipc.open_file(
+                pa.memory_map(str(part.path.with_name(row_pack.pack_name(part.path.name))))
+            )
     top = int(max(p.highs.max() for p in packed._parts))
     rng = np.random.default_rng(0)
     sets = [rng.integers(1, top + 1, args.hits).tolist() for _ in range(args.fetches + 50)]
@@ -55,8 +66,8 @@ def main() -> None:
         assert sorted(packed.fetch(ids, DOCUMENT_HIT_COLUMNS)) == sorted(
             plain.fetch(ids, DOCUMENT_HIT_COLUMNS)
         )
-    ms: dict[str, list[float]] = {"pack": [], "parquet": []}
-    pairs = [("pack", packed), ("parquet", plain)]
+    ms: dict[str, list[float]] = {"pack": [], "parquet": [], "pack_mapped": []}
+    pairs = [("pack", packed), ("parquet", plain), ("pack_mapped", mapped)]
     for round_ in range(args.rounds):
         for name, lookup in pairs if round_ % 2 == 0 else pairs[::-1]:
             started = time.perf_counter()
@@ -73,9 +84,23 @@ def main() -> None:
         **sizes,
         "ms_per_fetch": ms,
         "ratio_parquet_over_pack": round(min(ms["parquet"]) / min(ms["pack"]), 1),
+        "ratio_mapped_over_pack": round(min(ms["pack_mapped"]) / min(ms["pack"]), 2),
+        "pack_mb_mapped_after": mapped_mb(row_pack.SUFFIX),
     }
     print(json.dumps(result["ms_per_fetch"]), result["ratio_parquet_over_pack"])
     write_json(args.out, result)
+
+
+def mapped_mb(suffix: str) -> float:
+    """MB of files ending in `suffix` that this process holds mapped (smaps Rss)."""
+    kb, current = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head[0]):
+            current = head[-1].endswith(suffix)
+        elif current and line.startswith("Rss:"):
+            kb += int(head[1])
+    return round(kb / 1024, 1)
 
 
 if __name__ == "__main__":

@@ -404,6 +404,7 @@ def memory_of(root: int) -> dict:
             sums[key] += int(fields.get(key, 0))
     return {
         "processes": len(pids),
+        "pss_by_file_mb": pss_by_file(pids),
         "pss_mb": round(sums["Pss"] / 1024, 1),
         "rss_sum_mb": round(sums["Rss"] / 1024, 1),
         # of Pss: the processes' own memory, and the mapped files' pages they touched (page
@@ -411,6 +412,27 @@ def memory_of(root: int) -> dict:
         "pss_anon_mb": round(sums["Pss_Anon"] / 1024, 1),
         "pss_file_mb": round(sums["Pss_File"] / 1024, 1),
     }
+
+
+def pss_by_file(pids: list[int], top: int = 12) -> dict:
+    """Pss summed over `pids` by what is mapped (files grouped like `disk_by_part`: a content
+    hash becomes `*`; anonymous memory as `[anon]`), the largest `top` parts in MB."""
+    sums: dict[str, int] = {}
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps").read_text()
+        except OSError:
+            continue
+        name = "[anon]"
+        for line in text.splitlines():
+            head = line.split(None, 5)
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                path = head[5].strip() if len(head) == 6 else ""
+                name = re.sub(HASH, "*", Path(path).name) if path.startswith("/") else "[anon]"
+            elif line.startswith("Pss:"):
+                sums[name] = sums.get(name, 0) + int(line.split()[1])
+    ranked = sorted(sums.items(), key=lambda item: -item[1])[:top]
+    return {name: round(kb / 1024, 1) for name, kb in ranked}
 
 
 def free_port() -> int:

@@ -7,7 +7,17 @@ column reader each, ~70 µs a chunk plus ~0.35 ms for a group's 2,048 texts), 7-
 at 1M and at 10M documents, a third of a served query (`benchmarks/row_pack.py`). The pack is
 the same rows in the same order, one record batch per Parquet row group, the columns of
 `PACKED` only (a documents segment: ~180 bytes a row, 1.8 GB at 10M beside the 0.76 GB of its
-zstd Parquet); a batch of the mapped file is a zero-copy view, so a hit costs a page or two.
+zstd Parquet); a hit costs one read of its batch, already decoded.
+
+The pack is read with `pread` (`pa.OSFile`), not mapped. Through a mapping each hit's batch left
+its pages, and by the kernel's fault-around up to 15 neighbours of each, mapped into the
+process: at 10M, ~1,400 served queries left 1.0 GB of the pack counted in the servers' Pss
+(`benchmarks/scale.py`'s `pss_by_file_mb`), heading for the whole 1.7 GB file in each long-running
+process's page tables. A read copies a batch (~370 KB) out of the shared page cache instead:
+a fetch of 10 random hits at 10M takes 2.6-3.2 ms against 1.6-1.9 ms through the mapping,
+warm (AMD EPYC, `benchmarks/row_pack.py`, results/row_pack_pread_10m_amd.json): ~1 ms of a
+served query for 1-1.7 GB less mapped into each server. Unmapping after each fetch
+(`madvise(MADV_DONTNEED)`) was as slow as reading and stranger.
 
 Derived data: `<table>-<seq>.pack.arrow` beside `<table>-<seq>.parquet`, written by the publish
 (`write_missing`, which also writes the packs an older store or a killed publish lacks, once)
@@ -83,7 +93,7 @@ def write_pack(parquet: Path, key: str, columns: tuple[str, ...]) -> Path:
 
 
 class RowPack:
-    """A mapped pack: `batch(g)` is row group g's rows (zero-copy); `lows`, `highs` and
+    """An open pack: `batch(g)` is row group g's rows (one `pread`); `lows`, `highs` and
     `sizes` each batch's key range and rows.
 
     Raises:
@@ -91,7 +101,7 @@ class RowPack:
     """
 
     def __init__(self, path: Path):
-        self.reader = ipc.open_file(pa.memory_map(str(path)))
+        self.reader = ipc.open_file(pa.OSFile(str(path)))  # pread: thread-safe, nothing mapped
         self.schema = self.reader.schema
         meta = self.schema.metadata or {}
         if RANGES not in meta:
