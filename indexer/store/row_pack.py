@@ -27,6 +27,12 @@ with one that does not match its Parquet's row groups, reads the Parquet as befo
 The pack's schema metadata also holds each batch's key range (`RANGES`), so a reader finds the
 batches of its keys without the Parquet footer's per-group statistics (~0.13 s a cold start
 at 10M, read through pyarrow's per-group objects).
+
+A batch holds at most `BATCH_ROWS` rows of one row group (a group of 2,048 rows is 8 batches),
+and the ranges say which group each came from: a hit reads its 256 rows (~46 KB at 10M), not
+its whole group's 2,048 (~370 KB), and a read of columns the pack lacks still finds its Parquet
+groups. Packs written one batch a group (before `BATCH_ROWS`; their ranges have 3 rows) are
+read as such and rewritten by the next publish (`write_missing`).
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ from indexer.store.snapshot import HASH, SEG
 log = logging.getLogger(__name__)
 
 SUFFIX = ".pack.arrow"
-RANGES = b"bertindex.key_ranges"  # int64 (3, batches): each batch's lowest, highest key, rows
+# int64 (4, batches): each batch's lowest and highest key, rows, and the row group it is from
+RANGES = b"bertindex.key_ranges"
+BATCH_ROWS = 256
 # table -> (key, the columns packed): what `Reads.fetch_documents` asks of a hit
 PACKED: dict[str, tuple[str, tuple[str, ...]]] = {
     "documents": ("doc_id", ("doc_id", "collection", "external_id", "title", "text", "metadata"))
@@ -60,41 +68,48 @@ def pack_name(rows_name: str) -> str:
 
 
 def write_pack(parquet: Path, key: str, columns: tuple[str, ...]) -> Path:
-    """Write the pack of `parquet` (its `columns`, `_h` and `_seg`, one batch per row group):
-    a temporary name, fsynced, renamed. Reads one row group at a time (constant memory): the
-    key column first, for the key ranges the schema carries, then the packed columns."""
+    """Write the pack of `parquet` (its `columns`, `_h` and `_seg`, each row group in batches
+    of `BATCH_ROWS`): a temporary name, fsynced, renamed. Reads one row group at a time
+    (constant memory): the key column first, for the key ranges the schema carries, then the
+    packed columns."""
     source = pq.ParquetFile(parquet, memory_map=True, pre_buffer=False)
     wanted = list(dict.fromkeys([key, *columns, HASH, SEG]))
     groups = source.metadata.num_row_groups
-    ranges = np.zeros((3, groups), np.int64)
+    ranges = []
     for group in range(groups):
         keys = source.read_row_group(group, columns=[key], use_threads=False)[key]
         if not len(keys):
             raise ValueError(f"{parquet.name}: row group {group} is empty")
         keys = keys.to_numpy(zero_copy_only=False)
-        ranges[:, group] = keys.min(), keys.max(), len(keys)
+        for start in range(0, len(keys), BATCH_ROWS):
+            part = keys[start : start + BATCH_ROWS]
+            ranges.append((part.min(), part.max(), len(part), group))
+    table_ranges = np.array(ranges, np.int64).T.copy()
     schema = source.schema_arrow
     schema = pa.schema([schema.field(name) for name in wanted])
     target = parquet.with_name(pack_name(parquet.name))
     tmp = target.with_name(f".tmp-{target.name}")
-    batches = 0
-    with ipc.new_file(tmp, schema.with_metadata({RANGES: ranges.tobytes()})) as sink:
+    sizes = []
+    with ipc.new_file(tmp, schema.with_metadata({RANGES: table_ranges.tobytes()})) as sink:
         for group in range(groups):
             table = source.read_row_group(group, columns=wanted, use_threads=False)
-            for batch in table.combine_chunks().to_batches():
-                sink.write_batch(batch)
-                batches += 1
-    if batches != groups:  # a group split in two batches: keep the Parquet path
+            table = table.combine_chunks()
+            for start in range(0, table.num_rows, BATCH_ROWS):
+                for batch in table.slice(start, BATCH_ROWS).to_batches():
+                    sink.write_batch(batch)
+                    sizes.append(batch.num_rows)
+    if sizes != table_ranges[2].tolist():  # a slice split in two: keep the Parquet path
         tmp.unlink(missing_ok=True)
-        raise ValueError(f"{parquet.name}: {groups} row groups, {batches} batches")
+        raise ValueError(f"{parquet.name}: batches of {sizes[:5]}… rows, not as ranged")
     fsync_file(tmp)
     os.replace(tmp, target)
     return target
 
 
 class RowPack:
-    """An open pack: `batch(g)` is row group g's rows (one `pread`); `lows`, `highs` and
-    `sizes` each batch's key range and rows.
+    """An open pack: `batch(b)` is its batch b (one `pread`); `lows`, `highs`, `sizes` and
+    `groups` each batch's key range, rows and Parquet row group; `current`: written in batches
+    of `BATCH_ROWS` (else one batch a group).
 
     Raises:
         ValueError: the file is not a pack (no key ranges, batches and ranges disagree).
@@ -107,17 +122,18 @@ class RowPack:
         if RANGES not in meta:
             raise ValueError(f"{path.name}: no key ranges")
         ranges = np.frombuffer(meta[RANGES], np.int64)
-        if len(ranges) != 3 * self.reader.num_record_batches:
-            raise ValueError(
-                f"{path.name}: {len(ranges) // 3} key ranges for "
-                f"{self.reader.num_record_batches} batches"
-            )
-        self.lows, self.highs, self.sizes = ranges.reshape(3, -1)
+        batches = self.reader.num_record_batches
+        self.current = len(ranges) == 4 * batches
+        if not self.current and len(ranges) != 3 * batches:
+            raise ValueError(f"{path.name}: key ranges {len(ranges)} long for {batches} batches")
+        ranges = ranges.reshape(-1, batches)
+        self.lows, self.highs, self.sizes = ranges[:3]
+        self.groups = ranges[3] if self.current else np.arange(batches, dtype=np.int64)
         self.rows = int(self.sizes.sum())
         self.columns = set(self.schema.names)
 
-    def batch(self, group: int) -> pa.RecordBatch:
-        return self.reader.get_batch(group)
+    def batch(self, number: int) -> pa.RecordBatch:
+        return self.reader.get_batch(number)
 
     def keys(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """Every row's `key`, in file order, and each batch's rows."""
@@ -150,9 +166,20 @@ def open_pack(parquet: Path, rows: int) -> RowPack | None:
     return pack
 
 
+def _current(path: Path) -> bool:
+    """Whether `path` is a pack in batches of `BATCH_ROWS` (reads its footer only)."""
+    if not path.is_file():
+        return False
+    try:
+        return RowPack(path).current
+    except (OSError, ValueError, pa.ArrowException):
+        return False  # written again
+
+
 def write_missing(where: Path, manifest: dict[str, Any]) -> list[str]:
     """Write the pack of every rows segment of a `PACKED` table in `manifest` that has none
-    (a new segment, or one an older store or a killed publish left without). A pack that
+    (a new segment, or one an older store or a killed publish left without) or has one of
+    a group a batch (`RowPack.current`; readers holding it keep reading it). A pack that
     cannot be written is logged and skipped: readers use the Parquet. Returns the packs
     written."""
     written = []
@@ -162,7 +189,7 @@ def write_missing(where: Path, manifest: dict[str, Any]) -> list[str]:
             continue
         for segment in entry["segments"]:
             rows = segment["rows"]
-            if not rows or (where / pack_name(rows)).is_file():
+            if not rows or _current(where / pack_name(rows)):
                 continue
             try:
                 written.append(write_pack(where / rows, key, columns).name)

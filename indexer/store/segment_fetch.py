@@ -7,7 +7,7 @@ cost grows with the store (benchmarks/row_groups.py). This reads each segment's 
 ranges once (the Parquet footer, ~50 ms for 10M rows), then for a fetch decodes only the row
 groups whose range holds a wanted key, with pyarrow over the mapped file: the cost grows with
 the hits, not the store. Where the segment has a row pack (`indexer.store.row_pack`), the
-groups' rows are zero-copy batches of it, nothing decoded: 7-9 -> ~1 ms a fetch of 10 hits.
+groups' rows are batches read from it, nothing decoded: 7-9 -> ~1 ms a fetch of 10 hits.
 
 Visibility is the views' rule (`snapshot.visible_sql`): a row of segment s is hidden by a
 tombstone with its `_h` in a later segment. The tombstones are read once (16 bytes each).
@@ -46,9 +46,10 @@ class _Part:
     100,000-row segment's 49 groups (22 ms a search at 10M with 1 % changed); its keys say
     exactly which groups hold a hit.
 
-    With a row pack (`indexer.store.row_pack`: the same rows uncompressed, mapped, one batch a
-    group) the groups' rows are read from it without decoding, and its recorded key ranges
-    stand in for the footer's statistics: the Parquet is opened only for columns it lacks."""
+    With a row pack (`indexer.store.row_pack`: the same rows uncompressed, in batches of at
+    most `row_pack.BATCH_ROWS` rows of one group) the rows are read from it without decoding,
+    a batch at a time, and its batches' recorded key ranges stand in for the footer's
+    statistics: the Parquet is opened only for columns the pack lacks."""
 
     def __init__(self, path: Path, key: str, rows: int):
         self.path, self.key = path, key
@@ -92,12 +93,13 @@ class _Part:
         return self._file
 
     def read(self, groups: np.ndarray, columns: list[str], wanted: np.ndarray) -> pa.Table:
-        """The rows of row groups `groups` whose key is in `wanted`, `columns` of them: from
-        the pack when it holds them all (zero-copy batches), else decoded from the Parquet."""
+        """The rows of `groups` (the pack's batches where there is a pack, else row groups)
+        whose key is in `wanted`, `columns` of them: from the pack when it holds them all
+        (read, not decoded), else decoded from the Parquet's row groups."""
         if self.pack is not None and self.pack.columns.issuperset(columns):
             picked = []
-            for group in groups.tolist():
-                batch = self.pack.batch(group)
+            for number in groups.tolist():
+                batch = self.pack.batch(number)
                 keys = batch.column(self.key).to_numpy(zero_copy_only=False)
                 hit = np.flatnonzero(np.isin(keys, wanted))
                 if len(hit):
@@ -105,12 +107,14 @@ class _Part:
             if picked:
                 return pa.Table.from_batches(picked)
             return self.pack.schema.empty_table().select(columns)
+        if self.pack is not None:  # the row groups of the pack's batches
+            groups = np.unique(self.pack.groups[groups])
         found = self.file.read_row_groups(groups.tolist(), columns=columns, use_threads=False)
         keys_read = found[self.key].to_numpy(zero_copy_only=False)
         return found.filter(pa.array(np.isin(keys_read, wanted)))
 
     def groups(self, keys: np.ndarray) -> np.ndarray:
-        """Row groups that may hold one of `keys` (sorted, unique)."""
+        """Row groups (with a pack: its batches) that may hold one of `keys` (sorted, unique)."""
         if self.keys is not None and self.key_groups is not None:
             lo = np.searchsorted(self.keys, keys, side="left")
             hi = np.searchsorted(self.keys, keys, side="right")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from store_kit import PROVENANCE, add, publish, record
 
@@ -134,3 +135,65 @@ def test_a_pack_is_read_not_mapped_and_threads_share_it(tmp_path):
     )
     maps = Path("/proc/self/maps").read_text()
     assert row_pack.pack_name(path.name) not in maps
+
+
+def _old_pack(path: Path, key: str, columns: tuple[str, ...]) -> None:
+    """A pack as written before `BATCH_ROWS`: one batch a row group, ranges of 3 rows."""
+    source = pq.ParquetFile(path)
+    wanted = list(dict.fromkeys([key, *columns, "_h", "_seg"]))
+    tables = [source.read_row_group(g, columns=wanted) for g in range(source.num_row_groups)]
+    ranges = np.array(
+        [[t[key].to_numpy().min(), t[key].to_numpy().max(), t.num_rows] for t in tables]
+    ).T.copy()
+    schema = tables[0].schema.with_metadata({row_pack.RANGES: ranges.tobytes()})
+    with ipc.new_file(path.with_name(row_pack.pack_name(path.name)), schema) as sink:
+        for table in tables:
+            sink.write_batch(table.combine_chunks().to_batches()[0])
+
+
+def test_a_group_is_packed_in_batches_and_older_packs_are_read_then_rewritten(
+    tmp_path, monkeypatch
+):
+    """A row group of more than BATCH_ROWS rows becomes several batches, each with its key
+    range and group: a hit reads its batch only, and columns the pack lacks are read from the
+    batches' row groups. A pack written one batch a group is still read, and the next
+    `write_missing` writes it anew."""
+    monkeypatch.setattr(row_pack, "BATCH_ROWS", 3)
+    path = tmp_path / "documents-6.parquet"
+    keys = np.arange(0, 80, 5)  # 16 rows: groups of 8, batches of 3, 3, 2
+    table = pa.table(
+        {
+            "doc_id": keys,
+            "text": [f"t{k}" for k in keys],
+            "other": keys * 2,
+            "_h": keys.astype(np.uint64),
+            "_seg": np.full(len(keys), 6),
+        }
+    )
+    pq.write_table(table, path, row_group_size=8)
+    row_pack.write_pack(path, "doc_id", ("doc_id", "text"))
+    pack = row_pack.open_pack(path, len(keys))
+    assert pack is not None and pack.current
+    assert pack.sizes.tolist() == [3, 3, 2, 3, 3, 2] and pack.groups.tolist() == [0, 0, 0, 1, 1, 1]
+    assert pack.lows.tolist() == [0, 15, 30, 40, 55, 70]
+    assert pack.highs.tolist() == [10, 25, 35, 50, 65, 75]
+    assert pack.batch(4).to_pydict()["text"] == ["t55", "t60", "t65"]
+    part = segment_fetch._Part(path, "doc_id", len(keys))
+    wanted = np.array([20, 60])
+    assert part.groups(wanted).tolist() == [1, 4]  # batches, from the exact keys
+    got = part.read(part.groups(wanted), ["doc_id", "text"], wanted)
+    assert got.to_pydict() == {"doc_id": [20, 60], "text": ["t20", "t60"]}
+    got = part.read(part.groups(wanted), ["doc_id", "other"], wanted)  # not packed: groups 0, 1
+    assert got.to_pydict() == {"doc_id": [20, 60], "other": [40, 120]}
+
+    _old_pack(path, "doc_id", ("doc_id", "text"))
+    old = row_pack.open_pack(path, len(keys))
+    assert old is not None and not old.current and old.groups.tolist() == [0, 1]
+    part = segment_fetch._Part(path, "doc_id", len(keys))
+    got = part.read(part.groups(wanted), ["doc_id", "text"], wanted)
+    assert got.to_pydict() == {"doc_id": [20, 60], "text": ["t20", "t60"]}
+    manifest = {"tables": {"documents": {"segments": [{"rows": path.name}]}}}
+    monkeypatch.setattr(row_pack, "PACKED", {"documents": ("doc_id", ("doc_id", "text"))})
+    assert row_pack.write_missing(tmp_path, manifest) == [row_pack.pack_name(path.name)]
+    assert row_pack.open_pack(path, len(keys)).current
+    assert row_pack.write_missing(tmp_path, manifest) == []  # current: left as it is
