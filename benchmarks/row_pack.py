@@ -50,9 +50,10 @@ def main() -> None:
         "pack_bytes": sum((where / row_pack.pack_name(r)).stat().st_size for r in rows),
     }
     packed = segment_fetch.RowLookup(where, table, "doc_id")
+    opener = segment_fetch.open_pack
+    segment_fetch.open_pack = lambda *a: None  # the Parquet path: its groups' own ranges
     plain = segment_fetch.RowLookup(where, table, "doc_id")
-    for part in plain._parts:
-        part.pack = None  # the Parquet path
+    segment_fetch.open_pack = opener
     mapped = segment_fetch.RowLookup(where, table, "doc_id")
     for part in mapped._parts:
         if part.pack is not None:

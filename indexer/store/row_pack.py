@@ -1,23 +1,23 @@
-"""A rows segment's hit columns again, uncompressed, in an Arrow IPC file that readers map: a
-search reads its few hits from it without decoding anything.
+"""A rows segment's hit columns again, uncompressed, in an Arrow IPC file that readers read a
+batch at a time: a search reads its few hits from it without decoding anything.
 
 A search renders its ~10 hits' documents, each in a different row group of the snapshot's
 Parquet: pyarrow decodes every requested column chunk of each group (decompression and a
 column reader each, ~70 µs a chunk plus ~0.35 ms for a group's 2,048 texts), 7-9 ms a search
 at 1M and at 10M documents, a third of a served query (`benchmarks/row_pack.py`). The pack is
-the same rows in the same order, one record batch per Parquet row group, the columns of
-`PACKED` only (a documents segment: ~180 bytes a row, 1.8 GB at 10M beside the 0.76 GB of its
-zstd Parquet); a hit costs one read of its batch, already decoded.
+the same rows in the same order, each row group in record batches of `BATCH_ROWS`, the columns
+of `PACKED` only (a documents segment: ~180 bytes a row, 1.7 GB at 10M beside the 0.76 GB of
+its zstd Parquet); a hit costs one read of its batch (~46 KB), already decoded.
 
 The pack is read with `pread` (`pa.OSFile`), not mapped. Through a mapping each hit's batch left
 its pages, and by the kernel's fault-around up to 15 neighbours of each, mapped into the
 process: at 10M, ~1,400 served queries left 1.0 GB of the pack counted in the servers' Pss
-(`benchmarks/scale.py`'s `pss_by_file_mb`), heading for the whole 1.7 GB file in each long-running
-process's page tables. A read copies a batch (~370 KB) out of the shared page cache instead:
-a fetch of 10 random hits at 10M takes 2.6-3.2 ms against 1.6-1.9 ms through the mapping,
-warm (AMD EPYC, `benchmarks/row_pack.py`, results/row_pack_pread_10m_amd.json): ~1 ms of a
-served query for 1-1.7 GB less mapped into each server. Unmapping after each fetch
-(`madvise(MADV_DONTNEED)`) was as slow as reading and stranger.
+(`benchmarks/scale.py`'s `pss_by_file_mb`), heading for the whole file in each long-running
+process's page tables. Read, a fetch of 10 random hits at 10M takes 1.9-2.4 ms against
+1.8-2.0 ms through a mapping of the same pack (and 7.8-8.2 ms decoding the Parquet), warm
+(AMD EPYC, `benchmarks/row_pack.py`, results/row_pack_batches_10m_amd.json); with one batch a
+row group (~370 KB a read) it took 2.6-3.2 ms (row_pack_pread_10m_amd.json). Unmapping after
+each fetch (`madvise(MADV_DONTNEED)`) was no faster than reading.
 
 Derived data: `<table>-<seq>.pack.arrow` beside `<table>-<seq>.parquet`, written by the publish
 (`write_missing`, which also writes the packs an older store or a killed publish lacks, once)
