@@ -21,7 +21,7 @@ from indexer.index import fusion
 from indexer.index.best_chunk import rank_by_best_chunk
 from indexer.index.block_lists import populate
 from indexer.index.keyword import KeywordIndex
-from indexer.index.span_file import SpanMap, read_spans, spans_path
+from indexer.index.span_file import SpanMap, populate_table, read_spans, spans_path
 from indexer.index.vector import VectorIndex
 from indexer.index.version_files import bases_dir
 from indexer.query.hits import SearchHit
@@ -157,8 +157,9 @@ class Searcher:
 
     def warm(self) -> None:
         """Load now what the first queries would load: the model, the keyword index's
-        searcher, the chunk -> document map and the configured reranker (a server does this
-        before it listens); and fill the page table of a fast-scan base's mapped lists
+        searcher, the chunk -> document map (its base's span table mapped whole:
+        `span_file.populate_table`) and the configured reranker (a server does this before it
+        listens); and fill the page table of a fast-scan base's mapped lists
         (`block_lists.populate`: no page fault per 4 KB of each list a query first probes)."""
         self.encoder  # noqa: B018
         if self.index is not None and self.index.ntotal:
@@ -495,6 +496,7 @@ class Searcher:
             if table is None:
                 self._chunk_map = SpanMap([self.store.vectors.chunk_span_map()])
             else:
+                populate_table(table)  # held from now on: mapped whole, not a fault at a time
                 parts = [tuple(table)]
                 # only an index with a delta returns chunks newer than its base's file (the
                 # read scans the chunks view, and DuckDB then holds its segments' metadata:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer.index.span_file import SpanMap, read_spans, spans_path, write_spans
+from indexer.index.span_file import SpanMap, populate_table, read_spans, spans_path, write_spans
 from indexer.index.version_files import bases_dir, remove_old_versions
 from indexer.indexing.run import run_index
 from indexer.indexing.steps import sync_vector_index
@@ -33,6 +33,8 @@ def test_lookup_joins_the_parts_and_says_what_it_did_not_find(tmp_path):
     docs, starts, ends, found = spans.lookup(np.array([12, 5, 3, 2, 40]))
     assert docs.tolist() == [120, 50, 0, 20, 0] and found.tolist() == [1, 1, 0, 1, 0]
     assert starts.tolist() == [8, 1, 0, 0, 0] and ends.tolist() == [10, 4, 0, 3, 0]
+    assert populate_table(table) and not populate_table(np.asarray(table))  # a server's
+    assert spans.lookup(np.array([9]))[0].tolist() == [90]
     (tmp_path / "bad.spans.npy").write_bytes(b"not numpy")
     assert read_spans(tmp_path / "bad.spans.npy") is None
     np.save(tmp_path / "wide.spans.npy", np.zeros((3, 2), np.int64))
