@@ -20,7 +20,6 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import faiss
 import numpy as np
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 
 PAGE = 4096
 MADV_RANDOM, MADV_WILLNEED = 1, 3  # Linux
-NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # preadv2: EAGAIN unless the page cache holds the data
 
 
 def id_view(id_map) -> tuple[np.ndarray, np.ndarray | None]:
@@ -54,9 +52,10 @@ class MappedRefine:
     file: FileRows | None = None  # the same rows read from the file (`FileRows`), if found
 
     def prefetch(self, rows: np.ndarray) -> None:
-        """Ask the kernel for the pages of `rows` (no wait). Rows read from the file ask for
-        what the page cache lacks when they are read (`FileRows.read`)."""
-        if self.file is None:
+        """Ask the kernel for the pages of `rows` (no wait)."""
+        if self.file is not None:
+            self.file.prefetch(rows)
+        else:
             prefetch(self.vectors, rows)
 
     def scores(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -130,7 +129,6 @@ class FileRows:
     fd: int
     start: int  # the file offset of row 0
     width: int  # bytes a row
-    nowait: ClassVar[bool] = bool(NOWAIT)  # reads can ask for cached data only
 
     @classmethod
     def behind(cls, vectors: np.ndarray) -> FileRows | None:
@@ -154,41 +152,15 @@ class FileRows:
         os.close(self.fd)
 
     def read(self, rows: np.ndarray, like: np.ndarray) -> np.ndarray:
-        """`like[rows]` (the mapped view's dtype and width) read from the file.
-
-        Each row is first read only if the page cache holds it (`RWF_NOWAIT`); the rows it
-        lacks are then asked for together (`prefetch`) and read, waiting. A served query's rows
-        are almost always cached, and asking the kernel for each beforehand cost ~2 ms of a
-        10M query (350 `posix_fadvise` calls, py-spy: 6 % of a worker's time)."""
+        """`like[rows]` (the mapped view's dtype and width) read from the file."""
         width = self.width
         out = np.empty(len(rows) * width, np.uint8)
         view = out.data  # a memoryview: preadv fills the array in place
-        listed = rows.tolist()
-        missed = []
-        for i, row in enumerate(listed):
-            if not self._read_cached(view[i * width : (i + 1) * width], row):
-                missed.append(i)
-        if missed:
-            self.prefetch(rows[missed])
-        for i in missed:
-            row = listed[i]
+        for i, row in enumerate(rows.tolist()):
             part = view[i * width : (i + 1) * width]
             if os.preadv(self.fd, [part], self.start + row * width) != width:
                 raise OSError(f"short read of row {row} from the index file (fd {self.fd})")
         return out.view(like.dtype).reshape(len(rows), like.shape[1])
-
-    def _read_cached(self, part: memoryview, row: int) -> bool:
-        """Read `row` into `part` if the page cache holds all of it; False otherwise (also
-        where the kernel or file system cannot say: then every read waits, as before)."""
-        if not FileRows.nowait:
-            return False
-        try:
-            return os.preadv(self.fd, [part], self.start + row * self.width, NOWAIT) == len(part)
-        except BlockingIOError:
-            return False
-        except OSError:  # EOPNOTSUPP and the like: stop asking
-            FileRows.nowait = False
-            return False
 
     def prefetch(self, rows: np.ndarray) -> None:
         """Ask the kernel to read `rows` (no wait)."""

@@ -4,8 +4,6 @@ same inner products; its results equal FAISS's own refine over the same index re
 filters (with deleted ids, which it drops after a wider first pass, they are at least as good), and
 the prefetch asks for exactly the pages of the candidates' rows."""
 
-import os
-
 import numpy as np
 import pytest
 from vector_kit import clustered, synthetic_provenance
@@ -121,36 +119,6 @@ def test_rescoring_rows_are_read_from_the_file_not_the_mapping(published, monkey
     got = through_mapping.search(queries, 10)
     np.testing.assert_array_equal(from_file[0], got[0])
     np.testing.assert_array_equal(from_file[1], got[1])
-
-
-def test_only_rows_the_page_cache_lacks_are_asked_for(published, monkeypatch):
-    """`FileRows.read` reads cached rows at once (`RWF_NOWAIT`) and asks the kernel only for
-    the rest (`posix_fadvise`), then reads them; without NOWAIT (another kernel or file
-    system) every row is asked for and read: the same bytes either way."""
-    store, config, vectors, ids = published
-    index = VectorIndex.load(store, config)  # held: `parts` are views of its memory
-    parts = index._rescored_here
-    rows = np.array([5, 4000, 17, 5999, 0])
-    expected = np.asarray(parts.vectors[rows])
-    asked: list[int] = []
-    advise = os.posix_fadvise
-    monkeypatch.setattr(
-        os, "posix_fadvise", lambda fd, o, n, a: asked.append(o) or advise(fd, o, n, a)
-    )
-    real = os.preadv
-
-    def preadv(fd, buffers, offset, flags=0):  # the page cache lacks row 4000's bytes
-        if flags and offset == parts.file.start + 4000 * parts.file.width:
-            raise BlockingIOError(11, "Resource temporarily unavailable")
-        return real(fd, buffers, offset, flags)
-
-    monkeypatch.setattr(os, "preadv", preadv)
-    np.testing.assert_array_equal(parts.file.read(rows, parts.vectors), expected)
-    assert asked == [parts.file.start + 4000 * parts.file.width]  # the missing row only
-    asked.clear()
-    monkeypatch.setattr(rescore.FileRows, "nowait", False)
-    np.testing.assert_array_equal(parts.file.read(rows, parts.vectors), expected)
-    assert len(asked) == len(rows)
 
 
 def test_anonymous_memory_has_no_file():
