@@ -102,8 +102,8 @@ class _Part:
                 batch = self.pack.batch(number)
                 keys = batch.column(self.key).to_numpy(zero_copy_only=False)
                 hit = np.flatnonzero(np.isin(keys, wanted))
-                if len(hit):
-                    picked.append(batch.take(pa.array(hit)).select(columns))
+                # row slices, not `take`: that imports pyarrow.compute (~33 ms of a cold query)
+                picked.extend(batch.slice(i, 1).select(columns) for i in hit.tolist())
             if picked:
                 return pa.Table.from_batches(picked)
             return self.pack.schema.empty_table().select(columns)
@@ -164,9 +164,9 @@ class RowLookup:
         rows: list[tuple] = []
         for found in tables:
             hashes, seqs = (found[c].to_numpy(zero_copy_only=False) for c in (HASH, SEG))
-            visible = self._visible(hashes, seqs)
-            picked = found.filter(pa.array(visible)).select(list(columns))
-            rows.extend(zip(*(c.to_pylist() for c in picked.columns)))
+            visible = self._visible(hashes, seqs).tolist()
+            picked = zip(*(c.to_pylist() for c in found.select(list(columns)).columns))
+            rows.extend(row for row, shown in zip(picked, visible) if shown)
         return rows
 
     def _visible(self, hashes: np.ndarray, seqs: np.ndarray) -> np.ndarray:

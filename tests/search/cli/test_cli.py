@@ -217,6 +217,26 @@ def test_the_console_script_answers_in_full_then_exits_at_once(cli_store, tmp_pa
     assert missing.returncode == 1 and "no store" in missing.stderr
 
 
+def test_a_search_imports_neither_pyarrow_compute_nor_dataset(cli_store):
+    """Each costs a cold `bertindex search` ~30-45 ms of imports (at 10M its whole budget is
+    ~1 s): hits are read from row packs by slices, tombstones with `ParquetFile`."""
+    config, _ = cli_store
+    code = (
+        "import sys; from search.cli.main import main\n"
+        "try: main(sys.argv[1:])\n"
+        "except SystemExit as exc: assert not exc.code, exc.code\n"
+        "print(sorted(m for m in ('pyarrow.compute', 'pyarrow.dataset') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "search", "the cat sat", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"id": "p1"' in done.stdout and done.stdout.splitlines()[-1] == "[]"
+
+
 def test_index_vectors_imports_and_names_a_bad_file(tmp_path, tiny_model_dir, prefect_api):
     """`index --vectors`: the documents the file names are stored with its vectors (the JSON
     summary counts them); a file of another dimension exits 1 naming the file."""
