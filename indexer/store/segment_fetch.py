@@ -97,7 +97,7 @@ class _Part:
         whose key is in `wanted`, `columns` of them: from the pack when it holds them all
         (read, not decoded), else decoded from the Parquet's row groups."""
         if self.pack is not None and self.pack.columns.issuperset(columns):
-            picked = []
+            picked: list[pa.RecordBatch] = []
             for number in groups.tolist():
                 batch = self.pack.batch(number)
                 keys = batch.column(self.key).to_numpy(zero_copy_only=False)
