@@ -55,21 +55,27 @@ def test_packs_follow_their_segments_through_publishes_and_merges(tmp_path):
         assert len(hits) == 29
 
 
-def test_a_pack_is_the_parquet_s_rows_batch_for_row_group(tmp_path):
-    path = tmp_path / "documents-3.parquet"
-    keys = np.array([g * 100 + j * 400 for g in range(4) for j in range(4)])  # scattered
+def _packed(path: Path, keys: np.ndarray, seq: int, group_rows: int) -> row_pack.RowPack | None:
+    """A documents segment of `keys` (text `t<key>`, `other` twice the key) in row groups of
+    `group_rows`, and its pack of doc_id and text, opened."""
     table = pa.table(
         {
             "doc_id": keys,
             "text": [f"t{k}" for k in keys],
             "other": keys * 2,
             "_h": keys.astype(np.uint64),
-            "_seg": np.full(len(keys), 3),
+            "_seg": np.full(len(keys), seq),
         }
     )
-    pq.write_table(table, path, row_group_size=4)
+    pq.write_table(table, path, row_group_size=group_rows)
     row_pack.write_pack(path, "doc_id", ("doc_id", "text"))
-    pack = row_pack.open_pack(path, len(keys))
+    return row_pack.open_pack(path, len(keys))
+
+
+def test_a_pack_is_the_parquet_s_rows_batch_for_row_group(tmp_path):
+    path = tmp_path / "documents-3.parquet"
+    keys = np.array([g * 100 + j * 400 for g in range(4) for j in range(4)])  # scattered
+    pack = _packed(path, keys, 3, 4)
     assert pack is not None and pack.columns == {"doc_id", "text", "_h", "_seg"}
     assert pack.lows.tolist() == [0, 100, 200, 300]
     assert pack.highs.tolist() == [1200, 1300, 1400, 1500]
@@ -161,18 +167,7 @@ def test_a_group_is_packed_in_batches_and_older_packs_are_read_then_rewritten(
     monkeypatch.setattr(row_pack, "BATCH_ROWS", 3)
     path = tmp_path / "documents-6.parquet"
     keys = np.arange(0, 80, 5)  # 16 rows: groups of 8, batches of 3, 3, 2
-    table = pa.table(
-        {
-            "doc_id": keys,
-            "text": [f"t{k}" for k in keys],
-            "other": keys * 2,
-            "_h": keys.astype(np.uint64),
-            "_seg": np.full(len(keys), 6),
-        }
-    )
-    pq.write_table(table, path, row_group_size=8)
-    row_pack.write_pack(path, "doc_id", ("doc_id", "text"))
-    pack = row_pack.open_pack(path, len(keys))
+    pack = _packed(path, keys, 6, 8)
     assert pack is not None and pack.current
     assert pack.sizes.tolist() == [3, 3, 2, 3, 3, 2] and pack.groups.tolist() == [0, 0, 0, 1, 1, 1]
     assert pack.lows.tolist() == [0, 15, 30, 40, 55, 70]
