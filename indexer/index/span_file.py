@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.core.fsio import fsync_file
+from indexer.index.block_lists import MADV_POPULATE_READ
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,6 @@ def read_spans(path: Path) -> np.ndarray | None:
     if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
         mapped.madvise(mmap.MADV_RANDOM)
     return table
-
-
-MADV_POPULATE_READ = 22  # Linux 5.14+: map a range's pages now, without a fault each
 
 
 def populate_table(table: np.ndarray) -> bool:

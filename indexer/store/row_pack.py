@@ -28,11 +28,9 @@ The pack's schema metadata also holds each batch's key range (`RANGES`), so a re
 batches of its keys without the Parquet footer's per-group statistics (~0.13 s a cold start
 at 10M, read through pyarrow's per-group objects).
 
-A batch holds at most `BATCH_ROWS` rows of one row group (a group of 2,048 rows is 8 batches),
-and the ranges say which group each came from: a hit reads its 256 rows (~46 KB at 10M), not
-its whole group's 2,048 (~370 KB), and a read of columns the pack lacks still finds its Parquet
-groups. Packs written one batch a group (before `BATCH_ROWS`; their ranges have 3 rows) are
-read as such and rewritten by the next publish (`write_missing`).
+The ranges also say which row group each batch came from, so a read of columns the pack lacks
+still finds its Parquet groups. Packs written one batch a group (before `BATCH_ROWS`; their
+ranges have 3 rows) are read as such and rewritten by the next publish (`write_missing`).
 """
 
 from __future__ import annotations
@@ -178,8 +176,8 @@ def _current(path: Path) -> bool:
 
 def write_missing(where: Path, manifest: dict[str, Any]) -> list[str]:
     """Write the pack of every rows segment of a `PACKED` table in `manifest` that has none
-    (a new segment, or one an older store or a killed publish left without) or has one of
-    a group a batch (`RowPack.current`; readers holding it keep reading it). A pack that
+    (a new segment, or one an older store or a killed publish left without) or one written a
+    batch a group (not `RowPack.current`; readers holding it keep reading it). A pack that
     cannot be written is logged and skipped: readers use the Parquet. Returns the packs
     written."""
     written = []
