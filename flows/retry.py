@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 
-from indexer.store import TRANSIENT_ERRORS
+from indexer.store import is_transient_store_error
 
 NEEDS_A_PERSON = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT}
 
@@ -22,7 +22,7 @@ def is_transient(exc: BaseException) -> bool:
     """Whether a task that raised `exc` may succeed if run again unchanged."""
     if isinstance(exc, OSError):
         return exc.errno not in NEEDS_A_PERSON
-    return isinstance(exc, TRANSIENT_ERRORS)
+    return is_transient_store_error(exc)
 
 
 def transient(task, task_run, state) -> bool:

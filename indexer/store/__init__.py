@@ -35,7 +35,7 @@ filters as bound SQL), `runs` (run log), `counts` (status counts), `checks` (int
 (the report's aggregates); `rows` (row dataclasses), `timefield` (a metadata field read as a time).
 """
 
-from indexer.store.core import DB_NAME, TRANSIENT_ERRORS
+from indexer.store.core import DB_NAME, is_transient_store_error
 from indexer.store.documents import content_hash
 from indexer.store.lock import WriterLock
 from indexer.store.reviews import Candidates, HeadInfo, NewReview, ReviewRow
@@ -64,7 +64,7 @@ from indexer.store.trends import TIME_UNITS, UNKNOWN
 from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS, incoming_probe, write_worker_vectors
 
 __all__ = [
-    "TRANSIENT_ERRORS",
+    "is_transient_store_error",
     "COMPLETED_WITH_FAILURES",
     "DB_NAME",
     "SCHEMA_VERSION",

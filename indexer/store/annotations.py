@@ -38,11 +38,7 @@ class AnnotationTables:
     def has_tables(self) -> bool:
         """True when the store has the annotation tables (a store older than schema step 2 has
         not)."""
-        return bool(
-            self.core.scalar(
-                "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [Label.table]
-            )
-        )
+        return self.core.has_table(Label.table)
 
     def pending_doc_ids(self, versions: dict[str, str], collection: str | None = None) -> list[int]:
         """Doc ids that miss at least one head at its current version (or whose text changed
@@ -152,7 +148,7 @@ class AnnotationTables:
         filled = {
             table
             for table in (Label.table, Entity.table, *(["reviews"] if reviewed else []))
-            if self.core.scalar(f"SELECT EXISTS (SELECT 1 FROM {table})")
+            if self.core.has_rows(table)
         }
         if not filled:
             return out

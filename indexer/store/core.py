@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +28,7 @@ from indexer.errors import StoreError
 from indexer.store.lazy_views import ViewsOnDemand
 from indexer.store.lock import WAIT_S, WriterLock
 from indexer.store.schema import (
+    HAS_TABLE,
     SCHEMA_VERSION,
     SET_META,
     SNAPSHOT_UNCHANGED,
@@ -41,6 +42,7 @@ from indexer.store.segments import publish_segments
 from indexer.store.snapshot import Snapshot, manifest_facts, open_current_snapshot, segments_dir
 
 if TYPE_CHECKING:
+    import duckdb
     from typing_extensions import Self
 
     from indexer.store.rows import SnapshotFacts
@@ -66,8 +68,19 @@ WRITER_DISABLED_COMPRESSION = "alprd"
 SET_THREADS = "SET threads TO {threads}"
 # DuckDB errors a retry may clear: a file another process held, a connection or a conflicting
 # transaction refused (`flows.retry`); any other DuckDB error recurs on the same input
-TRANSIENT_ERRORS = (duckdb.IOException, duckdb.TransactionException, duckdb.ConnectionException)
+_TRANSIENT = ("IOException", "TransactionException", "ConnectionException")
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
+
+
+def is_transient_store_error(exc: BaseException) -> bool:
+    """A DuckDB error a retry may clear: a file another process held, a connection or a
+    conflicting transaction refused (`flows.retry`); any other DuckDB error recurs on the
+    same input. DuckDB is imported by the first store that opens a connection (a one-off
+    search never does), so before that no error can be DuckDB's."""
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and isinstance(
+        exc, tuple(getattr(duckdb, name) for name in _TRANSIENT)
+    )
 
 
 class StoreCore:
@@ -95,6 +108,7 @@ class StoreCore:
         self.db_path = self.path / DB_NAME
         self.read_only = read_only
         self.version: str | None = None
+        self._con: duckdb.DuckDBPyConnection | None = None  # a snapshot's: made on first use
         self._snapshot: Snapshot | None = None
         self._lock: WriterLock | None = None
         self._bound_views = itertools.count()  # names of registered Arrow views
@@ -105,7 +119,7 @@ class StoreCore:
         if read_only and snapshot:
             self._snapshot = open_current_snapshot(self.path)
             if self._snapshot is not None:
-                self.con, self.version = self._snapshot.con, self._snapshot.version
+                self.version = self._snapshot.version
                 self._migrate_or_close()
                 return
         if read_only and not self.db_path.is_file():
@@ -117,6 +131,8 @@ class StoreCore:
             self.path.mkdir(parents=True, exist_ok=True)
             if lock:
                 self._lock = WriterLock(self.path)
+        import duckdb
+
         try:
             self.con = self._connect(read_only)
         except (duckdb.IOException, duckdb.ConnectionException) as exc:
@@ -137,6 +153,8 @@ class StoreCore:
         """Open the live file. A writer (holding the writer lock) retries for up to
         `lock.WAIT_S`: what else has the file open then is a reader for a moment (a server
         re-reading its tokens or the review page's labels), never another writer."""
+        import duckdb
+
         config: dict[str, str | bool | int | float | list[str]] = (
             {}
             if read_only
@@ -181,7 +199,11 @@ class StoreCore:
             raise
 
     def _migrate(self) -> None:
-        version = stored_schema_version(self.con)
+        recorded = self._recorded_meta()
+        if recorded is not None:
+            version = int(recorded.get("schema_version") or 0)
+        else:
+            version = stored_schema_version(self.con)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.con_path} was written by a newer bertindex (schema {version}, this one "
@@ -206,12 +228,14 @@ class StoreCore:
         """The DuckDB connection: the one opened, or after `share_across_threads` a cursor of
         it per calling thread (a DuckDB connection runs one query at a time)."""
         local = self._threads
-        con: duckdb.DuckDBPyConnection = self._con
+        con = self._con
+        if con is None:  # only a snapshot's is made when first asked for
+            con = self._con = self._snapshot.con  # type: ignore[union-attr]
         if local is not None:
             cursor = getattr(local, "cursor", None)
             if cursor is None:
                 with self._cursor_lock:
-                    cursor = local.cursor = self._con.cursor()
+                    cursor = local.cursor = con.cursor()
                     self._cursors.append(cursor)
             con = cursor
         views = self._snapshot.views if self._snapshot is not None else None
@@ -258,9 +282,10 @@ class StoreCore:
         self._cursors.clear()
         self._threads = None
         self._lookups.clear()  # their mapped segments
-        self._con.close()
         if self._snapshot is not None:
-            self._snapshot.release()  # after the connection: its views read the segments
+            self._snapshot.close()  # the connection (when made), then the segments' lock
+        elif self._con is not None:
+            self._con.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -328,8 +353,41 @@ class StoreCore:
     # -- data version and snapshots ---------------------------------------------------------
     def data_version(self) -> int:
         """A counter raised by every transaction that changes what a search can see."""
-        value = read_meta(self.con, "data_version")
+        value = self.meta("data_version")
         return int(value) if value is not None else 0
+
+    def meta(self, key: str) -> str | None:
+        """One `meta` value of what is open (None: absent). A snapshot's manifest records
+        the whole `meta` table when it is published, so a reader takes it from there without
+        a DuckDB connection; the live file, a legacy copy or an older manifest is asked."""
+        recorded = self._recorded_meta()
+        if recorded is not None:
+            value = recorded.get(key)
+            return None if value is None else str(value)
+        return read_meta(self.con, key)
+
+    def _recorded_meta(self) -> dict[str, Any] | None:
+        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        recorded = ((manifest or {}).get("facts") or {}).get("meta")
+        return recorded if isinstance(recorded, dict) else None
+
+    def has_table(self, table: str) -> bool:
+        """Whether the store has `table` (a store from before the step that added it has
+        not): a snapshot's manifest names its tables; the live file's catalog is asked."""
+        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        if manifest is not None:
+            return table in manifest["tables"]
+        return bool(self.scalar(HAS_TABLE, [table]))
+
+    def has_rows(self, table: str) -> bool:
+        """Whether `table` holds a row. A snapshot's manifest shows a table no segment of
+        which has rows, and then nothing is read; otherwise DuckDB is asked."""
+        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        if manifest is not None:
+            segments = manifest["tables"].get(table, {}).get("segments", [])
+            if not any(segment["rows"] for segment in segments):
+                return False
+        return bool(self.scalar(f'SELECT EXISTS (SELECT 1 FROM "{table}")'))
 
     def bump_data_version(self) -> None:
         """Raise the data version; inside the caller's transaction, so the counter moves

@@ -23,9 +23,11 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
+if TYPE_CHECKING:
+    import duckdb
+
 
 _CATALOG = re.compile(
     r"information_schema|duckdb_(?:tables|views|columns|dependencies)|\bshow\b|\bdescribe\b"
@@ -67,6 +69,8 @@ class LazyViews:
             self.create(con, named)
 
     def create(self, con: duckdb.DuckDBPyConnection, names: set[str]) -> None:
+        import duckdb
+
         with self._lock:  # another thread's cursor may be creating the same view
             for name in sorted(names):
                 select = self.pending.get(name)

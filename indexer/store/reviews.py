@@ -23,7 +23,6 @@ from indexer.store.schema import read_briefly
 RECORD_HEAD = "INSERT OR REPLACE INTO review_heads VALUES (?, ?, ?, ?, ?, ?)"
 SELECT_HEAD = "SELECT task, label_names, path, head_version FROM review_heads WHERE head = ?"
 SELECT_HEADS = "SELECT head FROM review_heads ORDER BY head"
-HAS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?"
 # the current human label of each (document, head): its latest row
 CURRENT = (
     "SELECT doc_id, head, arg_max(label, review_id) AS label, "
@@ -159,7 +158,7 @@ class ReviewTables:
 
     def has_tables(self) -> bool:
         """True when the store has the review tables (schema step 4)."""
-        return bool(self.core.scalar(HAS_TABLE, ["reviews"]))
+        return self.core.has_table("reviews")
 
     def last_review_id(self) -> int:
         """The highest review number in this file (0: none): what a reader of a snapshot asks

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import duckdb
 import pyarrow as pa
 
 from indexer.errors import StoreError
 from indexer.records.annotations import Entity, Label
+
+if TYPE_CHECKING:
+    import duckdb
 
 T = TypeVar("T")
 
@@ -203,7 +205,9 @@ CREATE_VECTORS = (
 )
 
 HAS_META = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+HAS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?"
 GET_META = "SELECT value FROM meta WHERE key = ?"
+ALL_META = "SELECT key, value FROM meta ORDER BY key"
 INSERT_META = "INSERT INTO meta VALUES (?, ?)"
 SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
 # row counts that the status, the hash diff and a published snapshot's facts all read
@@ -290,6 +294,8 @@ def read_briefly(path: Path, read: Callable[[duckdb.DuckDBPyConnection], T]) -> 
         Its result, or None when the file cannot be opened now (a writer holds it) or `read`
         fails on it (a file from before the table it reads); the caller keeps what it knew.
     """
+    import duckdb
+
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error:

@@ -32,16 +32,14 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from indexer.core.faults import crash_point
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import StoreError
 from indexer.records.versions import MANIFEST_FILE, current_version, list_versions, version_dir
 from indexer.store.row_pack import pack_name, write_missing
-from indexer.store.schema import COUNT_CHUNKS, read_meta, scalar
+from indexer.store.schema import ALL_META, COUNT_CHUNKS, read_meta, scalar
 from indexer.store.snapshot import (
     FORMAT,
     HASH,
@@ -53,6 +51,9 @@ from indexer.store.snapshot import (
     segments_dir,
     visible_sql,
 )
+
+if TYPE_CHECKING:
+    import duckdb
 
 CHECKPOINT = "CHECKPOINT"
 MERGE_RATIO = 2
@@ -115,6 +116,7 @@ def publish_segments(con: duckdb.DuckDBPyConnection, folder: Path) -> dict[str, 
     manifest["facts"] = {
         "data_version": int(data_version) if data_version is not None else 0,
         "chunks": int(scalar(con, COUNT_CHUNKS)),
+        "meta": dict(con.execute(ALL_META).fetchall()),  # what readers ask (`StoreCore.meta`)
     }
     write_missing(where, manifest)  # derived: a reader without one reads the Parquet
     text = json.dumps(manifest, indent=1)

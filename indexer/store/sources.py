@@ -28,14 +28,17 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from indexer.core.fsio import fsync_dir
 from indexer.errors import StoreError
 from indexer.store.core import StoreCore
+
+if TYPE_CHECKING:
+    pass
 
 SELECT_ONE = (
     "SELECT bytes, mtime_ns, sha256, settings, records, rejected, source, run_id "
@@ -150,6 +153,8 @@ class SourceFiles:
     def record(
         self, collection: str, files: list[SourceFile], run_id: str, keep: list[str] | None
     ) -> None:
+        import duckdb
+
         try:
             self._record(collection, files, run_id, keep)
         except duckdb.Error as exc:  # rolled back: nothing is recorded

@@ -4,10 +4,13 @@ NULL (the report's "unknown" bucket). Shared by the trends report and the dedup 
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
 from indexer.store.filters import json_path
 from indexer.store.schema import scalar
+
+if TYPE_CHECKING:
+    import duckdb
 
 SET_UTC = "SET TimeZone = 'UTC'"  # strings without an offset are UTC
 # over columns `v` (the raw text) and `num` (TRY_CAST(v AS DOUBLE), computed once)

@@ -18,15 +18,16 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import get_args
-
-import duckdb
+from typing import TYPE_CHECKING, get_args
 
 from indexer.core.choices import TokenScope
 from indexer.core.timeutil import utc_now
 from indexer.errors import InputError
 from indexer.store.core import StoreCore
 from indexer.store.schema import read_briefly, scalar
+
+if TYPE_CHECKING:
+    import duckdb
 
 TOKEN_PREFIX = "bi_"  # tells a bertindex token apart in a config file or a log
 TOKEN_BYTES = 32

@@ -94,7 +94,6 @@ WAVES = """
            (SELECT d.text FROM dedup_members x JOIN documents d ON d.doc_id = x.doc_id
             WHERE x.group_id = r.group_id ORDER BY x.doc_id LIMIT 1) AS representative
     FROM ranked r WHERE r.r <= ? ORDER BY r.bucket, r.n DESC"""
-HAS_TABLE = "SELECT count(*) FROM information_schema.tables WHERE table_name = ?"
 
 
 class Trends:
@@ -147,7 +146,7 @@ class Trends:
         return documents_with_field(self.core.con, field, collection)
 
     def _has(self, table: str) -> bool:
-        return bool(self.core.scalar(HAS_TABLE, [table]))
+        return self.core.has_table(table)
 
     def aggregates(
         self,

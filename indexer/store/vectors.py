@@ -19,7 +19,7 @@ from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.records.provenance import WRITE_KEYS, FusionTuning, Provenance
 from indexer.store import vector_files
 from indexer.store.core import StoreCore
-from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql, read_meta
+from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql
 from indexer.store.vector_files import VectorFile
 
 FUSION_TUNING_KEY = "fusion_tuning"  # meta key of the FusionTuning record (JSON)
@@ -110,7 +110,7 @@ class Vectors:
 
     def provenance(self) -> Provenance | None:
         """The encoder set-up the stored vectors were made with; None before the first."""
-        value = read_meta(self.core.con, "provenance")
+        value = self.core.meta("provenance")
         return Provenance(**json.loads(value)) if value is not None else None
 
     def check_provenance(self, current: Provenance, keys: Sequence[str]) -> None:
@@ -148,7 +148,7 @@ class Vectors:
 
     def fusion_tuning(self) -> FusionTuning | None:
         """The hybrid weight the last index run tuned for this store; None when none did."""
-        value = read_meta(self.core.con, FUSION_TUNING_KEY)
+        value = self.core.meta(FUSION_TUNING_KEY)
         return FusionTuning(**json.loads(value)) if value is not None else None
 
     def set_fusion_tuning(self, record: FusionTuning) -> None:
