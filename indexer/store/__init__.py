@@ -11,7 +11,8 @@ types `Hit`, `ChunkRows`, `StoredDoc`, `DocText`, `DocRef`, `DocDigest`, `ChunkL
 the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_reviewed_since`
 (a head's live review rows, lock-free); the access tokens' `StoredToken`, `read_token_table`,
 `hash_token`, `new_token`, `scope_allows`, `SCOPES`;
-`WriterLock`; `content_hash`; `read_snapshot_facts`, `segment_problems` and
+`WriterLock`; `is_transient_store_error` (a DuckDB error a retry may clear); `content_hash`;
+`read_snapshot_facts`, `segment_problems` and
 `collect_segments` (a published snapshot's facts, its damaged segments, removing unused ones);
 `new_run_id`; `write_worker_vectors` (a cluster worker's vectors as a file the writer
 records) and `incoming_probe` (whether workers see the store's folder); `FileState` and
@@ -23,16 +24,16 @@ the surface imports this package's modules or touches `Store.con` (tests may, to
 
 Modules, one concept each: `store` (the Store: the core and its groups), `core` (connection,
 transactions, data version), `lock` (writer lock), `schema` (DDL and migrations), `snapshot`
-(published snapshots opened as views over Parquet segments), `segments` (writing only what changed
-as segments, merging and collecting them), and one module per group, each a class that holds the
-core and the groups it needs: `documents` (content hash and document writes), `side_tables`
-(annotations, runs, ... by name), `sources` (files an index run read whole, skipped
-when unchanged), `vectors` (vectors and provenance), `vector_files` (large batches'
-vectors as `.npy` files in the store's folder), `reads` (documents read back), `filters` (search
-filters as bound SQL), `runs` (run log), `counts` (status counts), `checks` (integrity),
-`annotations` (labels, entities and the inbox ledger), `reviews` (people's labels: the review loop),
-`tokens` (access tokens, hashed), `dedup` (near-duplicate groups: `store.dedup.groups_of`), `trends`
-(the report's aggregates); `rows` (row dataclasses), `timefield` (a metadata field read as a time).
+(published snapshots opened as views over Parquet segments, connected on first use), `segments`
+(writing only what changed as segments, merging and collecting them), and one module per group,
+each a class that holds the core and the groups it needs: `documents` (content hash and document
+writes), `side_tables` (annotations, runs, ... by name), `sources` (files an index run read whole,
+skipped when unchanged), `vectors` (vectors and provenance), `vector_files` (large batches' vectors
+as `.npy` files in the store's folder), `reads` (documents read back), `filters` (search filters as
+bound SQL), `runs` (run log), `counts` (status counts), `checks` (integrity), `annotations`
+(labels, entities and the inbox ledger), `reviews` (people's labels: the review loop), `tokens`
+(access tokens, hashed), `dedup` (near-duplicate groups: `store.dedup.groups_of`), `trends` (the
+report's aggregates); `rows` (row dataclasses), `timefield` (a metadata field read as a time).
 """
 
 from indexer.store.core import DB_NAME, is_transient_store_error
