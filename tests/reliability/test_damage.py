@@ -161,6 +161,10 @@ def test_store_of_a_newer_schema(indexed):
                 f"ELSE value END AS value) FROM read_parquet('{seg}')) TO '{tmp}'"
             )
             tmp.replace(seg)
+    manifest = json.loads(snapshot.read_text())  # and the meta the manifest records
+    manifest["facts"]["meta"]["schema_version"] = newer
+    for copy in (snapshot, segments_dir(indexed.store) / f"{manifest['id']}.json"):
+        copy.write_text(json.dumps(manifest, indent=1))
     code, stderr = cli_search(indexed)
     assert_one_line_error(code, stderr, snapshot, "newer bertindex", f"schema {newer}", "upgrade")
     with pytest.raises(StoreError) as err:
