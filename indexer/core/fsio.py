@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 HASH_BLOCK = 1 << 22  # bytes read at a time while hashing: a model file is never read whole
@@ -30,8 +31,18 @@ def file_sha256(path: str | Path) -> str:
     Args:
         path: the file.
     """
+    return files_sha256([path])
+
+
+def files_sha256(paths: Sequence[str | Path]) -> str:
+    """The SHA-256 hex digest of files' bytes one after the other (of one file: its own).
+
+    Args:
+        paths: the files, in the order hashed.
+    """
     digest = hashlib.sha256()
-    feed_file(digest, path)
+    for path in paths:
+        feed_file(digest, path)
     return digest.hexdigest()
 
 

@@ -16,9 +16,11 @@ import warnings
 from pathlib import Path
 
 from indexer.config import Config
-from indexer.core.fsio import file_sha256, fsync_dir, fsync_file
+from indexer.core.fsio import file_sha256, files_sha256, fsync_dir, fsync_file
 from indexer.encode.model_facts import forward_inputs, load_transformer
 from indexer.encode.onnx_files import (
+    DATA_FILE,
+    EXTERNAL_MIN_BYTES,
     GRAPH_INPUTS,
     INFO_FILE,
     MODEL_FILE,
@@ -26,6 +28,7 @@ from indexer.encode.onnx_files import (
     OutputKind,
     Unavailable,
     encoder_dir,
+    export_parts,
     output_kind,
 )
 from indexer.encode.onnx_int8 import int8_twin
@@ -86,11 +89,12 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
                 opset_version=OPSET,
                 dynamo=False,
             )
+        _weights_apart(tmp / MODEL_FILE)
         encoder.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))
         info = _export_info(encoder, tmp, kind)
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
-        for name in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE):
-            fsync_file(tmp / name)
+        for path in (*export_parts(tmp / MODEL_FILE), tmp / TOKENIZER_FILE, tmp / INFO_FILE):
+            fsync_file(path)
         fsync_dir(tmp)
         shutil.rmtree(folder, ignore_errors=True)  # an export that failed its check
         os.replace(tmp, folder)
@@ -99,6 +103,23 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("exported the query encoder to %s", folder / MODEL_FILE)
     return _record(Path(store_dir), folder, info)
+
+
+def _weights_apart(model_file: Path) -> None:
+    """Rewrite an export with its weights of at least `EXTERNAL_MIN_BYTES` in `DATA_FILE`
+    beside it (ONNX external data, one file), which onnxruntime maps when it opens the
+    graph; a graph without such weights stays one file."""
+    import onnx
+
+    model = onnx.load(str(model_file))
+    onnx.save_model(
+        model,
+        str(model_file),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=DATA_FILE,
+        size_threshold=EXTERNAL_MIN_BYTES,
+    )
 
 
 def _export_info(encoder, tmp: Path, kind: str) -> dict:
@@ -118,7 +139,7 @@ def _export_info(encoder, tmp: Path, kind: str) -> dict:
         "sep_id": encoder.sep_id,
         "pad_id": encoder.pad_id,
         "padding_side": encoder.specials.padding_side,
-        "sha256": file_sha256(tmp / MODEL_FILE),
+        "sha256": files_sha256(export_parts(tmp / MODEL_FILE)),  # graph and weights
         "tokenizer_sha256": file_sha256(tmp / TOKENIZER_FILE),
         # the weights it came from: a search trusts the hash while these are unchanged
         "weights": {"dir": str(encoder.model_dir), "files": weight_stats(encoder.model_dir)},
@@ -128,15 +149,19 @@ def _export_info(encoder, tmp: Path, kind: str) -> dict:
 
 
 def _record(store_dir: Path, folder: Path, info: dict) -> dict:
-    st = (folder / MODEL_FILE).stat()
-    return {
-        "path": str((folder / MODEL_FILE).relative_to(store_dir)),
+    graph, *data = export_parts(folder / MODEL_FILE)
+    st = graph.stat()
+    record = {
+        "path": str(graph.relative_to(store_dir)),
         "sha256": info["sha256"],
         "tokenizer_sha256": info["tokenizer_sha256"],
-        # a search hashes the file again only when these changed (hashing costs 0.1 s)
+        # a search hashes the files again only when these changed (hashing costs 0.1 s)
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
     }
+    if data:  # the weights file: [size, mtime_ns]
+        record["data"] = [data[0].stat().st_size, data[0].stat().st_mtime_ns]
+    return record
 
 
 def _valid_record(store_dir: Path, folder: Path) -> dict | None:
@@ -144,7 +169,7 @@ def _valid_record(store_dir: Path, folder: Path) -> dict | None:
     try:
         info = json.loads((folder / INFO_FILE).read_text())
         if (
-            file_sha256(folder / MODEL_FILE) != info["sha256"]
+            files_sha256(export_parts(folder / MODEL_FILE)) != info["sha256"]
             or file_sha256(folder / TOKENIZER_FILE) != info["tokenizer_sha256"]
         ):
             return None

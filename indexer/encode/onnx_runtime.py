@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import ModelConfig, resolve_model_path
-from indexer.core.fsio import file_sha256
+from indexer.core.fsio import file_sha256, files_sha256
 from indexer.encode.onnx_files import (
     ENCODERS_DIR,
     GRAPH_INPUTS,
     INFO_FILE,
     TOKENIZER_FILE,
     Unavailable,
+    export_parts,
 )
 from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_pooling import pool_output
@@ -45,12 +46,13 @@ def _checked_info(model_file: Path, record: dict, stored: Provenance | None) -> 
     folder = model_file.parent
     try:
         info = json.loads((folder / INFO_FILE).read_text())
-        st = model_file.stat()
-        if [st.st_size, st.st_mtime_ns] != [
-            record.get("size"),
-            record.get("mtime_ns"),
-        ] and file_sha256(model_file) != record.get("sha256"):
-            raise Unavailable(f"{model_file} differs from the sha256 its index version records")
+        # the graph, and its weights file when the version records one (a missing one fails)
+        parts = export_parts(model_file, "data" in record)
+        stats = [[p.stat().st_size, p.stat().st_mtime_ns] for p in parts]
+        recorded = [[record.get("size"), record.get("mtime_ns")], record.get("data")]
+        if stats != recorded[: len(parts)] and files_sha256(parts) != record.get("sha256"):
+            names = " and ".join(p.name for p in parts) + (" differ" if parts[1:] else " differs")
+            raise Unavailable(f"{folder}: {names} from the sha256 its index version records")
         if file_sha256(folder / TOKENIZER_FILE) != record.get("tokenizer_sha256"):
             raise Unavailable(
                 f"{folder / TOKENIZER_FILE} differs from the sha256 its index version records"

@@ -1,7 +1,8 @@
-"""The ONNX query encoder: exported when an index version is written, named with its sha256
-in the version's provenance, equal to the torch encoder (fp32) on ids, order and scores, used
-by a CLI search that never imports torch, and replaced by torch with one stderr line when the
-export is missing or changed; its int8 twin (`onnx-int8`), made once and checked likewise."""
+"""The ONNX query encoder: exported when an index version is written (its large weights in a
+file beside the graph), named with its sha256 in the version's provenance, equal to the torch
+encoder (fp32) on ids, order and scores, used by a CLI search that never imports torch, and
+replaced by torch with one stderr line when the export is missing or changed; its int8 twin
+(`onnx-int8`), made once and checked likewise."""
 
 import gc
 import json
@@ -17,11 +18,19 @@ import pytest
 import yaml
 from testkit import ROOT, build_tiny_bert, tiny_model_config
 
-from indexer.core.fsio import file_sha256
+from indexer.core.fsio import file_sha256, files_sha256
 from indexer.core.machine import has_vnni
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_encoder
-from indexer.encode.onnx_files import ENCODERS_DIR, MODEL_FILE, Unavailable, int8_files
+from indexer.encode.onnx_files import (
+    DATA_FILE,
+    ENCODERS_DIR,
+    EXTERNAL_MIN_BYTES,
+    MODEL_FILE,
+    Unavailable,
+    export_parts,
+    int8_files,
+)
 from indexer.encode.onnx_int8 import int8_twin
 from indexer.encode.onnx_runtime import OnnxEncoder
 from indexer.encode.query_encoder import QueryEncoder
@@ -70,7 +79,7 @@ def test_index_exports_once_and_records_sha256(exported_store, small_corpus):
     record = _version_info(store)["query_encoder"]
     model_file = os.path.join(store, record["path"])
     assert record["path"].startswith(ENCODERS_DIR + "/") and record["path"].endswith(MODEL_FILE)
-    assert file_sha256(type(small_corpus)(model_file)) == record["sha256"]
+    assert files_sha256(export_parts(Path(model_file))) == record["sha256"]  # graph + weights
     mtime = os.stat(model_file).st_mtime_ns
     # a second run with nothing new publishes nothing and exports nothing again
     summary = run_index([str(small_corpus)], exported_store, collection="c")
@@ -203,6 +212,39 @@ def test_cli_search_never_imports_torch(exported_store, tmp_path):
     assert hits and hits[0]["id"] == "b1"
 
 
+def test_large_weights_live_beside_the_graph_and_are_checked(exported_store):
+    """Weights of 64 KB and more are in `model.onnx.data`, which onnxruntime maps; the
+    version's sha256 covers both files, so a weights file changed or missing is refused by
+    name; an export made before (one file, a record without `data`) encodes the same."""
+    store = Path(exported_store.store.path)
+    record = _version_info(store)["query_encoder"]
+    model_file = store / record["path"]
+    data = model_file.with_name(DATA_FILE)
+    graph = onnx.load(str(model_file), load_external_data=False)
+    apart = [t for t in graph.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert apart and "data" in record and data.stat().st_size >= EXTERNAL_MIN_BYTES
+    with Store(store, read_only=True) as s:
+        stored = s.vectors.provenance()
+
+    def encode(rec):
+        return OnnxEncoder.open(store, rec, exported_store.model, stored).encode_queries(QUERIES)
+
+    want = encode(record)
+    graph_bytes, weights = model_file.read_bytes(), data.read_bytes()
+    onnx.save_model(onnx.load(str(model_file)), str(model_file))  # the weights back inside
+    data.unlink()
+    st = model_file.stat()
+    one_file = {k: v for k, v in record.items() if k != "data"}
+    one_file |= {"sha256": file_sha256(model_file), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    np.testing.assert_array_equal(encode(one_file), want)
+    with pytest.raises(Unavailable, match="FileNotFoundError.*model.onnx.data"):
+        encode(record)
+    model_file.write_bytes(graph_bytes)
+    data.write_bytes(weights[:100] + bytes([weights[100] ^ 1]) + weights[101:])
+    with pytest.raises(Unavailable, match="model.onnx and model.onnx.data differ from the sha256"):
+        encode(record)
+
+
 def test_missing_or_changed_export_falls_back_with_one_line(exported_store, tmp_path):
     record = _version_info(exported_store.store.path)["query_encoder"]
     model_file = os.path.join(exported_store.store.path, record["path"])
@@ -234,7 +276,8 @@ def test_missing_or_changed_export_falls_back_with_one_line(exported_store, tmp_
     with Store(exported_store.store.path, read_only=True) as store:
         with pytest.raises(
             ModelError,
-            match="search.query_encoder is onnx but .*model.onnx differs from the sha256",
+            match="search.query_encoder is onnx but .*model.onnx and model.onnx.data differ from "
+            "the sha256",
         ):
             Searcher(strict, store).search("cat", 3)
         os.remove(model_file)
