@@ -108,7 +108,8 @@ def export_encoder(encoder, store_dir: str | Path) -> dict:
 def _weights_apart(model_file: Path) -> None:
     """Rewrite an export with its weights of at least `EXTERNAL_MIN_BYTES` in `DATA_FILE`
     beside it (ONNX external data, one file), which onnxruntime maps when it opens the
-    graph; a graph without such weights stays one file."""
+    graph; a graph without such weights stays one file. The weights file gets the graph's
+    permissions (onnx writes it readable by its owner only; a server may run as another user)."""
     import onnx
 
     model = onnx.load(str(model_file))
@@ -120,6 +121,9 @@ def _weights_apart(model_file: Path) -> None:
         location=DATA_FILE,
         size_threshold=EXTERNAL_MIN_BYTES,
     )
+    data = model_file.with_name(DATA_FILE)
+    if data.is_file():
+        data.chmod(model_file.stat().st_mode & 0o777)
 
 
 def _export_info(encoder, tmp: Path, kind: str) -> dict:

@@ -223,6 +223,7 @@ def test_large_weights_live_beside_the_graph_and_are_checked(exported_store):
     graph = onnx.load(str(model_file), load_external_data=False)
     apart = [t for t in graph.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     assert apart and "data" in record and data.stat().st_size >= EXTERNAL_MIN_BYTES
+    assert data.stat().st_mode & 0o777 == model_file.stat().st_mode & 0o777  # as readable
     with Store(store, read_only=True) as s:
         stored = s.vectors.provenance()
 
