@@ -351,8 +351,19 @@ class Searcher:
             return [[RankedDoc(d, s, keyword=s) for d, s in r[:k]] for r in keyword]
         if vectors is None:
             vectors = self.encode_queries(queries)
+        # hybrid: the dense side's `depth` documents feed the fusion, the first k of them
+        # ranked with the index's full rescoring depth (`ranked`): ranking all 100 rescored
+        # ~3,500 rows a query at 10M against ~700, for the same fused top 10 on 200 of 200
+        # held-out queries (198 in the same order; docs/guides/scale.md)
         dense = self.dense_ranked(
-            vectors, depth, collection, where, labels=labels, entities=entities, human=human
+            vectors,
+            depth,
+            collection,
+            where,
+            labels=labels,
+            entities=entities,
+            human=human,
+            ranked=k,
         )
         if mode == "dense":
             return [r[:k] for r in dense]
@@ -419,8 +430,12 @@ class Searcher:
         labels: Sequence = (),
         entities: Sequence = (),
         human: bool = False,
+        ranked: int | None = None,
     ) -> list[list[RankedDoc]]:
-        """k documents per query vector, best first, scored by the cosine of their best chunk."""
+        """k documents per query vector, best first, scored by the cosine of their best chunk.
+
+        `ranked`: how many of the k the index ranks with its full rescoring depth (None: all
+        k; `VectorIndex.search`); the others come from its first pass, each rescored."""
         index = self.index
         if index is None or index.ntotal == 0:
             return [[] for _ in range(len(vectors))]
@@ -428,7 +443,8 @@ class Searcher:
         if allowed is not None and len(allowed) == 0:
             return [[] for _ in range(len(vectors))]
         limit = index.ntotal if allowed is None else len(allowed)
-        return [self._best_chunks(index, v[None, :], k, allowed, limit) for v in vectors]
+        ranked = k if ranked is None else min(ranked, k)
+        return [self._best_chunks(index, v[None, :], k, allowed, limit, ranked) for v in vectors]
 
     def keyword_ranked(
         self,
@@ -558,13 +574,13 @@ class Searcher:
         return dict(zip(chunk_ids, zip(starts.tolist(), ends.tolist())))
 
     def _best_chunks(
-        self, index: VectorIndex, vector: np.ndarray, k: int, allowed, limit: int
+        self, index: VectorIndex, vector: np.ndarray, k: int, allowed, limit: int, ranked: int
     ) -> list[RankedDoc]:
         """Best chunk per document, k documents; widens the chunk search until k are found."""
         fetch = min(limit, max(k * 4, 16))
         while True:
-            # ranked=k: the chunks past the k-th only widen the pool documents come from
-            scores, ids = index.search(vector, fetch, allowed, ranked=k)
+            # the chunks past the `ranked`-th only widen the pool documents come from
+            scores, ids = index.search(vector, fetch, allowed, ranked=ranked)
             valid = ids[0] >= 0
             chunk_ids, chunk_scores = ids[0][valid], scores[0][valid]
             doc_ids = self._doc_of(chunk_ids)

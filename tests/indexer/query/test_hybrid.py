@@ -138,6 +138,39 @@ def test_filters_apply_in_every_mode(tiny_config, small_corpus):
         assert hybrid[0].id == "b1" and [h.rank for h in hybrid] == [1, 2, 3]
 
 
+def test_hybrid_ranks_only_k_dense_documents_with_the_full_rescoring_depth(
+    tiny_config, small_corpus, monkeypatch
+):
+    """The dense side of a hybrid search hands `search.candidates` documents to the fusion
+    but asks the index to rank only the k the user wants with its full rescoring depth
+    (`ranked`), the rest from its first pass: on an exact index the same hits either way."""
+    from indexer.index.vector import VectorIndex
+
+    run_index([str(small_corpus)], tiny_config)
+    asked: list[tuple[int, int | None]] = []
+    search = VectorIndex.search
+
+    def spy(self, queries, k, allowed=None, ranked=None):
+        asked.append((k, ranked))
+        return search(self, queries, k, allowed, ranked=ranked)
+
+    monkeypatch.setattr(VectorIndex, "search", spy)
+    query = "parse command line arguments in python"
+    with Store(tiny_config.store.path, read_only=True) as store:
+        searcher = Searcher(tiny_config, store)
+        hybrid = searcher.search(query, 3, mode="hybrid")
+        assert asked and all(ranked == 3 for _, ranked in asked)
+        assert max(k for k, _ in asked) > 3  # the pool stays wider: every chunk here
+        asked.clear()
+        searcher.search(query, 2, mode="dense")
+        assert asked and all(ranked == 2 for _, ranked in asked)
+        every = searcher.rank_documents([query], tiny_config.search.candidates, mode="hybrid")
+        assert [m.doc_id for m in every[0][:3]] == [
+            m.doc_id for m in searcher.rank_documents([query], 3, mode="hybrid")[0]
+        ]
+    assert hybrid[0].id == "b1"
+
+
 # -- CLI ---------------------------------------------------------------------------------
 @pytest.fixture
 def cli_config(tiny_config, small_corpus, tmp_path):
