@@ -22,21 +22,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine, write_json
+from machine import held_out, machine, store_options, write_json
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--queries", type=Path, required=True, help="one query a line")
+    store_options(parser, skip=500, count=20)
     parser.add_argument("--trees", type=Path, nargs=2, required=True)
-    parser.add_argument("--skip", type=int, default=500, help="queries skipped (tuning used)")
-    parser.add_argument("--count", type=int, default=20)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    lines = [q.strip() for q in args.queries.read_text().splitlines() if q.strip()]
-    queries = lines[args.skip : args.skip + args.count]
+    queries = held_out(args)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     trees = [str(t.resolve()) for t in args.trees]
     walls: dict[str, list[float]] = {t: [] for t in trees}

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from machine import machine, write_json
+from machine import held_out, machine, store_options, write_json
 
 from indexer.query.searcher import Searcher
 from indexer.store import Store
@@ -31,17 +31,12 @@ from search.cli.common import build_config
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--queries", type=Path, required=True, help="one query a line")
-    parser.add_argument("--skip", type=int, default=800, help="queries skipped (tuning used)")
-    parser.add_argument("--count", type=int, default=200)
+    store_options(parser, skip=800, count=200)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     config = build_config(str(args.config), str(args.store), None, None)
-    lines = [q.strip() for q in args.queries.read_text().splitlines() if q.strip()]
-    queries = lines[args.skip : args.skip + args.count]
+    queries = held_out(args)
     depth = max(args.k, config.search.candidates)
     walls: dict[str, list[float]] = {"all": [], "k": []}
     same_docs = same_order = 0

@@ -1,8 +1,10 @@
 """Where a benchmark ran: CPU model and AVX-512 flags, cores, load average, date and commit,
-written beside every figure so that it can be read against the machine it came from."""
+written beside every figure so that it can be read against the machine it came from; and the
+options and queries the benchmarks on a scale store share (`store_options`, `held_out`)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -58,3 +60,19 @@ def missing(path: Path, data_set: str) -> bool:
         return False
     print(f"{path} not found: this benchmark reads ../shared/data/{data_set}", file=sys.stderr)
     return True
+
+
+def store_options(parser: argparse.ArgumentParser, skip: int, count: int) -> None:
+    """--store, --config, --queries (one a line), --skip (the lines tuning used) and --count:
+    a scale store (`benchmarks/scale.py --work`) and held-out queries for it."""
+    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--queries", type=Path, required=True, help="one query a line")
+    parser.add_argument("--skip", type=int, default=skip, help="queries skipped (tuning used)")
+    parser.add_argument("--count", type=int, default=count)
+
+
+def held_out(args: argparse.Namespace, count: int | None = None) -> list[str]:
+    """The `--count` (or `count`) queries after the first `--skip` lines of `--queries`."""
+    lines = [q.strip() for q in args.queries.read_text().splitlines() if q.strip()]
+    return lines[args.skip : args.skip + (args.count if count is None else count)]

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from machine import machine, write_json
+from machine import held_out, machine, store_options, write_json
 
 from indexer.index import rescore
 from indexer.query.searcher import Searcher
@@ -52,17 +52,12 @@ def timed(owner, name: str, label: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--queries", type=Path, required=True, help="one query a line")
-    parser.add_argument("--skip", type=int, default=800, help="queries skipped (tuning used)")
-    parser.add_argument("--count", type=int, default=12, help="queries a depth")
+    store_options(parser, skip=800, count=12)  # --count: queries a depth
     parser.add_argument("--drop", action="store_true", help="drop the rescored rows' pages first")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     config = build_config(str(args.config), str(args.store), None, None)
-    lines = [q.strip() for q in args.queries.read_text().splitlines() if q.strip()]
-    queries = lines[args.skip : args.skip + 2 * args.count]
+    queries = held_out(args, 2 * args.count)
     timed(rescore.MappedRefine, "prefetch", "ask")
     timed(rescore.MappedRefine, "scores", "read_and_score")
     rows: dict[int, list] = {10: [], 100: []}
