@@ -164,7 +164,8 @@ def _record(store_dir: Path, folder: Path, info: dict) -> dict:
         "mtime_ns": st.st_mtime_ns,
     }
     if data:  # the weights file: [size, mtime_ns]
-        record["data"] = [data[0].stat().st_size, data[0].stat().st_mtime_ns]
+        weights = data[0].stat()
+        record["data"] = [weights.st_size, weights.st_mtime_ns]
     return record
 
 

@@ -48,7 +48,7 @@ def _checked_info(model_file: Path, record: dict, stored: Provenance | None) -> 
         info = json.loads((folder / INFO_FILE).read_text())
         # the graph, and its weights file when the version records one (a missing one fails)
         parts = export_parts(model_file, "data" in record)
-        stats = [[p.stat().st_size, p.stat().st_mtime_ns] for p in parts]
+        stats = [[st.st_size, st.st_mtime_ns] for st in map(Path.stat, parts)]
         recorded = [[record.get("size"), record.get("mtime_ns")], record.get("data")]
         if stats != recorded[: len(parts)] and files_sha256(parts) != record.get("sha256"):
             names = " and ".join(p.name for p in parts) + (" differ" if parts[1:] else " differs")

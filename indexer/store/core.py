@@ -39,7 +39,13 @@ from indexer.store.schema import (
 )
 from indexer.store.segment_fetch import RowLookup
 from indexer.store.segments import publish_segments
-from indexer.store.snapshot import Snapshot, manifest_facts, open_current_snapshot, segments_dir
+from indexer.store.snapshot import (
+    Snapshot,
+    manifest_facts,
+    manifest_meta,
+    open_current_snapshot,
+    segments_dir,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -66,8 +72,7 @@ WRITER_CHECKPOINT_THRESHOLD = "1GB"
 # compress as before.
 WRITER_DISABLED_COMPRESSION = "alprd"
 SET_THREADS = "SET threads TO {threads}"
-# DuckDB errors a retry may clear: a file another process held, a connection or a conflicting
-# transaction refused (`flows.retry`); any other DuckDB error recurs on the same input
+# the DuckDB errors a retry may clear (`is_transient_store_error`)
 _TRANSIENT = ("IOException", "TransactionException", "ConnectionException")
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 
@@ -108,7 +113,7 @@ class StoreCore:
         self.db_path = self.path / DB_NAME
         self.read_only = read_only
         self.version: str | None = None
-        self._con: duckdb.DuckDBPyConnection | None = None  # a snapshot's: made on first use
+        self._con: duckdb.DuckDBPyConnection | None = None  # the live file's (not a snapshot's)
         self._snapshot: Snapshot | None = None
         self._lock: WriterLock | None = None
         self._bound_views = itertools.count()  # names of registered Arrow views
@@ -185,7 +190,7 @@ class StoreCore:
         """The data version and chunk count the open snapshot's manifest recorded when it was
         published (counting a 10M-chunk snapshot's rows cost a cold search 0.5 s); None for
         the live file, a legacy copy, or a manifest without them."""
-        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        manifest = self._manifest
         return manifest_facts(manifest) if manifest is not None else None
 
     # -- schema -----------------------------------------------------------------------------
@@ -228,9 +233,10 @@ class StoreCore:
         """The DuckDB connection: the one opened, or after `share_across_threads` a cursor of
         it per calling thread (a DuckDB connection runs one query at a time)."""
         local = self._threads
-        con = self._con
-        if con is None:  # only a snapshot's is made when first asked for
-            con = self._con = self._snapshot.con  # type: ignore[union-attr]
+        # a snapshot's connection is made when first asked for (`Snapshot.con`)
+        con = self._snapshot.con if self._snapshot is not None else self._con
+        if con is None:  # only before the live file is connected
+            raise StoreError(f"{self.db_path} is not open")
         if local is not None:
             cursor = getattr(local, "cursor", None)
             if cursor is None:
@@ -263,7 +269,7 @@ class StoreCore:
         """Rows of the open snapshot's `table` by its integer `key`, read straight from the
         segments (`indexer.store.segment_fetch`; built on first use, then kept). None when
         the live file or a legacy copy is open, or the segments cannot be read that way."""
-        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        manifest = self._manifest
         if manifest is None or table not in manifest["tables"]:
             return None
         with self._lookups_lock:
@@ -367,14 +373,18 @@ class StoreCore:
         return read_meta(self.con, key)
 
     def _recorded_meta(self) -> dict[str, Any] | None:
-        manifest = self._snapshot.manifest if self._snapshot is not None else None
-        recorded = ((manifest or {}).get("facts") or {}).get("meta")
-        return recorded if isinstance(recorded, dict) else None
+        manifest = self._manifest
+        return manifest_meta(manifest) if manifest is not None else None
+
+    @property
+    def _manifest(self) -> dict[str, Any] | None:
+        """The open snapshot's manifest (None: the live file or a legacy copy)."""
+        return self._snapshot.manifest if self._snapshot is not None else None
 
     def has_table(self, table: str) -> bool:
         """Whether the store has `table` (a store from before the step that added it has
         not): a snapshot's manifest names its tables; the live file's catalog is asked."""
-        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        manifest = self._manifest
         if manifest is not None:
             return table in manifest["tables"]
         return bool(self.scalar(HAS_TABLE, [table]))
@@ -382,7 +392,7 @@ class StoreCore:
     def has_rows(self, table: str) -> bool:
         """Whether `table` holds a row. A snapshot's manifest shows a table no segment of
         which has rows, and then nothing is read; otherwise DuckDB is asked."""
-        manifest = self._snapshot.manifest if self._snapshot is not None else None
+        manifest = self._manifest
         if manifest is not None:
             segments = manifest["tables"].get(table, {}).get("segments", [])
             if not any(segment["rows"] for segment in segments):

@@ -89,11 +89,11 @@ class Snapshot:
         return self._con is not None
 
     def close(self) -> None:
-        """Close the connection (when made), then give up the lock."""
+        """Close the connection (when made; a query on it then fails as DuckDB's on a closed
+        connection do), then give up the lock."""
         if self._con is not None:
             self._con.close()
-            self._con = None
-            self.connect = None
+        self.connect = None
         self.release()
 
     def release(self) -> None:
@@ -314,6 +314,13 @@ def manifest_facts(manifest: dict[str, Any]) -> SnapshotFacts | None:
         return SnapshotFacts(int(facts["data_version"]), int(facts["chunks"]))
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def manifest_meta(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The `meta` table a manifest recorded at publishing, key -> value (None: a manifest
+    published before it did)."""
+    recorded = (manifest.get("facts") or {}).get("meta")
+    return recorded if isinstance(recorded, dict) else None
 
 
 def read_snapshot_facts(folder: Path) -> SnapshotFacts:
