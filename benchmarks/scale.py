@@ -24,7 +24,9 @@ For each size, in one run:
   drop the page cache: "cold" means a new process, not a cold disk.
 * **serve**: `bertindex serve --workers auto`; p50 of 200 single-client dense queries, q/s with
   16 client threads for `--load-seconds`, and the memory of all its processes (sum of `Pss`
-  from /proc/PID/smaps_rollup, shared pages counted once; the RSS sum beside it).
+  from /proc/PID/smaps_rollup, shared pages counted once; the RSS sum beside it); before the
+  load, p50 of 200 single-client hybrid queries (the default mode) not asked before, and with
+  `--hybrid-load` after it, the 16-client q/s in hybrid mode.
 * **recall@10** of the served dense results against exact search (FAISS IndexFlatIP, in chunks,
   over the store's own vectors read after the server stopped; queries encoded in fp32 by the
   minimum's encoder) on 200 held-out queries.
@@ -473,8 +475,15 @@ def serve_run(config: Path, store: Path, queries: list[str], args) -> dict:
             [hit["id"] for hit in ask(conn, text, 10, "dense")["hits"]] for text in queries[:200]
         ]
         conn.close()
+        # hybrid (the default mode: dense + keyword, fused) on the next 200 queries, which
+        # nothing asked before (the load test below starts again from the first)
+        fresh = queries[200:400] or queries[:200]
+        out["single_client_hybrid"] = sequential(port, fresh, 10, "hybrid", proc.pid)
         level = load(port, queries, 10, 16, 10**9, args.load_seconds, proc.pid, mode="dense")
         out["clients_16_dense"] = level
+        if args.hybrid_load:
+            level = load(port, queries, 10, 16, 10**9, args.load_seconds, proc.pid, mode="hybrid")
+            out["clients_16_hybrid"] = level
         out["memory"] = memory_of(proc.pid)
         return out
     finally:
@@ -647,6 +656,7 @@ COLUMNS = [  # (heading, path into a size's record)
     ("cold query repeated p50 s", ("cold_query", "repeat_p50_s")),
     ("serve p50 ms", ("serve", "single_client_dense", "p50_ms")),
     ("serve q/s, 16 clients", ("serve", "clients_16_dense", "queries_per_s")),
+    ("serve hybrid p50 ms", ("serve", "single_client_hybrid", "p50_ms")),
     ("serve Pss MB", ("serve", "memory", "pss_mb")),
     ("recall@10", ("recall", "recall_at_10")),
 ]
@@ -730,6 +740,9 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, help="bertindex index --batch-size")
     parser.add_argument("--load-seconds", type=float, default=15.0, help="16-client load test")
+    parser.add_argument(
+        "--hybrid-load", action="store_true", help="also the 16-client load test in hybrid mode"
+    )
     parser.add_argument("--child-minimum", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
