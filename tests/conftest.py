@@ -192,7 +192,7 @@ def toy_head(pair_bert, tmp_path_factory):
 
 
 # -- the order two workers share the suite in -----------------------------------------------------
-# The real-data tests encode with the packaged model on one torch thread: SciFact alone is ~5 min
+# The real-data tests encode with the packaged model on one torch thread: SciFact alone is ~4 min
 # of the 20-26 min of work on 2 cores (Intel, AMD), and started mid-run it finished last, alone.
 # `make test` runs `--dist worksteal`, which gives the first half of the collected order to one
 # worker and the second half to the other, and lets an idle worker take the end of the other's
@@ -200,7 +200,7 @@ def toy_head(pair_bert, tmp_path_factory):
 # (a module's tests stay together: its module fixtures are built once) are weighed by their
 # marks, shared longest first to the lighter half, and each half runs longest first: the long
 # tests start at once on both workers and what is stolen at the end is short.
-LONGEST = {"tests/indexer/query/test_hybrid.py": 360.0}  # SciFact + msmarco-subset: ~6 min
+LONGEST = {"tests/indexer/query/test_hybrid.py": 300.0}  # SciFact + msmarco-subset: ~5 min
 
 
 def _weight(item) -> float:

@@ -184,6 +184,9 @@ def tombstoned(index: faiss.Index) -> bool:
 
 def stored_ids(index: faiss.Index) -> np.ndarray:
     """The ids a FAISS index stores: its IDMap's, or those in its inverted lists."""
+    shared = getattr(index, "shared_ids", None)  # `version_files.read_shared_ids`
+    if shared is not None:
+        return np.array(shared, np.int64)
     if hasattr(index, "id_map"):
         return faiss.vector_to_array(index.id_map).astype(np.int64)
     ivf = faiss.extract_index_ivf(index)

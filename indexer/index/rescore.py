@@ -30,11 +30,21 @@ PAGE = 4096
 MADV_RANDOM, MADV_WILLNEED = 1, 3  # Linux
 
 
-def id_view(id_map) -> tuple[np.ndarray, np.ndarray | None]:
-    """An IDMap's ids by position, as a view of FAISS's own vector (valid while its index
-    lives: no copy, 80 MB at 10M), and their argsort (None: ascending, as a base is built)."""
-    n = id_map.size()
-    held = faiss.rev_swig_ptr(id_map.data(), n) if n else np.zeros(0, np.int64)
+def ids_by_position(index) -> np.ndarray:
+    """An IDMap's ids by position, without a copy (valid while `index` lives): the base file's
+    own pages where its reader left them there (`version_files.read_shared_ids`), else a view
+    of FAISS's vector."""
+    shared = getattr(index, "shared_ids", None)
+    if shared is not None:
+        return shared
+    n = index.id_map.size()
+    return faiss.rev_swig_ptr(index.id_map.data(), n) if n else np.zeros(0, np.int64)
+
+
+def id_view(index) -> tuple[np.ndarray, np.ndarray | None]:
+    """An IDMap's ids by position (`ids_by_position`: no copy, 80 MB at 10M) and their argsort
+    (None: ascending, as a base is built)."""
+    held = ids_by_position(index)
     ascending = bool((held[1:] > held[:-1]).all())  # not np.diff: no second 80 MB array
     return held, None if ascending else np.argsort(held, kind="stable")
 
@@ -76,11 +86,13 @@ class MappedRefine:
         )
 
 
-def mapped_refine(index: faiss.Index, ids: np.ndarray, files: bool = True) -> MappedRefine | None:
+def mapped_refine(
+    index: faiss.Index, ids: np.ndarray | None = None, files: bool = True
+) -> MappedRefine | None:
     """The parts to rescore `index` here: an IDMap over an IndexRefine in inner product whose
     rescoring stage is float32 (`…,RFlat`), 8-bit (`Refine(SQ8)`) or half-precision
     (`Refine(SQfp16)`) codes, else None (FAISS searches it). `ids`: the IDMap's ids by
-    position (the caller holds them once). `files`: look for the file under the rows
+    position (None: `ids_by_position`, no copy). `files`: look for the file under the rows
     (`FileRows`); False for an index held in memory, which has none."""
     top = faiss.downcast_index(index)
     if not isinstance(top, faiss.IndexIDMap):
@@ -105,6 +117,7 @@ def mapped_refine(index: faiss.Index, ids: np.ndarray, files: bool = True) -> Ma
     else:
         return None
     random_access(vectors)
+    ids = ids_by_position(index) if ids is None else ids  # (`top` is a new proxy: no attributes)
     first = faiss.downcast_index(refine.base_index)
     rows = FileRows.behind(vectors) if files else None
     return MappedRefine(first, vectors, ids, scale, offset, rows)

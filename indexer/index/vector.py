@@ -69,6 +69,7 @@ from indexer.index.version_files import (
     INDEX_FILE,
     PROVENANCE_FILE,
     bases_dir,
+    full_id_map,
     id_positions,
     publish_version,
     read_deleted,
@@ -218,21 +219,21 @@ class VectorIndex:
     @property
     def _id_map(self):
         """The id vector of the IDMap the index sits under (a `_tombstoned` index, one with
-        a rescoring stage)."""
+        a rescoring stage), filled from the file first where it was left there."""
         if not isinstance(self.index, faiss.IndexIDMap):
             raise VectorIndexError(f"this {self.spec} index is not under an IDMap")
-        return self.index.id_map
+        return full_id_map(self.index)
 
     @functools.cached_property
     def _rescored_here(self) -> MappedRefine | None:
         if not self.mapped or not isinstance(self.index, faiss.IndexIDMap):
             return None
-        return mapped_refine(self.index, self._held[0])  # `indexer.index.rescore`
+        return mapped_refine(self.index)  # `indexer.index.rescore`
 
     @functools.cached_property
     def _held(self) -> tuple[np.ndarray, np.ndarray | None]:
         """An IDMap base's ids by position and their argsort (`rescore.id_view`)."""
-        return id_view(self._id_map)
+        return id_view(self.index)
 
     @functools.cached_property
     def _base_ids(self) -> np.ndarray:
@@ -406,7 +407,7 @@ class VectorIndex:
             first, k_factor, _, exclude = mapped
             parts = self._rescored_here
             return search_mapped(parts, queries, k, k_factor, first, exclude, None, ranked)
-        params = self._search_params(allowed)
+        params, _ = self._search_params(allowed), full_id_map(self.index)  # FAISS translates
         if params is None:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)
@@ -422,8 +423,7 @@ class VectorIndex:
         return cached
 
     def _exact_among(self, queries: np.ndarray, k: int, allowed: np.ndarray):
-        """Exact search over the `allowed` ids' stored vectors (full vectors, or the
-        rescoring codes of a `Refine(SQ8)`)."""
+        """Exact search over the `allowed` ids' stored vectors (or rescoring codes)."""
         allowed = np.ascontiguousarray(allowed, dtype=np.int64)
         scores = np.full((len(queries), k), -np.inf, np.float32)
         found = np.full((len(queries), k), -1, np.int64)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -175,16 +177,86 @@ def read_faiss(
     try:
         check_size(path, written)
         flags = faiss.IO_FLAG_MMAP_IFC if mapped else 0
-        if lists_written is None:
-            return faiss.read_index(str(path), flags)
-        index = faiss.read_index(str(path), flags | faiss.IO_FLAG_SKIP_IVF_DATA)
-        open_lists(index, path, lists_written)
+        if lists_written is not None:
+            flags |= faiss.IO_FLAG_SKIP_IVF_DATA
+        # a mapped base (never written again) keeps its ids in the file: `read_shared_ids`
+        shared = mapped and path.parent.name == BASES_DIR
+        index = (shared and read_shared_ids(path, flags)) or faiss.read_index(str(path), flags)
+        if lists_written is not None:
+            open_lists(index, path, lists_written)
         return index
     except RuntimeError as exc:
         reason = str(exc).strip().rpartition("Error: ")[2][:120] or "unreadable"
         raise VectorIndexError(
             f"cannot read {path}: the file is damaged or truncated ({reason}); {fix}"
         ) from None
+
+
+IDMAP_FOURCC = b"IxMp"  # FAISS's tag of a plain IndexIDMap, as bases are written
+_FILLING = threading.Lock()
+
+
+def read_shared_ids(path: Path, flags: int) -> faiss.Index | None:
+    """A base written as a plain IDMap (`plain_id_map`) read with its ids left in the file.
+
+    FAISS reads an IDMap's ids into a vector of its own: at 10M, 80 MB and ~50 ms in every
+    process that opens the base, for a search that looks up a few hundred of them. Here the
+    index under the IDMap is read from a mapping of the file (FAISS's `ZeroCopyIOReader`:
+    its codes and centroids stay the file's pages, as `IO_FLAG_MMAP_IFC` leaves them; the
+    mapping is copy-on-write, so nothing FAISS writes reaches the file), and the ids are a
+    view of the file's last pages (`shared_ids`, `rescore.ids_by_position`). The IDMap's own
+    vector stays empty until a search that FAISS translates needs it (`full_id_map`).
+
+    Returns None for another kind of file (FAISS reads it).
+    Raises:
+        RuntimeError: the ids are not where and how many the header says (read as damage).
+    """
+    with open(path, "rb") as fh:
+        mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    data = np.frombuffer(mapping, np.uint8)
+    if bytes(data[:4]) != IDMAP_FOURCC:
+        return None
+    # the header (faiss/impl/index_write.cpp): d int32, ntotal int64, two int64 fields,
+    # is_trained bool, metric int32, and a float metric argument for metrics after L2 and IP
+    dim, ntotal, metric = (int(data[a:b].view(t)[0]) for a, b, t in HEADER_FIELDS)
+    start = 37 + (4 if metric > 1 else 0)
+    reader = faiss.ZeroCopyIOReader(  # type: ignore[attr-defined]  # (SWIG: no stub)
+        faiss.swig_ptr(data[start:]), data.size - start
+    )
+    inner = faiss.read_index(reader, flags)
+    at = start + int(reader.rp_)  # then the ids: their count (uint64), then the int64 ids
+    count = int(data[at : at + 8].view(np.uint64)[0]) if at + 8 <= data.size else -1
+    if count != ntotal or at + 8 + 8 * count != data.size:
+        raise RuntimeError(f"Error: {count} ids where {ntotal} were written")
+    out = SharedIdMap(faiss.IndexFlat(dim, metric))  # FAISS wraps only an empty index
+    out.own_fields = False
+    out.index, out.ntotal, out.is_trained = inner, ntotal, inner.is_trained
+    out.referenced_objects = [inner, reader, mapping]  # type: ignore[attr-defined]  # (FAISS's)
+    out.shared_ids = data[at + 8 :].view(np.int64)
+    return out
+
+
+HEADER_FIELDS = ((4, 8, np.int32), (8, 16, np.int64), (33, 37, np.int32))
+
+
+class SharedIdMap(faiss.IndexIDMap):
+    """An IDMap whose ids stay in its file (`read_shared_ids`); FAISS's Python classes take
+    only the attributes their class declares."""
+
+    shared_ids: np.ndarray | None = None
+    filled = False  # whether `full_id_map` copied them into the IDMap
+
+
+def full_id_map(index: faiss.Index):
+    """`index`'s IDMap id vector, filled from the file first where `read_shared_ids` left the
+    ids there (once, for the searches FAISS translates itself: filtered ones, bases without
+    a rescoring stage); None when `index` is no IDMap."""
+    if isinstance(index, SharedIdMap) and index.shared_ids is not None and not index.filled:
+        with _FILLING:
+            if not index.filled:
+                faiss.copy_array_to_vector(np.array(index.shared_ids), index.id_map)
+                index.filled = True
+    return getattr(index, "id_map", None)
 
 
 def check_size(path: Path, written: int | None) -> None:

@@ -335,24 +335,29 @@ def test_qrels_with_or_without_a_header(tmp_path):
 
 @pytest.mark.slow
 def test_scifact_hybrid_beats_both_halves():
-    """Defaults (chunk, 256 tokens, weighted fusion, the dense weight the index run tunes on
-    the store's own pseudo-queries: 0.40 here, `benchmarks/fusion_label_free.py`): BEIR test
-    split.
+    """SciFact's BEIR test split against its published scores, each abstract cut at 256 tokens
+    as MTEB scored the model (`--long-documents truncate`): the dense side is the model's
+    published 0.645 (within 0.005 either way; 0.6442 here), the keyword side BM25's (BEIR
+    paper), and the hybrid default (weighted fusion, the dense weight the index run tunes on
+    the store's own pseudo-queries) beats both and reaches 0.70 (0.7103 here).
 
-    Also the published scores: BM25's (BEIR paper), and the model's dense 0.645 (MTEB, each
-    abstract truncated at 256 tokens) as a floor for our chunked dense side, which scores each
-    abstract by its best window, the first being the truncated text. The truncated run
-    itself (0.6446, `docs/benchmarks.md`) is not repeated here: it would encode SciFact a
-    second time, and the encoder's equality with sentence-transformers' own vectors is
-    tested directly (`tests/indexer/evaluation/test_reference.py`)."""
+    Truncated, not the default overlapping windows: the windows encode SciFact's long
+    abstracts 1.7 times over (9,981 windows, 2.06M tokens against 1.24M), ~2 min more of one
+    core in every `make test`, and the published score is of the truncated text. The
+    windowed figures (dense 0.6538, hybrid 0.7116; `docs/benchmarks.md`) come from `bertindex
+    eval beir ../shared/data/scifact`; windowing itself is tested on small models
+    (tests/indexer/ingest/test_chunking.py), and the encoder's equality with
+    sentence-transformers' own vectors in tests/indexer/evaluation/test_reference.py."""
     from testkit import require_shared
 
     folder = require_shared("scifact")
-    result = CliRunner().invoke(main, ["eval", "beir", str(folder), "--json"])
+    result = CliRunner().invoke(
+        main, ["eval", "beir", str(folder), "--long-documents", "truncate", "--json"]
+    )
     assert result.exit_code == 0, result.output
     modes = json.loads(result.stdout)["modes"]
     assert abs(modes["keyword"]["ndcg@10"] - 0.665) <= 0.01  # BEIR paper BM25
-    assert modes["dense"]["ndcg@10"] >= 0.645 - 0.005  # MTEB all-MiniLM-L6-v2, truncated
+    assert abs(modes["dense"]["ndcg@10"] - 0.645) <= 0.005  # MTEB all-MiniLM-L6-v2
     assert modes["hybrid"]["ndcg@10"] >= 0.70
     assert modes["hybrid"]["ndcg@10"] > max(modes["dense"]["ndcg@10"], 0.665)
 
