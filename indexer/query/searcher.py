@@ -10,7 +10,7 @@ import contextlib
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from indexer.index.span_file import SpanMap, populate_table, read_spans, spans_p
 from indexer.index.vector import VectorIndex
 from indexer.index.version_files import bases_dir
 from indexer.query.hits import SearchHit
+from indexer.query.sides import both
 from indexer.records.provenance import QUERY_KEYS
 from indexer.records.versions import version_dir
 from indexer.store import Hit, Store
@@ -355,21 +356,15 @@ class Searcher:
         # ranked with the index's full rescoring depth (`ranked`): ranking all 100 rescored
         # ~3,500 rows a query at 10M against ~700, for the same fused top 10 on 200 of 200
         # held-out queries (198 in the same order; docs/guides/scale.md)
-        dense = self.dense_ranked(
-            vectors,
-            depth,
-            collection,
-            where,
-            labels=labels,
-            entities=entities,
-            human=human,
-            ranked=k,
-        )
+        chosen: dict[str, Any] = {"labels": labels, "entities": entities, "human": human}
+        dense_side = functools.partial(self.dense_ranked, vectors, depth, collection, where)
         if mode == "dense":
-            return [r[:k] for r in dense]
-        keyword = self.keyword_ranked(
-            queries, depth, collection, where, labels=labels, entities=entities, human=human
-        )
+            return [r[:k] for r in dense_side(ranked=k, **chosen)]
+        keyword_side = functools.partial(self.keyword_ranked, queries, depth, collection, where)
+        if collection is None and not (where or labels or entities):  # `indexer.query.sides`
+            dense, keyword = both(lambda: dense_side(ranked=k), keyword_side)
+        else:
+            dense, keyword = dense_side(ranked=k, **chosen), keyword_side(**chosen)
         out = []
         for dense_r, keyword_r in zip(dense, keyword):
             by_doc = {m.doc_id: m for m in dense_r}

@@ -171,6 +171,46 @@ def test_hybrid_ranks_only_k_dense_documents_with_the_full_rescoring_depth(
     assert hybrid[0].id == "b1"
 
 
+def test_an_unfiltered_hybrid_search_runs_its_keyword_side_beside_the_dense_one(
+    tiny_config, small_corpus, monkeypatch
+):
+    """Unfiltered, the keyword side runs on a pool thread while the dense side runs on the
+    caller's (`indexer.query.sides`), with the answers of one side after the other; with a
+    filter (answered through the store's one connection) both stay on the caller's thread."""
+    import threading
+
+    run_index([str(small_corpus)], tiny_config)
+    threads: list[tuple[str, str]] = []
+    dense, keyword = Searcher.dense_ranked, Searcher.keyword_ranked
+
+    def on(name, method):
+        def spy(self, *args, **kwargs):
+            threads.append((name, threading.current_thread().name))
+            return method(self, *args, **kwargs)
+
+        return spy
+
+    monkeypatch.setattr(Searcher, "dense_ranked", on("dense", dense))
+    monkeypatch.setattr(Searcher, "keyword_ranked", on("keyword", keyword))
+    query = "parse command line arguments in python"
+    here = threading.current_thread().name
+    with Store(tiny_config.store.path, read_only=True) as store:
+        searcher = Searcher(tiny_config, store)
+        together = searcher.rank_documents([query], 5, mode="hybrid")[0]
+        assert dict(threads)["dense"] == here
+        assert dict(threads)["keyword"].startswith("bertindex-side")
+        vectors = searcher.encode_queries([query])
+        depth = tiny_config.search.candidates
+        fused = searcher.fuse(
+            [(m.doc_id, m.score) for m in dense(searcher, vectors, depth, ranked=5)[0]],
+            keyword(searcher, [query], depth)[0],
+        )
+        assert [h.doc_id for h in together] == [d for d, _ in fused[:5]]
+        threads.clear()
+        assert searcher.search(query, 5, where=[("kind", "code")], mode="hybrid")
+        assert {thread for _, thread in threads} == {here}
+
+
 # -- CLI ---------------------------------------------------------------------------------
 @pytest.fixture
 def cli_config(tiny_config, small_corpus, tmp_path):
