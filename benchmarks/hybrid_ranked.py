@@ -12,7 +12,6 @@ how often the two agree (same documents; same order) and the p50 of each.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -22,22 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from machine import held_out, machine, store_options, write_json
+from machine import hybrid_run, machine, write_json
 
 from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.cli.common import build_config
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    store_options(parser, skip=800, count=200)
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    config = build_config(str(args.config), str(args.store), None, None)
-    queries = held_out(args)
-    depth = max(args.k, config.search.candidates)
+    args, config, queries, depth = hybrid_run(__doc__.splitlines()[0], 800, 200)
     walls: dict[str, list[float]] = {"all": [], "k": []}
     same_docs = same_order = 0
     with Store(config.store.path, read_only=True) as store:

@@ -11,7 +11,6 @@ without CPU).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -19,23 +18,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import held_out, machine, store_options, write_json
+from machine import hybrid_run, machine, write_json
 
 from indexer.query import searcher as searcher_module
 from indexer.query.searcher import Searcher
 from indexer.store import Store
-from search.cli.common import build_config
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    store_options(parser, skip=600, count=100)
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    config = build_config(str(args.config), str(args.store), None, None)
-    queries = held_out(args)
-    depth = max(args.k, config.search.candidates)
+    args, config, queries, depth = hybrid_run(__doc__.splitlines()[0], 600, 100)
     walls: dict[str, list[float]] = {"dense": [], "keyword": [], "hybrid": [], "in_turn": []}
     cpu: dict[str, list[float]] = {name: [] for name in walls}
     with Store(config.store.path, read_only=True) as store:
