@@ -3,7 +3,8 @@ takes, k ranked at full rescoring depth), its keyword side (BM25, the same depth
 ranking with the sides at the same time (`indexer.query.sides`, as searches run) and one after
 the other (`in_turn`), each timed in one process on held-out queries after one warm-up query,
 in alternating order, with the CPU time beside the wall (a side waiting on disk shows wall
-without CPU).
+without CPU). With --encode the two whole rankings encode their query too (a search does, and
+its keyword side then runs beside the encoding as well).
 
     python benchmarks/hybrid_split.py --store DIR/store --config DIR/config.yaml \\
         --queries DIR/tune_queries.txt --out FILE
@@ -26,7 +27,7 @@ from indexer.store import Store
 
 
 def main() -> None:
-    args, config, queries, depth = hybrid_run(__doc__.splitlines()[0], 600, 100)
+    args, config, queries, depth = hybrid_run(__doc__.splitlines()[0], 600, 100, encode=True)
     walls: dict[str, list[float]] = {"dense": [], "keyword": [], "hybrid": [], "in_turn": []}
     cpu: dict[str, list[float]] = {name: [] for name in walls}
     with Store(config.store.path, read_only=True) as store:
@@ -37,7 +38,8 @@ def main() -> None:
 
         def hybrid(i: int, split: bool) -> None:
             searcher_module.both = together if split else (lambda a, b: (a(), b()))
-            searcher.rank_documents([queries[i]], args.k, mode="hybrid", vectors=vectors[i : i + 1])
+            given = None if args.encode else vectors[i : i + 1]  # None: encoded in the search
+            searcher.rank_documents([queries[i]], args.k, mode="hybrid", vectors=given)
             searcher_module.both = together
 
         sides = {

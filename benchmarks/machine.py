@@ -78,15 +78,18 @@ def held_out(args: argparse.Namespace, count: int | None = None) -> list[str]:
     return lines[args.skip : args.skip + (args.count if count is None else count)]
 
 
-def hybrid_run(description: str, skip: int, count: int):
+def hybrid_run(description: str, skip: int, count: int, encode: bool = False):
     """(args, config, held-out queries, the hybrid depth) for a benchmark of hybrid queries
-    on a scale store: `store_options`, --k (documents asked for) and --out (JSON)."""
+    on a scale store: `store_options`, --k (documents asked for), --out (JSON), and with
+    `encode` an --encode switch (the timed searches encode their queries)."""
     from search.cli.common import build_config
 
     parser = argparse.ArgumentParser(description=description)
     store_options(parser, skip=skip, count=count)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--out", type=Path)
+    if encode:
+        parser.add_argument("--encode", action="store_true", help="time the queries' encoding")
     args = parser.parse_args()
     config = build_config(str(args.config), str(args.store), None, None)
     return args, config, held_out(args), max(args.k, config.search.candidates)

@@ -350,21 +350,23 @@ class Searcher:
                 queries, depth, collection, where, labels=labels, entities=entities, human=human
             )
             return [[RankedDoc(d, s, keyword=s) for d, s in r[:k]] for r in keyword]
-        if vectors is None:
-            vectors = self.encode_queries(queries)
         # hybrid: the dense side's `depth` documents feed the fusion, the first k of them
         # ranked with the index's full rescoring depth (`ranked`): ranking all 100 rescored
         # ~3,500 rows a query at 10M against ~700, for the same fused top 10 on 200 of 200
         # held-out queries (198 in the same order; docs/guides/scale.md)
         chosen: dict[str, Any] = {"labels": labels, "entities": entities, "human": human}
-        dense_side = functools.partial(self.dense_ranked, vectors, depth, collection, where)
+
+        def dense_side(**filters: Any) -> list[list[RankedDoc]]:  # the queries encoded first
+            found = self.encode_queries(queries) if vectors is None else vectors
+            return self.dense_ranked(found, depth, collection, where, ranked=k, **filters)
+
         if mode == "dense":
-            return [r[:k] for r in dense_side(ranked=k, **chosen)]
+            return [r[:k] for r in dense_side(**chosen)]
         keyword_side = functools.partial(self.keyword_ranked, queries, depth, collection, where)
         if collection is None and not (where or labels or entities):  # `indexer.query.sides`
-            dense, keyword = both(lambda: dense_side(ranked=k), keyword_side)
+            dense, keyword = both(dense_side, keyword_side)  # BM25 beside encoding and FAISS
         else:
-            dense, keyword = dense_side(ranked=k, **chosen), keyword_side(**chosen)
+            dense, keyword = dense_side(**chosen), keyword_side(**chosen)
         out = []
         for dense_r, keyword_r in zip(dense, keyword):
             by_doc = {m.doc_id: m for m in dense_r}

@@ -1,12 +1,12 @@
-"""A hybrid query's two sides at the same time: the dense side on the calling thread, the
-keyword side on a pool thread.
+"""A hybrid query's two sides at the same time: the dense side (encoding the query, then
+FAISS) on the calling thread, the keyword side on a pool thread.
 
-FAISS's search, the rescoring's reads and tantivy's BM25 search all release the GIL, so the
-sides overlap on a second core. At 10M documents (AMD EPYC, 2 cores) a hybrid query's dense
-side took ~22 ms and its keyword side ~42 ms of CPU once their pages were cached; one after
-the other 64 ms, at the same time 48 ms (`benchmarks/hybrid_split.py`). The CPU a query uses
-is the same either way, so a server's throughput under load does not change: only a query's
-wait does.
+The query encoder (onnxruntime or torch), FAISS's search, the rescoring's reads and tantivy's
+BM25 search all release the GIL, so the sides overlap on a second core. At 10M documents (AMD
+EPYC, 2 cores, pages cached) a hybrid query's dense side took 22.8 ms and its keyword side
+43.8 ms; the whole ranking 65.4 ms one side after the other, 54.2 ms at the same time
+(`benchmarks/hybrid_split.py`). The CPU a query uses is the same either way, so a server's
+throughput under load does not change: only a query's wait does.
 
 Only unfiltered queries are split: a filter is answered by the store's DuckDB connection,
 which serves one thread at a time.
