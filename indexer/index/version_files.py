@@ -212,6 +212,8 @@ def read_shared_ids(path: Path, flags: int) -> faiss.Index | None:
         RuntimeError: the ids are not where and how many the header says (read as damage).
     """
     with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size < 64:  # no IDMap of anything (FAISS says what it is)
+            return None
         mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
     data = np.frombuffer(mapping, np.uint8)
     if bytes(data[:4]) != IDMAP_FOURCC:

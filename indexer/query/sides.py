@@ -14,6 +14,8 @@ which serves one thread at a time.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -22,14 +24,24 @@ A = TypeVar("A")
 B = TypeVar("B")
 
 # one pool per process, shared by a server's request threads: a query waits for a free
-# thread rather than starting one (a thread a query would cost ~0.1 ms)
-_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bertindex-side")
+# thread rather than starting one. Made in the process that uses it: a pool inherited through
+# a fork counts threads that the child does not have, and would never run its work.
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_MAKING = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _MAKING:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="bertindex-side"))
+        return _POOL[1]
 
 
 def both(here: Callable[[], A], there: Callable[[], B]) -> tuple[A, B]:
     """(`here()`, `there()`), `there` run on a pool thread while `here` runs on this one. An
     exception of either is raised here (of `here` first); a failed `here` does not wait for
     `there`."""
-    later = _POOL.submit(there)
+    later = _pool().submit(there)
     first = here()
     return first, later.result()
