@@ -280,11 +280,14 @@ def search_mapped(
         _, cand = parts.first.search(queries, wide, params=first_params)
     else:
         cand = _preassigned(parts.first, queries, wide, first_params, assigned)
+    parts.prefetch(cand[cand >= 0])  # (before the deleted are dropped: read meanwhile)
     if exclude is not None and len(exclude):
+        # the candidates' ids are pages of the base file (`version_files.read_shared_ids`):
+        # asked for together, not faulted in one after another
+        prefetch(parts.ids[:, None], np.maximum(cand, 0).ravel())
         ids = parts.ids[np.maximum(cand, 0)]
         at = np.minimum(np.searchsorted(exclude, ids), len(exclude) - 1)
         cand = np.where(exclude[at] == ids, -1, cand)
-    parts.prefetch(cand[cand >= 0])
     scores = np.full((len(queries), k), -np.inf, np.float32)
     found = np.full((len(queries), k), -1, np.int64)
     for q, row in enumerate(cand):
