@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import hybrid_run, machine, write_json
+from machine import hybrid_run, summary, write_json
 
 from indexer.query import searcher as searcher_module
 from indexer.query.searcher import Searcher
@@ -55,15 +55,13 @@ def main() -> None:
                 run(i)
                 walls[name].append((time.perf_counter() - wall) * 1e3)
                 cpu[name].append((time.process_time() - used) * 1e3)
-    result = {
-        "command": " ".join(sys.argv),
-        "machine": machine(),
-        "queries": len(queries),
-        "k": args.k,
-        "depth": depth,
-        "p50_ms": {name: round(statistics.median(w), 1) for name, w in walls.items()},
-        "cpu_p50_ms": {name: round(statistics.median(c), 1) for name, c in cpu.items()},
-    }
+    result = summary(
+        queries=len(queries),
+        k=args.k,
+        depth=depth,
+        p50_ms={name: round(statistics.median(w), 1) for name, w in walls.items()},
+        cpu_p50_ms={name: round(statistics.median(c), 1) for name, c in cpu.items()},
+    )
     print(json.dumps({k: v for k, v in result.items() if k not in ("command", "machine")}))
     write_json(args.out, result)
 

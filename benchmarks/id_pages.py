@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine, write_json
+from machine import summary, write_json
 
 from indexer.index import rescore
 from indexer.index.vector import VectorIndex
@@ -53,14 +53,12 @@ def main() -> None:
                 rescore.prefetch(ids[:, None], rows)
             int(ids[rows].sum())
             walls[name].append((time.perf_counter() - began) * 1e3)
-    result = {
-        "command": " ".join(sys.argv),
-        "machine": machine(),
-        "ids": len(ids),
-        "candidates": args.candidates,
-        "rounds": args.rounds,
-        "p50_ms": {name: round(statistics.median(w), 2) for name, w in walls.items()},
-    }
+    result = summary(
+        ids=len(ids),
+        candidates=args.candidates,
+        rounds=args.rounds,
+        p50_ms={name: round(statistics.median(w), 2) for name, w in walls.items()},
+    )
     print(json.dumps({k: v for k, v in result.items() if k not in ("command", "machine")}))
     write_json(args.out, result)
 

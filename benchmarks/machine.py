@@ -93,3 +93,8 @@ def hybrid_run(description: str, skip: int, count: int, encode: bool = False):
     args = parser.parse_args()
     config = build_config(str(args.config), str(args.store), None, None)
     return args, config, held_out(args), max(args.k, config.search.candidates)
+
+
+def summary(**fields) -> dict:
+    """A result record: the command line and the machine (`machine()`), then `fields`."""
+    return {"command": " ".join(sys.argv), "machine": machine(), **fields}
