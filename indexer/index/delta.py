@@ -27,6 +27,7 @@ import numpy as np
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
 from indexer.index.auto import search_params
+from indexer.index.rescore import ids_by_position
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +185,8 @@ def tombstoned(index: faiss.Index) -> bool:
 
 def stored_ids(index: faiss.Index) -> np.ndarray:
     """The ids a FAISS index stores: its IDMap's, or those in its inverted lists."""
-    shared = getattr(index, "shared_ids", None)  # `version_files.read_shared_ids`
-    if shared is not None:
-        return np.array(shared, np.int64)
-    if hasattr(index, "id_map"):
-        return faiss.vector_to_array(index.id_map).astype(np.int64)
+    if hasattr(index, "id_map"):  # (where a base's reader left them: `ids_by_position`)
+        return np.array(ids_by_position(index), np.int64)
     ivf = faiss.extract_index_ivf(index)
     invlists = ivf.invlists
     if invlists is None:

@@ -284,8 +284,9 @@ def search_mapped(
     if exclude is not None and len(exclude):
         # the candidates' ids are pages of the base file (`version_files.read_shared_ids`):
         # asked for together, not faulted in one after another
-        prefetch(parts.ids[:, None], np.maximum(cand, 0).ravel())
-        ids = parts.ids[np.maximum(cand, 0)]
+        seen = np.maximum(cand, 0)
+        prefetch(parts.ids[:, None], seen.ravel())
+        ids = parts.ids[seen]
         at = np.minimum(np.searchsorted(exclude, ids), len(exclude) - 1)
         cand = np.where(exclude[at] == ids, -1, cand)
     scores = np.full((len(queries), k), -np.inf, np.float32)

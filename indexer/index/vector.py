@@ -407,7 +407,7 @@ class VectorIndex:
             first, k_factor, _, exclude = mapped
             parts = self._rescored_here
             return search_mapped(parts, queries, k, k_factor, first, exclude, None, ranked)
-        params, _ = self._search_params(allowed), full_id_map(self.index)  # FAISS translates
+        params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)
         return self.index.search(queries, k, params=params)

@@ -243,16 +243,21 @@ HEADER_FIELDS = ((4, 8, np.int32), (8, 16, np.int64), (33, 37, np.int32))
 
 class SharedIdMap(faiss.IndexIDMap):
     """An IDMap whose ids stay in its file (`read_shared_ids`); FAISS's Python classes take
-    only the attributes their class declares."""
+    only the attributes their class declares. A search through FAISS, which translates
+    positions to ids itself, fills the IDMap first (`full_id_map`)."""
 
     shared_ids: np.ndarray | None = None
     filled = False  # whether `full_id_map` copied them into the IDMap
 
+    def search(self, x, k, **kwargs):
+        full_id_map(self)
+        return super().search(x, k, **kwargs)
+
 
 def full_id_map(index: faiss.Index):
     """`index`'s IDMap id vector, filled from the file first where `read_shared_ids` left the
-    ids there (once, for the searches FAISS translates itself: filtered ones, bases without
-    a rescoring stage); None when `index` is no IDMap."""
+    ids there (once, for what FAISS translates itself: its searches, a filter's selector);
+    None when `index` is no IDMap."""
     if isinstance(index, SharedIdMap) and index.shared_ids is not None and not index.filled:
         with _FILLING:
             if not index.filled:
