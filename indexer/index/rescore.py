@@ -20,6 +20,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import faiss
 import numpy as np
@@ -49,6 +50,15 @@ def id_view(index) -> tuple[np.ndarray, np.ndarray | None]:
     return held, None if ascending else np.argsort(held, kind="stable")
 
 
+class Rows(Protocol):
+    """Where rescoring rows are read from by position: `FileRows` (a stage's own file) or
+    `store_rows.StoreRows` (the store's vector files)."""
+
+    def read(self, rows: np.ndarray, like: np.ndarray) -> np.ndarray: ...
+
+    def prefetch(self, rows: np.ndarray) -> None: ...
+
+
 @dataclass
 class MappedRefine:
     """The parts of a mapped `IDMap(IndexRefine(first pass, IndexFlat | IndexScalarQuantizer))`
@@ -59,7 +69,7 @@ class MappedRefine:
     ids: np.ndarray  # external id of each internal position
     scale: np.ndarray | None = None  # SQ8: a dimension's value is offset + code · scale
     offset: np.ndarray | None = None
-    file: FileRows | None = None  # the same rows read from the file (`FileRows`), if found
+    file: Rows | None = None  # the same rows read from a file (`FileRows`), if found
 
     def prefetch(self, rows: np.ndarray) -> None:
         """Ask the kernel for the pages of `rows` (no wait)."""
@@ -121,6 +131,16 @@ def mapped_refine(
     first = faiss.downcast_index(refine.base_index)
     rows = FileRows.behind(vectors) if files else None
     return MappedRefine(first, vectors, ids, scale, offset, rows)
+
+
+def rows_refine(index: faiss.Index, rows: Rows, ids: np.ndarray, dim: int) -> MappedRefine | None:
+    """The parts to rescore a base written without its rescoring stage (an IDMap over the
+    first pass) from `rows` (`store_rows.StoreRows`, float32); None: not such a base."""
+    top = faiss.downcast_index(index)
+    if not isinstance(top, faiss.IndexIDMap):
+        return None
+    first = faiss.downcast_index(top.index)
+    return MappedRefine(first, np.zeros((0, dim), np.float32), ids, file=rows)
 
 
 @dataclass

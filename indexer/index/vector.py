@@ -29,20 +29,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from indexer.config import IndexConfig
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
-from indexer.index.auto import (
-    ID_MAP_BYTES,
-    Batches,
-    build_on_gpu,
-    gather_rows,
-    has_gpu,
-    resident_bytes,
-    resolve_spec,
-    retarget,
-    search_params,
-    training_rows,
-    tunable,
-    tune_batches,
-)
+from indexer.index import auto, rescore, store_rows
+from indexer.index.auto import resolve_spec
 from indexer.index.block_lists import has_block_lists
 from indexer.index.delta import (
     DELTA_MAX_BYTES,
@@ -61,7 +49,6 @@ from indexer.index.delta import (
     tombstoned,
     trained_copy,
 )
-from indexer.index.rescore import MappedRefine, id_view, mapped_refine, search_mapped
 from indexer.index.spill import fill
 from indexer.index.version_files import (
     DELETED_FILE,
@@ -140,6 +127,9 @@ class VectorIndex:
         self.query_encoder: dict | None = None
         self.file_bytes = (0, 0)  # (base, delta) file sizes of the version saved or loaded
         self.delta_mapped = False  # the delta maps its file (`load(delta_mapped=True)`)
+        # the store's vector files a build offers the base to rescore from (`store_rows`)
+        self.row_files: list | None = None
+        self.rows: store_rows.StoreRows | None = None
 
     @classmethod
     def build(
@@ -160,7 +150,7 @@ class VectorIndex:
         spec: str,
         provenance: Provenance,
         config: IndexConfig,
-        batches: Batches,
+        batches: auto.Batches,
         count: int,
         spill: Path | None = None,
         tune_queries: np.ndarray | None = None,
@@ -189,10 +179,10 @@ class VectorIndex:
             raise VectorIndexError(f"index.spec '{spec}' must be trained, and there are no vectors")
         sample = None
         if not index.is_trained:  # `auto`: 64 a list; a given spec: FAISS's own 256 a list
-            rows = training_rows(count, spec, 64 if config.spec == "auto" else 256)
-            sample = gather_rows(batches, rows, dim)[1]
-        if has_gpu() and parsed.gpu_buildable:
-            out = cls(build_on_gpu(index, sample, batches), spec, provenance, config)
+            rows = auto.training_rows(count, spec, 64 if config.spec == "auto" else 256)
+            sample = auto.gather_rows(batches, rows, dim)[1]
+        if auto.has_gpu() and parsed.gpu_buildable:
+            out = cls(auto.build_on_gpu(index, sample, batches), spec, provenance, config)
         else:
             trained = None
             if sample is not None:
@@ -203,8 +193,8 @@ class VectorIndex:
             out = cls(index, spec, provenance, config)
             out.trained = trained
         del sample
-        if config.spec == "auto" and tunable(spec) is not None and count:
-            out.tuning = tune_batches(
+        if config.spec == "auto" and auto.tunable(spec) is not None and count:
+            out.tuning = auto.tune_batches(
                 *(out.index, spec, batches, count, config.target_recall, config.tune_sample),
                 k_factor=out._k_factor(),
                 headroom=config.tune_headroom,
@@ -214,7 +204,7 @@ class VectorIndex:
 
     @functools.cached_property
     def _tombstoned(self) -> bool:
-        return tombstoned(self.index)
+        return self.rows is not None or tombstoned(self.index)
 
     @property
     def _id_map(self):
@@ -225,15 +215,17 @@ class VectorIndex:
         return full_id_map(self.index)
 
     @functools.cached_property
-    def _rescored_here(self) -> MappedRefine | None:
+    def _rescored_here(self) -> rescore.MappedRefine | None:
+        if self.rows is not None:  # a base rescoring from the store's files, mapped or not
+            return rescore.rows_refine(self.index, self.rows, self.rows.ids, self.provenance.dim)
         if not self.mapped or not isinstance(self.index, faiss.IndexIDMap):
             return None
-        return mapped_refine(self.index)  # `indexer.index.rescore`
+        return rescore.mapped_refine(self.index)  # `indexer.index.rescore`
 
     @functools.cached_property
     def _held(self) -> tuple[np.ndarray, np.ndarray | None]:
         """An IDMap base's ids by position and their argsort (`rescore.id_view`)."""
-        return id_view(self.index)
+        return rescore.id_view(self.index)
 
     @functools.cached_property
     def _base_ids(self) -> np.ndarray:
@@ -328,7 +320,7 @@ class VectorIndex:
         if in_delta:
             params = None
             if has_lists(self.delta):
-                tuned = self.tuning and retarget(self.tuning, self.config.target_recall)
+                tuned = self.tuning and auto.retarget(self.tuning, self.config.target_recall)
                 nprobe = tuned or self.config.nprobe
                 params = probed_params(self.delta, nprobe, self._k_factor(), delta_allowed)
             parts.append(search_delta(self.delta, queries, k, delta_allowed, params))
@@ -349,8 +341,8 @@ class VectorIndex:
         quantizer = faiss.extract_index_ivf(base.first).quantizer
         assigned = quantizer.search(queries, int(first.nprobe))
         parts = [
-            search_mapped(base, queries, k, k_factor, first, exclude, assigned, ranked),
-            search_mapped(delta, queries, k, delta_factor, first, None, assigned, ranked),
+            rescore.search_mapped(base, queries, k, k_factor, first, exclude, assigned, ranked),
+            rescore.search_mapped(delta, queries, k, delta_factor, first, None, assigned, ranked),
         ]
         return merge_top(parts, k, self.index.metric_type)
 
@@ -371,7 +363,7 @@ class VectorIndex:
         share = min(len(self.deleted) / max(int(self.index.ntotal), 1), 0.5)
         return first, math.ceil(k_factor / (1 - share)), math.ceil(k_factor), self.deleted
 
-    def _delta_parts(self) -> MappedRefine | None:
+    def _delta_parts(self) -> rescore.MappedRefine | None:
         """The probed delta's first pass, rescoring vectors and ids (`rescore.mapped_refine`);
         kept for a mapped delta (a searcher's, never changed), read anew for one that an
         update may change in place."""
@@ -380,7 +372,7 @@ class VectorIndex:
         parts = None
         if has_lists(self.delta) and hasattr(self.delta, "id_map"):
             ids = faiss.vector_to_array(self.delta.id_map)
-            parts = mapped_refine(self.delta, ids, files=self.delta_mapped)
+            parts = rescore.mapped_refine(self.delta, ids, files=self.delta_mapped)
         if self.delta_mapped:
             self.__dict__["_mapped_delta"] = parts
         return parts
@@ -406,7 +398,7 @@ class VectorIndex:
         if self._rescored_here is not None and (mapped := self._mapped_pass(allowed)):
             first, k_factor, _, exclude = mapped
             parts = self._rescored_here
-            return search_mapped(parts, queries, k, k_factor, first, exclude, None, ranked)
+            return rescore.search_mapped(parts, queries, k, k_factor, first, exclude, None, ranked)
         params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)
@@ -442,6 +434,8 @@ class VectorIndex:
         ):
             return self.index.reconstruct_batch(ids)
         positions = id_positions(*self._held, ids)
+        if self.rows is not None:
+            return self.rows.read(positions)
         return self.index.index.reconstruct_batch(positions)
 
     def _k_factor(self) -> int | None:
@@ -465,7 +459,10 @@ class VectorIndex:
             keep.append(live)
         default = parse_spec(self.spec).search_param
         if self.tuning is not None:
-            param, value = self.tuning["param"], retarget(self.tuning, self.config.target_recall)
+            param, value = (
+                self.tuning["param"],
+                auto.retarget(self.tuning, self.config.target_recall),
+            )
         elif default == "nprobe":
             param, value = "nprobe", self.config.nprobe
         elif default == "efSearch":
@@ -489,7 +486,7 @@ class VectorIndex:
             # the IDMap's internal ids; the IDMap translates only a top-level selector
             selector = faiss.IDSelectorTranslated(self._id_map, selector)
             keep.append(selector)
-        params = search_params(param, value, selector, k_factor)
+        params = auto.search_params(param, value, selector, k_factor)
         params.keep_alive = keep
         return params
 
@@ -501,9 +498,9 @@ class VectorIndex:
         own = base
         if self.mapped and not has_block_lists(self.index):  # (a base before `block_lists`)
             dim = self.provenance.dim
-            own = min(base, int(resident_bytes(self.spec, int(self.index.ntotal), dim)))
+            own = min(base, int(auto.resident_bytes(self.spec, int(self.index.ntotal), dim)))
         if self.delta_mapped:  # its reverse id map is private: ~56 bytes a vector
-            return own + int(self.delta.ntotal) * ID_MAP_BYTES, base - own + delta
+            return own + int(self.delta.ntotal) * auto.ID_MAP_BYTES, base - own + delta
         return own + delta, base - own
 
     def save(
@@ -579,6 +576,7 @@ class VectorIndex:
             index, info["spec"], provenance, config, info.get("data_version"), version, mapped
         )
         out.base = base.get("file")  # None: an older version's own file, written anew
+        out.rows = store_rows.open_rows(store_dir, base.get("rows"), provenance.dim, index, fix)
         if out.base and has_lists(index):  # read, or derived from the base, when first needed
             out.trained_file = base_file.with_name(base_file.stem + TRAINED_SUFFIX)
         out.tuning = info.get("tuning")

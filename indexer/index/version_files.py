@@ -22,6 +22,7 @@ import numpy as np
 from indexer.core.faults import crash_point
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
+from indexer.index import store_rows
 from indexer.index.auto import is_gpu
 from indexer.index.block_lists import SUFFIX as LISTS_SUFFIX
 from indexer.index.block_lists import has_block_lists, lists_path, move_to_file, open_lists
@@ -112,6 +113,21 @@ def collect_bases(store_dir: str | Path) -> None:
         base = base.removesuffix(LISTS_SUFFIX)
         if path.name not in named and (base == path.name or f"{base}.faiss" not in named):
             path.unlink(missing_ok=True)
+
+
+def named_row_files(store_dir: str | Path) -> set[str] | None:
+    """The store's vector files that a kept version's base rescores from (`store_rows`): the
+    store's collection keeps them even once none of their chunks exist. None when a version's
+    provenance.json cannot be read (keep every file)."""
+    named: set[str] = set()
+    for number in list_versions(store_dir):
+        try:
+            info = json.loads((index_root(store_dir) / f"v{number}" / PROVENANCE_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("vector files kept: version v%d is unreadable (%s)", number, exc)
+            return None
+        named.update(r["name"] for r in (info.get("base") or {}).get("rows") or [])
+    return named
 
 
 def remove_old_versions(store_dir: Path, keep: int = KEEP_VERSIONS) -> None:
@@ -335,6 +351,7 @@ def publish_version(
             "bytes": base_bytes,
             "ntotal": int(index.index.ntotal),
             "lists_bytes": lists_bytes,
+            "rows": store_rows.record(index.rows.files if index.rows else index.row_files),
         },
         "delta": {"ntotal": int(index.delta.ntotal), "bytes": delta_bytes},
         "deleted": len(index.deleted),
@@ -372,6 +389,7 @@ def write_base(index: VectorIndex, store_dir: Path, version: str) -> int:
         index.trained_file = write_template(index.trained, folder / f"{version}{TRAINED_SUFFIX}")
     if has_block_lists(base):  # then its lists, which the base file names
         move_to_file(base, lists_path(folder / f"{version}.faiss"))
+    base, index.row_files = store_rows.without_stage(base, index.row_files)
     size = write_index_file(plain_id_map(base), folder / f"{version}.faiss")
     index.base = f"{version}.faiss"
     return size

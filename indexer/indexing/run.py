@@ -23,6 +23,7 @@ from indexer.core.stages import StageClock, in_context, running, timed, timed_it
 from indexer.encode.encoder import Encoder, load_encoder
 from indexer.errors import ConfigError, ModelError, ProvenanceMismatch, StoreError
 from indexer.index.keyword import sync_keyword_index
+from indexer.index.version_files import named_row_files
 from indexer.indexing.fusion_tune import is_due, tune_dense_weight
 from indexer.indexing.imported import ImportedVectors, Split
 from indexer.indexing.run_files import RunFiles, reading_settings
@@ -289,7 +290,7 @@ class _IndexRun:
         self.store, self.config, self.collection = store, config, collection
         self.steps, self.encoder, self.run_id = steps, encoder, run_id
         # vector files a killed run left unrecorded, and those whose chunks are all gone
-        self.collected_files = store.vectors.collect_files()
+        self.collected_files = store.vectors.collect_files(named_row_files(store.path))
         self.encode_progress = mode if mode == "bar" else "off"  # lines: one reporter a run
         self.run_bar = Progress(None, "indexing", "doc", "lines" if mode == "lines" else "off")
         self.seen = seen  # on_missing: delete: every id the files hold
@@ -373,9 +374,10 @@ class _IndexRun:
             info = self.steps.write(
                 self.store, self.config, self.total.added, removed, base_version
             )
-            # files whose chunks this run changed or deleted, all of them (nothing reads them:
-            # the new index is published and readers never read stored embeddings)
-            emptied = self.store.vectors.collect_files()["emptied"]
+            # files whose chunks this run changed or deleted, all of them, unless a kept
+            # version's base rescores from them (readers read no other stored embedding)
+            keep = named_row_files(self.store.path)
+            emptied = self.store.vectors.collect_files(keep)["emptied"]
             self.collected_files["emptied"] += emptied
         return info
 

@@ -26,6 +26,7 @@ from indexer.index.vector import VectorIndex, resolve_spec
 from indexer.index.version_files import bases_dir
 from indexer.ingest.chunking import make_windows
 from indexer.ingest.readers import Batch, Record, document_text
+from indexer.records.index_spec import parse_spec
 from indexer.records.provenance import QUERY_KEYS
 from indexer.store import (
     VECTOR_FILE_MIN_ROWS,
@@ -183,7 +184,7 @@ def encode_texts_for_index(
 
 def _as_file(chunks: ChunkRows) -> bool:
     """Whether a batch keeps its vectors in a file of the store (`indexer.store.vector_files`):
-    a cluster worker wrote them as one, or they are many (an import of precomputed vectors)."""
+    a cluster worker wrote them as one, or they are many (a full batch, an import)."""
     return isinstance(chunks.vectors, WorkerFiles) or len(chunks.doc_ids) >= VECTOR_FILE_MIN_ROWS
 
 
@@ -338,12 +339,18 @@ def _out_of_step(current: VectorIndex, store: Store) -> tuple[np.ndarray, np.nda
 
 
 def _rebuild(store: Store, config: Config, spec: str, provenance, build: Callable | None):
-    """A new base from the stored vectors, streamed batch by batch (`build` or here)."""
-    return (build or VectorIndex.build_from_batches)(
+    """A new base from the stored vectors, streamed batch by batch (`build` or here); it
+    rescores from the store's vector files where they hold every vector (`store_rows`): the
+    few vectors kept as rows (a run's short last batch) are moved into a file first."""
+    if parse_spec(spec).refine is not None:
+        store.vectors.move_rows_to_files()
+    index = (build or VectorIndex.build_from_batches)(
         *(spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()),
         spill=bases_dir(store.path),
         tune_queries=tune_queries(config),
     )
+    index.row_files = store.vectors.files()
+    return index
 
 
 def tune_queries(config: Config) -> np.ndarray | None:

@@ -135,7 +135,7 @@ ADD_REVIEW_WHO = "ALTER TABLE reviews ADD COLUMN who VARCHAR"
 ADD_TOKEN_EXPIRES = "ALTER TABLE tokens ADD COLUMN expires_at TIMESTAMP"
 
 # -- step 7: vectors kept as files (indexer/store/vector_files.py). A batch of at least
-# `VECTOR_FILE_MIN_ROWS` chunks (an import of precomputed vectors, a cluster partition) keeps
+# `VECTOR_FILE_MIN_ROWS` chunks (a full batch, an import, a cluster partition) keeps
 # its vectors in one `.npy` file under `<store>/vectors/`, recorded here instead of inserted
 # into `vectors`: chunk `first_chunk_id + i` has the file's row i. Readers of a published
 # snapshot never read embeddings, so this step leaves the snapshot as it is (no data_version

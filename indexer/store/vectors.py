@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.core.faults import crash_point
 from indexer.core.timeutil import utc_now
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.records.provenance import WRITE_KEYS, FusionTuning, Provenance
@@ -28,6 +29,9 @@ SELECT_VECTORS_OF = (
     "SELECT chunk_id, embedding FROM vectors WHERE chunk_id IN {ids} ORDER BY chunk_id"
 )
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
+DELETE_VECTORS = "DELETE FROM vectors"
+MOVE_SHARE = 0.05  # `move_rows_to_files`: rows moved while at most this share of the vectors
+MOVE_GAP = 1024  # `move_rows_to_files`: ids further apart start another file
 FETCH_ROWS = 8192  # vectors a query of `Vectors.fetch` returns (12 MB at 384-d)
 SELECT_VECTORS_IN = "SELECT chunk_id, embedding FROM vectors WHERE chunk_id >= ? AND chunk_id < ?"
 HAS_VECTOR_FILES = (
@@ -184,21 +188,25 @@ class Vectors:
         chunks)."""
         self.core.con.execute(INSERT_VECTOR_FILE, [vf.name, vf.first, vf.rows, size, utc_now()])
 
-    def collect_files(self) -> dict[str, int]:
+    def collect_files(self, keep: set[str] | None) -> dict[str, int]:
         """Delete the vector files the store no longer needs, under the writer lock, before a
         run writes any: those no commit recorded (a writer killed between writing one and
         committing its chunks, a cluster worker's file of a partition never committed) and
         those none of whose chunks exist any more (their records first, then the files).
 
+        Args:
+            keep: files kept whatever their chunks, with their records: those a published
+                index base rescores from (`version_files.named_row_files`; None: that could
+                not be read, so every file is kept).
         Returns:
             {"unrecorded": files deleted, "emptied": recorded files dropped}.
         """
-        if self.core.read_only or not self.core.scalar(HAS_VECTOR_FILES):
+        if self.core.read_only or not self.core.scalar(HAS_VECTOR_FILES) or keep is None:
             return {"unrecorded": 0, "emptied": 0}
-        recorded = {vf.name for vf in self.files()}
+        recorded = {vf.name for vf in self.files()} | keep
         stray = [name for name in vector_files.on_disk(self.core.path) if name not in recorded]
         live = dict(self.core.con.execute(LIVE_ROWS_PER_FILE).fetchall())
-        emptied = sorted(name for name, n in live.items() if n == 0)
+        emptied = sorted(name for name, n in live.items() if n == 0 and name not in keep)
         if emptied:
             with self.core.transaction():
                 for name in emptied:
@@ -206,6 +214,44 @@ class Vectors:
         vector_files.remove(self.core.path, stray + emptied)
         left = vector_files.clear_incoming(self.core.path)
         return {"unrecorded": len(stray) + left, "emptied": len(emptied)}
+
+    def move_rows_to_files(self, max_share: float = MOVE_SHARE) -> int:
+        """Move the vectors kept as rows of `vectors` into files of the store's folder, when
+        they are at most `max_share` of the stored vectors (a run's last, short batch; small
+        runs since), so that a base built next rescores from files only
+        (`indexer.index.store_rows`). More rows stay where they are: moving them would leave
+        their space in store.duckdb, which DuckDB does not give back.
+
+        One file per run of chunk ids between two recorded files, ids without a row (chunks
+        deleted) as zero rows, unread; a run is cut where ids are more than MOVE_GAP apart.
+        The files are written durably first, then recorded and the rows deleted in one
+        transaction: a writer killed between leaves files nothing records, which the next
+        run's `collect_files` deletes, and the rows in place.
+
+        Returns:
+            How many vectors moved.
+        """
+        if self.core.read_only or self.provenance() is None:
+            return 0
+        rows = self.core.scalar(COUNT_VECTORS)
+        if not rows or rows > max_share * self.count():
+            return 0
+        table = self.core.con.execute(SELECT_VECTORS + " ORDER BY chunk_id").fetch_arrow_table()
+        ids = table.column(0).to_numpy().astype(np.int64)
+        vectors = _as_matrix(table.column(1).combine_chunks())
+        slot = np.searchsorted([vf.first for vf in self.files()], ids, side="right")
+        cut = np.flatnonzero((np.diff(slot) != 0) | (np.diff(ids) > MOVE_GAP)) + 1
+        written = []
+        for part, block in zip(np.split(ids, cut), np.split(vectors, cut)):
+            full = np.zeros((int(part[-1] - part[0]) + 1, vectors.shape[1]), np.float32)
+            full[part - part[0]] = block
+            written.append(vector_files.write(self.core.path, int(part[0]), full))
+        crash_point("vectors.rows_moved")
+        with self.core.transaction():
+            for vf, size in written:
+                self.record_file(vf, size)
+            self.core.con.execute(DELETE_VECTORS)
+        return rows
 
     def missing_files(self) -> list[tuple[Path, VectorFile]]:
         """Recorded vector files that are not in the store's folder (`doctor`): (where each

@@ -1,0 +1,219 @@
+"""A base that rescores from the store's vector files instead of codes of its own.
+
+A base with a rescoring stage (`…,RFlat`, `…,Refine(SQfp16)`) keeps a copy of every vector
+for it: at 10M, 7.7 GB of half-precision codes beside the 15.4 GB of float32 vectors the store
+holds, 1.52x the bytes of one copy of the data (docs/guides/scale.md). When every vector the
+base holds is a row of one of the store's vector files (`indexer.store.vector_files`: the
+`.npy` files large batches commit, never rewritten), the base is written without its
+rescoring stage (the IDMap over the first pass only) and records the files it reads
+(`record`); a search rescores its candidates from their float32 rows, read with `pread` as
+`rescore.FileRows` reads a stage's rows (`StoreRows`). The scores are then exact, whatever
+precision the stage had: the served recall is at least what tuning measured with the codes.
+
+What a base names must stay: the store's collection keeps the files a kept version's base
+names (`version_files.named_row_files`), even once none of their chunks exist. A base that
+names a file that is gone is refused on load, naming the file (`open_rows`), and rebuilt by
+`bertindex doctor --repair` from the vectors still stored.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import threading
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from indexer.errors import VectorIndexError
+from indexer.index.rescore import ids_by_position
+from indexer.store.vector_files import VectorFile, folder
+
+ROW_BYTES = 4  # float32
+
+
+def covering(files: list[VectorFile], ids: np.ndarray) -> list[VectorFile] | None:
+    """The files that hold the rows of `ids` (sorted by first chunk id), or None when some id
+    is in none of them (a vector kept as a row of the store's `vectors` table)."""
+    if not files or not len(ids):
+        return None
+    files = sorted(files, key=lambda vf: vf.first)
+    where = _file_of(np.array([vf.first for vf in files], np.int64), files, ids)
+    if where is None:
+        return None
+    return [files[i] for i in np.unique(where).tolist()]
+
+
+def _file_of(firsts: np.ndarray, files: list[VectorFile], ids: np.ndarray) -> np.ndarray | None:
+    """Index into `files` of each id's file; None when an id is in no file."""
+    at = np.searchsorted(firsts, ids, side="right") - 1
+    if (at < 0).any():
+        return None
+    stops = np.array([vf.stop for vf in files], np.int64)
+    return at if bool((ids < stops[at]).all()) else None
+
+
+def record(files: list[VectorFile] | None) -> list[dict] | None:
+    """What a version's provenance.json keeps of the files its base rescores from."""
+    if not files:
+        return None
+    return [{"name": vf.name, "first": vf.first, "rows": vf.rows} for vf in files]
+
+
+def without_stage(
+    base: faiss.Index, offered: list[VectorFile] | None
+) -> tuple[faiss.Index, list[VectorFile] | None]:
+    """(what to write as the base, the files it rescores from): an IDMap over a rescoring stage
+    whose every vector is a row of the `offered` files becomes a plain IDMap over its first
+    pass, the same ids (valid while `base` is: the caller writes it at once); any other base
+    stays as it is (no files)."""
+    top = faiss.downcast_index(base)
+    if not offered or not isinstance(top, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        return base, None
+    refine = faiss.downcast_index(top.index)
+    if not isinstance(refine, faiss.IndexRefine):
+        return base, None
+    ids = faiss.vector_to_array(top.id_map)
+    files = covering(offered, ids)
+    if files is None:
+        return base, None
+    # FAISS wraps only an empty index: wrap an empty one, then point the wrapper at the first
+    # pass (which it neither owns nor frees), as `version_files.plain_id_map` does
+    plain = faiss.IndexIDMap(faiss.IndexFlat(base.d, base.metric_type))
+    plain.own_fields = False
+    plain.index = refine.base_index
+    plain.is_trained = True
+    faiss.copy_array_to_vector(ids, plain.id_map)
+    plain.ntotal = base.ntotal
+    return plain, files
+
+
+class StoreRows:
+    """The rescoring rows of a base, read from the store's vector files by position: position
+    i of the base is chunk `ids[i]`, row `ids[i] - first` of the file that holds it. The same
+    interface as `rescore.FileRows` (`read`, `prefetch`), float32 rows.
+
+    Files are opened when first read and stay open (one descriptor each: `_open_fd`); a
+    `pread` needs no lock, the opening takes one."""
+
+    def __init__(self, store_dir: str | Path, files: list[VectorFile], dim: int, ids: np.ndarray):
+        self.folder = folder(store_dir)
+        self.files = sorted(files, key=lambda vf: vf.first)
+        self.dim = dim
+        self.ids = ids
+        self.width = dim * ROW_BYTES
+        self._firsts = np.array([vf.first for vf in self.files], np.int64)
+        self._opened: dict[int, tuple[int, int]] = {}  # file index -> (fd, data offset)
+        self._lock = threading.Lock()
+
+    def __del__(self):
+        for fd, _ in getattr(self, "_opened", {}).values():
+            os.close(fd)
+
+    def _offsets(self, rows: np.ndarray) -> list[tuple[int, int]]:
+        """(fd, byte offset) of each base position in `rows`."""
+        ids = self.ids[np.asarray(rows, np.int64)]
+        at = _file_of(self._firsts, self.files, ids)
+        if at is None:
+            raise VectorIndexError(
+                f"the base names chunk ids outside the vector files it records ({self.folder}); "
+                "rebuild it: `bertindex doctor --repair`"
+            )
+        out = []
+        for index, chunk in zip(at.tolist(), ids.tolist()):
+            fd, start = self._open(index)
+            out.append((fd, start + (chunk - self.files[index].first) * self.width))
+        return out
+
+    def _open(self, index: int) -> tuple[int, int]:
+        found = self._opened.get(index)
+        if found is not None:
+            return found
+        with self._lock:
+            if index not in self._opened:
+                self._opened[index] = self._open_file(self.files[index])
+            return self._opened[index]
+
+    def _open_file(self, vf: VectorFile) -> tuple[int, int]:
+        path = self.folder / vf.name
+        try:
+            fd = _open_fd(path)
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                major = np.lib.format.read_magic(fh)[0]
+                header = np.lib.format.read_array_header_1_0
+                if major > 1:
+                    header = np.lib.format.read_array_header_2_0
+                shape, fortran, dtype = header(fh)
+                start = fh.tell()
+        except (OSError, ValueError) as exc:
+            raise VectorIndexError(
+                f"vector file {path}, which the index base rescores from, cannot be read "
+                f"({exc}); run `bertindex doctor --repair`"
+            ) from None
+        if tuple(shape) != (vf.rows, self.dim) or np.dtype(dtype) != np.float32 or fortran:
+            os.close(fd)
+            raise VectorIndexError(
+                f"vector file {path} holds {dtype}{shape}, the index base reads {vf.rows} rows "
+                f"of {self.dim} float32; run `bertindex doctor --repair`"
+            )
+        return fd, start
+
+    def read(self, rows: np.ndarray, like: np.ndarray | None = None) -> np.ndarray:
+        """The float32 vectors at base positions `rows` ((len(rows), dim))."""
+        width = self.width
+        out = np.empty(len(rows) * width, np.uint8)
+        view = out.data
+        for i, (fd, offset) in enumerate(self._offsets(rows)):
+            if os.preadv(fd, [view[i * width : (i + 1) * width]], offset) != width:
+                raise VectorIndexError(
+                    f"short read at byte {offset} of a vector file under {self.folder}; run "
+                    "`bertindex doctor --repair`"
+                )
+        return out.view(np.float32).reshape(len(rows), self.dim)
+
+    def prefetch(self, rows: np.ndarray) -> None:
+        """Ask the kernel to read the rows at base positions `rows` (no wait)."""
+        for fd, offset in self._offsets(np.unique(rows)):
+            os.posix_fadvise(fd, offset, self.width, os.POSIX_FADV_WILLNEED)
+
+
+def _open_fd(path: Path) -> int:
+    """A read-only descriptor of `path`; out of descriptors (a 10M store of 2,048-vector files
+    has ~4,900 files, and many systems start a process at 1,024), the soft limit is raised to
+    the hard one once and the open tried again."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.EMFILE:
+            raise
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == hard:
+            raise OSError(
+                exc.errno, f"{exc.strerror}: raise the open-file limit (`ulimit -n`, now {soft})"
+            ) from None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def open_rows(
+    store_dir: str | Path, recorded: list[dict] | None, dim: int, index, fix: str
+) -> StoreRows | None:
+    """The rows the loaded base `index` rescores from, as its version records them (None: it
+    keeps its own rescoring stage).
+
+    Raises:
+        VectorIndexError: naming a recorded file that is not in the store's folder.
+    """
+    if not recorded:
+        return None
+    files = [VectorFile(r["name"], int(r["first"]), int(r["rows"])) for r in recorded]
+    where = folder(store_dir)
+    for vf in files:
+        if not (where / vf.name).is_file():
+            raise VectorIndexError(
+                f"the index base rescores from the vector file {where / vf.name}, which is "
+                f"missing (chunks {vf.first}..{vf.stop - 1}); {fix}"
+            )
+    return StoreRows(store_dir, files, dim, ids_by_position(index))
