@@ -41,6 +41,12 @@ DELETE_DOCUMENTS = "DELETE FROM documents WHERE doc_id IN {ids}"
 # 1 GB log threshold (`core.WRITER_CHECKPOINT_THRESHOLD`) delays: a 10M store's 1 % re-run ran
 # out of the writer's 128 MB after ~30,000 changed documents.
 CHANGED_PER_CHECKPOINT = 8192
+# Documents and chunks a writer appends before it checkpoints. Their primary keys' index nodes
+# stay in memory until a checkpoint too; with vectors in files (`vector_files`) the log grows
+# ~160 bytes a document, so the 1 GB threshold came after the writer's 128 MB was full: a 10M
+# run failed every batch after ~2M documents ("could not allocate block"). With vectors as
+# rows the threshold came every ~600k documents.
+ADDED_PER_CHECKPOINT = 1_000_000
 CHECKPOINT = "CHECKPOINT"
 FORGET_SOURCE_FILES = ("DELETE FROM source_files",)  # their fingerprint files: `store.sources`
 UPDATE_DOCUMENT = (
@@ -96,6 +102,7 @@ class DocumentWrites:
         self.vectors = vectors
         self.side = side
         self._changed_since_checkpoint = 0  # stored documents changed since the last one
+        self._added_since_checkpoint = 0  # documents and chunks appended since the last one
         # (collection, up_to) -> the run's map of stored ids (`stored_ids`; None: too few)
         self._stored_ids: dict[tuple[str, int], StoredIds | None] = {}
 
@@ -226,9 +233,13 @@ class DocumentWrites:
             raise
         crash_point("batch.after_commit")
         self._changed_since_checkpoint += len(changed_docs) + len(metadata_updates)
-        if self._changed_since_checkpoint >= CHANGED_PER_CHECKPOINT:
+        self._added_since_checkpoint += len(new_docs) + len(chunk_ids)
+        if (
+            self._changed_since_checkpoint >= CHANGED_PER_CHECKPOINT
+            or self._added_since_checkpoint >= ADDED_PER_CHECKPOINT
+        ):
             self.core.con.execute(CHECKPOINT)
-            self._changed_since_checkpoint = 0
+            self._changed_since_checkpoint = self._added_since_checkpoint = 0
         return chunk_ids, removed
 
     def _vector_files(

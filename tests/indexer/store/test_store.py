@@ -414,3 +414,15 @@ def test_a_writer_checkpoints_every_so_many_changed_documents(store, monkeypatch
     assert store.documents.existing("docs", ["c"])["c"].content_hash == content_hash(
         record("c", "new 2")
     )
+
+
+def test_a_writer_checkpoints_every_so_many_appended_documents_and_chunks(store, monkeypatch):
+    """Appends whose vectors go to files write little log, so the log's threshold alone let
+    the primary keys' index nodes fill the writer's memory at 10M."""
+    monkeypatch.setattr(documents_module, "ADDED_PER_CHECKPOINT", 10)
+    wal = store.db_path.with_name(store.db_path.name + ".wal")
+    add(store, "docs", [record(k, "first") for k in "abc"])  # 3 documents, 3 chunks
+    assert wal.is_file() and wal.stat().st_size > 0
+    add(store, "docs", [record(k, "second") for k in "de"])  # 10 since the last checkpoint
+    assert not wal.is_file() or wal.stat().st_size == 0
+    assert sorted(store.documents.existing("docs", list("abcde"))) == list("abcde")
