@@ -187,50 +187,44 @@ class DocumentWrites:
         now = utc_now()
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
         written = self._vector_files(chunk_ids, chunks) if as_file else None
-        try:
-            con = self.core.con
-            with self.core.transaction():
-                removed: list[int] = []
-                if changed_docs:
-                    removed = self._chunks_of([d for d, _, _ in changed_docs])
-                    with self.core.bound(removed) as old_chunks:
-                        con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
-                        con.execute(DELETE_CHUNKS.format(ids=old_chunks))
-                    con.executemany(
-                        UPDATE_DOCUMENT,
-                        [
-                            [r.title, r.text, to_json(r.metadata), h, now, d]
-                            for d, r, h in changed_docs
-                        ],
-                    )
-                if metadata_updates:
-                    con.executemany(
-                        UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
-                    )
-                if new_docs:
-                    self.core.insert_view(
-                        INSERT_DOCUMENTS, _documents_table(collection, new_docs, now)
-                    )
-                if chunk_ids:
-                    chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
-                    self.core.insert_view(INSERT_CHUNKS, chunk_table)
-                    if written is None:
-                        self.core.insert_view(INSERT_VECTORS, vector_table)
-                    else:
-                        for vf, size in written:
-                            self.vectors.record_file(vf, size)
-                if rejected:
-                    con.executemany(
-                        INSERT_REJECTED,
-                        [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
-                    )
-                if new_docs or changed_docs or metadata_updates or chunk_ids:
-                    self.core.bump_data_version()
-                crash_point("batch.before_commit")
-        except BaseException:
-            if written:  # never recorded: nothing refers to them
-                vector_files.remove(self.core.path, [vf.name for vf, _ in written])
-            raise
+        # On an error the batch's files stay: a commit DuckDB reports as failed may still have
+        # landed (out of memory in a 10M run: the records were replayed from the log, the files
+        # gone), so only the store can say whether they are recorded; the next collection
+        # deletes them if not (`Vectors.collect_files`, at the start and the end of a run).
+        con = self.core.con
+        with self.core.transaction():
+            removed: list[int] = []
+            if changed_docs:
+                removed = self._chunks_of([d for d, _, _ in changed_docs])
+                with self.core.bound(removed) as old_chunks:
+                    con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
+                    con.execute(DELETE_CHUNKS.format(ids=old_chunks))
+                con.executemany(
+                    UPDATE_DOCUMENT,
+                    [[r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs],
+                )
+            if metadata_updates:
+                con.executemany(
+                    UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
+                )
+            if new_docs:
+                self.core.insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
+            if chunk_ids:
+                chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
+                self.core.insert_view(INSERT_CHUNKS, chunk_table)
+                if written is None:
+                    self.core.insert_view(INSERT_VECTORS, vector_table)
+                else:
+                    for vf, size in written:
+                        self.vectors.record_file(vf, size)
+            if rejected:
+                con.executemany(
+                    INSERT_REJECTED,
+                    [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
+                )
+            if new_docs or changed_docs or metadata_updates or chunk_ids:
+                self.core.bump_data_version()
+            crash_point("batch.before_commit")
         crash_point("batch.after_commit")
         self._changed_since_checkpoint += len(changed_docs) + len(metadata_updates)
         self._added_since_checkpoint += len(new_docs) + len(chunk_ids)

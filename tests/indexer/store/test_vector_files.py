@@ -234,3 +234,47 @@ def test_join_hands_the_workers_files_on_in_order(tmp_path):
     rows = join(parts, [0, 3], 4)
     assert rows.vectors == WorkerFiles((parts[0].vectors, parts[1].vectors), 4)
     assert rows.doc_ids == [0, 1, 2, 3, 4, 5, 6, 7] and len(rows.vectors) == 8
+
+
+def test_a_batch_reported_failed_keeps_its_file_for_the_store_to_decide(
+    tiny_config, tmp_path, monkeypatch, as_files
+):
+    """A commit DuckDB reports as failed may have landed (out of memory at 10M: the records
+    were replayed from the log): the batch's file stays where the store records it, and goes
+    at the end of the run where it does not."""
+    import contextlib
+
+    import duckdb
+
+    import indexer.store.documents as documents
+    from indexer.store.core import StoreCore
+
+    real = StoreCore.transaction
+    state = {"batches": 0, "landed": False}
+
+    def failing(name: str) -> None:
+        if name == "batch.before_commit":
+            state["batches"] += 1
+            state["landed"] = state["batches"] == 2  # committed, then reported failed
+            if state["batches"] == 4:  # failed before the commit: rolled back
+                raise duckdb.TransactionException("Failed to commit: could not allocate block")
+
+    @contextlib.contextmanager
+    def transaction(self):
+        with real(self):
+            yield
+        if state["landed"]:
+            state["landed"] = False
+            raise duckdb.TransactionException("Failed to commit: could not allocate block")
+
+    monkeypatch.setattr(documents, "crash_point", failing)
+    monkeypatch.setattr(StoreCore, "transaction", transaction)
+    corpus = write_corpus(tmp_path / "docs.jsonl", 400, seed=9)
+    summary = run_index([str(corpus)], tiny_config, batch_size=BATCH)
+    assert len(summary["failed_batches"]) == 2
+    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
+        recorded = sorted(f.name for f in store.vectors.files())
+        assert store.vectors.missing_files() == []
+        assert store.checks.documents_missing_vectors() == []
+    assert _files_on_disk(tiny_config) == recorded and len(recorded) == 3
+    assert diagnose(Path(tiny_config.store.path), tiny_config).problems == []
