@@ -46,11 +46,6 @@ DELETE_VECTOR_FILE = "DELETE FROM vector_files WHERE name = ?"
 IN_FILE = "c.chunk_id >= f.first_chunk_id AND c.chunk_id < f.first_chunk_id + f.n_rows"
 # the chunks whose vector is in a recorded file (a range join: one range per file)
 FILE_CHUNK_IDS = f"SELECT c.chunk_id FROM chunks c JOIN vector_files f ON {IN_FILE}"
-COUNT_FILE_VECTORS = f"SELECT count(*) FROM ({FILE_CHUNK_IDS})"
-LIVE_ROWS_PER_FILE = (
-    f"SELECT f.name, count(c.chunk_id) FROM vector_files f LEFT JOIN chunks c ON {IN_FILE} "
-    "GROUP BY f.name"
-)
 CHUNK_IDS_IN = "SELECT chunk_id FROM chunks WHERE chunk_id >= ? AND chunk_id < ?"
 SPAN_COLUMNS = ("chunk_id", "doc_id", "start_char", "end_char")
 SELECT_CHUNK_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM chunks"  # unordered
@@ -205,7 +200,7 @@ class Vectors:
             return {"unrecorded": 0, "emptied": 0}
         recorded = {vf.name for vf in self.files()} | keep
         stray = [name for name in vector_files.on_disk(self.core.path) if name not in recorded]
-        live = dict(self.core.con.execute(LIVE_ROWS_PER_FILE).fetchall())
+        live = self._live_per_file(self.files())
         emptied = sorted(name for name, n in live.items() if n == 0 and name not in keep)
         if emptied:
             with self.core.transaction():
@@ -272,8 +267,20 @@ class Vectors:
             return 0
         rows = self.core.scalar(COUNT_VECTORS)
         if self.core.scalar(HAS_VECTOR_FILES):
-            rows += self.core.scalar(COUNT_FILE_VECTORS)
+            rows += sum(self._live_per_file(self.files()).values())
         return rows
+
+    def _live_per_file(self, files: list[VectorFile]) -> dict[str, int]:
+        """How many existing chunks each file holds, counted here over the sorted chunk ids:
+        DuckDB's range join of 10M chunks with 4,883 files (10M documents) ran out of the
+        writer's 128 MB."""
+        if not files:
+            return {}
+        ids = self.chunk_ids()
+        firsts = np.array([vf.first for vf in files], np.int64)
+        stops = np.array([vf.stop for vf in files], np.int64)
+        counts = np.searchsorted(ids, stops) - np.searchsorted(ids, firsts)
+        return {vf.name: int(n) for vf, n in zip(files, counts.tolist())}
 
     def iter_batches(self, batch_rows: int = 65536) -> Iterable[tuple[np.ndarray, np.ndarray]]:
         """Every stored vector, in the order written (ascending chunk ids: ids are drawn as
