@@ -47,6 +47,19 @@ def new_delta(dim: int, metric: int) -> faiss.IndexIDMap2:
     return faiss.IndexIDMap2(flat)  # FAISS's Python wrapper holds `flat` for it
 
 
+def id_map_over(inner: faiss.Index, ids: np.ndarray, like: faiss.Index) -> faiss.Index:
+    """A plain IDMap over `inner` (`like`'s size and metric) with `ids` by position, valid
+    while `inner` is: FAISS wraps only an empty index, so an empty one of the same metric is
+    wrapped, then the wrapper pointed at `inner` (which it neither owns nor frees)."""
+    plain = faiss.IndexIDMap(faiss.IndexFlat(like.d, like.metric_type))
+    plain.own_fields = False
+    plain.index = inner
+    plain.is_trained = like.is_trained
+    faiss.copy_array_to_vector(ids, plain.id_map)
+    plain.ntotal = like.ntotal
+    return plain
+
+
 def trained_copy(index: faiss.Index) -> np.ndarray | None:
     """`index` (trained, still empty) serialised, when it has IVF lists a delta can reuse:
     the probed delta's template. None for indexes without lists (Flat, HNSW)."""

@@ -26,7 +26,7 @@ from indexer.index import store_rows
 from indexer.index.auto import is_gpu
 from indexer.index.block_lists import SUFFIX as LISTS_SUFFIX
 from indexer.index.block_lists import has_block_lists, lists_path, move_to_file, open_lists
-from indexer.index.delta import TRAINED_SUFFIX, write_template
+from indexer.index.delta import TRAINED_SUFFIX, id_map_over, write_template
 from indexer.records.provenance import Provenance
 from indexer.records.versions import current_version, index_root, list_versions, write_pointer
 
@@ -54,15 +54,7 @@ def plain_id_map(index: faiss.Index) -> faiss.Index:
     filtered exact search, which `id_positions` serves from the id array itself."""
     if not isinstance(index, faiss.IndexIDMap2):
         return index
-    # FAISS wraps only an empty index: wrap an empty one of the same metric, then point the
-    # wrapper at the full one (which it neither owns nor frees)
-    plain = faiss.IndexIDMap(faiss.IndexFlat(index.d, index.metric_type))
-    plain.own_fields = False
-    plain.index = index.index
-    plain.is_trained = index.is_trained
-    faiss.copy_array_to_vector(faiss.vector_to_array(index.id_map), plain.id_map)
-    plain.ntotal = index.ntotal
-    return plain  # valid while `index` is (the caller writes it at once)
+    return id_map_over(index.index, faiss.vector_to_array(index.id_map), index)
 
 
 def id_positions(ids: np.ndarray, order: np.ndarray | None, wanted: np.ndarray) -> np.ndarray:
