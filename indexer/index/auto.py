@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import faiss
 import numpy as np
@@ -393,7 +394,7 @@ def tune(
 
 
 def tune_batches(
-    index: faiss.Index,
+    index: faiss.Index | Any,
     spec: str,
     batches: Batches,
     count: int,
@@ -414,7 +415,8 @@ def tune_batches(
     still reaches it.
 
     Args:
-        index: a filled FAISS index holding the vectors of `batches`.
+        index: a filled FAISS index holding the vectors of `batches`, or what searches as
+            one (`d`, `search(queries, k, params=)`: `store_rows.Rescored`).
         spec: its factory string (decides the parameter).
         batches: called for each pass, yields the same (ids (n,) int64, vectors (n, dim)
             float32) batches every time (e.g. `store.vectors.iter_batches`).

@@ -19,9 +19,11 @@ names a file that is gone is refused on load, naming the file (`open_rows`), and
 from __future__ import annotations
 
 import errno
+import math
 import os
 import resource
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import faiss
@@ -29,7 +31,7 @@ import numpy as np
 
 from indexer.errors import VectorIndexError
 from indexer.index.delta import id_map_over
-from indexer.index.rescore import ids_by_position
+from indexer.index.rescore import MappedRefine, ids_by_position, rows_refine, search_mapped
 from indexer.store.vector_files import VectorFile, folder
 
 ROW_BYTES = 4  # float32
@@ -88,6 +90,56 @@ def without_stage(
     if files is None:
         return base, None
     return id_map_over(refine.base_index, ids, base), files
+
+
+def fill_first_pass(
+    index: faiss.Index,
+    batches: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]],
+    store_dir: Path,
+    files: list[VectorFile],
+) -> tuple[faiss.Index, StoreRows] | None:
+    """A base over the store's `files` built without its rescoring stage: `index` (trained,
+    empty; an IDMap over an IndexRefine) gives its first pass, which alone is filled with the
+    batches, under a plain IDMap. What `without_stage` makes of a full base, without computing
+    the stage's codes (at 10M, 7.7 GB of half-precision codes spilled to disk) only for
+    tuning to read and the writer to drop. Returns (that IDMap, the rows it rescores from);
+    None when `index` has no rescoring stage, or some vector is not a row of `files` (the
+    caller then fills `index` itself: a second pass, which a store with rows in `vectors`
+    avoids by not offering files)."""
+    top = faiss.downcast_index(index)
+    if not files or not isinstance(top, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        return None
+    refine = faiss.downcast_index(top.index)
+    if not isinstance(refine, faiss.IndexRefine):
+        return None
+    first = faiss.IndexIDMap(faiss.clone_index(refine.base_index))  # trained, empty
+    for ids, vectors in batches():
+        first.add_with_ids(np.ascontiguousarray(vectors, np.float32), ids)
+    ids = faiss.vector_to_array(first.id_map)
+    covered = covering(files, ids)
+    if covered is None:
+        return None
+    return first, StoreRows(store_dir, covered, int(index.d), ids)
+
+
+class Rescored:
+    """A base over the store's files as `auto.tune_batches` searches an index: the first pass
+    with the parameters `auto.search_params` makes, then its candidates rescored from their
+    rows, as a served search rescores them (`rescore.search_mapped`)."""
+
+    def __init__(self, parts: MappedRefine, dim: int):
+        self.parts, self.d = parts, dim
+
+    def search(self, queries: np.ndarray, k: int, params) -> tuple[np.ndarray, np.ndarray]:
+        first, k_factor = params.keep[0], math.ceil(float(params.k_factor))
+        return search_mapped(self.parts, queries, k, k_factor, first)
+
+    @classmethod
+    def of(cls, built) -> Rescored | None:
+        """The base of `built` (a `VectorIndex`) searched so; None when it keeps its own stage."""
+        rows = built.rows
+        parts = None if rows is None else rows_refine(built.index, rows, rows.ids, rows.dim)
+        return None if parts is None else cls(parts, rows.dim)
 
 
 class StoreRows:

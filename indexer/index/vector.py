@@ -154,6 +154,7 @@ class VectorIndex:
         count: int,
         spill: Path | None = None,
         tune_queries: np.ndarray | None = None,
+        files: tuple[Path, list] | None = None,
     ) -> VectorIndex:
         """Create an index from (ids (n,) int64, vectors (n, dim) float32) batches without
         holding them all: one pass gathers the training sample (`auto.training_rows`), one
@@ -165,6 +166,7 @@ class VectorIndex:
             count: how many vectors the batches hold.
             spill: a folder where a rescoring stage's codes wait while it fills (None: RAM).
             tune_queries: encoded example queries for `auto`'s tuning (`index.tune_queries`).
+            files: (store folder, its vector files) holding every vector (`store_rows`).
         """
         dim = provenance.dim
         parsed = parse_spec(spec)
@@ -189,13 +191,15 @@ class VectorIndex:
                 index.train(sample)
                 sample = None  # not held while the index fills
                 trained = trained_copy(index)
-            index = fill(index, spec, batches, spill)  # the base itself: `add` fills the delta
-            out = cls(index, spec, provenance, config)
-            out.trained = trained
+            over = store_rows.fill_first_pass(index, batches, *files) if files else None
+            base = over[0] if over else fill(index, spec, batches, spill)  # (`add`: the delta)
+            out = cls(base, spec, provenance, config)
+            out.trained, out.rows = trained, over[1] if over else None
         del sample
         if config.spec == "auto" and auto.tunable(spec) is not None and count:
+            searched = store_rows.Rescored.of(out) or out.index
             out.tuning = auto.tune_batches(
-                *(out.index, spec, batches, count, config.target_recall, config.tune_sample),
+                *(searched, spec, batches, count, config.target_recall, config.tune_sample),
                 k_factor=out._k_factor(),
                 headroom=config.tune_headroom,
                 queries=tune_queries,
@@ -510,16 +514,14 @@ class VectorIndex:
         extra: Callable[[Path], None] | None = None,
         switch: bool = True,
     ) -> str:
-        """Write a new version atomically and point CURRENT at it; returns the version
-        (`version_files.publish_version`: the delta and deleted ids in the version folder,
-        the base under `index/bases/` only after a build).
+        """Publish a new version atomically and point CURRENT at it; returns the version
+        (`version_files.publish_version`).
 
         Args:
             data_version: the store's data_version these vectors reflect (recorded).
-            extra: writes more files into the version folder before it is published (the
-                store snapshot that searches read).
-            switch: False publishes the folder without pointing CURRENT at it (the caller
-                switches later with `versions.write_pointer`).
+            extra: writes more files (the store snapshot searches read) into the version
+                folder before it is published.
+            switch: False: not pointing CURRENT at it (the caller does: `versions.write_pointer`).
         """
         return publish_version(self, Path(store_dir), data_version, extra, switch)
 

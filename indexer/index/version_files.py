@@ -381,7 +381,10 @@ def write_base(index: VectorIndex, store_dir: Path, version: str) -> int:
         index.trained_file = write_template(index.trained, folder / f"{version}{TRAINED_SUFFIX}")
     if has_block_lists(base):  # then its lists, which the base file names
         move_to_file(base, lists_path(folder / f"{version}.faiss"))
-    base, index.row_files = store_rows.without_stage(base, index.row_files)
+    if index.rows is not None:  # built over the store's files: its first pass already
+        index.row_files = index.rows.files
+    else:
+        base, index.row_files = store_rows.without_stage(base, index.row_files)
     size = write_index_file(plain_id_map(base), folder / f"{version}.faiss")
     index.base = f"{version}.faiss"
     return size

@@ -6,6 +6,7 @@ Each step is a plain function so that a Prefect flow (or a notebook) can chain t
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from array import array
@@ -341,10 +342,16 @@ def _out_of_step(current: VectorIndex, store: Store) -> tuple[np.ndarray, np.nda
 def _rebuild(store: Store, config: Config, spec: str, provenance, build: Callable | None):
     """A new base from the stored vectors, streamed batch by batch (`build` or here); it
     rescores from the store's vector files where they hold every vector (`store_rows`): the
-    few vectors kept as rows (a run's short last batch) are moved into a file first."""
+    few vectors kept as rows (a run's short last batch) are moved into a file first. Built
+    here, such a base never computes its rescoring stage (`store_rows.fill_first_pass`);
+    a `build` (a cluster's shards) computes it and the base is written without it."""
+    files = None
     if parse_spec(spec).refine is not None:
         store.vectors.move_rows_to_files()
-    index = (build or VectorIndex.build_from_batches)(
+        if build is None and store.vectors.all_in_files():
+            files = (store.path, store.vectors.files())
+    build = build or functools.partial(VectorIndex.build_from_batches, files=files)
+    index = build(
         *(spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()),
         spill=bases_dir(store.path),
         tune_queries=tune_queries(config),

@@ -248,6 +248,10 @@ class Vectors:
             self.core.con.execute(DELETE_VECTORS)
         return rows
 
+    def all_in_files(self) -> bool:
+        """Whether every stored vector is a row of a vector file (none in `vectors`)."""
+        return not self.core.scalar(COUNT_VECTORS)
+
     def missing_files(self) -> list[tuple[Path, VectorFile]]:
         """Recorded vector files that are not in the store's folder (`doctor`): (where each
         should be, the file)."""

@@ -20,15 +20,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from crash_kit import assert_same_results, write_corpus
+from vector_kit import clustered, synthetic_provenance
 
+import indexer.index.vector as vector_module
 import indexer.indexing.steps as steps
+from indexer.config import IndexConfig
 from indexer.errors import VectorIndexError
 from indexer.index.vector import VectorIndex
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.ops.doctor import diagnose
 from indexer.records.versions import current_version
-from indexer.store import Store
+from indexer.store import Store, vector_files
 from indexer.store import vectors as vectors_module
 
 BATCH = 100
@@ -194,3 +197,48 @@ def test_rows_with_gaps_move_into_files_between_the_recorded_ones(
         )
     assert check_store(cfg).problems == []
     assert diagnose(Path(path), cfg).problems == []
+
+
+def test_a_base_built_over_vector_files_never_computes_its_rescoring_codes(tmp_path, monkeypatch):
+    """Built with the store's files, a base fills its first pass only and tunes by rescoring
+    from the files: the same tuning, results and first pass as the base that computed an
+    `RFlat` stage (float32 codes, the files' values) and dropped it on writing."""
+    n, dim, cut = 6000, 32, 1500
+    vectors = clustered(n, dim, seed=0, spread=0.7)
+    ids = np.arange(n, dtype=np.int64)
+    files = [vector_files.write(tmp_path, i, vectors[i : i + cut])[0] for i in range(0, n, cut)]
+    config = IndexConfig(spec="auto", flat_limit=0, tune_sample=300)
+    spec, prov = "IVF153,PQ16x4fs,RFlat", synthetic_provenance(dim)
+
+    def batches():
+        return [(ids[i : i + 1000], vectors[i : i + 1000]) for i in range(0, n, 1000)]
+
+    held = VectorIndex.build_from_batches(spec, prov, config, batches, n)
+    with monkeypatch.context() as m:
+        m.setattr(vector_module, "fill", lambda *a, **k: pytest.fail("the stage was filled"))
+        over = VectorIndex.build_from_batches(
+            spec, prov, config, batches, n, files=(tmp_path, files)
+        )
+    assert held.rows is None and over.rows is not None and over.rows.files == files
+    assert held.tuning is not None and over.tuning is not None
+    drop = {"seconds"}
+    assert {k: v for k, v in over.tuning.items() if k not in drop} == {
+        k: v for k, v in held.tuning.items() if k not in drop
+    }
+    queries = clustered(n + 20, dim, seed=0, spread=0.7)[n:]
+    for where in (None, ids[::3], ids[:7]):  # unfiltered, a selector, the exact path
+        s1, i1 = over.search(queries, 10, allowed=where)
+        s2, i2 = held.search(queries, 10, allowed=where)
+        assert np.array_equal(i1, i2)
+        np.testing.assert_allclose(s1, s2, rtol=1e-5, atol=1e-5)
+    unfiltered = held.search(queries, 10)[1]
+    over.save(tmp_path)
+    loaded = VectorIndex.load(tmp_path, config)
+    assert loaded is not None and loaded.rows is not None
+    assert [r["name"] for r in _info_at(tmp_path)["base"]["rows"]] == [f.name for f in files]
+    assert np.array_equal(loaded.search(queries, 10)[1], unfiltered)
+
+
+def _info_at(store: Path) -> dict:
+    version = current_version(store)
+    return json.loads((store / "index" / str(version) / "provenance.json").read_text())
