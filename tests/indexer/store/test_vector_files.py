@@ -17,6 +17,7 @@ import os
 import signal
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 from crash_kit import assert_same_results, write_corpus
@@ -30,6 +31,7 @@ from indexer.ops.consistency import check_store
 from indexer.ops.doctor import diagnose
 from indexer.records.provenance import Provenance
 from indexer.store import ChunkRows, Store, WorkerFile, WorkerFiles, write_worker_vectors
+from indexer.store.vectors import FILE_BLOCK, FILE_CHUNK_IDS
 
 BATCH = 100
 
@@ -278,3 +280,22 @@ def test_a_batch_reported_failed_keeps_its_file_for_the_store_to_decide(
         assert store.checks.documents_missing_vectors() == []
     assert _files_on_disk(tiny_config) == recorded and len(recorded) == 3
     assert diagnose(Path(tiny_config.store.path), tiny_config).problems == []
+
+
+def test_the_chunks_in_files_are_found_by_blocks_whatever_the_files_sizes_and_gaps():
+    """`FILE_CHUNK_IDS` (an equality join on blocks of chunk ids, then each file's range) finds
+    exactly the chunks inside a recorded file: files shorter than a block, several in one
+    block, one over many blocks, starts off the blocks' edges, chunks between files and past
+    the last, ids of deleted chunks missing."""
+    files = [(0, 5), (5, 300), (700, 2 * FILE_BLOCK + 3), (3 * FILE_BLOCK + 1, 1), (9000, 4096)]
+    chunks = np.setdiff1d(np.arange(15000), np.arange(800, 900))  # some chunks deleted
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE chunks AS SELECT range AS chunk_id FROM range(15000) "
+        "WHERE range < 800 OR range >= 900"
+    )
+    con.execute("CREATE TABLE vector_files (first_chunk_id BIGINT, n_rows BIGINT)")
+    con.executemany("INSERT INTO vector_files VALUES (?, ?)", [list(f) for f in files])
+    found = sorted(r[0] for r in con.execute(FILE_CHUNK_IDS).fetchall())
+    inside = [c for c in chunks.tolist() if any(a <= c < a + n for a, n in files)]
+    assert found == inside and len(found) > 6000
