@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -23,6 +25,8 @@ from indexer.store.side_tables import SideTables
 from indexer.store.stored_ids import StoredIds
 from indexer.store.vector_files import VectorFile
 from indexer.store.vectors import Vectors
+
+log = logging.getLogger(__name__)
 
 SEQUENCES = ("doc_ids", "chunk_ids")
 SELECT_EXISTING = (
@@ -192,39 +196,53 @@ class DocumentWrites:
         # gone), so only the store can say whether they are recorded; the next collection
         # deletes them if not (`Vectors.collect_files`, at the start and the end of a run).
         con = self.core.con
-        with self.core.transaction():
-            removed: list[int] = []
-            if changed_docs:
-                removed = self._chunks_of([d for d, _, _ in changed_docs])
-                with self.core.bound(removed) as old_chunks:
-                    con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
-                    con.execute(DELETE_CHUNKS.format(ids=old_chunks))
-                con.executemany(
-                    UPDATE_DOCUMENT,
-                    [[r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs],
-                )
-            if metadata_updates:
-                con.executemany(
-                    UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
-                )
-            if new_docs:
-                self.core.insert_view(INSERT_DOCUMENTS, _documents_table(collection, new_docs, now))
-            if chunk_ids:
-                chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
-                self.core.insert_view(INSERT_CHUNKS, chunk_table)
-                if written is None:
-                    self.core.insert_view(INSERT_VECTORS, vector_table)
-                else:
-                    for vf, size in written:
-                        self.vectors.record_file(vf, size)
-            if rejected:
-                con.executemany(
-                    INSERT_REJECTED,
-                    [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
-                )
-            if new_docs or changed_docs or metadata_updates or chunk_ids:
-                self.core.bump_data_version()
-            crash_point("batch.before_commit")
+        removed = self._chunks_of([d for d, _, _ in changed_docs]) if changed_docs else []
+        changes = bool(new_docs or changed_docs or metadata_updates or chunk_ids)
+        before = self.core.data_version() if changes else None
+        try:
+            with self.core.transaction():
+                if changed_docs:
+                    with self.core.bound(removed) as old_chunks:
+                        con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
+                        con.execute(DELETE_CHUNKS.format(ids=old_chunks))
+                    con.executemany(
+                        UPDATE_DOCUMENT,
+                        [
+                            [r.title, r.text, to_json(r.metadata), h, now, d]
+                            for d, r, h in changed_docs
+                        ],
+                    )
+                if metadata_updates:
+                    con.executemany(
+                        UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
+                    )
+                if new_docs:
+                    self.core.insert_view(
+                        INSERT_DOCUMENTS, _documents_table(collection, new_docs, now)
+                    )
+                if chunk_ids:
+                    chunk_table, vector_table = _chunk_tables(chunk_ids, chunks, written is None)
+                    self.core.insert_view(INSERT_CHUNKS, chunk_table)
+                    if written is None:
+                        self.core.insert_view(INSERT_VECTORS, vector_table)
+                    else:
+                        for vf, size in written:
+                            self.vectors.record_file(vf, size)
+                if rejected:
+                    con.executemany(
+                        INSERT_REJECTED,
+                        [[run_id, r.source, r.row, r.external_id, r.reason, now] for r in rejected],
+                    )
+                if changes:
+                    self.core.bump_data_version()
+                crash_point("batch.before_commit")
+        except duckdb.Error as exc:
+            if before is None or not self._landed(before):
+                raise
+            # DuckDB reported the commit as failed, yet it landed (out of memory in a 10M run:
+            # the records were there when the store was opened again): counted as committed,
+            # so that the batch is neither reported failed nor retried into duplicate keys
+            log.warning("store %s: a commit reported as failed had landed: %s", self.core.path, exc)
         crash_point("batch.after_commit")
         self._changed_since_checkpoint += len(changed_docs) + len(metadata_updates)
         self._added_since_checkpoint += len(new_docs) + len(chunk_ids)
@@ -235,6 +253,14 @@ class DocumentWrites:
             self.core.con.execute(CHECKPOINT)
             self._changed_since_checkpoint = self._added_since_checkpoint = 0
         return chunk_ids, removed
+
+    def _landed(self, before: int) -> bool:
+        """Whether the transaction that raised the data version from `before` committed (asked
+        of the store; False when it cannot answer)."""
+        try:
+            return self.core.data_version() == before + 1
+        except duckdb.Error:
+            return False
 
     def _vector_files(
         self, chunk_ids: list[int], chunks: ChunkRows

@@ -242,8 +242,9 @@ def test_a_batch_reported_failed_keeps_its_file_for_the_store_to_decide(
     tiny_config, tmp_path, monkeypatch, as_files
 ):
     """A commit DuckDB reports as failed may have landed (out of memory at 10M: the records
-    were replayed from the log): the batch's file stays where the store records it, and goes
-    at the end of the run where it does not."""
+    were replayed from the log): the store says so (its data version moved), the batch counts
+    as committed and keeps its file; a commit that failed is reported, and its file goes at
+    the end of the run. The next run indexes only the failed batch's documents."""
     import contextlib
 
     import duckdb
@@ -273,13 +274,19 @@ def test_a_batch_reported_failed_keeps_its_file_for_the_store_to_decide(
     monkeypatch.setattr(StoreCore, "transaction", transaction)
     corpus = write_corpus(tmp_path / "docs.jsonl", 400, seed=9)
     summary = run_index([str(corpus)], tiny_config, batch_size=BATCH)
-    assert len(summary["failed_batches"]) == 2
+    assert len(summary["failed_batches"]) == 1  # the batch that landed is not reported
     with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
         recorded = sorted(f.name for f in store.vectors.files())
         assert store.vectors.missing_files() == []
         assert store.checks.documents_missing_vectors() == []
+        stored = store.counts.documents()
+    assert summary["encoded"] == stored  # the landed batch counted as committed
     assert _files_on_disk(tiny_config) == recorded and len(recorded) == 3
     assert diagnose(Path(tiny_config.store.path), tiny_config).problems == []
+    state["batches"] = 99  # no failure now
+    again = run_index([str(corpus)], tiny_config, batch_size=BATCH)
+    assert again["failed_batches"] == [] and again["encoded"] == BATCH
+    assert again["skipped_unchanged"] == stored
 
 
 def test_the_chunks_in_files_are_found_by_blocks_whatever_the_files_sizes_and_gaps():
