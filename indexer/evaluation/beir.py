@@ -112,7 +112,10 @@ def evaluate_beir(
     queries, qrels = load_beir_queries(folder, split)
     depth = rerank_depth or config.search.rerank_depth
     with tempfile.TemporaryDirectory(prefix="bertindex-beir-") as tmp:
-        cfg = config.with_overrides(**{"store.path": store or tmp})
+        # a temporary store exports no ONNX query encoder: the queries here are encoded with
+        # torch (`load_encoder` below) and the store is removed after (~7 s of CPU an eval)
+        keep = {} if store else {"search.query_encoder": "torch"}
+        cfg = config.with_overrides(**{"store.path": store or tmp} | keep)
         summary = run_index(
             [str(folder)], cfg, collection=collection or folder.name, fmt="beir", progress=progress
         )
