@@ -415,8 +415,7 @@ def tune_batches(
     still reaches it.
 
     Args:
-        index: a filled FAISS index holding the vectors of `batches`, or what searches as
-            one (`d`, `search(queries, k, params=)`: `store_rows.Rescored`).
+        index: a filled FAISS index of the `batches`' vectors, or alike (`store_rows.Rescored`).
         spec: its factory string (decides the parameter).
         batches: called for each pass, yields the same (ids (n,) int64, vectors (n, dim)
             float32) batches every time (e.g. `store.vectors.iter_batches`).

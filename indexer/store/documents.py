@@ -10,7 +10,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -191,12 +190,11 @@ class DocumentWrites:
         now = utc_now()
         chunk_ids = self.next_ids("chunk_ids", len(chunks.doc_ids))
         written = self._vector_files(chunk_ids, chunks) if as_file else None
-        # On an error the batch's files stay: a commit DuckDB reports as failed may still have
-        # landed (out of memory in a 10M run: the records were replayed from the log, the files
-        # gone), so only the store can say whether they are recorded; the next collection
-        # deletes them if not (`Vectors.collect_files`, at the start and the end of a run).
+        # On an error the batch's files stay, for the store to decide (`_landed`): the next
+        # collection deletes them if they are not recorded (`Vectors.collect_files`)
         con = self.core.con
         removed = self._chunks_of([d for d, _, _ in changed_docs]) if changed_docs else []
+        updates = [[r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs]
         changes = bool(new_docs or changed_docs or metadata_updates or chunk_ids)
         before = self.core.data_version() if changes else None
         try:
@@ -205,13 +203,7 @@ class DocumentWrites:
                     with self.core.bound(removed) as old_chunks:
                         con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
                         con.execute(DELETE_CHUNKS.format(ids=old_chunks))
-                    con.executemany(
-                        UPDATE_DOCUMENT,
-                        [
-                            [r.title, r.text, to_json(r.metadata), h, now, d]
-                            for d, r, h in changed_docs
-                        ],
-                    )
+                    con.executemany(UPDATE_DOCUMENT, updates)
                 if metadata_updates:
                     con.executemany(
                         UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
@@ -236,31 +228,36 @@ class DocumentWrites:
                 if changes:
                     self.core.bump_data_version()
                 crash_point("batch.before_commit")
-        except duckdb.Error as exc:
+        except Exception as exc:  # (DuckDB's errors: not imported here, searches load this)
             if before is None or not self._landed(before):
                 raise
-            # DuckDB reported the commit as failed, yet it landed (out of memory in a 10M run:
-            # the records were there when the store was opened again): counted as committed,
-            # so that the batch is neither reported failed nor retried into duplicate keys
             log.warning("store %s: a commit reported as failed had landed: %s", self.core.path, exc)
         crash_point("batch.after_commit")
-        self._changed_since_checkpoint += len(changed_docs) + len(metadata_updates)
-        self._added_since_checkpoint += len(new_docs) + len(chunk_ids)
+        changed, added = len(changed_docs) + len(metadata_updates), len(new_docs) + len(chunk_ids)
+        self._checkpoint_after(changed, added)
+        return chunk_ids, removed
+
+    def _landed(self, before: int) -> bool:
+        """Whether the transaction that raised the data version from `before` committed, asked
+        of the store (False when it cannot answer). DuckDB can report a commit as failed that
+        landed (out of memory in a 10M run: the records were there when the store was opened
+        again); such a batch counts as committed, so that it is neither reported failed nor
+        retried into duplicate keys."""
+        try:
+            return self.core.data_version() == before + 1
+        except Exception:  # noqa: BLE001 - a store that cannot answer: the error stands
+            return False
+
+    def _checkpoint_after(self, changed: int, added: int) -> None:
+        """Count a committed batch's changed and added rows; checkpoint past either bound."""
+        self._changed_since_checkpoint += changed
+        self._added_since_checkpoint += added
         if (
             self._changed_since_checkpoint >= CHANGED_PER_CHECKPOINT
             or self._added_since_checkpoint >= ADDED_PER_CHECKPOINT
         ):
             self.core.con.execute(CHECKPOINT)
             self._changed_since_checkpoint = self._added_since_checkpoint = 0
-        return chunk_ids, removed
-
-    def _landed(self, before: int) -> bool:
-        """Whether the transaction that raised the data version from `before` committed (asked
-        of the store; False when it cannot answer)."""
-        try:
-            return self.core.data_version() == before + 1
-        except duckdb.Error:
-            return False
 
     def _vector_files(
         self, chunk_ids: list[int], chunks: ChunkRows
