@@ -48,8 +48,8 @@ DELETE_VECTOR_FILE = "DELETE FROM vector_files WHERE name = ?"
 # then each file's own range. Not a range join of the chunks with the files: DuckDB's ran out
 # of the writer's 128 MB at 10M chunks and 4,883 files (`counts.collections`, a 10M store); this
 # one probes a small hash table with the chunks as they stream (benchmarks/file_chunk_ids.py at
-# 10M: the ids counted in 0.15 s against 3.9 s, the collections query 6.2 s against 13-23 s
-# and out of memory once in two)
+# 10M: the ids counted in 0.15 s against 3.9 s, the collections query 6.2 s against 23.2 s,
+# then out of memory on its second try)
 FILE_BLOCK = 1024
 FILE_BLOCKS = (
     "SELECT first_chunk_id, first_chunk_id + n_rows AS stop, unnest(range("

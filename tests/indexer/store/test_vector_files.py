@@ -247,8 +247,6 @@ def test_a_batch_reported_failed_keeps_its_file_for_the_store_to_decide(
     the end of the run. The next run indexes only the failed batch's documents."""
     import contextlib
 
-    import duckdb
-
     import indexer.store.documents as documents
     from indexer.store.core import StoreCore
 
