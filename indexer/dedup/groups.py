@@ -28,11 +28,10 @@ from indexer.dedup.neighbours import Pairs, all_pairs, new_pairs
 from indexer.dedup.text import WordSets, same_words, word_set
 from indexer.errors import InputError, StoreError, VectorIndexError
 from indexer.records.provenance import QUERY_KEYS
-from indexer.store import Store
+from indexer.store import NEXT_GENERATION, Store
 
 log = logging.getLogger(__name__)
 
-REBUILDING_DIR = Path("generations") / "next"  # `bertindex reindex` builds its next store here
 INCREMENTAL_LIMIT = 50_000  # more new documents than this: regroup the whole collection
 
 
@@ -129,10 +128,10 @@ def check_store(path: Path, collection: str) -> None:
     Raises:
         StoreError: naming the folder and what to do.
     """
-    if (path / REBUILDING_DIR).exists():
+    if (path / NEXT_GENERATION).exists():
         raise StoreError(
             f"store {path} is being rebuilt by `bertindex reindex` "
-            f"({path / REBUILDING_DIR} exists); nothing was changed: run dedup on "
+            f"({path / NEXT_GENERATION} exists); nothing was changed: run dedup on "
             f"collection '{collection}' once the reindex has finished"
         )
 

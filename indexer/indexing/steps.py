@@ -183,7 +183,7 @@ def encode_texts_for_index(
     return encode_documents(encoder, texts, config, progress=progress)[1]
 
 
-def _as_file(chunks: ChunkRows) -> bool:
+def as_file(chunks: ChunkRows) -> bool:
     """Whether a batch keeps its vectors in a file of the store (`indexer.store.vector_files`):
     a cluster worker wrote them as one, or they are many (a full batch, an import)."""
     return isinstance(chunks.vectors, WorkerFiles) or len(chunks.doc_ids) >= VECTOR_FILE_MIN_ROWS
@@ -209,7 +209,7 @@ def commit_batch(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) 
         chunks,
         batch.rejected,
         run_id,
-        as_file=_as_file(chunks),
+        as_file=as_file(chunks),
     )
     return BatchResult(
         read=len(batch.records) + len(batch.rejected),
@@ -291,7 +291,7 @@ def sync_vector_index(
         if incremental and current is not None:
             index = _add_stored(current, store, added)
         else:
-            index = _rebuild(store, config, spec, provenance, build)
+            index = rebuild_base(store, config, spec, provenance, build)
     if index.ntotal != total:
         raise VectorIndexError(
             f"index holds {index.ntotal} vectors but the store {store.path} has {total} chunks "
@@ -339,12 +339,21 @@ def _out_of_step(current: VectorIndex, store: Store) -> tuple[np.ndarray, np.nda
     return added, removed
 
 
-def _rebuild(store: Store, config: Config, spec: str, provenance, build: Callable | None):
+def rebuild_base(
+    store: Store,
+    config: Config,
+    spec: str,
+    provenance,
+    build: Callable | None = None,
+    spill_to: Path | None = None,
+):
     """A new base from the stored vectors, streamed batch by batch (`build` or here); it
     rescores from the store's vector files where they hold every vector (`store_rows`): the
     few vectors kept as rows (a run's short last batch) are moved into a file first. Built
     here, such a base never computes its rescoring stage (`store_rows.fill_first_pass`);
-    a `build` (a cluster's shards) computes it and the base is written without it."""
+    a `build` (a cluster's shards) computes it and the base is written without it.
+    `spill_to`: the store whose index folder takes the build's temporary files (`reindex`'s
+    next generation spills beside the live store's bases; default `store`'s own)."""
     files = None
     if parse_spec(spec).refine is not None:
         store.vectors.move_rows_to_files()
@@ -353,7 +362,7 @@ def _rebuild(store: Store, config: Config, spec: str, provenance, build: Callabl
     build = build or functools.partial(VectorIndex.build_from_batches, files=files)
     index = build(
         *(spec, provenance, config.index, store.vectors.iter_batches, store.vectors.count()),
-        spill=bases_dir(store.path),
+        spill=bases_dir(spill_to or store.path),
         tune_queries=tune_queries(config),
     )
     index.row_files = store.vectors.files()

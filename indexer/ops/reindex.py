@@ -6,6 +6,13 @@ ids, new vectors). The switch publishes its index and snapshot as a new `index/v
 `store.duckdb` with the new file and points `index/CURRENT` at vN, under the store's writer
 lock. Searches read the old version until CURRENT moves. A killed reindex resumes: documents
 already encoded in the new generation (same doc id and content hash) are kept.
+
+Vectors: the generation's full batches keep theirs in files, as an index run's do, written
+straight into the live store's `vectors/` (the generation's folder is a link to it:
+`vector_files.share_with_generation`), so the switch renames one file and the new base
+rescores from those files instead of codes of its own (one copy of the vectors on disk, as
+after `bertindex index`). Until the switch the live store leaves them alone; after it, the
+old generation's files are collected by the next run once no kept version's base reads them.
 """
 
 from __future__ import annotations
@@ -21,17 +28,22 @@ from indexer.core.fsio import fsync_dir
 from indexer.core.progress import ProgressArg
 from indexer.encode.encoder import Encoder
 from indexer.encode.onnx_export import export_for_index
-from indexer.index.vector import VectorIndex, remove_old_versions, resolve_spec
-from indexer.index.version_files import bases_dir
-from indexer.indexing.steps import encode_texts_for_index, sync_vector_index
+from indexer.index.vector import remove_old_versions, resolve_spec
+from indexer.indexing.steps import as_file, encode_texts_for_index, rebuild_base, sync_vector_index
 from indexer.ingest.readers import document_text
 from indexer.records.provenance import WRITE_KEYS
 from indexer.records.versions import write_pointer
-from indexer.store import DB_NAME, ChunkRows, Store, WriterLock, collect_segments
+from indexer.store import (
+    DB_NAME,
+    NEXT_GENERATION,
+    ChunkRows,
+    Store,
+    WriterLock,
+    collect_segments,
+    share_with_generation,
+)
 
 log = logging.getLogger(__name__)
-
-GENERATION_DIR = Path("generations") / "next"
 
 
 def reindex_store(
@@ -50,7 +62,7 @@ def reindex_store(
             stored = live.vectors.provenance()
             same = stored is None or not stored.mismatches(encoder.provenance, WRITE_KEYS)
             if same:
-                shutil.rmtree(path / GENERATION_DIR, ignore_errors=True)  # an earlier switch
+                shutil.rmtree(path / NEXT_GENERATION, ignore_errors=True)  # an earlier switch
                 info = _rebuild(live, config)
                 return {
                     "mode": "rebuild",
@@ -80,9 +92,10 @@ def _build_generation(
     live: Store, config: Config, encoder: Encoder, batch_size: int, progress: ProgressArg
 ) -> tuple[str, int, int, dict]:
     """Encode every live document into the next generation; publish (not switch) its index."""
-    gen_path = live.path / GENERATION_DIR
+    gen_path = live.path / NEXT_GENERATION
     live_hashes = live.reads.document_hashes()
     encoded = 0
+    share_with_generation(live.path, gen_path)
     with Store(gen_path, lock=False) as gen:
         with gen.runs.recorded_run("reindex") as run:
             gen.vectors.set_provenance(encoder.provenance)
@@ -104,7 +117,9 @@ def _build_generation(
                     chunks.n_tokens,
                     chunks.vectors,
                 )
-                gen.documents.write_batch(collection, rows, [], [], chunks, [], run.id)
+                gen.documents.write_batch(
+                    collection, rows, [], [], chunks, [], run.id, as_file=as_file(chunks)
+                )
                 encoded += len(rows)
             gen.documents.restart_doc_ids_after(max(live_hashes, default=0))
             gen.side.copy_from(
@@ -113,14 +128,7 @@ def _build_generation(
             # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
             count = gen.vectors.count()
             spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
-            index = VectorIndex.build_from_batches(
-                spec,
-                encoder.provenance,
-                config.index,
-                gen.vectors.iter_batches,
-                count,
-                spill=bases_dir(live.path),
-            )
+            index = rebuild_base(gen, config, spec, encoder.provenance, spill_to=live.path)
             run.summary = {"encoded": encoded, "documents": len(live_hashes)}
         index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
         version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot, switch=False)
@@ -135,7 +143,7 @@ def _switch(path: Path, version: str) -> None:
     store file is new and CURRENT still names the old version: searches stay consistent on
     the old one, and the next index run or reindex rebuilds the index for the new vectors.
     """
-    gen_db = path / GENERATION_DIR / DB_NAME
+    gen_db = path / NEXT_GENERATION / DB_NAME
     crash_point("reindex.before_swap")
     for wal in (path / f"{DB_NAME}.wal",):
         if wal.exists():  # closed cleanly there is none; a stale one must not be replayed
@@ -146,4 +154,4 @@ def _switch(path: Path, version: str) -> None:
     write_pointer(path, version)
     remove_old_versions(path)
     collect_segments(path)
-    shutil.rmtree(path / GENERATION_DIR.parent, ignore_errors=True)
+    shutil.rmtree(path / NEXT_GENERATION.parent, ignore_errors=True)

@@ -15,9 +15,11 @@ the review rows `HeadInfo`, `Candidates`, `NewReview`, `ReviewRow` and `read_rev
 `read_snapshot_facts`, `segment_problems` and
 `collect_segments` (a published snapshot's facts, its damaged segments, removing unused ones);
 `new_run_id`; `write_worker_vectors` (a cluster worker's vectors as a file the writer
-records) and `incoming_probe` (whether workers see the store's folder); `FileState` and
+records) and `incoming_probe` (whether workers see the store's folder);
+`share_with_generation` (a reindex's next generation writes its vector files into the live
+store's folder); `FileState` and
 `SourceFile` (a corpus file's bytes and what a run recorded of it); the constants
-`DB_NAME`, `VECTOR_FILE_MIN_ROWS`,
+`DB_NAME`, `VECTOR_FILE_MIN_ROWS`, `NEXT_GENERATION`,
 `SCHEMA_VERSION`, `COMPLETED_WITH_FAILURES`, and the report's `TIME_UNITS` and `UNKNOWN` bucket
 (the provenance keys live in `indexer.records.provenance`). No module of the library, the flows or
 the surface imports this package's modules or touches `Store.con` (tests may, to check them).
@@ -62,7 +64,13 @@ from indexer.store.sources import FileState, SourceFile
 from indexer.store.store import Store, read_reviewed_since, read_token_table
 from indexer.store.tokens import SCOPES, StoredToken, hash_token, new_token, scope_allows
 from indexer.store.trends import TIME_UNITS, UNKNOWN
-from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS, incoming_probe, write_worker_vectors
+from indexer.store.vector_files import (
+    NEXT_GENERATION,
+    VECTOR_FILE_MIN_ROWS,
+    incoming_probe,
+    share_with_generation,
+    write_worker_vectors,
+)
 
 __all__ = [
     "is_transient_store_error",
@@ -72,6 +80,7 @@ __all__ = [
     "TIME_UNITS",
     "UNKNOWN",
     "VECTOR_FILE_MIN_ROWS",
+    "NEXT_GENERATION",
     "FileState",
     "SourceFile",
     "Candidates",
@@ -94,6 +103,7 @@ __all__ = [
     "WriterLock",
     "collect_segments",
     "incoming_probe",
+    "share_with_generation",
     "write_worker_vectors",
     "content_hash",
     "new_run_id",

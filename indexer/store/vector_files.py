@@ -30,12 +30,14 @@ import numpy as np
 
 from indexer.core.fsio import fsync_dir, fsync_fh
 from indexer.errors import StoreError
+from indexer.store.core import DB_NAME
 from indexer.store.rows import WorkerFile
 
 FOLDER = "vectors"  # under the store's folder
 INCOMING = "incoming"  # under FOLDER: files written by cluster workers, not yet recorded
 SUFFIX = ".npy"
 PARTIAL = ".partial"  # a file still being written
+NEXT_GENERATION = Path("generations") / "next"  # `bertindex reindex` builds its next store here
 # A batch of at least this many chunks keeps its vectors in a file; smaller ones are rows of
 # `vectors`, which a base build moves into a file while they are few
 # (`Vectors.move_rows_to_files`). Every full batch of an encoded run (2,048 documents, a chunk
@@ -166,6 +168,46 @@ def open_rows(store_dir: str | Path, vf: VectorFile, dim: int) -> np.ndarray:
             f"{dim} float32; run `bertindex doctor`, then index the source of those chunks again"
         )
     return rows
+
+
+def share_with_generation(store_dir: str | Path, generation: str | Path) -> None:
+    """Make the next generation's vector folder (`bertindex reindex`: `<store>/generations/
+    next/vectors`) a link to the live store's, so that the files its batches write are already
+    where the switched store reads them: the switch renames store.duckdb and moves no vector.
+
+    A generation's files are unrecorded in the live store until the switch: its collection
+    leaves every unrecorded file alone while a generation's store file exists
+    (`generation_pending`), and a store whose folder is such a link collects nothing.
+
+    Raises:
+        StoreError: the generation has a vector folder of its own with files in it.
+    """
+    link = Path(generation) / FOLDER
+    if link.is_symlink():
+        return
+    if link.is_dir():
+        if any(link.iterdir()):
+            raise StoreError(
+                f"{link} holds files of its own; remove {Path(generation)} (an unfinished "
+                "reindex: the next one starts it again)"
+            )
+        link.rmdir()
+    folder(store_dir).mkdir(parents=True, exist_ok=True)
+    Path(generation).mkdir(parents=True, exist_ok=True)
+    os.symlink(Path("..", "..", FOLDER), link, target_is_directory=True)
+    fsync_dir(Path(generation))
+
+
+def generation_pending(store_dir: str | Path) -> bool:
+    """Whether a next generation's store file sits beside the store (a reindex killed before
+    its switch, which the next reindex resumes): its vector files are in this store's folder,
+    unrecorded here."""
+    return (Path(store_dir) / NEXT_GENERATION / DB_NAME).is_file()
+
+
+def shares_folder(store_dir: str | Path) -> bool:
+    """Whether the store's vector folder is a link to another store's (it is a generation)."""
+    return folder(store_dir).is_symlink()
 
 
 def on_disk(store_dir: str | Path) -> list[str]:

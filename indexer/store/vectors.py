@@ -202,6 +202,8 @@ class Vectors:
         run writes any: those no commit recorded (a writer killed between writing one and
         committing its chunks, a cluster worker's file of a partition never committed) and
         those none of whose chunks exist any more (their records first, then the files).
+        While a reindex's next generation is pending, no unrecorded file is deleted: its
+        batches' files are in this folder (`vector_files.share_with_generation`).
 
         Args:
             keep: files kept whatever their chunks, with their records: those a published
@@ -210,10 +212,15 @@ class Vectors:
         Returns:
             {"unrecorded": files deleted, "emptied": recorded files dropped}.
         """
+        nothing = {"unrecorded": 0, "emptied": 0}
         if self.core.read_only or not self.core.scalar(HAS_VECTOR_FILES) or keep is None:
-            return {"unrecorded": 0, "emptied": 0}
+            return nothing
+        if vector_files.shares_folder(self.core.path):  # a generation: the live store collects
+            return nothing
         recorded = {vf.name for vf in self.files()} | keep
         stray = [name for name in vector_files.on_disk(self.core.path) if name not in recorded]
+        if vector_files.generation_pending(self.core.path):  # its files are unrecorded here
+            stray = []
         live = self._live_per_file(self.files())
         emptied = sorted(name for name, n in live.items() if n == 0 and name not in keep)
         if emptied:

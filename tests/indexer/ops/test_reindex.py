@@ -1,19 +1,27 @@
 """`reindex` with another encoder: a new generation built beside the live one, searches on the
-old version until the switch, doc ids kept, a killed reindex resumes to the same result."""
+old version until the switch, doc ids kept, a killed reindex resumes to the same result; its
+vectors are files of the live store's folder, which its base rescores from."""
 
+import json
 import multiprocessing
 import os
 import signal
+from pathlib import Path
 
 import pytest
+from crash_kit import write_corpus
 
+import indexer.indexing.steps as steps
 from flows.reindex import run_reindex
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch
+from indexer.index.version_files import named_row_files
 from indexer.indexing.run import run_index
 from indexer.ops.consistency import check_store
 from indexer.query.searcher import Searcher
+from indexer.records.versions import current_version
 from indexer.store import Store
+from indexer.store.vector_files import on_disk
 
 pytestmark = pytest.mark.heavy
 
@@ -23,12 +31,14 @@ def search_ids(cfg, query, k=5):
         return [h.id for h in Searcher(cfg, store).search(query, k, mode="dense")]
 
 
-def _child(cfg, crash_at):
+def _child(cfg, crash_at, batch_size=2):
+    import faiss
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # no OpenMP pool in a forked child: the parent's threads are gone
+    faiss.omp_set_num_threads(1)
     os.environ["BERTINDEX_CRASH_AT"] = crash_at
-    run_reindex(cfg, batch_size=2)
+    run_reindex(cfg, batch_size=batch_size)
 
 
 def test_reindex_switches_encoder_and_survives_kills(tiny_config, small_corpus, tmp_path):
@@ -82,3 +92,51 @@ def test_reindex_switches_encoder_and_survives_kills(tiny_config, small_corpus, 
     again = run_reindex(new_cfg)  # same encoder now: the index is rebuilt, nothing encoded
     assert (again["mode"], again["encoded"]) == ("rebuild", 0)
     assert check_store(new_cfg).problems == []
+
+
+def _base_files(cfg) -> set[str]:
+    path = Path(cfg.store.path) / "index" / current_version(cfg.store.path) / "provenance.json"
+    return {r["name"] for r in json.loads(path.read_text())["base"]["rows"] or []}
+
+
+def test_reindex_writes_its_vectors_as_files_of_the_live_store(tiny_config, tmp_path, monkeypatch):
+    """The next generation's full batches keep their vectors in files written into the live
+    store's folder. Killed before the switch, they stay there through the live store's own index
+    runs (whose collection deletes unrecorded files); after the switch the new base rescores
+    from them (no codes of its own), and the next run collects what nothing records or reads."""
+    monkeypatch.setattr(steps, "VECTOR_FILE_MIN_ROWS", 50)
+    corpus = write_corpus(tmp_path / "docs.jsonl", 400, seed=3)
+    cfg = tiny_config.with_overrides(**{"index.spec": "IVF4,PQ8x4fs,Refine(SQfp16)"})
+    run_index([str(corpus)], cfg, batch_size=100)
+    live = Path(cfg.store.path)
+    old_files = set(on_disk(live))
+    assert old_files and _base_files(cfg) == old_files
+    new_cfg = cfg.with_overrides(**{"model.pooling": "cls"})
+    load_encoder.cache_clear()
+
+    ctx = multiprocessing.get_context("fork")
+    for point in ("batch.before_commit:2", "reindex.before_swap"):
+        proc = ctx.Process(target=_child, args=(new_cfg, point, 100))
+        proc.start()
+        proc.join(120)
+        assert proc.exitcode == -signal.SIGKILL, point
+        written = set(on_disk(live)) - old_files
+        assert written, point  # the generation's files, in the live store's folder
+        run_index([str(corpus)], cfg, batch_size=100)  # the live store's run collects files
+        assert written <= set(on_disk(live)), point
+
+    assert run_reindex(new_cfg, batch_size=100)["encoded"] == 0  # resumed
+    assert not (live / "generations").exists()
+    with Store(live, read_only=True, snapshot=False) as store:
+        assert store.vectors.provenance().pooling == "cls"
+        assert store.vectors.all_in_files() and store.vectors.missing_files() == []
+        recorded = {vf.name for vf in store.vectors.files()}
+    assert not recorded & old_files
+    assert _base_files(new_cfg) == recorded  # rescored from the generation's files
+    assert check_store(new_cfg).problems == []
+    assert search_ids(new_cfg, "parse command line arguments")
+
+    run_index([str(corpus)], new_cfg, batch_size=100)  # nothing changed: the run collects
+    kept = named_row_files(live)  # the files of the bases of kept versions, the old one's too
+    assert kept is not None and recorded <= kept
+    assert set(on_disk(live)) == recorded | kept
