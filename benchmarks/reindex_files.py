@@ -1,14 +1,19 @@
 """`bertindex reindex` to another encoder, its new generation's vectors as rows of DuckDB (as
 before the sixteenth session) against files of the live store's folder, in one run.
 
-Both reindex a copy of the same store (one `benchmarks/scale.py` left: its config.yaml and near-free
-encoder) with `model.pooling: cls` instead of its `mean`, so every document is encoded again
-into a new generation and switched. Each runs in its own process (`run_reindex`, what
-`bertindex reindex` runs), the rows mode with the vector-file threshold out of reach: the
-generation inserts its vectors into `vectors`, and the new base builds its rescoring codes
-(spilled, then written). Reported per mode: wall, peak RSS (`wait4`), the reindex summary, the
-store's bytes on disk after the switch by part. (That the base over the files answers as
-one with float32 codes of its own is tested: `tests/indexer/index/test_store_rows.py`.)
+Both reindex a copy of the same store (one `benchmarks/scale.py` left: its config.yaml and
+near-free encoder) with `model.max_length: 192` instead of the encoder's 256: another encoder
+set-up, so every document is encoded again into a new generation and switched, into nearly
+the same vectors (a handful of the longest documents take two windows), so that both build
+the same base (`pooling: cls` would do too, but a 0-layer encoder's [CLS] vector is the same
+for every text). Each runs in its own
+process (`run_reindex`, what `bertindex reindex` runs); the rows mode has the vector-file
+threshold out of reach: the generation inserts its vectors into `vectors`, and the new base
+builds its rescoring codes (spilled, then written). Reported per mode: wall, peak RSS
+(`wait4`), the reindex summary, the store's bytes on disk after the switch by part (the
+previous version's base and vector files are still kept, for readers, until a later publish)
+and those of the files the new store records. That the base over the files answers as one
+with float32 codes of its own is tested (`tests/indexer/index/test_store_rows.py`).
 
     .venv/bin/python benchmarks/reindex_files.py --scale-dir /work/scale/n1000000 \\
         --work /work/reindex --out benchmarks/results/reindex_files_1M_intel_s21.json
@@ -43,7 +48,7 @@ def child(mode: str, config_path: Path) -> None:
 
     if mode == "rows":
         steps.VECTOR_FILE_MIN_ROWS = 1 << 40  # every batch's vectors inserted as rows
-    config = load_config(config_path).with_overrides(**{"model.pooling": "cls"})
+    config = load_config(config_path).with_overrides(**{"model.max_length": 192})
     summary = run_reindex(config, batch_size=2048)
     print(json.dumps(summary, default=str))
 
@@ -55,8 +60,19 @@ def disk_by_part(store: Path) -> dict[str, int]:
         if path.is_file() and not path.is_symlink():
             rel = path.relative_to(store).parts
             key = "/".join(rel[:2]) if rel[0] == "index" and len(rel) > 2 else rel[0]
+            if rel[:2] == ("index", "bases"):  # by version: the previous one is kept a while
+                key += "/" + rel[2].split(".")[0]
             out[key] = out.get(key, 0) + path.stat().st_size
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def recorded_bytes(store: Path) -> int:
+    """Bytes of the vector files the switched store records (the rest belong to the previous
+    version, collected once no kept version reads them)."""
+    from indexer.store import Store
+
+    with Store(store, read_only=True, snapshot=False) as st:
+        return sum((store / "vectors" / vf.name).stat().st_size for vf in st.vectors.files())
 
 
 def main() -> None:
@@ -101,6 +117,7 @@ def main() -> None:
             "disk_bytes": disk_by_part(store),
         }
         record["disk_total_gb"] = round(sum(record["disk_bytes"].values()) / 1e9, 3)
+        record["vector_files_recorded_bytes"] = recorded_bytes(store)
         report["modes"][mode] = record
         print(mode, json.dumps(record)[:600], flush=True)
         write_json(args.out, report)
