@@ -218,9 +218,9 @@ class Vectors:
         if vector_files.shares_folder(self.core.path):  # a generation: the live store collects
             return nothing
         recorded = {vf.name for vf in self.files()} | keep
-        stray = [name for name in vector_files.on_disk(self.core.path) if name not in recorded]
-        if vector_files.generation_pending(self.core.path):  # its files are unrecorded here
-            stray = []
+        stray = []  # none while a reindex's generation is pending: its files are unrecorded here
+        if not vector_files.generation_pending(self.core.path):
+            stray = [name for name in vector_files.on_disk(self.core.path) if name not in recorded]
         live = self._live_per_file(self.files())
         emptied = sorted(name for name, n in live.items() if n == 0 and name not in keep)
         if emptied:
