@@ -50,6 +50,9 @@ class Record:
     metadata: dict
     source: str
     row: int  # 1-based line or row number in the source file
+    # when the store first took it in: kept by a store copied into a new generation
+    # (`bertindex reindex`); None, as read from a source: now
+    ingested_at: dt.datetime | None = None
 
 
 @dataclass

@@ -1,5 +1,11 @@
 """Re-encode a whole store with another encoder into a new generation beside the live one, then
 switch atomically; or, with the same encoder, rebuild the FAISS index from the stored vectors.
+A same-encoder reindex of a store that keeps its vectors as rows of store.duckdb (indexed
+before vector files; more than `MOVE_SHARE` of them, which index runs leave where they are)
+copies it into a new generation instead, chunks and vectors as they are, nothing encoded
+(mode `rewrite`): afterwards its vectors are kept once, in files, and store.duckdb holds no
+vector. The way to bring an old store to the layout of new ones; it needs the disk of one
+more copy of the vectors until the switch, as an encoder change does.
 
 Layout while it runs: `<store>/generations/next/` is a complete store (same documents and doc
 ids, new vectors). The switch publishes its index and snapshot as a new `index/vN`, replaces
@@ -42,6 +48,8 @@ from indexer.store import (
     collect_segments,
     share_with_generation,
 )
+from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS
+from indexer.store.vectors import MOVE_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +58,12 @@ def reindex_store(
     config: Config, encoder: Encoder, batch_size: int = 2048, progress: ProgressArg = False
 ) -> dict:
     """Bring the store to `encoder`: a new generation when the encoder differs, else an index
-    rebuilt from the stored vectors.
+    rebuilt from the stored vectors (a store with its vectors as rows: a new generation they
+    are copied into, `kept_as_rows`).
 
     Returns:
-        {"mode": "new_generation" | "rebuild", "documents", "encoded", "index": sync info}.
+        {"mode": "new_generation" | "rewrite" | "rebuild", "documents", "encoded",
+        "index": sync info}.
     """
     path = Path(config.store.path)
     lock = WriterLock(path)  # held until the switch is complete
@@ -61,7 +71,7 @@ def reindex_store(
         with Store(path, lock=False) as live:
             stored = live.vectors.provenance()
             same = stored is None or not stored.mismatches(encoder.provenance, WRITE_KEYS)
-            if same:
+            if same and not kept_as_rows(live):
                 shutil.rmtree(path / NEXT_GENERATION, ignore_errors=True)  # an earlier switch
                 info = _rebuild(live, config)
                 return {
@@ -71,11 +81,11 @@ def reindex_store(
                     "index": info,
                 }
             version, documents, encoded, index_info = _build_generation(
-                live, config, encoder, batch_size, progress
+                live, config, encoder, batch_size, progress, copy=same
             )
         _switch(path, version)
         return {
-            "mode": "new_generation",
+            "mode": "rewrite" if same else "new_generation",
             "documents": documents,
             "encoded": encoded,
             "index": index_info | {"version": version},
@@ -84,21 +94,39 @@ def reindex_store(
         lock.release()
 
 
+def kept_as_rows(store: Store) -> bool:
+    """Whether more of the store's vectors are rows of store.duckdb than an index run moves
+    into files itself (`Vectors.move_rows_to_files`), and at least a file's worth: a store
+    indexed before vector files, which a same-encoder reindex rewrites into a new generation
+    (vectors copied, not encoded) so that they are kept once, in files. A store of fewer rows
+    (every run of it small) keeps them: they cost little, and it is only rebuilt."""
+    rows = store.vectors.rows_kept()
+    return rows >= VECTOR_FILE_MIN_ROWS and rows > MOVE_SHARE * store.vectors.count()
+
+
 def _rebuild(store: Store, config: Config) -> dict:
     return sync_vector_index(store, config, [], [], force=True)
 
 
 def _build_generation(
-    live: Store, config: Config, encoder: Encoder, batch_size: int, progress: ProgressArg
+    live: Store,
+    config: Config,
+    encoder: Encoder,
+    batch_size: int,
+    progress: ProgressArg,
+    copy: bool = False,
 ) -> tuple[str, int, int, dict]:
-    """Encode every live document into the next generation; publish (not switch) its index."""
+    """Encode every live document into the next generation (`copy`: copy its chunks and
+    vectors instead, the same encoder's); publish (not switch) its index."""
     gen_path = live.path / NEXT_GENERATION
     live_hashes = live.reads.document_hashes()
     encoded = 0
+    provenance = (live.vectors.provenance() if copy else None) or encoder.provenance
+    _drop_other_generation(gen_path, provenance)
     share_with_generation(live.path, gen_path)
     with Store(gen_path, lock=False) as gen:
         with gen.runs.recorded_run("reindex") as run:
-            gen.vectors.set_provenance(encoder.provenance)
+            gen.vectors.set_provenance(provenance)
             have = gen.reads.document_hashes()
             stale = [d for d, h in have.items() if live_hashes.get(d) != h]
             gen.documents.delete_doc_ids(
@@ -106,34 +134,54 @@ def _build_generation(
             )  # changed or deleted in the live store since a killed run
             done = set(have) - set(stale)
             for collection, rows in live.documents.iter_documents(batch_size, exclude=done):
-                chunks = encode_texts_for_index(
-                    [document_text(r) for _, r, _ in rows], config, encoder, progress=progress
+                if copy:
+                    chunks = live.vectors.chunk_rows([d for d, _, _ in rows])
+                else:
+                    chunks = _encoded(rows, config, encoder, progress)
+                    encoded += len(rows)
+                gen.documents.write_batch(  # a rewrite's every batch: not one row left
+                    collection, rows, [], [], chunks, [], run.id, as_file=copy or as_file(chunks)
                 )
-                chunks = ChunkRows(
-                    [rows[p][0] for p in chunks.doc_ids],
-                    chunks.ordinals,
-                    chunks.starts,
-                    chunks.ends,
-                    chunks.n_tokens,
-                    chunks.vectors,
-                )
-                gen.documents.write_batch(
-                    collection, rows, [], [], chunks, [], run.id, as_file=as_file(chunks)
-                )
-                encoded += len(rows)
             gen.documents.restart_doc_ids_after(max(live_hashes, default=0))
             gen.side.copy_from(
                 live.side
             )  # annotations, runs, rejects: same doc ids, kept as they are
             # chunk ids need not match the live store's: FAISS is rebuilt from these vectors
             count = gen.vectors.count()
-            spec = resolve_spec(config.index.spec, count, config.index, encoder.provenance.dim)
-            index = rebuild_base(gen, config, spec, encoder.provenance, spill_to=live.path)
-            run.summary = {"encoded": encoded, "documents": len(live_hashes)}
-        index.query_encoder = export_for_index(live.path, config, encoder.provenance, encoder)
+            spec = resolve_spec(config.index.spec, count, config.index, provenance.dim)
+            index = rebuild_base(gen, config, spec, provenance, spill_to=live.path)
+            run.summary = {"encoded": encoded, "documents": len(live_hashes), "copied": copy}
+        index.query_encoder = export_for_index(live.path, config, provenance, encoder)
         version = index.save(live.path, gen.data_version(), extra=gen.write_snapshot, switch=False)
         info = {"spec": spec, "ntotal": index.ntotal, "rebuilt": True}
     return version, len(live_hashes), encoded, info
+
+
+def _encoded(rows: list, config: Config, encoder: Encoder, progress: ProgressArg) -> ChunkRows:
+    """The chunks of `rows` (`iter_documents`' (doc id, record, hash)) encoded, by doc id."""
+    chunks = encode_texts_for_index(
+        [document_text(r) for _, r, _ in rows], config, encoder, progress=progress
+    )
+    return ChunkRows(
+        [rows[p][0] for p in chunks.doc_ids],
+        chunks.ordinals,
+        chunks.starts,
+        chunks.ends,
+        chunks.n_tokens,
+        chunks.vectors,
+    )
+
+
+def _drop_other_generation(gen_path: Path, provenance) -> None:
+    """Remove a generation a killed reindex left for another encoder set-up (a rewrite
+    killed, then a reindex to a new model): its vectors cannot be resumed into this one."""
+    if not (gen_path / DB_NAME).is_file():
+        return
+    with Store(gen_path, read_only=True, snapshot=False, lock=False) as gen:
+        stored = gen.vectors.provenance()
+    if stored is not None and stored.mismatches(provenance, WRITE_KEYS):
+        log.info("reindex: a generation for another encoder set-up is started again")
+        shutil.rmtree(gen_path, ignore_errors=True)
 
 
 def _switch(path: Path, version: str) -> None:

@@ -65,7 +65,8 @@ SELECT_DOCS_BY_EXTERNAL_ID = (
     "SELECT doc_id, external_id FROM documents WHERE collection = ? AND external_id {member} {ids}"
 )
 SELECT_DOCUMENTS_FOR_REENCODE = (
-    "SELECT doc_id, collection, external_id, title, text, metadata, content_hash FROM documents "
+    "SELECT doc_id, collection, external_id, title, text, metadata, content_hash, ingested_at "
+    "FROM documents "
     "WHERE doc_id NOT IN {ids} ORDER BY collection, doc_id"
 )
 RESTART_DOC_IDS = ("DROP SEQUENCE doc_ids", "CREATE SEQUENCE doc_ids START {start}")
@@ -353,7 +354,8 @@ class DocumentWrites:
     def iter_documents(
         self, batch_rows: int = 2048, exclude: Iterable[int] = ()
     ) -> Iterable[tuple[str, list[tuple[int, Record, str]]]]:
-        """Stream stored documents back as records, for re-encoding them.
+        """Stream stored documents back as records, for re-encoding them (each keeps when
+        the store took it in: `Record.ingested_at`).
 
         Args:
             batch_rows: at most this many documents per item.
@@ -381,6 +383,7 @@ class DocumentWrites:
                         json.loads(row["metadata"]) if row["metadata"] else {},
                         source=f"store:{row['collection']}",
                         row=row["doc_id"],
+                        ingested_at=row["ingested_at"],
                     )
                     pending.append((row["doc_id"], record, row["content_hash"]))
         if pending:
@@ -436,7 +439,7 @@ def _documents_table(
                 ["{}" if not r.metadata else to_json(r.metadata) for _, r, _ in docs], pa.string()
             ),
             "content_hash": pa.array([h for _, _, h in docs], pa.string()),
-            "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
+            "ingested_at": pa.array([r.ingested_at or now for _, r, _ in docs], pa.timestamp("us")),
         }
     )
 

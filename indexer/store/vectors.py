@@ -20,6 +20,7 @@ from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.records.provenance import WRITE_KEYS, FusionTuning, Provenance
 from indexer.store import vector_files
 from indexer.store.core import StoreCore
+from indexer.store.rows import ChunkRows
 from indexer.store.schema import INSERT_META, SET_META, create_vectors_sql
 from indexer.store.vector_files import VectorFile
 
@@ -30,6 +31,7 @@ SELECT_VECTORS_OF = (
 )
 COUNT_VECTORS = "SELECT count(*) FROM vectors"
 DELETE_VECTORS = "DELETE FROM vectors"
+CHUNK_ROW_COLUMNS = ("doc_id", "ordinal", "start_char", "end_char", "n_tokens")  # ChunkRows'
 MOVE_SHARE = 0.05  # `move_rows_to_files`: rows moved while at most this share of the vectors
 MOVE_GAP = 1024  # `move_rows_to_files`: ids further apart start another file
 FETCH_ROWS = 8192  # vectors a query of `Vectors.fetch` returns (12 MB at 384-d)
@@ -66,6 +68,10 @@ SELECT_CHUNK_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM chunks"  # unordere
 SELECT_CHUNK_IDS_UNORDERED = "SELECT chunk_id FROM chunks"
 SELECT_CHUNKS_OF_DOCS = (
     "SELECT chunk_id, doc_id FROM chunks WHERE doc_id IN {ids} ORDER BY chunk_id"
+)
+SELECT_CHUNK_ROWS_OF_DOCS = (
+    "SELECT chunk_id, doc_id, ordinal, start_char, end_char, n_tokens FROM chunks "
+    "WHERE doc_id IN {ids} ORDER BY doc_id, ordinal"
 )
 SELECT_CHUNK_SPANS_AFTER = SELECT_CHUNK_SPANS + " WHERE chunk_id > {last} ORDER BY chunk_id"
 SELECT_CHUNK_SPANS_OF = SELECT_CHUNK_SPANS + " WHERE chunk_id IN {ids} ORDER BY chunk_id"
@@ -268,6 +274,25 @@ class Vectors:
                 self.record_file(vf, size)
             self.core.con.execute(DELETE_VECTORS)
         return rows
+
+    def rows_kept(self) -> int:
+        """How many vectors are rows of `vectors` rather than of files (0 before the first)."""
+        return self.core.scalar(COUNT_VECTORS) if self.provenance() is not None else 0
+
+    def chunk_rows(self, doc_ids: Sequence[int]) -> ChunkRows:
+        """The chunks of `doc_ids` with their vectors, each document's in ordinal order, as
+        `Documents.write_batch` takes them: a store copied into a new generation without
+        encoding (`bertindex reindex` of a store that keeps its vectors as rows)."""
+        with self.core.bound([int(d) for d in doc_ids]) as ids:
+            rows = self.core.con.execute(SELECT_CHUNK_ROWS_OF_DOCS.format(ids=ids)).fetchnumpy()
+        chunk_ids = rows["chunk_id"].astype(np.int64)
+        order = np.argsort(chunk_ids, kind="stable")
+        vectors = np.empty((len(chunk_ids), self._dim()), np.float32)
+        vectors[order] = self.fetch(chunk_ids[order])
+        doc, ordinal, start, end, tokens = (
+            rows[c].astype(np.int64).tolist() for c in CHUNK_ROW_COLUMNS
+        )
+        return ChunkRows(doc, ordinal, start, end, tokens, vectors)
 
     def all_in_files(self) -> bool:
         """Whether every stored vector is a row of a vector file (none in `vectors`)."""

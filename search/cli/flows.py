@@ -131,7 +131,9 @@ def reindex(model_name, pooling, batch_size, config_path, store_path, as_json):
     """Rebuild the index; with another encoder, re-encode every document into a new store
     generation beside the old one and switch atomically (searches use the old one until then).
 
-    Same encoder: the FAISS index is rebuilt from the stored vectors (compaction, retraining).
+    Same encoder: the FAISS index is rebuilt from the stored vectors (compaction, retraining);
+    a store that keeps its vectors as rows of store.duckdb (indexed before vector files) is
+    first copied into a new generation, nothing encoded, its vectors then kept once, in files.
     """
     from flows.reindex import run_reindex
 

@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 from crash_kit import write_corpus
 
@@ -140,3 +141,52 @@ def test_reindex_writes_its_vectors_as_files_of_the_live_store(tiny_config, tmp_
     kept = named_row_files(live)  # the files of the bases of kept versions, the old one's too
     assert kept is not None and recorded <= kept
     assert set(on_disk(live)) == recorded | kept
+
+
+def _documents_as_stored(cfg) -> dict:
+    """external id -> (ingested_at, [(ordinal, start, end, tokens, vector bytes)])."""
+    with Store(cfg.store.path, read_only=True, snapshot=False) as store:
+        rows = store.con.execute(
+            "SELECT d.external_id, d.ingested_at, c.chunk_id, c.ordinal, c.start_char, "
+            "c.end_char, c.n_tokens FROM documents d JOIN chunks c USING (doc_id) "
+            "ORDER BY c.chunk_id"
+        ).fetchall()
+        vectors = store.vectors.fetch(np.array([r[2] for r in rows], np.int64))
+    out: dict = {}
+    for (external, ingested, _, *span), vector in zip(rows, vectors):
+        out.setdefault(external, (ingested, []))[1].append((*span, vector.tobytes()))
+    return out
+
+
+def test_reindex_rewrites_a_store_of_vector_rows_into_files(tiny_config, tmp_path):
+    """A store that keeps its vectors as rows of store.duckdb (every batch under a file's worth,
+    as every store did before vector files): a same-encoder reindex copies it into a new
+    generation, nothing encoded, killed once and resumed. Afterwards every vector is in files,
+    and each document keeps its chunks, its vectors bit for bit and when it was taken in."""
+    corpus = write_corpus(tmp_path / "docs.jsonl", 1200, seed=4)
+    run_index([str(corpus)], tiny_config, batch_size=100)  # 12 runs' worth of rows, no file
+    before = _documents_as_stored(tiny_config)
+    assert len({ingested for ingested, _ in before.values()}) > 1  # batches committed apart
+    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
+        assert store.vectors.rows_kept() == store.vectors.count() >= 1200
+        assert store.vectors.files() == []
+    hits = search_ids(tiny_config, "parse command line arguments", k=10)
+
+    ctx = multiprocessing.get_context("fork")
+    proc = ctx.Process(target=_child, args=(tiny_config, "batch.before_commit:2", 400))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == -signal.SIGKILL
+    assert search_ids(tiny_config, "parse command line arguments", k=10) == hits  # old version
+
+    summary = run_reindex(tiny_config, batch_size=400)
+    assert (summary["mode"], summary["documents"], summary["encoded"]) == ("rewrite", 1200, 0)
+    assert not (Path(tiny_config.store.path) / "generations").exists()
+    assert _documents_as_stored(tiny_config) == before
+    with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
+        assert store.vectors.rows_kept() == 0 and store.vectors.all_in_files()
+        assert store.vectors.missing_files() == []
+        assert store.con.execute("SELECT count(*) FROM vectors").fetchone()[0] == 0
+    assert check_store(tiny_config).problems == []
+    assert search_ids(tiny_config, "parse command line arguments", k=10) == hits
+    assert run_reindex(tiny_config)["mode"] == "rebuild"  # kept once, in files: only rebuilt

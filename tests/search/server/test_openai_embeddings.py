@@ -229,7 +229,7 @@ def test_the_openai_sdk_against_bertindex_serve(tiny_config, small_corpus, tmp_p
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config.model_dump()))
     port = free_port()
-    server = start_serve(config_file, port)
+    server = start_serve(config_file, port, "--workers", "1")  # several: test_metrics.py
     try:
         client = openai.OpenAI(api_key=token, base_url=f"http://127.0.0.1:{port}/v1")
         [model] = [m.id for m in client.models.list()]

@@ -107,7 +107,7 @@ def test_httpx_against_bertindex_serve_with_a_token(toy_head, tiny_model_dir, tm
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config.model_dump()))
     port = free_port()
-    server = start_serve(str(config_file), port)
+    server = start_serve(str(config_file), port, "--workers", "1")  # several: test_metrics.py
     want = expected(head)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
