@@ -283,7 +283,10 @@ class Vectors:
         """The chunks of `doc_ids` with their vectors, each document's in ordinal order, as
         `Documents.write_batch` takes them: a store copied into a new generation without
         encoding (`bertindex reindex` of a store that keeps its vectors as rows)."""
-        with self.core.bound([int(d) for d in doc_ids]) as ids:
+        wanted = sorted(int(d) for d in doc_ids)
+        if not wanted:
+            return ChunkRows([], [], [], [], [], np.zeros((0, self._dim()), np.float32))
+        with self.core.bound(wanted) as ids:
             rows = self.core.con.execute(SELECT_CHUNK_ROWS_OF_DOCS.format(ids=ids)).fetchnumpy()
         chunk_ids = rows["chunk_id"].astype(np.int64)
         order = np.argsort(chunk_ids, kind="stable")
