@@ -363,10 +363,15 @@ class DocumentWrites:
         Returns:
             (collection, [(doc id, record, content hash)]) items in doc id order, one
             collection per item: what `write_batch` takes as `new_docs`.
+
+        The stream runs on a connection of its own (a cursor): a query on the store's between
+        two items (a rewrite reads each batch's chunks and vectors) would end it there.
         """
-        with self.core.bound(sorted(exclude)) as skip:
-            reader = self.core.con.execute(
-                SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)
+        cursor = self.core.con.cursor()
+        cursor.register("reencode_skip", pa.table({"v": pa.array(sorted(exclude), pa.int64())}))
+        try:
+            reader = cursor.execute(
+                SELECT_DOCUMENTS_FOR_REENCODE.format(ids="(SELECT v FROM reencode_skip)")
             ).fetch_record_batch(batch_rows)
             pending: list = []
             current = ""  # the collection of `pending`
@@ -386,8 +391,10 @@ class DocumentWrites:
                         ingested_at=row["ingested_at"],
                     )
                     pending.append((row["doc_id"], record, row["content_hash"]))
-        if pending:
-            yield current, pending
+            if pending:
+                yield current, pending
+        finally:
+            cursor.close()
 
     def restart_doc_ids_after(self, max_doc_id: int) -> None:
         """Make new doc ids start above `max_doc_id` (a store whose documents were copied).

@@ -163,24 +163,24 @@ def test_reindex_rewrites_a_store_of_vector_rows_into_files(tiny_config, tmp_pat
     as every store did before vector files): a same-encoder reindex copies it into a new
     generation, nothing encoded, killed once and resumed. Afterwards every vector is in files,
     and each document keeps its chunks, its vectors bit for bit and when it was taken in."""
-    corpus = write_corpus(tmp_path / "docs.jsonl", 1200, seed=4)
-    run_index([str(corpus)], tiny_config, batch_size=100)  # 12 runs' worth of rows, no file
+    corpus = write_corpus(tmp_path / "docs.jsonl", 5000, seed=4)  # a stream of several reads
+    run_index([str(corpus)], tiny_config, batch_size=500)  # every batch's vectors as rows
     before = _documents_as_stored(tiny_config)
     assert len({ingested for ingested, _ in before.values()}) > 1  # batches committed apart
     with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
-        assert store.vectors.rows_kept() == store.vectors.count() >= 1200
+        assert store.vectors.rows_kept() == store.vectors.count() >= 5000
         assert store.vectors.files() == []
     hits = search_ids(tiny_config, "parse command line arguments", k=10)
 
     ctx = multiprocessing.get_context("fork")
-    proc = ctx.Process(target=_child, args=(tiny_config, "batch.before_commit:2", 400))
+    proc = ctx.Process(target=_child, args=(tiny_config, "batch.before_commit:2", 1000))
     proc.start()
     proc.join(120)
     assert proc.exitcode == -signal.SIGKILL
     assert search_ids(tiny_config, "parse command line arguments", k=10) == hits  # old version
 
-    summary = run_reindex(tiny_config, batch_size=400)
-    assert (summary["mode"], summary["documents"], summary["encoded"]) == ("rewrite", 1200, 0)
+    summary = run_reindex(tiny_config, batch_size=1000)
+    assert (summary["mode"], summary["documents"], summary["encoded"]) == ("rewrite", 5000, 0)
     assert not (Path(tiny_config.store.path) / "generations").exists()
     assert _documents_as_stored(tiny_config) == before
     with Store(tiny_config.store.path, read_only=True, snapshot=False) as store:
