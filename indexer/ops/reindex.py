@@ -37,7 +37,7 @@ from indexer.encode.onnx_export import export_for_index
 from indexer.index.vector import remove_old_versions, resolve_spec
 from indexer.indexing.steps import as_file, encode_texts_for_index, rebuild_base, sync_vector_index
 from indexer.ingest.readers import document_text
-from indexer.records.provenance import WRITE_KEYS
+from indexer.records.provenance import WRITE_KEYS, Provenance
 from indexer.records.versions import write_pointer
 from indexer.store import (
     DB_NAME,
@@ -172,7 +172,7 @@ def _encoded(rows: list, config: Config, encoder: Encoder, progress: ProgressArg
     )
 
 
-def _drop_other_generation(gen_path: Path, provenance) -> None:
+def _drop_other_generation(gen_path: Path, provenance: Provenance) -> None:
     """Remove a generation a killed reindex left for another encoder set-up (a rewrite
     killed, then a reindex to a new model): its vectors cannot be resumed into this one."""
     if not (gen_path / DB_NAME).is_file():
