@@ -338,8 +338,8 @@ class StoreCore:
             self.con.unregister(name)
 
     def insert_view(self, statement: str, table: pa.Table) -> None:
-        """Run `statement` (an INSERT ... SELECT * FROM {view}) over an Arrow table registered
-        for the statement only.
+        """Run `statement` (an INSERT ... SELECT * FROM {view}, or an UPDATE ... FROM {view}) over
+        an Arrow table registered for the statement only.
 
         Args:
             statement: SQL with a `{view}` placeholder for the registered table's name.

@@ -52,11 +52,16 @@ CHANGED_PER_CHECKPOINT = 8192
 ADDED_PER_CHECKPOINT = 1_000_000
 CHECKPOINT = "CHECKPOINT"
 FORGET_SOURCE_FILES = ("DELETE FROM source_files",)  # their fingerprint files: `store.sources`
-UPDATE_DOCUMENT = (
-    "UPDATE documents SET title = ?, text = ?, metadata = ?, content_hash = ?, "
-    "ingested_at = ? WHERE doc_id = ?"
+# a batch's changed documents in one statement, from a registered Arrow table: one UPDATE a
+# row (`executemany`) took 2.19 s for 2,048 rows of a 1M-row table against 0.28 s
+UPDATE_DOCUMENTS = (
+    "UPDATE documents SET title = u.title, text = u.text, metadata = u.metadata, "
+    "content_hash = u.content_hash, ingested_at = u.ingested_at FROM {view} u "
+    "WHERE documents.doc_id = u.doc_id"
 )
-UPDATE_METADATA = "UPDATE documents SET metadata = ? WHERE doc_id = ?"
+UPDATE_METADATA = (
+    "UPDATE documents SET metadata = u.metadata FROM {view} u WHERE documents.doc_id = u.doc_id"
+)
 INSERT_DOCUMENTS = "INSERT INTO documents SELECT * FROM {view}"
 INSERT_CHUNKS = "INSERT INTO chunks SELECT * FROM {view}"
 INSERT_VECTORS = "INSERT INTO vectors SELECT * FROM {view}"
@@ -195,7 +200,6 @@ class DocumentWrites:
         # collection deletes them if they are not recorded (`Vectors.collect_files`)
         con = self.core.con
         removed = self._chunks_of([d for d, _, _ in changed_docs]) if changed_docs else []
-        updates = [[r.title, r.text, to_json(r.metadata), h, now, d] for d, r, h in changed_docs]
         changes = bool(new_docs or changed_docs or metadata_updates or chunk_ids)
         before = self.core.data_version() if changes else None
         try:
@@ -204,10 +208,18 @@ class DocumentWrites:
                     with self.core.bound(removed) as old_chunks:
                         con.execute(DELETE_VECTORS_OF_CHUNKS.format(ids=old_chunks))
                         con.execute(DELETE_CHUNKS.format(ids=old_chunks))
-                    con.executemany(UPDATE_DOCUMENT, updates)
+                    self.core.insert_view(UPDATE_DOCUMENTS, _updates_table(changed_docs, now))
                 if metadata_updates:
-                    con.executemany(
-                        UPDATE_METADATA, [[to_json(r.metadata), d] for d, r in metadata_updates]
+                    self.core.insert_view(
+                        UPDATE_METADATA,
+                        pa.table(
+                            {
+                                "doc_id": pa.array([d for d, _ in metadata_updates], pa.int64()),
+                                "metadata": pa.array(
+                                    [to_json(r.metadata) for _, r in metadata_updates], pa.string()
+                                ),
+                            }
+                        ),
                     )
                 if new_docs:
                     self.core.insert_view(
@@ -429,6 +441,20 @@ class DocumentWrites:
         for forget in FORGET_SOURCE_FILES:
             self.core.con.execute(forget)
         return removed
+
+
+def _updates_table(docs: list[tuple[int, Record, str]], now: datetime) -> pa.Table:
+    """Changed documents as the Arrow table UPDATE_DOCUMENTS reads (taken in again: `now`)."""
+    return pa.table(
+        {
+            "doc_id": pa.array([d for d, _, _ in docs], pa.int64()),
+            "title": pa.array([r.title for _, r, _ in docs], pa.string()),
+            "text": pa.array([r.text for _, r, _ in docs], pa.string()),
+            "metadata": pa.array([to_json(r.metadata) for _, r, _ in docs], pa.string()),
+            "content_hash": pa.array([h for _, _, h in docs], pa.string()),
+            "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
+        }
+    )
 
 
 def _documents_table(

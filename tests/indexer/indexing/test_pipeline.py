@@ -62,6 +62,41 @@ def test_reindex_skips_unchanged_and_replaces_changed(tiny_config, small_corpus,
         assert index.ntotal == store.counts.chunks()
 
 
+def _stored_rows(cfg) -> dict:
+    with Store(cfg.store.path, read_only=True, snapshot=False) as store:
+        rows = store.con.execute(
+            "SELECT external_id, title, text, metadata, content_hash, ingested_at FROM documents"
+        ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_a_changed_text_and_changed_metadata_are_written_over_the_stored_rows(
+    tiny_config, small_corpus
+):
+    """A batch's changed documents and metadata-only changes are written in one statement each
+    (an UPDATE from the batch's rows): each row gets its own new values, no other row moves,
+    and only a re-encoded document counts as taken in again."""
+    run_index([str(small_corpus)], tiny_config)
+    before = _stored_rows(tiny_config)
+    rows = [json.loads(line) for line in small_corpus.read_text().splitlines()]
+    rows[0]["text"] = "a green train to the sea"
+    rows[1]["kind"] = "animal"  # the text as it was: metadata only
+    rows[2]["text"], rows[2]["title"] = "argparse reads the command line", "argparse"
+    small_corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = run_index([str(small_corpus)], tiny_config)
+    assert (summary["encoded"], summary["skipped_unchanged"]) == (2, 3)
+    after = _stored_rows(tiny_config)
+    first, second, third = (rows[i]["id"] for i in range(3))
+    assert after[first][1] == "a green train to the sea" and after[first][3] != before[first][3]
+    assert after[first][4] > before[first][4]  # taken in again
+    assert json.loads(after[second][2])["kind"] == "animal"
+    assert after[second][1] == before[second][1] and after[second][3:] == before[second][3:]
+    assert after[third][:2] == ("argparse", "argparse reads the command line")
+    assert {k: v for k, v in after.items() if k not in (first, second, third)} == {
+        k: v for k, v in before.items() if k not in (first, second, third)
+    }
+
+
 def test_where_and_collection_filters_apply_inside_the_search(tiny_config, small_corpus):
     run_index([str(small_corpus)], tiny_config, collection="one")
     hits = search(tiny_config, "the cat sat on the mat", k=10, where=[("kind", "code")])
