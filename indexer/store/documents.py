@@ -210,17 +210,7 @@ class DocumentWrites:
                         con.execute(DELETE_CHUNKS.format(ids=old_chunks))
                     self.core.insert_view(UPDATE_DOCUMENTS, _updates_table(changed_docs, now))
                 if metadata_updates:
-                    self.core.insert_view(
-                        UPDATE_METADATA,
-                        pa.table(
-                            {
-                                "doc_id": pa.array([d for d, _ in metadata_updates], pa.int64()),
-                                "metadata": pa.array(
-                                    [to_json(r.metadata) for _, r in metadata_updates], pa.string()
-                                ),
-                            }
-                        ),
-                    )
+                    self.core.insert_view(UPDATE_METADATA, _metadata_table(metadata_updates))
                 if new_docs:
                     self.core.insert_view(
                         INSERT_DOCUMENTS, _documents_table(collection, new_docs, now)
@@ -453,6 +443,16 @@ def _updates_table(docs: list[tuple[int, Record, str]], now: datetime) -> pa.Tab
             "metadata": pa.array([to_json(r.metadata) for _, r, _ in docs], pa.string()),
             "content_hash": pa.array([h for _, _, h in docs], pa.string()),
             "ingested_at": pa.array([now] * len(docs), pa.timestamp("us")),
+        }
+    )
+
+
+def _metadata_table(updates: list[tuple[int, Record]]) -> pa.Table:
+    """Metadata-only changes as the Arrow table UPDATE_METADATA reads."""
+    return pa.table(
+        {
+            "doc_id": pa.array([d for d, _ in updates], pa.int64()),
+            "metadata": pa.array([to_json(r.metadata) for _, r in updates], pa.string()),
         }
     )
 
