@@ -1,7 +1,7 @@
 """Re-encode a whole store with another encoder into a new generation beside the live one, then
 switch atomically; or, with the same encoder, rebuild the FAISS index from the stored vectors.
 A same-encoder reindex of a store that keeps its vectors as rows of store.duckdb (indexed
-before vector files; more than `MOVE_SHARE` of them, which index runs leave where they are)
+before vector files; more of them than index runs move: `Vectors.rows_left_in_place`)
 copies it into a new generation instead, chunks and vectors as they are, nothing encoded
 (mode `rewrite`): afterwards its vectors are kept once, in files, and store.duckdb holds no
 vector. The way to bring an old store to the layout of new ones; it needs the disk of one
@@ -48,8 +48,6 @@ from indexer.store import (
     collect_segments,
     share_with_generation,
 )
-from indexer.store.vector_files import VECTOR_FILE_MIN_ROWS
-from indexer.store.vectors import MOVE_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +57,7 @@ def reindex_store(
 ) -> dict:
     """Bring the store to `encoder`: a new generation when the encoder differs, else an index
     rebuilt from the stored vectors (a store with its vectors as rows: a new generation they
-    are copied into, `kept_as_rows`).
+    are copied into, `Vectors.rows_left_in_place`).
 
     Returns:
         {"mode": "new_generation" | "rewrite" | "rebuild", "documents", "encoded",
@@ -71,7 +69,7 @@ def reindex_store(
         with Store(path, lock=False) as live:
             stored = live.vectors.provenance()
             same = stored is None or not stored.mismatches(encoder.provenance, WRITE_KEYS)
-            if same and not kept_as_rows(live):
+            if same and not live.vectors.rows_left_in_place():
                 shutil.rmtree(path / NEXT_GENERATION, ignore_errors=True)  # an earlier switch
                 info = _rebuild(live, config)
                 return {
@@ -81,7 +79,7 @@ def reindex_store(
                     "index": info,
                 }
             version, documents, encoded, index_info = _build_generation(
-                live, config, encoder, batch_size, progress, copy=same
+                live, config, encoder, batch_size, progress, copy_as=stored if same else None
             )
         _switch(path, version)
         return {
@@ -94,16 +92,6 @@ def reindex_store(
         lock.release()
 
 
-def kept_as_rows(store: Store) -> bool:
-    """Whether more of the store's vectors are rows of store.duckdb than an index run moves
-    into files itself (`Vectors.move_rows_to_files`), and at least a file's worth: a store
-    indexed before vector files, which a same-encoder reindex rewrites into a new generation
-    (vectors copied, not encoded) so that they are kept once, in files. A store of fewer rows
-    (every run of it small) keeps them: they cost little, and it is only rebuilt."""
-    rows = store.vectors.rows_kept()
-    return rows >= VECTOR_FILE_MIN_ROWS and rows > MOVE_SHARE * store.vectors.count()
-
-
 def _rebuild(store: Store, config: Config) -> dict:
     return sync_vector_index(store, config, [], [], force=True)
 
@@ -114,14 +102,16 @@ def _build_generation(
     encoder: Encoder,
     batch_size: int,
     progress: ProgressArg,
-    copy: bool = False,
+    copy_as: Provenance | None = None,
 ) -> tuple[str, int, int, dict]:
-    """Encode every live document into the next generation (`copy`: copy its chunks and
-    vectors instead, the same encoder's); publish (not switch) its index."""
+    """Encode every live document into the next generation (`copy_as`: the live store's
+    provenance, its chunks and vectors copied instead, the same encoder's); publish (not
+    switch) its index."""
     gen_path = live.path / NEXT_GENERATION
     live_hashes = live.reads.document_hashes()
     encoded = 0
-    provenance = (live.vectors.provenance() if copy else None) or encoder.provenance
+    copy = copy_as is not None
+    provenance = copy_as or encoder.provenance
     _drop_other_generation(gen_path, provenance)
     share_with_generation(live.path, gen_path)
     with Store(gen_path, lock=False) as gen:

@@ -324,18 +324,20 @@ class StoreCore:
 
     @contextlib.contextmanager
     def bound(
-        self, values: Sequence | np.ndarray, kind: pa.DataType | None = None
+        self, values: Sequence | np.ndarray, kind: pa.DataType | None = None, con=None
     ) -> Iterator[str]:
         """Yield `(SELECT v FROM view)`: `values` (int64 unless `kind` says otherwise) as a
-        registered one-column Arrow view, for `x IN {ref}` inside the block. A Python list
+        registered one-column Arrow view, for `x IN {ref}` inside the block, on `con` (a
+        cursor of the store's; None: the store's connection). A Python list
         bound as a `?::BIGINT[]` parameter costs DuckDB 1.4 two failed `import pandas` per
         element (`benchmarks/bound_ids.py`)."""
+        con = con if con is not None else self.con
         name = f"bound_values_{next(self._bound_views)}"
-        self.con.register(name, pa.table({"v": pa.array(values, kind or pa.int64())}))
+        con.register(name, pa.table({"v": pa.array(values, kind or pa.int64())}))
         try:
             yield f"(SELECT v FROM {name})"
         finally:
-            self.con.unregister(name)
+            con.unregister(name)
 
     def insert_view(self, statement: str, table: pa.Table) -> None:
         """Run `statement` (an INSERT ... SELECT * FROM {view}, or an UPDATE ... FROM {view}) over

@@ -370,31 +370,31 @@ class DocumentWrites:
         two items (a rewrite reads each batch's chunks and vectors) would end it there.
         """
         cursor = self.core.con.cursor()
-        cursor.register("reencode_skip", pa.table({"v": pa.array(sorted(exclude), pa.int64())}))
         try:
-            reader = cursor.execute(
-                SELECT_DOCUMENTS_FOR_REENCODE.format(ids="(SELECT v FROM reencode_skip)")
-            ).fetch_record_batch(batch_rows)
-            pending: list = []
-            current = ""  # the collection of `pending`
-            for rb in reader:
-                for row in rb.to_pylist():
-                    if pending and (row["collection"] != current or len(pending) >= batch_rows):
-                        yield current, pending
-                        pending = []
-                    current = row["collection"]
-                    record = Record(
-                        row["external_id"],
-                        row["text"],
-                        row["title"],
-                        json.loads(row["metadata"]) if row["metadata"] else {},
-                        source=f"store:{row['collection']}",
-                        row=row["doc_id"],
-                        ingested_at=row["ingested_at"],
-                    )
-                    pending.append((row["doc_id"], record, row["content_hash"]))
-            if pending:
-                yield current, pending
+            with self.core.bound(sorted(exclude), con=cursor) as skip:
+                reader = cursor.execute(
+                    SELECT_DOCUMENTS_FOR_REENCODE.format(ids=skip)
+                ).fetch_record_batch(batch_rows)
+                pending: list = []
+                current = ""  # the collection of `pending`
+                for rb in reader:
+                    for row in rb.to_pylist():
+                        if pending and (row["collection"] != current or len(pending) >= batch_rows):
+                            yield current, pending
+                            pending = []
+                        current = row["collection"]
+                        record = Record(
+                            row["external_id"],
+                            row["text"],
+                            row["title"],
+                            json.loads(row["metadata"]) if row["metadata"] else {},
+                            source=f"store:{row['collection']}",
+                            row=row["doc_id"],
+                            ingested_at=row["ingested_at"],
+                        )
+                        pending.append((row["doc_id"], record, row["content_hash"]))
+                if pending:
+                    yield current, pending
         finally:
             cursor.close()
 

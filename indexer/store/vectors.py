@@ -253,9 +253,9 @@ class Vectors:
         Returns:
             How many vectors moved.
         """
-        if self.core.read_only or self.provenance() is None:
+        if self.core.read_only:
             return 0
-        rows = self.core.scalar(COUNT_VECTORS)
+        rows = self.rows_kept()
         if not rows or rows > max_share * self.count():
             return 0
         table = self.core.con.execute(SELECT_VECTORS + " ORDER BY chunk_id").fetch_arrow_table()
@@ -278,6 +278,14 @@ class Vectors:
     def rows_kept(self) -> int:
         """How many vectors are rows of `vectors` rather than of files (0 before the first)."""
         return self.core.scalar(COUNT_VECTORS) if self.provenance() is not None else 0
+
+    def rows_left_in_place(self) -> bool:
+        """Whether the store keeps more of its vectors as rows than `move_rows_to_files` moves
+        (more than MOVE_SHARE of them), and at least a file's worth: a store indexed before
+        vector files, which a same-encoder `bertindex reindex` copies into files. Fewer rows
+        (every run of a store small) cost little and stay."""
+        rows = self.rows_kept()
+        return rows >= vector_files.VECTOR_FILE_MIN_ROWS and rows > MOVE_SHARE * self.count()
 
     def chunk_rows(self, doc_ids: Sequence[int]) -> ChunkRows:
         """The chunks of `doc_ids` with their vectors, each document's in ordinal order, as
