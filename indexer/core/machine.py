@@ -1,6 +1,7 @@
 """What machine a figure was measured on: CPU model, ISA flags, libraries, threads; and
-`set_threads`, the one place that sizes torch's thread pool for a run. The measured matmul
-peak that bounds encoding speed on it is `indexer.encode.limits`.
+`set_threads`, the one place that sizes torch's thread pool for a run; `idle_cores`, the cores
+no runnable thread holds now (how many threads one served query's scan may use). The
+measured matmul peak that bounds encoding speed on it is `indexer.encode.limits`.
 
 `cpu_flags()` is the one place that reads the CPU's ISA flags; the encoder's `dtype: auto`
 choice uses it. `BERTINDEX_CPU_FEATURES` (a comma or space separated list of flags, such as
@@ -171,12 +172,41 @@ def set_threads(threads: int | None = None) -> int:
     if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         threads = int(os.environ["OMP_NUM_THREADS"])
     if threads is None:
-        try:
-            threads = len(os.sched_getaffinity(0))
-        except AttributeError:
-            threads = os.cpu_count() or 1
+        threads = usable_cores()
     torch.set_num_threads(max(1, threads))
     return torch.get_num_threads()
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def idle_cores(loadavg: str | None = None) -> int:
+    """The cores this process may run on that no other runnable thread holds at this moment,
+    this thread's own included (at least 1): from the kernel's count of runnable threads, the
+    fourth field of /proc/loadavg ("running/total", the caller counted in it), read in ~10 µs.
+
+    A snapshot, not a reservation: two queries that start together may both see a core
+    free; the cost is a core shared for one scan. Where /proc is not mounted, 1.
+
+    Args:
+        loadavg: /proc/loadavg's text (tests); None: read it.
+    """
+    if loadavg is None:
+        try:
+            with open("/proc/loadavg") as fh:
+                loadavg = fh.read()
+        except OSError:
+            return 1
+    try:
+        running = int(loadavg.split()[3].split("/")[0])
+    except (IndexError, ValueError):
+        return 1
+    return max(1, usable_cores() - max(running - 1, 0))
 
 
 def add_emulate_option(parser) -> None:

@@ -80,9 +80,9 @@ class VectorIndex:
     """A FAISS index whose ids are the store's chunk ids (int64), inner-product metric: a base
     that is never changed once built, the vectors added since in a delta (`indexer.index.delta`:
     probed like the base when it has IVF lists, else exact flat), and the base's ids removed
-    since (`deleted`, left out of every search). A search merges the base's and the delta's
-    top k, the same results as one index over the same vectors when the base is exact.
-    Changing a document deletes its old chunk ids and adds the new ones.
+    since (`deleted`, left out of every search). A search merges the base's and the delta's top
+    k (as one index over the same vectors, for an exact base). A changed document's old chunk
+    ids are deleted and its new ones added.
 
     A rebuild is due (`remove` → False, `takes` → False) once deleted ids pass DELETED_REBUILD
     (10 %) of the base (dead vectors crowd its lists and hold memory), or the delta would pass
@@ -115,8 +115,7 @@ class VectorIndex:
         self.data_version = data_version  # the store's data_version this index reflects
         self.version = version  # the published version it was loaded from
         self.tuning: dict | None = None  # `auto`: measured search parameter (auto.tune)
-        # ids deleted from the base, which still stores them: never returned by a search,
-        # not counted in `ntotal`
+        # the base's deleted ids (it still stores them): never returned, not in `ntotal`
         self.deleted = np.zeros(0, np.int64)
         self.delta: faiss.Index = new_delta(index.d, index.metric_type)  # added since the base
         # the base trained and empty (probed deltas' template), or its file; neither: flat
@@ -220,11 +219,13 @@ class VectorIndex:
 
     @functools.cached_property
     def _rescored_here(self) -> rescore.MappedRefine | None:
+        threads = self.config.scan_threads if self.mapped else None  # a searcher's (`rescore`)
         if self.rows is not None:  # a base rescoring from the store's files, mapped or not
-            return rescore.rows_refine(self.index, self.rows, self.rows.ids, self.provenance.dim)
+            rows = self.rows
+            return rescore.rows_refine(self.index, rows, rows.ids, self.provenance.dim, threads)
         if not self.mapped or not isinstance(self.index, faiss.IndexIDMap):
             return None
-        return rescore.mapped_refine(self.index)  # `indexer.index.rescore`
+        return rescore.mapped_refine(self.index, threads=threads)
 
     @functools.cached_property
     def _held(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -376,7 +377,8 @@ class VectorIndex:
         parts = None
         if has_lists(self.delta) and hasattr(self.delta, "id_map"):
             ids = faiss.vector_to_array(self.delta.id_map)
-            parts = rescore.mapped_refine(self.delta, ids, files=self.delta_mapped)
+            threads = self.config.scan_threads if self.delta_mapped else None
+            parts = rescore.mapped_refine(self.delta, ids, self.delta_mapped, threads)
         if self.delta_mapped:
             self.__dict__["_mapped_delta"] = parts
         return parts
@@ -463,10 +465,8 @@ class VectorIndex:
             keep.append(live)
         default = parse_spec(self.spec).search_param
         if self.tuning is not None:
-            param, value = (
-                self.tuning["param"],
-                auto.retarget(self.tuning, self.config.target_recall),
-            )
+            param = self.tuning["param"]
+            value = auto.retarget(self.tuning, self.config.target_recall)
         elif default == "nprobe":
             param, value = "nprobe", self.config.nprobe
         elif default == "efSearch":

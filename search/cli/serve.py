@@ -83,7 +83,8 @@ def _workers(ctx, param, value: str) -> int | str:
     default=DEFAULT_THREADS,
     show_default=True,
     type=click.IntRange(1),
-    help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by side.",
+    help="CPU threads one query may use (torch, FAISS, DuckDB); queries run side by side. "
+    "An IVF scan also takes the cores idle when it starts (index.scan_threads).",
 )
 @click.option(
     "--workers",

@@ -148,3 +148,47 @@ def test_results_past_the_ranked_ones_add_one_candidate_each(published, monkeypa
     overlap = [len(set(a[:10]) & set(b[:10])) / 10 for a, b in zip(full[1], short[1])]
     assert np.mean(overlap) >= 0.95
     assert (short[1][:, :40] >= 0).all()  # still 40 results a query
+
+
+def test_idle_cores_counts_the_runnable_threads_besides_this_one(monkeypatch):
+    from indexer.core import machine
+
+    monkeypatch.setattr(machine, "usable_cores", lambda: 4)
+    assert machine.idle_cores("0.50 0.40 0.30 1/321 999") == 4  # only the caller runs
+    assert machine.idle_cores("0.50 0.40 0.30 3/321 999") == 2
+    assert machine.idle_cores("9.00 9.00 9.00 12/321 999") == 1  # busier than the cores
+    assert machine.idle_cores("garbled") == 1
+
+
+def test_a_query_searched_alone_scans_its_lists_on_the_idle_cores(published, monkeypatch):
+    """A mapped fast-scan base splits one query's lists over threads (`scan_threads` 0: as many
+    as `idle_cores` says, n: n) and finds the one-thread scan's top 10; a batch keeps the
+    caller's threads, which every search leaves as they were; the file keeps FAISS's own
+    implementation."""
+    import faiss
+
+    store, config, vectors, ids = published
+    asked: list = []
+    real = rescore.omp_threads
+    monkeypatch.setattr(rescore, "omp_threads", lambda n: asked.append(n) or real(n))
+    monkeypatch.setattr(rescore, "idle_cores", lambda: 2)
+    idle = VectorIndex.load(store, config)
+    one = VectorIndex.load(store, config.model_copy(update={"scan_threads": 1}))
+    first = faiss.downcast_index(faiss.extract_index_ivf(idle._rescored_here.first))
+    assert first.implem == rescore.SPLIT_PROBES
+    before = faiss.omp_get_max_threads()
+    queries = vectors[::301] + 0.03
+    for query in queries:
+        asked.clear()
+        got_scores, got = idle.search(query[None], 10)
+        assert asked == [max(2, before)]
+        want_scores, want = one.search(query[None], 10)
+        assert asked[-1] == 1
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+        assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
+        assert faiss.omp_get_max_threads() == before
+    asked.clear()
+    idle.search(queries, 10)
+    assert asked == [None]  # a batch: FAISS splits it by queries on the caller's threads
+    written = VectorIndex.load(store, config, mapped=False)  # the file as saved
+    assert faiss.downcast_index(faiss.extract_index_ivf(written.index)).implem == 0
