@@ -190,5 +190,9 @@ def test_a_query_searched_alone_scans_its_lists_on_the_idle_cores(published, mon
     asked.clear()
     idle.search(queries, 10)
     assert asked == [None]  # a batch: FAISS splits it by queries on the caller's threads
-    written = VectorIndex.load(store, config, mapped=False)  # the file as saved
-    assert faiss.downcast_index(faiss.extract_index_ivf(written.index)).implem == 0
+    idle.add(vectors[:20] * 0.9 + 0.05, np.arange(90_000, 90_020))
+    idle.search(queries[:1], 10)  # the probed delta split too
+    idle.save(store)  # a new version: its delta written
+    written = VectorIndex.load(store, config, mapped=False)
+    for index in (written.index, written.delta):  # the files keep FAISS's own choice
+        assert faiss.downcast_index(faiss.extract_index_ivf(index)).implem == 0
