@@ -39,7 +39,7 @@ with Searcher.open(load_config(sys.argv[1])) as searcher:
     tops = {}
     for _ in range(rounds):
         for setting in (1, 0):
-            parts.threads = setting
+            parts.passes.threads = setting
             cpu = time.process_time()
             for q in queries:
                 start = time.perf_counter()

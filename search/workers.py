@@ -194,7 +194,7 @@ def serve(
     # OpenMP threads sleep once a parallel region ends instead of spinning for the next (read
     # when FAISS loads, here and in each worker): a query whose scan took the idle cores
     # (`index.scan_threads`) otherwise left a thread spinning on a core another query wants,
-    # 4 ms of CPU a 10M query for nothing (`benchmarks/scan_threads.py`)
+    # 8 ms of CPU a 10M query for nothing (`benchmarks/scan_threads.py`)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     app = open_app(settings)
     count = worker_count(workers, app)

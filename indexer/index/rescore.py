@@ -11,15 +11,12 @@ then read from the file with `pread` (`FileRows`; through the mapping where the 
 named) and rescored with the same inner products: ~2 ms for a new query
 (`benchmarks/mapped_rescore.py`). Results equal `IndexRefine`'s up to ties.
 
-A query searched alone (a served or CLI search) may scan its lists on several threads
-(`MappedRefine.threads`): FAISS's fast-scan search otherwise runs one query on one thread
-whatever OpenMP allows (it splits a batch by queries), so on an idle 2-core server half the
-machine waited while a 10M query scanned 2 million codes (`benchmarks/scan_threads.py`).
+A searcher's first pass (on how many threads, merged with concurrent queries') is
+`indexer.index.first_pass`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -31,17 +28,12 @@ from typing import Protocol
 import faiss
 import numpy as np
 
-from indexer.core.machine import idle_cores
+from indexer.index import first_pass
 
 log = logging.getLogger(__name__)
 
 PAGE = 4096
 MADV_RANDOM, MADV_WILLNEED = 1, 3  # Linux
-# FAISS's fast-scan implementation that splits one query's probed lists over the OpenMP
-# threads and merges their candidates (14 keeps a heap, 15 a reservoir: k·k_factor > 20).
-# On one thread it gives the candidates of the default (12/13, which splits only a batch by
-# queries); for a batch it is ~12 % slower, so only one-query searchers use it.
-SPLIT_PROBES = 15
 
 
 def ids_by_position(index) -> np.ndarray:
@@ -83,9 +75,15 @@ class MappedRefine:
     scale: np.ndarray | None = None  # SQ8: a dimension's value is offset + code · scale
     offset: np.ndarray | None = None
     file: Rows | None = None  # the same rows read from a file (`FileRows`), if found
-    # threads one query's first pass may use (`index.scan_threads`; 0: the idle cores); None:
-    # a batch searcher's (FAISS's own split by queries, the caller's OpenMP threads)
-    threads: int | None = None
+    # a searcher's passes (`first_pass.Merged`: its threads, concurrent queries merged);
+    # None: a batch searcher's (as FAISS runs them, on the caller's OpenMP threads)
+    passes: first_pass.Merged | None = None
+
+    def candidates(self, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
+        """The first pass's `wide` candidates of each query (`first_pass.run`)."""
+        if self.passes is not None:
+            return self.passes.search(queries, wide, params, assigned)
+        return first_pass.run(self.first, queries, wide, params, assigned)
 
     def prefetch(self, rows: np.ndarray) -> None:
         """Ask the kernel for the pages of `rows` (no wait)."""
@@ -122,8 +120,8 @@ def mapped_refine(
     rescoring stage is float32 (`…,RFlat`), 8-bit (`Refine(SQ8)`) or half-precision
     (`Refine(SQfp16)`) codes, else None (FAISS searches it). `ids`: the IDMap's ids by
     position (None: `ids_by_position`, no copy). `files`: look for the file under the rows
-    (`FileRows`); False for an index held in memory, which has none. `threads`: for a
-    searcher of one query at a time (`MappedRefine.threads`, `split_probes`)."""
+    (`FileRows`); False for an index held in memory, which has none. `threads`: a searcher's
+    `index.scan_threads` (`searcher_passes`); None: a batch searcher's."""
     top = faiss.downcast_index(index)
     if not isinstance(top, faiss.IndexIDMap):
         return None
@@ -150,7 +148,7 @@ def mapped_refine(
     ids = ids_by_position(index) if ids is None else ids  # (`top` is a new proxy: no attributes)
     first = faiss.downcast_index(refine.base_index)
     rows = FileRows.behind(vectors) if files else None
-    return split_probes(MappedRefine(first, vectors, ids, scale, offset, rows, threads))
+    return searcher_passes(MappedRefine(first, vectors, ids, scale, offset, rows), threads)
 
 
 def rows_refine(
@@ -164,44 +162,15 @@ def rows_refine(
         return None
     first = faiss.downcast_index(top.index)
     empty = np.zeros((0, dim), np.float32)
-    return split_probes(MappedRefine(first, empty, ids, file=rows, threads=threads))
+    return searcher_passes(MappedRefine(first, empty, ids, file=rows), threads)
 
 
-def split_probes(parts: MappedRefine) -> MappedRefine:
-    """Let a one-query searcher's fast-scan first pass split a query's lists over threads
-    (`SPLIT_PROBES`); other parts as they are."""
-    if parts.threads is None:
-        return parts
-    with contextlib.suppress(RuntimeError):  # not an IVF index
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(parts.first))
-        if isinstance(ivf, faiss.IndexIVFFastScan) and ivf.bbs == 32 and ivf.implem == 0:
-            ivf.implem = SPLIT_PROBES
+def searcher_passes(parts: MappedRefine, threads: int | None) -> MappedRefine:
+    """`parts` with a searcher's first passes (`first_pass.Merged`) when `threads` is given:
+    on the idle cores, concurrent queries merged."""
+    if threads is not None:
+        parts.passes = first_pass.Merged(parts.first, threads)
     return parts
-
-
-def scan_threads(parts: MappedRefine, queries: int) -> int | None:
-    """OpenMP threads for the first pass of `queries` (None: as the caller set them): a one-query
-    searcher's single query gets `parts.threads`, or with 0 the cores idle now
-    (`machine.idle_cores`: all of them on an idle server, one on a busy one), at least the
-    caller's own."""
-    if parts.threads is None or queries != 1:
-        return None
-    return parts.threads or max(faiss.omp_get_max_threads(), idle_cores())
-
-
-@contextlib.contextmanager
-def omp_threads(threads: int | None):
-    """FAISS's OpenMP threads for this thread set to `threads` inside (None: unchanged), then
-    back to what they were (the setting is per calling thread)."""
-    before = faiss.omp_get_max_threads()
-    if threads is None or threads == before:
-        yield
-        return
-    faiss.omp_set_num_threads(threads)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
 
 
 @dataclass
@@ -357,11 +326,7 @@ def search_mapped(
     """
     ranked = k if ranked is None else min(ranked, k)
     wide = min(ranked * k_factor + (k - ranked), len(parts.ids))
-    with omp_threads(scan_threads(parts, len(queries))):
-        if assigned is None:
-            _, cand = parts.first.search(queries, wide, params=first_params)
-        else:
-            cand = _preassigned(parts.first, queries, wide, first_params, assigned)
+    cand = parts.candidates(queries, wide, first_params, assigned)
     parts.prefetch(cand[cand >= 0])  # (before the deleted are dropped: read meanwhile)
     if exclude is not None and len(exclude):
         # the candidates' ids are pages of the base file (`version_files.read_shared_ids`):
@@ -382,28 +347,3 @@ def search_mapped(
         scores[q, : len(top)] = exact[top]
         found[q, : len(top)] = parts.ids[row[top]]
     return scores, found
-
-
-def _preassigned(
-    first: faiss.Index, queries: np.ndarray, wide: int, params, assigned
-) -> np.ndarray:
-    """The IVF first pass over lists already chosen (FAISS's `search_preassigned`, called
-    with the parameters: its Python wrapper would need the index's own nprobe set, which
-    threads searching one index must not change)."""
-    ivf = faiss.extract_index_ivf(first)
-    scores, lists = (np.ascontiguousarray(a) for a in assigned)
-    n = len(queries)
-    out_scores = np.empty((n, wide), np.float32)
-    out_ids = np.empty((n, wide), np.int64)
-    ivf.search_preassigned_c(  # type: ignore[attr-defined]  # the SWIG method under the wrapper
-        n,
-        faiss.swig_ptr(queries),
-        wide,
-        faiss.swig_ptr(lists),
-        faiss.swig_ptr(scores),
-        faiss.swig_ptr(out_scores),
-        faiss.swig_ptr(out_ids),
-        False,
-        params,
-    )
-    return out_ids

@@ -9,7 +9,7 @@ import pytest
 from vector_kit import clustered, synthetic_provenance
 
 from indexer.config import IndexConfig
-from indexer.index import rescore
+from indexer.index import first_pass, rescore
 from indexer.index.vector import VectorIndex
 
 DIM = 48
@@ -161,38 +161,92 @@ def test_idle_cores_counts_the_runnable_threads_besides_this_one(monkeypatch):
 
 
 def test_a_query_searched_alone_scans_its_lists_on_the_idle_cores(published, monkeypatch):
-    """A mapped fast-scan base splits one query's lists over threads (`scan_threads` 0: as many
-    as `idle_cores` says, n: n) and finds the one-thread scan's top 10; a batch keeps the
-    caller's threads, which every search leaves as they were; the file keeps FAISS's own
-    implementation."""
+    """A searcher scans one query's lists of a mapped fast-scan base on several threads
+    (`scan_threads` 0: as many as `idle_cores` says, n: n), FAISS's implementation that splits
+    them, and finds the one-thread scan's top 10; a batch runs on them with FAISS's own; every
+    search leaves the caller's threads as they were; the files a writer saves keep FAISS's
+    own implementation."""
     import faiss
 
     store, config, vectors, ids = published
-    asked: list = []
-    real = rescore.omp_threads
-    monkeypatch.setattr(rescore, "omp_threads", lambda n: asked.append(n) or real(n))
-    monkeypatch.setattr(rescore, "idle_cores", lambda: 2)
+    seen: list = []  # (OpenMP threads, implementation, queries) of each FAISS pass
+    real = first_pass.run
+
+    def run(first, batch, wide, params, assigned):
+        implem = faiss.downcast_index(faiss.extract_index_ivf(first)).implem
+        seen.append((faiss.omp_get_max_threads(), implem, len(batch)))
+        return real(first, batch, wide, params, assigned)
+
+    monkeypatch.setattr(first_pass, "run", run)
+    monkeypatch.setattr(first_pass, "idle_cores", lambda: 3)
     idle = VectorIndex.load(store, config)
     one = VectorIndex.load(store, config.model_copy(update={"scan_threads": 1}))
-    first = faiss.downcast_index(faiss.extract_index_ivf(idle._rescored_here.first))
-    assert first.implem == rescore.SPLIT_PROBES
     before = faiss.omp_get_max_threads()
+    wide = max(3, before)
     queries = vectors[::301] + 0.03
     for query in queries:
-        asked.clear()
+        seen.clear()
         got_scores, got = idle.search(query[None], 10)
-        assert asked == [max(2, before)]
         want_scores, want = one.search(query[None], 10)
-        assert asked[-1] == 1
+        assert seen == [(wide, first_pass.SPLIT_PROBES, 1), (1, 0, 1)]
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
         assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
         assert faiss.omp_get_max_threads() == before
-    asked.clear()
+    seen.clear()
     idle.search(queries, 10)
-    assert asked == [None]  # a batch: FAISS splits it by queries on the caller's threads
+    assert seen == [(wide, 0, len(queries))]  # a batch: FAISS splits it by queries
     idle.add(vectors[:20] * 0.9 + 0.05, np.arange(90_000, 90_020))
-    idle.search(queries[:1], 10)  # the probed delta split too
+    idle.search(queries[:1], 10)  # the probed delta's pass too
     idle.save(store)  # a new version: its delta written
     written = VectorIndex.load(store, config, mapped=False)
     for index in (written.index, written.delta):  # the files keep FAISS's own choice
         assert faiss.downcast_index(faiss.extract_index_ivf(index)).implem == 0
+
+
+def test_queries_that_arrive_during_a_pass_are_scanned_together_in_the_next(published, monkeypatch):
+    """While one query's first pass runs, the one-query passes that arrive wait, and the next
+    pass takes them all in one FAISS call; each caller gets its own results, as searched
+    alone."""
+    import threading
+    import time
+
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config.model_copy(update={"scan_threads": 1}))
+    queries = vectors[::500][:6] + 0.03
+    alone = [index.search(q[None], 10) for q in queries]
+    merged = index._rescored_here.passes
+    sizes: list[int] = []
+    release = threading.Event()
+    real = first_pass.run
+
+    def run(first, batch, wide, params, assigned):
+        sizes.append(len(batch))
+        if len(sizes) == 1:
+            release.wait(30)  # the first pass holds the searcher while the others arrive
+        return real(first, batch, wide, params, assigned)
+
+    def until(condition):
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    monkeypatch.setattr(first_pass, "run", run)
+    results: list = [None] * len(queries)
+
+    def ask(i):
+        results[i] = index.search(queries[i][None], 10)
+
+    callers = [threading.Thread(target=ask, args=(i,)) for i in range(len(queries))]
+    callers[0].start()
+    until(lambda: sizes == [1])
+    for caller in callers[1:]:
+        caller.start()
+    until(lambda: sum(len(w) for w in merged._waiting.values()) == len(queries) - 1)
+    release.set()
+    for caller in callers:
+        caller.join(30)
+    assert sizes == [1, len(queries) - 1]
+    for (got_scores, got), (want_scores, want) in zip(results, alone):
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+        assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()

@@ -1,0 +1,196 @@
+"""A searcher's IVF first pass (`rescore.search_mapped`): on how many threads it scans, and
+concurrent queries' passes merged into one FAISS call.
+
+Threads. FAISS's fast-scan search runs one query on one thread whatever OpenMP allows (it
+splits a batch by queries), so on an idle 2-core server half the machine waited while a 10M
+query scanned 2 million codes. A searcher's pass runs on the cores idle when it starts
+(`index.scan_threads` 0, `machine.idle_cores`; n: n): all of them on an idle server, one on a
+busy one (`benchmarks/scan_threads.py`); a lone query on several threads with FAISS's
+implementation that splits its probed lists over them (`SPLIT_PROBES`), a batch with FAISS's
+own choice, which splits it by queries.
+
+Merging. A served query's pass reads ~200 MB of codes at 10M, memory-bound; queries that run
+together probe many of the same lists, and FAISS scans a list once for all the queries of a
+batch that probe it: 27.6 ms a query alone, 16.6 in a batch of 8, 8.7 in 64, one thread
+(`benchmarks/first_pass_batches.py`). So a searcher's unfiltered one-query passes with the
+same parameters wait while one runs, and the next to run takes every waiting one (up to
+`MAX_MERGED`) into one call, then hands each caller its own candidates. A query alone runs at
+once; a busy server's queries wait at most one pass. Filtered passes (a selector of their
+own) run alone. Candidates equal a pass alone's up to ties at the cut-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+
+from indexer.core.machine import idle_cores
+
+# FAISS's fast-scan implementation that splits one query's probed lists over the OpenMP
+# threads and merges their candidates (14 keeps a heap, 15 a reservoir: k·k_factor > 20). On
+# one thread it gives the candidates of the default (12/13, which splits a batch by queries);
+# for batches it was 5-15 % slower (`benchmarks/first_pass_batches.py`), so only a lone query
+# on several threads uses it.
+SPLIT_PROBES = 15
+MAX_MERGED = 64  # queries one merged pass takes at most
+
+
+def fast_scan(first: faiss.Index):
+    """The fast-scan IVF index (blocks of 32) inside `first`, or None."""
+    with contextlib.suppress(RuntimeError):  # not an IVF index
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(first))
+        if isinstance(ivf, faiss.IndexIVFFastScan) and ivf.bbs == 32:
+            return ivf
+    return None
+
+
+def scan_threads(threads: int) -> int:
+    """OpenMP threads for a searcher's first pass: `index.scan_threads` n gives n, 0 the cores
+    idle now (`machine.idle_cores`), at least the caller's own."""
+    return threads or max(faiss.omp_get_max_threads(), idle_cores())
+
+
+@contextlib.contextmanager
+def omp_threads(threads: int | None):
+    """FAISS's OpenMP threads for this thread set to `threads` inside (None: unchanged), then
+    back to what they were (the setting is per calling thread)."""
+    before = faiss.omp_get_max_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def run(first: faiss.Index, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
+    """The first pass's `wide` candidates (internal positions, -1 missing) of each query; over
+    the lists already chosen when `assigned` (scores, lists) is given."""
+    if assigned is None:
+        return first.search(queries, wide, params=params)[1]
+    return _preassigned(first, queries, wide, params, assigned)
+
+
+def _preassigned(
+    first: faiss.Index, queries: np.ndarray, wide: int, params, assigned
+) -> np.ndarray:
+    """The IVF first pass over lists already chosen (FAISS's `search_preassigned`, called
+    with the parameters: its Python wrapper would need the index's own nprobe set, which
+    threads searching one index must not change)."""
+    ivf = faiss.extract_index_ivf(first)
+    scores, lists = (np.ascontiguousarray(a) for a in assigned)
+    n = len(queries)
+    out_scores = np.empty((n, wide), np.float32)
+    out_ids = np.empty((n, wide), np.int64)
+    ivf.search_preassigned_c(  # type: ignore[attr-defined]  # the SWIG method under the wrapper
+        n,
+        faiss.swig_ptr(queries),
+        wide,
+        faiss.swig_ptr(lists),
+        faiss.swig_ptr(scores),
+        faiss.swig_ptr(out_scores),
+        faiss.swig_ptr(out_ids),
+        False,
+        params,
+    )
+    return out_ids
+
+
+@dataclass
+class _Pass:
+    """One caller's query (1, d), its lists (or None), then its candidates or the error."""
+
+    query: np.ndarray
+    assigned: tuple[np.ndarray, np.ndarray] | None
+    cand: np.ndarray | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Merged:
+    """One searcher's first passes, run one at a time, each taking the waiting one-query passes
+    with the same parameters (module docstring).
+
+    Args:
+        first: the first-pass index every pass searches.
+        threads: `index.scan_threads` (`scan_threads`).
+    """
+
+    def __init__(self, first: faiss.Index, threads: int):
+        self.first = first
+        self.threads = threads
+        self._running = threading.Lock()  # one pass at a time
+        self._lock = threading.Lock()  # guards _waiting
+        self._waiting: dict[tuple, list[_Pass]] = {}
+        self._ivf = fast_scan(first)
+        self._implem = self._ivf.implem if self._ivf is not None else 0  # as read
+
+    def _scan(self, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
+        """`run` on the threads the cores allow now, a lone query's lists split over them. The
+        caller holds `_running`: no other pass reads the index's implementation meanwhile (a
+        writer's index has no `Merged`: FAISS would save the choice in its file)."""
+        threads = scan_threads(self.threads)
+        if self._ivf is not None:
+            lone = len(queries) == 1 and threads > 1
+            self._ivf.implem = SPLIT_PROBES if lone else self._implem
+        with omp_threads(threads):
+            return run(self.first, queries, wide, params, assigned)
+
+    def search(self, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
+        """`run`'s candidates for `queries`, merged with others' when it is one unfiltered
+        query of an IVF first pass.
+
+        Raises:
+            Whatever FAISS raised on the pass that held this query.
+        """
+        nprobe = getattr(params, "nprobe", None)
+        if len(queries) != 1 or nprobe is None or params.sel is not None:
+            with self._running:
+                return self._scan(queries, wide, params, assigned)
+        key = (wide, int(nprobe), assigned is None)
+        mine = _Pass(queries, assigned)
+        with self._lock:
+            self._waiting.setdefault(key, []).append(mine)
+        while not mine.done.is_set():
+            with self._running:
+                if not mine.done.is_set():  # else a pass that ran meanwhile took it
+                    self._merged(self._take(key), wide, params)
+        if mine.error is not None:
+            raise mine.error
+        assert mine.cand is not None
+        return mine.cand
+
+    def _take(self, key: tuple) -> list[_Pass]:
+        """The oldest waiting passes of `key`, at most MAX_MERGED."""
+        with self._lock:
+            waiting = self._waiting.get(key, [])
+            taken, rest = waiting[:MAX_MERGED], waiting[MAX_MERGED:]
+            if rest:
+                self._waiting[key] = rest
+            else:
+                self._waiting.pop(key, None)
+        return taken
+
+    def _merged(self, taken: list[_Pass], wide: int, params) -> None:
+        """One FAISS call for `taken` (their parameters are `params`'), each caller's rows
+        handed back."""
+        try:
+            queries = np.concatenate([p.query for p in taken])
+            assigned = None
+            if taken[0].assigned is not None:
+                assigned = tuple(np.concatenate(part) for part in zip(*(p.assigned for p in taken)))
+            cand = self._scan(queries, wide, params, assigned)
+            for i, p in enumerate(taken):
+                p.cand = cand[i : i + 1]
+        except BaseException as exc:  # noqa: BLE001 - each caller raises it, as alone
+            for p in taken:
+                p.error = exc
+        finally:
+            for p in taken:
+                p.done.set()
