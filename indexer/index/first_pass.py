@@ -11,12 +11,13 @@ own choice, which splits it by queries.
 
 Merging. A served query's pass reads ~200 MB of codes at 10M, memory-bound; queries that run
 together probe many of the same lists, and FAISS scans a list once for all the queries of a
-batch that probe it: 27.6 ms a query alone, 16.6 in a batch of 8, 8.7 in 64, one thread
+batch that probe it: 28.2 ms a query alone, 16.8 in a batch of 8, 8.7 in 64, one thread
 (`benchmarks/first_pass_batches.py`). So a searcher's unfiltered one-query passes with the
-same parameters wait while one runs, and the next to run takes every waiting one (up to
-`MAX_MERGED`) into one call, then hands each caller its own candidates. A query alone runs at
-once; a busy server's queries wait at most one pass. Filtered passes (a selector of their
-own) run alone. Candidates equal a pass alone's up to ties at the cut-off.
+same parameters wait while one runs, and the next to run takes the waiting ones (the oldest
+`MAX_MERGED`) into one call, then hands each caller its own candidates: 16 clients of a 10M
+`serve` got 59-61 q/s against 48-50 (docs/guides/scale.md). A query alone runs at once.
+Filtered passes (a selector of their own) run alone. Candidates equal a pass alone's up to
+ties at the cut-off.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from indexer.core.machine import idle_cores
 # FAISS's fast-scan implementation that splits one query's probed lists over the OpenMP
 # threads and merges their candidates (14 keeps a heap, 15 a reservoir: k·k_factor > 20). On
 # one thread it gives the candidates of the default (12/13, which splits a batch by queries);
-# for batches it was 5-15 % slower (`benchmarks/first_pass_batches.py`), so only a lone query
+# for batches it was 3-21 % slower (`benchmarks/first_pass_batches.py`), so only a lone query
 # on several threads uses it.
 SPLIT_PROBES = 15
 MAX_MERGED = 64  # queries one merged pass takes at most
