@@ -180,10 +180,11 @@ class IndexConfig(Strict):
     scan_threads: int = Field(
         0,
         ge=0,
-        description="threads a query searched alone (a served or CLI search) may scan a "
-        "mapped IVF base's lists on: 0 = the cores idle when it starts (all on an idle "
-        "server, one on a busy one); n = n. On more than one thread, first-pass candidates "
-        "tied at the cut-off may differ (the exact rescoring then ranks what was kept)",
+        description="threads a searcher (`serve`, `bertindex search`) scans a mapped IVF "
+        "base's lists on: 0 = the cores idle when a scan starts (all on an idle server, one "
+        "on a busy one); n = n. A lone query on more than one thread splits its lists, and "
+        "first-pass candidates tied at the cut-off may differ (the exact rescoring then "
+        "ranks what was kept)",
     )
     tune_sample: int = Field(1000, ge=10, description="`auto`: held queries used for tuning")
     tune_headroom: float = Field(
