@@ -33,6 +33,7 @@ import faiss
 import numpy as np
 
 from indexer.core.fsio import fsync_file
+from indexer.index.first_pass import ivf_of
 from indexer.index.rescore import MADVISE
 
 SUFFIX = ".lists"
@@ -45,16 +46,9 @@ def lists_path(base_file: Path) -> Path:
     return base_file.with_name(base_file.name.removesuffix(".faiss") + SUFFIX)
 
 
-def _ivf(index: faiss.Index) -> faiss.IndexIVF | None:
-    try:
-        return faiss.extract_index_ivf(index)
-    except RuntimeError:  # not an IVF index
-        return None
-
-
 def _lists(index: faiss.Index):
     """The IVF index inside `index` and its lists (downcast), or (None, None)."""
-    ivf = _ivf(index)
+    ivf = ivf_of(index)
     if ivf is None or ivf.invlists is None:
         return None, None
     return ivf, faiss.downcast_InvertedLists(ivf.invlists)

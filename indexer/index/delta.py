@@ -27,6 +27,7 @@ import numpy as np
 from indexer.core.fsio import fsync_dir, fsync_file
 from indexer.errors import VectorIndexError
 from indexer.index.auto import search_params
+from indexer.index.first_pass import ivf_of
 from indexer.index.rescore import ids_by_position
 
 log = logging.getLogger(__name__)
@@ -70,11 +71,7 @@ def trained_copy(index: faiss.Index) -> np.ndarray | None:
 
 def has_lists(index: faiss.Index) -> bool:
     """Whether `index` (or the index under its IDMap / rescoring stage) has IVF lists."""
-    try:
-        faiss.extract_index_ivf(index)
-    except RuntimeError:
-        return False
-    return True
+    return ivf_of(index) is not None
 
 
 def probed_delta(trained: np.ndarray) -> faiss.Index:

@@ -40,12 +40,19 @@ SPLIT_PROBES = 15
 MAX_MERGED = 64  # queries one merged pass takes at most
 
 
+def ivf_of(index: faiss.Index):
+    """The IVF index inside `index` (under an IDMap, a rescoring stage), downcast, or None."""
+    try:
+        return faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:  # not an IVF index
+        return None
+
+
 def fast_scan(first: faiss.Index):
     """The fast-scan IVF index (blocks of 32) inside `first`, or None."""
-    with contextlib.suppress(RuntimeError):  # not an IVF index
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(first))
-        if isinstance(ivf, faiss.IndexIVFFastScan) and ivf.bbs == 32:
-            return ivf
+    ivf = ivf_of(first)
+    if isinstance(ivf, faiss.IndexIVFFastScan) and ivf.bbs == 32:
+        return ivf
     return None
 
 
