@@ -186,7 +186,9 @@ def minimum_child(corpus: Path, out: Path, model_dir: str, chunk: int) -> None:
     started = time.perf_counter()
     tokenizer, model = load_encoder(model_dir)
     out.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(out / "minimum.duckdb"))
+    # DuckDB's default memory limit (80 % of RAM) beside a 10M flat index (15.4 GB) would not fit
+    # 24 GB: a script at that size caps it; 3 GB is more than the minimum used at 1M for DuckDB
+    con = duckdb.connect(str(out / "minimum.duckdb"), config={"memory_limit": "3GB"})
     con.execute("CREATE TABLE documents (id VARCHAR, text VARCHAR, grp BIGINT)")
     con.execute(f"CREATE TABLE vectors (id VARCHAR, embedding FLOAT[{DIM}])")
     index = faiss.IndexFlatIP(DIM)
