@@ -1,11 +1,15 @@
 """Prefect flow `index_corpus`: read -> encode -> write -> index, as the library's
-`indexer.indexing.run.run_index` with each step a Prefect task.
+`indexer.indexing.run.run_index` with its run-level steps as Prefect tasks (load the model,
+delete missing documents, publish the indexes).
 
-Encoding is a pure task (no retries): with `runner: dask` each batch's texts go to the Dask
-workers as partitions (`flows.cluster`), a few batches ahead of the writer, while this process
-alone writes to the store. The tasks that touch I/O (commit a batch, delete missing
-documents, publish the indexes) retry; a batch that still fails is reported in the summary
-and the others go on.
+The steps run once a batch (encode, commit) are plain calls: as tasks, a 10M run's ~9,800 of
+them cost ~6 % of two cores in task runs and the API server's bookkeeping
+(`benchmarks/index_ab.py`), and a run's progress and failed batches are in its summary.
+With `runner: dask` each batch's texts go to the Dask workers as partitions
+(`flows.cluster`), a few batches ahead of the writer, while this process alone writes to the
+store. What touches I/O (a batch's commit, deleting missing documents, publishing) retries
+after a failure that may clear (`flows.retry`); a batch that still fails is reported in the
+summary and the others go on.
 """
 
 from __future__ import annotations
@@ -19,14 +23,14 @@ from prefect.utilities.annotations import quote
 
 import flows  # noqa: F401  (Prefect settings first)
 from flows.cluster import cluster_client, run_index_on_cluster
-from flows.retry import transient
+from flows.retry import retried, transient
 from flows.streams import keep_dedup_current
 from indexer.config import Config
 from indexer.config.flows import SourceConfig
 from indexer.core.progress import ProgressArg
 from indexer.errors import ConfigError
 from indexer.indexing.run import Steps, delete_missing, load_model, publish_indexes, run_index
-from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch, encode_texts_for_index
+from indexer.indexing.steps import BatchPlan, BatchResult, commit_batch
 from indexer.ingest.readers import FieldMap
 from indexer.store import ChunkRows, Store
 
@@ -36,17 +40,9 @@ def load_model_task(config: Config):
     return load_model(config)
 
 
-@task(cache_policy=NONE)
-def encode_batch(
-    texts: list[str], config: Config, encoder=None, progress: ProgressArg = False
-) -> ChunkRows:
-    """Window and encode one batch's texts (no I/O; on a Dask worker with `runner: dask`,
-    which loads the configured encoder once per worker process)."""
-    return encode_texts_for_index(texts, config, encoder, progress=progress)
-
-
-@task(cache_policy=NONE, retries=2, retry_delay_seconds=1, retry_condition_fn=transient)
+@retried
 def commit(plan: BatchPlan, chunks: ChunkRows, store: Store, run_id: str) -> BatchResult:
+    """Commit one batch (a plain call, retried: the module)."""
     return commit_batch(plan, chunks, store, run_id)
 
 
@@ -89,8 +85,7 @@ def index_corpus(
     file the run stays in this process: the writer stores the vectors it is given."""
     steps = Steps(
         load=quoted(load_model_task),
-        encode=quoted(encode_batch),
-        commit=quoted(commit),
+        commit=commit,
         delete_missing=quoted(delete_missing_task),
         write=quoted(write_index),
     )

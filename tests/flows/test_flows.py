@@ -65,7 +65,7 @@ def test_failed_batch_is_retried_then_reported(prefect_api, tiny_config, tmp_pat
 
     monkeypatch.setattr(flow_module, "commit_batch", failing)
     summary = flow_for(tiny_config)([str(corpus)], tiny_config, batch_size=100)
-    assert calls["flaky"] == 2  # failed once, retried by Prefect
+    assert calls["flaky"] == 2  # failed once, retried (flows.retry)
     assert calls["full"] == 1  # a full disk needs a person: not retried (flows.retry)
     assert len(summary["failed_batches"]) == 1
     assert "disk full" in summary["failed_batches"][0]["error"]

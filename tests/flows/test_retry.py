@@ -9,8 +9,8 @@ import duckdb
 import pytest
 from prefect.states import Completed, Failed
 
-from flows.index_corpus import commit, write_index
-from flows.retry import is_transient, transient
+from flows.index_corpus import delete_missing_task, write_index
+from flows.retry import is_transient, retried, transient
 from indexer.errors import StoreError, VectorIndexError
 
 
@@ -43,5 +43,37 @@ def test_a_failure_without_an_exception_is_not_retried():
 
 
 def test_the_writing_tasks_retry_on_that_condition():
-    for task in (commit, write_index):
+    for task in (delete_missing_task, write_index):
         assert task.retries == 2 and task.retry_condition_fn is transient
+
+
+def failing(*errors):
+    """A step that raises `errors` in turn, then returns how many calls it took."""
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return len(calls)
+
+    step.calls = calls
+    return step
+
+
+def test_a_retried_step_runs_again_after_a_failure_that_may_clear():
+    assert retried(failing(OSError("interrupted read")), delay_s=0)() == 2
+    hiccups = [OSError(errno.EIO, "I/O error")] * 2
+    assert retried(failing(*hiccups), delay_s=0)() == 3  # two retries
+    with pytest.raises(OSError, match="third"):
+        retried(failing(*hiccups, OSError(errno.EIO, "third")), delay_s=0)()
+
+
+@pytest.mark.parametrize(
+    "exc", [OSError(errno.ENOSPC, "disk full"), ValueError("bad row"), MemoryError()]
+)
+def test_a_retried_step_fails_at_once_on_a_deterministic_error(exc):
+    step = failing(exc)
+    with pytest.raises(type(exc)):
+        retried(step, retries=5, delay_s=0)()
+    assert len(step.calls) == 1
