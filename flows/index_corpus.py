@@ -2,9 +2,11 @@
 `indexer.indexing.run.run_index` with its run-level steps as Prefect tasks (load the model,
 delete missing documents, publish the indexes).
 
-The steps run once a batch (encode, commit) are plain calls: as tasks, a 10M run's ~9,800 of
-them cost ~6 % of two cores in task runs and the API server's bookkeeping
-(`benchmarks/index_ab.py`), and a run's progress and failed batches are in its summary.
+The steps run once a batch (encode, commit) are plain calls, not tasks (a 10M run has ~9,800
+of them): without their task runs and the API server's bookkeeping of them a run gives 1.05x
+the docs/s at 1M, 1.14x at 100k (`benchmarks/index_ab.py`, docs/design.md); a run's batches
+and failures are in its summary.
+
 With `runner: dask` each batch's texts go to the Dask workers as partitions
 (`flows.cluster`), a few batches ahead of the writer, while this process alone writes to the
 store. What touches I/O (a batch's commit, deleting missing documents, publishing) retries

@@ -9,8 +9,8 @@ transaction DuckDB refused) and nothing else; a full or read-only disk and missi
 need a person, so they fail at once, as does every other error (named in the run summary).
 
 A step run once a batch (an index run's commit) is not a Prefect task: a task run costs ~3 ms
-of this process's CPU and ~25-33 ms of the API server's (its state changes and events), ~6 % of
-two cores for a 10M run's ~4,900 commits. `retried` gives such a step the tasks' policy.
+of this process's CPU and ~25 ms of the API server's (its states and events), and a 10M run
+has ~4,900 commits (docs/design.md). `retried` gives such a step the tasks' policy.
 """
 
 from __future__ import annotations
