@@ -1,21 +1,23 @@
 """A run's files against what earlier runs recorded of them (`indexer.store.sources`): which
 are unchanged since (skipped; their ids claimed in their place) and which are read, with what
-the run saw of each, so that those read whole are recorded. Decisions: docs/guides/indexing.md
-(Incremental runs)."""
+the run saw of each, so that those read whole are recorded; and the run's batches read from
+them (`read_files`). Decisions: docs/guides/indexing.md (Incremental runs)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.progress import Progress
 from indexer.core.stages import timed
 from indexer.indexing.imported import ImportedVectors
-from indexer.ingest.readers import Batch, FieldMap, IdRegistry
+from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
 from indexer.store import FileState, SourceFile, Store
 
 # Bump when reading a file can give other records from the same bytes and settings: every
@@ -103,3 +105,35 @@ class RunFiles:
             for source, state in self.reading.items()
             if source not in failed and source not in self.partial
         ]
+
+
+def read_files(
+    files: list[Path],
+    refused_files: list,
+    fmt: str,
+    fields: FieldMap,
+    batch_size: int,
+    config: Config,
+    run_bar: Progress,
+    sources: RunFiles | None = None,
+) -> Iterator[Batch]:
+    """The run's batches, file after file; refused files (outside roots.data, or no known
+    suffix) first, as rejections: recorded, never read. Ids are unique across the run. A file
+    `sources` knows unchanged is not read: its ids are claimed at its place in the order."""
+    if refused_files:
+        yield Batch(rejected=list(refused_files))
+    ids = IdRegistry()
+    for i, path in enumerate(files, start=1):
+        run_bar.set_postfix(f"file {i}/{len(files)}")
+        known = sources.unchanged.get(str(path)) if sources else None
+        if known is not None:
+            ids.preload(known.ids, str(path))
+            continue
+        for batch in read_batches(
+            path, fmt, fields, batch_size, ids=ids, max_chars=config.long_documents.max_chars
+        ):
+            if sources is not None:
+                sources.note(str(path), batch)
+            yield batch
+    if sources is not None:
+        sources.ids = ids  # every file is read: the accepted ids, by file, to record

@@ -123,10 +123,27 @@ class BatchPlan:
     meta_updates: list[tuple[int, Record]]
     skipped_unchanged: int
     texts: list[str]
+    parts: list[BatchPlan] = field(default_factory=list)  # the plans merged into this (`then`)
 
     @property
     def to_encode(self) -> list[tuple[int, Record, str]]:
         return self.new_rows + self.changed_docs
+
+    def then(self, later: BatchPlan) -> BatchPlan:
+        """This plan and a later one as one batch (`texts` kept in `to_encode`'s order)."""
+        new, later_new = len(self.new_rows), len(later.new_rows)
+        return BatchPlan(
+            Batch(
+                self.batch.records + later.batch.records, self.batch.rejected + later.batch.rejected
+            ),
+            self.collection,
+            self.new_rows + later.new_rows,
+            self.changed_docs + later.changed_docs,
+            self.meta_updates + later.meta_updates,
+            self.skipped_unchanged + later.skipped_unchanged,
+            self.texts[:new] + later.texts[:later_new] + self.texts[new:] + later.texts[later_new:],
+            (self.parts or [self]) + (later.parts or [later]),
+        )
 
     def describe(self) -> str:
         rows = [r.row for r in self.batch.records] + [r.row for r in self.batch.rejected]

@@ -10,7 +10,8 @@ import pytest
 from indexer.encode.encoder import load_encoder
 from indexer.errors import ProvenanceMismatch, StoreError
 from indexer.index.vector import VectorIndex
-from indexer.indexing.run import run_index
+from indexer.indexing.run import Steps, run_index
+from indexer.indexing.steps import commit_batch
 from indexer.query.searcher import Searcher
 from indexer.store import Store
 
@@ -95,6 +96,46 @@ def test_a_changed_text_and_changed_metadata_are_written_over_the_stored_rows(
     assert {k: v for k, v in after.items() if k not in (first, second, third)} == {
         k: v for k, v in before.items() if k not in (first, second, third)
     }
+
+
+def test_a_rerun_commits_the_few_changes_of_many_batches_together(tiny_config, tmp_path):
+    """Batches with little to encode are held and sent together: a re-run whose changed and
+    new documents are spread over 9 batches encodes and commits them once, and each document
+    gets its own text's vector (new and changed ones of several batches mixed); a first run's
+    full batches go one by one."""
+    words = ["cat", "train", "river", "parser", "violin", "glacier", "tax", "orbit"]
+    rows = [
+        {"id": f"d{i}", "text": f"note {i} on the {words[i % 8]} {words[i * 7 % 8]}"}
+        for i in range(400)
+    ]
+    corpus = tmp_path / "docs.jsonl"
+
+    def write() -> None:
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    commits: list[int] = []
+
+    def counting(plan, chunks, store, run_id):
+        commits.append(len(plan.to_encode))
+        return commit_batch(plan, chunks, store, run_id)
+
+    write()
+    run_index([str(corpus)], tiny_config, batch_size=50, steps=Steps(commit=counting))
+    assert commits == [50] * 8
+    changed = {3: "a green train by the sea", 160: "violins in the orbit", 391: "tax forms"}
+    for i, text in changed.items():
+        rows[i]["text"] = text
+    rows.insert(100, {"id": "n1", "text": "a parser for glacier data"})
+    rows.insert(300, {"id": "n2", "text": "river cats and the night train"})
+    write()
+    commits.clear()
+    summary = run_index([str(corpus)], tiny_config, batch_size=50, steps=Steps(commit=counting))
+    assert (summary["encoded"], summary["skipped_unchanged"], commits) == (5, 397, [5])
+    wanted = {f"d{i}": text for i, text in changed.items()}
+    wanted |= {"n1": "a parser for glacier data", "n2": "river cats and the night train"}
+    for doc, text in wanted.items():
+        hit = search(tiny_config, text, k=1, mode="dense")[0]
+        assert (hit.id, hit.score) == (doc, pytest.approx(1.0, abs=1e-4))
 
 
 def test_where_and_collection_filters_apply_inside_the_search(tiny_config, small_corpus):
