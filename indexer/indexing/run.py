@@ -26,7 +26,7 @@ from indexer.index.keyword import sync_keyword_index
 from indexer.index.version_files import named_row_files
 from indexer.indexing.fusion_tune import is_due, tune_dense_weight
 from indexer.indexing.imported import ImportedVectors, Split
-from indexer.indexing.run_files import RunFiles, read_files, reading_settings
+from indexer.indexing.run_files import RunFiles, reading_settings
 from indexer.indexing.steps import (
     BatchPlan,
     BatchResult,
@@ -172,8 +172,7 @@ def run_index(
         collection: collection name; external ids are unique within it.
         fmt: a registered format name, or `auto` (by file name).
         fields: id/text/title/metadata column mapping (None: id, text, title, the rest).
-        batch_size: records read per batch; batches with little to encode (a re-run's) are
-            encoded and committed together (`_IndexRun._merge`).
+        batch_size: records read a batch (a re-run's with few changes merged: `_merge`).
         progress: a progress mode (`indexer.core.progress`): "bar", an encoding bar per batch;
             "lines", a line every 30 s with documents done, rate and the file being read.
         on_missing: `delete` removes the collection's documents that no file holds any more.
@@ -210,18 +209,14 @@ def run_index(
             seen=set() if on_missing == "delete" else None,
             imported=imported,
             clock=clock,
-            batch_size=batch_size,
+            batch_size=batch_size,  # and a re-run's batches of few changes are merged
         ) as job,
     ):
         settings = reading_settings(fmt, fields, config)  # unchanged files are not read:
         sources = RunFiles.of(store, collection, files, settings, on_missing, imported)
+        reads = sources.batches(files, refused_files, fmt, fields, batch_size, config, job.run_bar)
         try:
-            index_info = job.index(
-                read_files(
-                    files, refused_files, fmt, fields, batch_size, config, job.run_bar, sources
-                ),
-                strict,
-            )
+            index_info = job.index(reads, strict)
         except BaseException:  # recorded as failed
             run.summary = job.so_far()
             raise

@@ -1,7 +1,7 @@
 """A run's files against what earlier runs recorded of them (`indexer.store.sources`): which
 are unchanged since (skipped; their ids claimed in their place) and which are read, with what
 the run saw of each, so that those read whole are recorded; and the run's batches read from
-them (`read_files`). Decisions: docs/guides/indexing.md (Incremental runs)."""
+them (`RunFiles.batches`). Decisions: docs/guides/indexing.md (Incremental runs)."""
 
 from __future__ import annotations
 
@@ -106,34 +106,31 @@ class RunFiles:
             if source not in failed and source not in self.partial
         ]
 
-
-def read_files(
-    files: list[Path],
-    refused_files: list,
-    fmt: str,
-    fields: FieldMap,
-    batch_size: int,
-    config: Config,
-    run_bar: Progress,
-    sources: RunFiles | None = None,
-) -> Iterator[Batch]:
-    """The run's batches, file after file; refused files (outside roots.data, or no known
-    suffix) first, as rejections: recorded, never read. Ids are unique across the run. A file
-    `sources` knows unchanged is not read: its ids are claimed at its place in the order."""
-    if refused_files:
-        yield Batch(rejected=list(refused_files))
-    ids = IdRegistry()
-    for i, path in enumerate(files, start=1):
-        run_bar.set_postfix(f"file {i}/{len(files)}")
-        known = sources.unchanged.get(str(path)) if sources else None
-        if known is not None:
-            ids.preload(known.ids, str(path))
-            continue
-        for batch in read_batches(
-            path, fmt, fields, batch_size, ids=ids, max_chars=config.long_documents.max_chars
-        ):
-            if sources is not None:
-                sources.note(str(path), batch)
-            yield batch
-    if sources is not None:
-        sources.ids = ids  # every file is read: the accepted ids, by file, to record
+    def batches(
+        self,
+        files: list[Path],
+        refused_files: list,
+        fmt: str,
+        fields: FieldMap,
+        batch_size: int,
+        config: Config,
+        run_bar: Progress,
+    ) -> Iterator[Batch]:
+        """The run's batches, file after file; refused files (outside roots.data, or no known
+        suffix) first, as rejections: recorded, never read. Ids are unique across the run. A
+        file known unchanged is not read: its ids are claimed at its place in the order."""
+        if refused_files:
+            yield Batch(rejected=list(refused_files))
+        ids = IdRegistry()
+        for i, path in enumerate(files, start=1):
+            run_bar.set_postfix(f"file {i}/{len(files)}")
+            known = self.unchanged.get(str(path))
+            if known is not None:
+                ids.preload(known.ids, str(path))
+                continue
+            for batch in read_batches(
+                path, fmt, fields, batch_size, ids=ids, max_chars=config.long_documents.max_chars
+            ):
+                self.note(str(path), batch)
+                yield batch
+        self.ids = ids  # every file is read: the accepted ids, by file, to record
