@@ -49,8 +49,17 @@ def main() -> None:
     parser.add_argument("--other", type=Path, required=True, help="a checkout of the other code")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--first",
+        choices=("corpus", "changed"),
+        default="corpus",
+        help="the file the first run indexes: the one the store does not hold (scale.py's "
+        "first run leaves corpus.jsonl, its 1 %% re-run changed/corpus.jsonl)",
+    )
     args = parser.parse_args()
     files = [args.folder / "corpus.jsonl", args.folder / "changed" / "corpus.jsonl"]
+    if args.first == "changed":
+        files.reverse()
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     for round_ in range(args.rounds):
         for name, tree in (("this", ROOT), ("other", args.other)):
