@@ -391,6 +391,14 @@ def test_a_runs_map_of_stored_ids_finds_what_the_join_finds(store, monkeypatch):
     assert store.documents.existing("other", ["id1"], up_to=last)["id1"].doc_id not in {
         d.doc_id for d in mapped.values()
     }
+    # the same id in two collections, their rows interleaved: a batch whose stored rows fill
+    # their doc id range is read by the range, and the other collection's row is not taken
+    for collection, key in (("docs", "x"), ("other", "x"), ("docs", "y")):
+        add(store, collection, [record(key, f"{key} in {collection}")])
+    last = store.documents.last_doc_id()
+    joined = store.documents.existing("docs", ["x", "y"], up_to=None)
+    assert store.documents.existing("docs", ["x", "y"], up_to=last) == joined
+    assert joined["x"].doc_id == last - 2 and joined["y"].doc_id == last
 
 
 def test_a_writer_checkpoints_every_so_many_changed_documents(store, monkeypatch):
