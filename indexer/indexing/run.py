@@ -48,6 +48,7 @@ _MAX_REJECTIONS = 100  # rejections listed in a run summary (all are in the `rej
 # have half a batch to encode, or hold this many batches' records.
 MERGE_SHARE = 0.5
 MERGE_BATCHES = 32
+MERGE_CHARS = 32_000_000  # ... or this many characters of text: long documents stay few
 # The stages a run summary times (`stages`, busy seconds each, plus `wall`): reading and
 # parsing the files, sorting records into new/changed/unchanged, tokenizing and windowing,
 # the forward pass, committing batches, the FAISS and keyword indexes, and the rest of the
@@ -282,6 +283,7 @@ class _IndexRun:
         self.ahead = steps.in_flight if steps.submit else _ENCODE_AHEAD
         self.batch_size = batch_size
         self.held: BatchPlan | None = None  # planned, waiting for more to encode (`_merge`)
+        self.held_chars = 0  # characters of the records held
         self.stored_up_to = store.documents.last_doc_id()  # what a batch may find stored
         self.worker = None if steps.submit else ThreadPoolExecutor(1, thread_name_prefix="encode")
 
@@ -328,7 +330,8 @@ class _IndexRun:
 
     def _merge(self, plan: BatchPlan) -> BatchPlan | None:
         """`plan` after those held (`held`), once together they have `MERGE_SHARE` of a batch
-        to encode or `MERGE_BATCHES` batches' records; None: held for the next.
+        to encode, `MERGE_BATCHES` batches' records or `MERGE_CHARS` characters of text; None:
+        held for the next.
 
         A re-run of a corpus with 1 % changed planned ~20 documents to encode a batch of 2,048,
         and each such batch cost an encode and a commit (a transaction on the store, a vector
@@ -339,14 +342,16 @@ class _IndexRun:
         are stored."""
         held = plan if self.held is None else self.held.then(plan)
         records = len(held.batch.records) + len(held.batch.rejected)
+        self.held_chars += sum(len(r.text) for r in plan.batch.records)
         if (
             len(held.to_encode) < MERGE_SHARE * self.batch_size
             and len(held.meta_updates) < self.batch_size
             and records < MERGE_BATCHES * self.batch_size
+            and self.held_chars < MERGE_CHARS
         ):
             self.held = held
             return None
-        self.held = None
+        self.held, self.held_chars = None, 0
         return held
 
     def _send(self, plan: BatchPlan, texts: list[str], split: Split | None) -> None:
@@ -400,7 +405,7 @@ class _IndexRun:
     def drain(self) -> None:
         """Send the batches held (`_merge`), then settle every batch still encoding."""
         if self.held is not None:
-            plan, self.held = self.held, None
+            plan, self.held, self.held_chars = self.held, None, 0
             self._send(plan, plan.texts, None)
         while self.pending:
             self._settle_oldest()
@@ -435,7 +440,7 @@ class _IndexRun:
             self.rejected_rows.extend(plan.batch.rejected[:room])
         except _FATAL:
             raise
-        except Exception as exc:  # noqa: BLE001  (retried by the task: report, go on)
+        except Exception as exc:  # noqa: BLE001  (the flow's commit retried: report, go on)
             self._fail(plan, exc)
 
     def _one_by_one(self, parts: list[BatchPlan]) -> None:

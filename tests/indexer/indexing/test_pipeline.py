@@ -98,7 +98,9 @@ def test_a_changed_text_and_changed_metadata_are_written_over_the_stored_rows(
     }
 
 
-def test_a_rerun_commits_the_few_changes_of_many_batches_together(tiny_config, tmp_path):
+def test_a_rerun_commits_the_few_changes_of_many_batches_together(
+    tiny_config, tmp_path, monkeypatch
+):
     """Batches with little to encode are held and sent together: a re-run whose changed and
     new documents are spread over 9 batches encodes and commits them once, and each document
     gets its own text's vector (new and changed ones of several batches mixed); a first run's
@@ -136,6 +138,14 @@ def test_a_rerun_commits_the_few_changes_of_many_batches_together(tiny_config, t
     for doc, text in wanted.items():
         hit = search(tiny_config, text, k=1, mode="dense")[0]
         assert (hit.id, hit.score) == (doc, pytest.approx(1.0, abs=1e-4))
+    # held batches of long texts are sent sooner: here every ~3 batches' characters
+    monkeypatch.setattr("indexer.indexing.run.MERGE_CHARS", 4_000)
+    for i in (10, 210, 390):
+        rows[i]["text"] += " and a coda"
+    write()
+    commits.clear()
+    summary = run_index([str(corpus)], tiny_config, batch_size=50, steps=Steps(commit=counting))
+    assert summary["encoded"] == 3 and sum(commits) == 3 and len(commits) >= 3
 
 
 def test_where_and_collection_filters_apply_inside_the_search(tiny_config, small_corpus):
