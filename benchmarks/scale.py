@@ -188,7 +188,9 @@ def minimum_child(corpus: Path, out: Path, model_dir: str, chunk: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # DuckDB's default memory limit (80 % of RAM) beside a 10M flat index (15.4 GB) would not fit
     # 24 GB: a script at that size caps it; 3 GB is more than the minimum used at 1M for DuckDB
-    con = duckdb.connect(str(out / "minimum.duckdb"), config={"memory_limit": "3GB"})
+    limit = os.environ.get("SCALE_MINIMUM_MEMORY_LIMIT", "3GB")  # --minimum-memory-limit
+    config = {} if limit == "default" else {"memory_limit": limit}
+    con = duckdb.connect(str(out / "minimum.duckdb"), config=config)
     con.execute("CREATE TABLE documents (id VARCHAR, text VARCHAR, grp BIGINT)")
     con.execute(f"CREATE TABLE vectors (id VARCHAR, embedding FLOAT[{DIM}])")
     index = faiss.IndexFlatIP(DIM)
@@ -762,6 +764,11 @@ def main() -> None:
         help="held-out tweets `auto` tunes on (index.tune_queries; 0: held database vectors)",
     )
     parser.add_argument("--batch-size", type=int, help="bertindex index --batch-size")
+    parser.add_argument(
+        "--minimum-memory-limit",
+        default="3GB",
+        help="the minimum's DuckDB memory_limit (`default`: DuckDB's own, 80 %% of RAM)",
+    )
     parser.add_argument("--load-seconds", type=float, default=15.0, help="16-client load test")
     parser.add_argument(
         "--hybrid-load", action="store_true", help="also the 16-client load test in hybrid mode"
@@ -769,6 +776,8 @@ def main() -> None:
     parser.add_argument("--child-minimum", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_minimum is None:  # the minimum's process reads it (`minimum_child`)
+        os.environ["SCALE_MINIMUM_MEMORY_LIMIT"] = args.minimum_memory_limit
     if args.child_minimum is not None:
         minimum_child(args.child_minimum, args.work, args.model, args.batch_size or CHUNK)
         return
