@@ -5,7 +5,8 @@ stored ids in file order, stored ids drawn at random, and new ids.
 
     .venv/bin/python benchmarks/plan_lookup.py --sizes 1000000 3000000 \\
         --out benchmarks/results/plan_lookup.json
-    # or on a store an index run left (the scale benchmark's): --store DIR
+    # or on a store an index run left (the scale benchmark's): --store DIR, and with
+    # --corpus FILE (its corpus) reading and planning its batches alone, one thread
 
 Generated stores hold N documents of collection `default` with ids `doc-<i>`, inserted by
 SQL (no model); the scale benchmark's ids are the same form.
@@ -93,16 +94,49 @@ def measure(folder: Path, batches_each: int) -> dict:
         return out
 
 
+def whole_plan(store_dir: Path, corpus: Path, batches: int) -> dict:
+    """Reading `batches` batches of `corpus` and planning them (`plan_batch`) against the store,
+    one after the other in this thread: what each costs without the run's other threads."""
+    from indexer.indexing.steps import plan_batch
+    from indexer.ingest.readers import FieldMap, IdRegistry, read_batches
+
+    read, started = [], time.perf_counter()
+    for batch in read_batches(corpus, "auto", FieldMap(), BATCH, ids=IdRegistry()):
+        read.append(batch)
+        if len(read) == batches + 1:
+            break
+    read_ms = (time.perf_counter() - started) / len(read) * 1e3
+    walls, skipped = [], 0
+    with Store(store_dir) as store:
+        up_to = store.documents.last_doc_id()
+        plan_batch(read[0], store, "default", up_to)  # builds the run's map of stored ids
+        for batch in read[1:]:
+            started = time.perf_counter()
+            skipped += plan_batch(batch, store, "default", up_to).skipped_unchanged
+            walls.append(time.perf_counter() - started)
+    return {
+        "read_ms_per_batch": round(read_ms, 2),
+        "plan_ms_per_batch_p50": round(statistics.median(walls) * 1e3, 2),
+        "plan_ms_per_batch_mean": round(statistics.fmean(walls) * 1e3, 2),
+        "skipped_unchanged": skipped,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1_000_000, 3_000_000])
     parser.add_argument("--store", type=Path, help="measure this store instead")
     parser.add_argument("--batches", type=int, default=20, help="batches of each kind")
+    parser.add_argument(
+        "--corpus", type=Path, help="with --store: also read and plan this file's first batches"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/plan_lookup.json"))
     args = parser.parse_args()
     rows = []
     if args.store:
         rows.append(measure(args.store, args.batches) | {"store": str(args.store)})
+        if args.corpus:
+            rows[-1]["whole_plan"] = whole_plan(args.store, args.corpus, args.batches)
         print(rows[-1], flush=True)
     for n in args.sizes if not args.store else []:
         with tempfile.TemporaryDirectory(prefix="plan-lookup-") as tmp:
