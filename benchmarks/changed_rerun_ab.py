@@ -5,8 +5,8 @@ run: what a change to the writer's commit of changed documents buys.
 (1 % of the documents changed). Each round, this tree indexes one of the two files into the
 store and the other tree (`--other`, a checkout of the code before, e.g. `git worktree add
 DIR <commit>`) the other file, so each run re-encodes the same 1 % (changed one way, then
-back), each as `bertindex index --json` in its own process. Reported: wall and the run's
-busy seconds by stage, per run.
+back), each as `bertindex index --json` in its own process (`index_ab.index`). Reported: wall,
+CPU and the run's busy seconds by stage, per run.
 
     .venv/bin/python benchmarks/changed_rerun_ab.py --folder DIR/n1000000 --other /work/old \\
         --rounds 2 --out benchmarks/results/changed_rerun_ab_1M_intel_s22.json
@@ -16,31 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from index_ab import index  # noqa: E402
 from machine import machine, write_json  # noqa: E402
-
-
-def index(tree: Path, corpus: Path, folder: Path) -> dict:
-    """`bertindex index CORPUS --json` with the code of `tree`: its wall and summary."""
-    command = [sys.executable, "-m", "search.cli.main", "index", str(corpus)]
-    command += ["--store", str(folder / "store"), "--config", str(folder / "config.yaml"), "--json"]
-    env = dict(os.environ, PYTHONPATH=str(tree), PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True)
-    summary = json.loads(done.stdout)
-    return {
-        "wall_s": round(time.perf_counter() - started, 1),
-        "encoded": summary["encoded"],
-        "stages": summary["stages"],
-    }
 
 
 def main() -> None:
@@ -63,7 +46,8 @@ def main() -> None:
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     for round_ in range(args.rounds):
         for name, tree in (("this", ROOT), ("other", args.other)):
-            record = {"code": name, "round": round_, **index(tree, files[0], args.folder)}
+            store, config = args.folder / "store", args.folder / "config.yaml"
+            record = {"code": name, "round": round_, **index(tree, files[0], store, config)}
             files.reverse()  # the next run changes the same 1 % back
             report["runs"].append(record)
             print(json.dumps(record), flush=True)

@@ -35,10 +35,11 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def index(tree: Path, folder: Path, store: Path) -> dict:
-    """`bertindex index CORPUS --json` into the empty `store` with the code of `tree`."""
-    command = [sys.executable, "-m", "search.cli.main", "index", str(folder / "corpus.jsonl")]
-    command += ["--store", str(store), "--config", str(folder / "config.yaml"), "--json"]
+def index(tree: Path, corpus: Path, store: Path, config: Path) -> dict:
+    """`bertindex index CORPUS --json` into `store` with the code of `tree`: wall, CPU of the
+    run and its children, and the summary's counts and stages (also `changed_rerun_ab.py`'s)."""
+    command = [sys.executable, "-m", "search.cli.main", "index", str(corpus)]
+    command += ["--store", str(store), "--config", str(config), "--json"]
     env = dict(os.environ, PYTHONPATH=str(tree), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     env.pop("PREFECT_API_URL", None)  # each run starts its own temporary API, as a user's does
     cpu, started = children_cpu(), time.perf_counter()
@@ -68,7 +69,8 @@ def main() -> None:
         for name, tree in order if round_ % 2 == 0 else order[::-1]:
             store = args.work / f"store-{name}-{round_}"
             shutil.rmtree(store, ignore_errors=True)
-            record = {"code": name, "round": round_, **index(tree, args.folder, store)}
+            corpus, config = args.folder / "corpus.jsonl", args.folder / "config.yaml"
+            record = {"code": name, "round": round_, **index(tree, corpus, store, config)}
             shutil.rmtree(store, ignore_errors=True)
             report["runs"].append(record)
             print(json.dumps(record), flush=True)

@@ -340,7 +340,7 @@ class _IndexRun:
         of new documents (a first run) is sent as it comes. Batches held together that fail are
         tried again one by one (`_one_by_one`): a failure names its own batch, and the others
         are stored."""
-        held = plan if self.held is None else self.held.then(plan)
+        self.held = held = plan if self.held is None else self.held.then(plan)
         records = len(held.batch.records) + len(held.batch.rejected)
         self.held_chars += sum(len(r.text) for r in plan.batch.records)
         if (
@@ -349,9 +349,12 @@ class _IndexRun:
             and records < MERGE_BATCHES * self.batch_size
             and self.held_chars < MERGE_CHARS
         ):
-            self.held = held
             return None
-        self.held, self.held_chars = None, 0
+        return self._release()
+
+    def _release(self) -> BatchPlan | None:
+        """The batches held (`_merge`), no longer held."""
+        held, self.held, self.held_chars = self.held, None, 0
         return held
 
     def _send(self, plan: BatchPlan, texts: list[str], split: Split | None) -> None:
@@ -404,9 +407,8 @@ class _IndexRun:
 
     def drain(self) -> None:
         """Send the batches held (`_merge`), then settle every batch still encoding."""
-        if self.held is not None:
-            plan, self.held, self.held_chars = self.held, None, 0
-            self._send(plan, plan.texts, None)
+        if (held := self._release()) is not None:
+            self._send(held, held.texts, None)
         while self.pending:
             self._settle_oldest()
 
