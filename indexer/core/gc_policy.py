@@ -2,14 +2,14 @@
 not traversed again, and a full collection comes rarely. Does not turn the collector off.
 
 A process that has imported torch and transformers tracks ~400,000 objects, and each full
-collection traverses them all (~0.25 s on the machines in docs/guides/scale.md). An index run
-allocates records, dicts and tuples by the million, most freed by reference counting, yet
-enough survive a while (batches held, read ahead, merged) to set off a full collection every
-few seconds: in a re-run of a million documents with 1 % changed, 23-51 of them took 8.5-10.5
-of its 37 seconds (`benchmarks/gc_share.py`; docs/guides/scale.md). Within `fewer_collections()`, what exists at the
-start is frozen (`gc.freeze`: skipped by every collection) and the thresholds raised, so young
-cycles are still collected and old ones at the end; the settings before come back on leaving,
-the last of overlapping callers restoring them.
+collection traverses them all (~0.25 s). An index run allocates records, dicts and tuples by
+the million, most freed by reference counting, yet enough live a while (batches read ahead,
+held, merged) to set off a full collection every second or two: in a re-run of a million
+documents with 1 % changed, 23 full collections took 8.0 of its 42 seconds, 10.7 with the
+younger generations (`benchmarks/gc_share.py`; docs/design.md). Within `fewer_collections()`,
+what exists at the start is frozen (`gc.freeze`: skipped by every collection) and the
+thresholds raised, so young cycles are still collected and old ones after; the settings
+before come back on leaving, the last of overlapping callers restoring them.
 """
 
 from __future__ import annotations

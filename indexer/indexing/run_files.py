@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,8 @@ from indexer.store import FileState, SourceFile, Store
 # file recorded as read is then read again once.
 READER_VERSION = 1
 # files read in a child process from this many bytes to read (`RunFiles.batches`): starting it
-# costs ~TODO s, what reading ~TODO MB of JSONL costs the writer's GIL
-READ_IN_PROCESS_BYTES = 32 << 20
+# costs ~0.15 s of a core, what reading ~2 MB of tweets on a thread costs (docs/design.md)
+READ_IN_PROCESS_BYTES = 16 << 20
 
 
 def reading_settings(fmt: str, fields: FieldMap, config: Config) -> str:
@@ -127,7 +128,7 @@ class RunFiles:
         With `READ_IN_PROCESS_BYTES` or more to read, the files are read in a child process
         (`indexer.core.in_process`): parsing and validating rows holds the GIL, and a reader
         thread had slowed the writer's planning threefold in a re-run with few changes
-        (docs/guides/indexing.md)."""
+        (docs/design.md, "Files are read in a child process")."""
         if refused_files:
             yield Batch(rejected=list(refused_files))
         known = {path: found.ids for path, found in self.unchanged.items()}
@@ -135,7 +136,7 @@ class RunFiles:
         to_read = sum(state.bytes for state in self.reading.values())
         items = (
             iterate_in_process(read_files, *args)
-            if to_read >= READ_IN_PROCESS_BYTES
+            if to_read >= READ_IN_PROCESS_BYTES and sys.executable  # (none: embedded Python)
             else read_files(*args)
         )
         for item in items:
