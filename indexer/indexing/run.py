@@ -17,6 +17,7 @@ from typing import Any
 
 from indexer.config import Config
 from indexer.core.faults import crash_point
+from indexer.core.gc_policy import fewer_collections
 from indexer.core.prefetch import prefetched
 from indexer.core.progress import Progress, ProgressArg, as_mode
 from indexer.core.stages import StageClock, in_context, running, timed, timed_iter
@@ -371,6 +372,7 @@ class _IndexRun:
         while len(self.pending) > self.ahead:
             self._settle_oldest()
 
+    @fewer_collections()  # the cycle collector held back (indexer/core/gc_policy.py)
     def index(self, reads: Iterator[Batch], strict: bool) -> dict:
         """Add and settle every batch `reads` yields (read on a thread ahead), delete what the
         files no longer hold (`on_missing: delete`), publish the indexes; their info."""

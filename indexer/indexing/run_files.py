@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,15 +15,19 @@ from pathlib import Path
 import numpy as np
 
 from indexer.config import Config
+from indexer.core.in_process import iterate_in_process
 from indexer.core.progress import Progress
 from indexer.core.stages import timed
 from indexer.indexing.imported import ImportedVectors
-from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_batches
+from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_files
 from indexer.store import FileState, SourceFile, Store
 
 # Bump when reading a file can give other records from the same bytes and settings: every
 # file recorded as read is then read again once.
 READER_VERSION = 1
+# files read in a child process from this many bytes to read (`RunFiles.batches`): starting it
+# costs ~0.15 s of a core, what reading ~2 MB of tweets on a thread costs (docs/design.md)
+READ_IN_PROCESS_BYTES = 16 << 20
 
 
 def reading_settings(fmt: str, fields: FieldMap, config: Config) -> str:
@@ -118,19 +123,27 @@ class RunFiles:
     ) -> Iterator[Batch]:
         """The run's batches, file after file; refused files (outside roots.data, or no known
         suffix) first, as rejections: recorded, never read. Ids are unique across the run. A
-        file known unchanged is not read: its ids are claimed at its place in the order."""
+        file known unchanged is not read: its ids are claimed at its place in the order.
+
+        With `READ_IN_PROCESS_BYTES` or more to read, the files are read in a child process
+        (`indexer.core.in_process`): parsing and validating rows holds the GIL, and a reader
+        thread had slowed the writer's planning threefold in a re-run with few changes
+        (docs/design.md, "Files are read in a child process")."""
         if refused_files:
             yield Batch(rejected=list(refused_files))
-        ids = IdRegistry()
-        for i, path in enumerate(files, start=1):
-            run_bar.set_postfix(f"file {i}/{len(files)}")
-            known = self.unchanged.get(str(path))
-            if known is not None:
-                ids.preload(known.ids, str(path))
-                continue
-            for batch in read_batches(
-                path, fmt, fields, batch_size, ids=ids, max_chars=config.long_documents.max_chars
-            ):
-                self.note(str(path), batch)
-                yield batch
-        self.ids = ids  # every file is read: the accepted ids, by file, to record
+        known = {path: found.ids for path, found in self.unchanged.items()}
+        args = (files, known, fmt, fields, batch_size, config.long_documents.max_chars)
+        to_read = sum(state.bytes for state in self.reading.values())
+        items = (
+            iterate_in_process(read_files, *args)
+            if to_read >= READ_IN_PROCESS_BYTES and sys.executable  # (none: embedded Python)
+            else read_files(*args)
+        )
+        for item in items:
+            if isinstance(item, IdRegistry):  # the last: every file is read
+                self.ids = item  # the accepted ids, by file, to record
+            elif isinstance(item, int):  # the next file's number
+                run_bar.set_postfix(f"file {item}/{len(files)}")
+            else:
+                self.note(*item)
+                yield item[1]

@@ -273,6 +273,38 @@ def read_batches(
         )
 
 
+def read_files(
+    files: list[Path],
+    unchanged: dict[str, np.ndarray],
+    fmt: str,
+    fields: FieldMap,
+    batch_size: int,
+    max_chars: int | None,
+) -> Iterator[int | tuple[str, Batch] | IdRegistry]:
+    """Read `files` in order, one id registry across them (first occurrence wins).
+
+    Args:
+        files: the files, in the run's order.
+        unchanged: str(path) -> id fingerprints ((n, 2) uint64) of files not read again:
+            their ids are claimed at their place (`IdRegistry.preload`).
+        fmt, fields, batch_size, max_chars: as `read_batches` takes them.
+    Returns:
+        An iterator of each file's number (1-based) before its batches, each batch with its
+        file (`(str(path), batch)`), and the registry last: what `indexer.core.in_process`
+        pickles back when a child process reads.
+    """
+    ids = IdRegistry()
+    for i, path in enumerate(files, start=1):
+        yield i
+        keys = unchanged.get(str(path))
+        if keys is not None:
+            ids.preload(keys, str(path))
+            continue
+        for batch in read_batches(path, fmt, fields, batch_size, ids=ids, max_chars=max_chars):
+            yield str(path), batch
+    yield ids
+
+
 class _Validator:
     """Turn raw rows into Records; reject rows with no usable id or text.
 
