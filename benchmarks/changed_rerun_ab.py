@@ -4,9 +4,11 @@ run: what a change to the writer's commit of changed documents buys.
 `benchmarks/scale.py` leaves a size's folder with `corpus.jsonl` and `changed/corpus.jsonl`
 (1 % of the documents changed). Each round, this tree indexes one of the two files into the
 store and the other tree (`--other`, a checkout of the code before, e.g. `git worktree add
-DIR <commit>`) the other file, so each run re-encodes the same 1 % (changed one way, then
-back), each as `bertindex index --json` in its own process (`index_ab.index`). Reported: wall,
-CPU and the run's busy seconds by stage, per run.
+DIR <commit>`) the other file, the order swapped every other round so that with an even
+number of rounds each code runs as often in both directions (before 2026-12-07 this tree
+always took the first file). Each run re-encodes the same 1 % (changed one way, then back),
+each as `bertindex index --json` in its own process (`index_ab.index`). Reported: wall, CPU
+and the run's busy seconds by stage, per run, with the file it indexed.
 
     .venv/bin/python benchmarks/changed_rerun_ab.py --folder DIR/n1000000 --other /work/old \\
         --rounds 2 --out benchmarks/results/changed_rerun_ab_1M_intel_s22.json
@@ -45,9 +47,13 @@ def main() -> None:
         files.reverse()
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     for round_ in range(args.rounds):
-        for name, tree in (("this", ROOT), ("other", args.other)):
+        order = [("this", ROOT), ("other", args.other)]
+        # each code re-runs in both directions (the store's rows of the 1 % age with runs):
+        # this, other in even rounds, other, this in odd ones
+        for name, tree in order if round_ % 2 == 0 else order[::-1]:
             store, config = args.folder / "store", args.folder / "config.yaml"
-            record = {"code": name, "round": round_, **index(tree, files[0], store, config)}
+            record = {"code": name, "round": round_, "file": str(files[0].relative_to(args.folder))}
+            record |= index(tree, files[0], store, config)
             files.reverse()  # the next run changes the same 1 % back
             report["runs"].append(record)
             print(json.dumps(record), flush=True)
