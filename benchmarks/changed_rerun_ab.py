@@ -48,8 +48,8 @@ def main() -> None:
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     for round_ in range(args.rounds):
         order = [("this", ROOT), ("other", args.other)]
-        # each code re-runs in both directions (the store's rows of the 1 % age with runs):
-        # this, other in even rounds, other, this in odd ones
+        # each code re-runs in both directions, which need not cost the same: this, other in
+        # even rounds, other, this in odd ones
         for name, tree in order if round_ % 2 == 0 else order[::-1]:
             store, config = args.folder / "store", args.folder / "config.yaml"
             record = {"code": name, "round": round_, "file": str(files[0].relative_to(args.folder))}
