@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from index_ab import index  # noqa: E402
+from index_ab import in_turn, index  # noqa: E402
 from machine import machine, write_json  # noqa: E402
 
 
@@ -47,10 +47,8 @@ def main() -> None:
         files.reverse()
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     for round_ in range(args.rounds):
-        order = [("this", ROOT), ("other", args.other)]
-        # each code re-runs in both directions, which need not cost the same: this, other in
-        # even rounds, other, this in odd ones
-        for name, tree in order if round_ % 2 == 0 else order[::-1]:
+        # each code re-runs in both directions, which need not cost the same
+        for name, tree in in_turn(round_, args.other):
             store, config = args.folder / "store", args.folder / "config.yaml"
             record = {"code": name, "round": round_, "file": str(files[0].relative_to(args.folder))}
             record |= index(tree, files[0], store, config)

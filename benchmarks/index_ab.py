@@ -55,6 +55,13 @@ def index(tree: Path, corpus: Path, store: Path, config: Path) -> dict:
     }
 
 
+def in_turn(round_: int, other: Path) -> list[tuple[str, Path]]:
+    """The two codes in the order they run in `round_`: this, other in even rounds, other,
+    this in odd ones (also `changed_rerun_ab.py`'s)."""
+    order = [("this", ROOT), ("other", other)]
+    return order if round_ % 2 == 0 else order[::-1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, required=True, help="a size's folder of scale.py")
@@ -65,8 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     for round_ in range(args.rounds):
-        order = [("this", ROOT), ("other", args.other)]
-        for name, tree in order if round_ % 2 == 0 else order[::-1]:
+        for name, tree in in_turn(round_, args.other):
             store = args.work / f"store-{name}-{round_}"
             shutil.rmtree(store, ignore_errors=True)
             corpus, config = args.folder / "corpus.jsonl", args.folder / "config.yaml"

@@ -176,7 +176,7 @@ def encode(tokenizer, model, texts: list[str], batch: int = 256) -> np.ndarray:
 
 
 # -- the hand-written minimum (run in a child process) -------------------------------------------
-def minimum_child(corpus: Path, out: Path, model_dir: str, chunk: int) -> None:
+def minimum_child(corpus: Path, out: Path, model_dir: str, chunk: int, limit: str) -> None:
     """Read -> tokenize -> forward -> DuckDB -> FAISS flat, as a short script would; prints JSON."""
     import duckdb
     import faiss
@@ -188,7 +188,7 @@ def minimum_child(corpus: Path, out: Path, model_dir: str, chunk: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # DuckDB's default memory limit (80 % of RAM) beside a 10M flat index (15.4 GB) would not fit
     # 24 GB: a script at that size caps it; 3 GB is more than the minimum used at 1M for DuckDB
-    limit = os.environ.get("SCALE_MINIMUM_MEMORY_LIMIT", "3GB")  # --minimum-memory-limit
+    # (`limit`: --minimum-memory-limit; `default`: DuckDB's own)
     config = {} if limit == "default" else {"memory_limit": limit}
     con = duckdb.connect(str(out / "minimum.duckdb"), config=config)
     con.execute("CREATE TABLE documents (id VARCHAR, text VARCHAR, grp BIGINT)")
@@ -297,11 +297,14 @@ def require(folder: Path, disk: float, memory: float = 0) -> None:
         raise RuntimeError(f"needs ~{memory / 1e9:.1f} GB of memory, {available / 1e9:.1f} GB free")
 
 
-def run_minimum(corpus: Path, out: Path, model_dir: Path, n: int, chunk: int) -> dict:
+def run_minimum(
+    corpus: Path, out: Path, model_dir: Path, n: int, chunk: int, memory_limit: str
+) -> dict:
     """The minimum in a child process; its files are measured, then removed (50 GB at 10M)."""
     require(out.parent, n * MINIMUM_BYTES_PER_DOC, n * DIM * 4 * 1.2 + 2e9)
     command = [sys.executable, __file__, "--child-minimum", str(corpus), "--work", str(out)]
     command += ["--model", str(model_dir), "--batch-size", str(chunk)]
+    command += ["--minimum-memory-limit", memory_limit]
     shutil.rmtree(out, ignore_errors=True)
     done = run_child(command, out.parent / "minimum.log")
     info = last_json(done.pop("stdout"))
@@ -578,7 +581,8 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         return record
     minimum = not args.skip_minimum
     if minimum and not args.minimum_last:
-        phase(record, "minimum", run_minimum, corpus, folder / "minimum", model_dir, n, CHUNK)
+        minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
+        phase(record, "minimum", run_minimum, *minimum_args)
     store = folder / "store"
     resumed = args.keep_store and (store / "store.duckdb").is_file()
     if not resumed:
@@ -602,7 +606,8 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     if minimum and args.minimum_last:  # the two do not fit a 66 GB disk together at 10M
         shutil.rmtree(store, ignore_errors=True)
-        phase(record, "minimum", run_minimum, corpus, folder / "minimum", model_dir, n, CHUNK)
+        minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
+        phase(record, "minimum", run_minimum, *minimum_args)
     if first and "docs_per_s" in (record.get("minimum") or {}):
         first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)
         SAVE()
@@ -776,10 +781,9 @@ def main() -> None:
     parser.add_argument("--child-minimum", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child_minimum is None:  # the minimum's process reads it (`minimum_child`)
-        os.environ["SCALE_MINIMUM_MEMORY_LIMIT"] = args.minimum_memory_limit
     if args.child_minimum is not None:
-        minimum_child(args.child_minimum, args.work, args.model, args.batch_size or CHUNK)
+        chunk, limit = args.batch_size or CHUNK, args.minimum_memory_limit
+        minimum_child(args.child_minimum, args.work, args.model, chunk, limit)
         return
     label = "-".join(f"{n // 1000}k" if n < 10**6 else f"{n // 10**6}M" for n in args.sizes)
     out = args.out or ROOT / "benchmarks" / "results" / f"scale_{label}.json"
