@@ -13,6 +13,7 @@ kills the child; a parent that dies leaves the child writing to a closed pipe, w
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pickle
@@ -51,15 +52,17 @@ def iterate_in_process(fn: Callable[..., Iterator[Any]], *args: Any) -> Iterator
     assert proc.stdin is not None and proc.stdout is not None
     _widen(proc.stdout)
     try:
-        pickle.dump(list(sys.path), proc.stdin)
-        pickle.dump((fn.__module__, fn.__qualname__, args), proc.stdin, protocol=5)
-        proc.stdin.close()
+        try:
+            pickle.dump(list(sys.path), proc.stdin)
+            pickle.dump((fn.__module__, fn.__qualname__, args), proc.stdin, protocol=5)
+            proc.stdin.close()
+        except BrokenPipeError:  # the child ended before it read its arguments
+            raise _ended(proc) from None
         while True:
             try:
                 kind, value = pickle.load(proc.stdout)
             except EOFError:
-                code = proc.wait()
-                raise ChildError(f"the reading process ended early (exit code {code})") from None
+                raise _ended(proc) from None
             if kind == _ITEM:
                 yield value
             elif kind == _DONE:
@@ -69,8 +72,16 @@ def iterate_in_process(fn: Callable[..., Iterator[Any]], *args: Any) -> Iterator
     finally:
         if proc.poll() is None:
             proc.kill()
+        with contextlib.suppress(BrokenPipeError):  # unwritten arguments of a child gone
+            proc.stdin.close()
         proc.stdout.close()
         proc.wait()
+
+
+def _ended(proc: subprocess.Popen) -> ChildError:
+    """The error for a child that ended before it finished (its traceback, if any, went to
+    stderr)."""
+    return ChildError(f"the reading process ended early (exit code {proc.wait()})")
 
 
 def child() -> None:

@@ -142,6 +142,16 @@ def test_a_child_process_is_stopped_when_the_consumer_leaves():
         os.kill(pid, 0)
 
 
+def test_a_child_that_ends_before_reading_its_arguments_raises_a_child_error(monkeypatch):
+    from indexer.core import in_process
+
+    # a child gone at start-up (its interpreter broken, killed): the parent's write of 4 MB of
+    # arguments meets a closed pipe, or its read an empty one; either way the exit code is named
+    monkeypatch.setattr(in_process, "_BOOT", "import sys; sys.exit(3)")
+    with pytest.raises(ChildError, match=r"ended early \(exit code 3\)"):
+        list(iterate_in_process(numbers, b"x" * (4 << 20)))
+
+
 def _stored(config) -> list[tuple]:
     with Store(config.store.path, read_only=True) as store:
         return store.con.execute(
