@@ -38,6 +38,9 @@ error and the run goes on.
 
 `--reads-only` measures the reads alone (cold query, serve, recall, disk) on the stores an
 earlier run left under `--work` (e.g. after a change to the search path or a rebuilt index).
+`--minimum-only --against RESULT` runs the minimum alone on the corpus an earlier run left and
+sets its docs/s against RESULT's `bertindex index` of the same size: a 10M pair in two sittings
+of one session, not alternated (the pair in one run takes ~2 hours).
 
     .venv/bin/python benchmarks/scale.py --sizes 20000 50000 --out /tmp/scale.json
     nohup .venv/bin/python benchmarks/scale.py --sizes 1000000 10000000 --work /data/scale \
@@ -579,6 +582,15 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         phase(record, "rerun_1pct_changed", changed_run, *paths, n, args, bases)
         phase(record, "disk_bytes_after_reruns", disk_by_part, store)
         return record
+    if args.minimum_only:  # the minimum alone, beside a bertindex index an earlier run measured
+        minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
+        done = phase(record, "minimum", run_minimum, *minimum_args)
+        index = _index_of(args.against, n) if args.against else None
+        if done and index and "docs_per_s" in done:
+            record["against"] = {"file": str(args.against), "index": index}
+            record["index_ratio_to_minimum"] = round(index["docs_per_s"] / done["docs_per_s"], 2)
+            SAVE()
+        return record
     minimum = not args.skip_minimum
     if minimum and not args.minimum_last:
         minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
@@ -612,6 +624,17 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)
         SAVE()
     return record
+
+
+def _index_of(result: Path, n: int) -> dict | None:
+    """The first `bertindex index` run of size `n` in an earlier result file (wall, docs/s,
+    commit), for `--minimum-only --against`."""
+    for record in json.loads(result.read_text())["sizes"]:
+        run = record.get("index") or {}
+        if record.get("n") == n and "docs_per_s" in run:
+            keys = ("wall_s", "docs_per_s", "peak_rss_mb", "commit")
+            return {k: run[k] for k in keys if k in run}
+    return None
 
 
 def changed_run(
@@ -741,6 +764,18 @@ def main() -> None:
         action="store_true",
         help="run the minimum after bertindex's phases, its store removed first (10M: the two "
         "do not fit 66 GB of disk together, and bertindex's figures come first)",
+    )
+    parser.add_argument(
+        "--minimum-only",
+        action="store_true",
+        help="the minimum alone on the corpus an earlier run left in --work (a 10M pair in "
+        "two sittings, the same session: the index alone takes 42 minutes, the minimum 80)",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="with --minimum-only: an earlier result file whose index run of the same size "
+        "the minimum's docs/s is set against (index_ratio_to_minimum)",
     )
     parser.add_argument(
         "--reads-only",

@@ -250,3 +250,58 @@ def test_queries_that_arrive_during_a_pass_are_scanned_together_in_the_next(publ
     for (got_scores, got), (want_scores, want) in zip(results, alone):
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
         assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
+
+
+def test_a_base_and_its_probed_delta_choose_their_lists_in_the_bases_merged_pass(
+    published, monkeypatch
+):
+    """With a probed delta, the lists a query probes are chosen inside the base's first pass
+    (`first_pass.Assigning`), so concurrent queries' coarse searches are merged with their
+    scans; each query's results, the delta's included, are those it gets alone."""
+    import threading
+    import time
+
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config.model_copy(update={"scan_threads": 1}))
+    new = vectors[:50] * 0.9 + 0.05
+    index.add(new, np.arange(90_000, 90_050))
+    queries = np.concatenate([vectors[::700][:4], new[:3]]) + 0.03
+    alone = [index.search(q[None], 10) for q in queries]
+    assert any((found[1] >= 90_000).any() for found in alone)  # the delta answers
+    passes: list[tuple[int, bool]] = []  # (queries, lists chosen in the pass) of base passes
+    release = threading.Event()
+    real = first_pass.run
+
+    def run(first, batch, wide, params, assigned):
+        if first is index._rescored_here.first:
+            passes.append((len(batch), isinstance(assigned, first_pass.Assigning)))
+            if len(passes) == 1:
+                release.wait(30)  # the first base pass holds it while the others arrive
+        return real(first, batch, wide, params, assigned)
+
+    def until(condition):
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    monkeypatch.setattr(first_pass, "run", run)
+    results: list = [None] * len(queries)
+
+    def ask(i):
+        results[i] = index.search(queries[i][None], 10)
+
+    merged = index._rescored_here.passes
+    callers = [threading.Thread(target=ask, args=(i,)) for i in range(len(queries))]
+    callers[0].start()
+    until(lambda: len(passes) == 1)
+    for caller in callers[1:]:
+        caller.start()
+    until(lambda: sum(len(w) for w in merged._waiting.values()) == len(queries) - 1)
+    release.set()
+    for caller in callers:
+        caller.join(30)
+    assert passes == [(1, True), (len(queries) - 1, True)]
+    for (got_scores, got), (want_scores, want) in zip(results, alone):
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+        assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
