@@ -77,29 +77,11 @@ def omp_threads(threads: int | None):
         faiss.omp_set_num_threads(before)
 
 
-@dataclass
-class Assigning:
-    """Asks a first pass to choose its lists with `quantizer` (`nprobe` a query) and keep them
-    in `lists` (scores, lists) for another index with the same centroids: a probed delta
-    (`VectorIndex._search_probed_together`). The coarse search then runs within the pass,
-    merged with the concurrent queries' as the scan is (FAISS's flat quantizer of 16,384
-    centroids, `nprobe` 2,038, one thread: 2.9 ms for one query, 0.9 ms a query in a batch of
-    4), as a base searched alone has it inside `first.search`."""
-
-    quantizer: faiss.Index
-    nprobe: int
-    lists: tuple[np.ndarray, np.ndarray] | None = None
-
-
 def run(first: faiss.Index, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
     """The first pass's `wide` candidates (internal positions, -1 missing) of each query; over
-    the lists already chosen when `assigned` (scores, lists) is given, or chosen here and kept
-    when it is an `Assigning`."""
+    the lists already chosen when `assigned` (scores, lists) is given."""
     if assigned is None:
         return first.search(queries, wide, params=params)[1]
-    if isinstance(assigned, Assigning):
-        assigned.lists = assigned.quantizer.search(queries, assigned.nprobe)
-        return _preassigned(first, queries, wide, params, assigned.lists)
     return _preassigned(first, queries, wide, params, assigned)
 
 
@@ -135,7 +117,6 @@ class _Pass:
     query: np.ndarray
     assigned: tuple[np.ndarray, np.ndarray] | None
     cand: np.ndarray | None = None
-    lists: tuple[np.ndarray, np.ndarray] | None = None  # chosen in the pass (`Assigning`)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -180,20 +161,17 @@ class Merged:
         if len(queries) != 1 or nprobe is None or params.sel is not None:
             with self._running:
                 return self._scan(queries, wide, params, assigned)
-        choose = isinstance(assigned, Assigning)  # the lists chosen in the pass, then kept
-        key = (wide, int(nprobe), "choose" if choose else assigned is None)
-        mine = _Pass(queries, None if choose else assigned)
+        key = (wide, int(nprobe), assigned is None)
+        mine = _Pass(queries, assigned)
         with self._lock:
             self._waiting.setdefault(key, []).append(mine)
         while not mine.done.is_set():
             with self._running:
                 if not mine.done.is_set():  # else a pass that ran meanwhile took it
-                    self._merged(self._take(key), wide, params, assigned if choose else None)
+                    self._merged(self._take(key), wide, params)
         if mine.error is not None:
             raise mine.error
         assert mine.cand is not None
-        if choose:
-            assigned.lists = mine.lists
         return mine.cand
 
     def _take(self, key: tuple) -> list[_Pass]:
@@ -207,24 +185,17 @@ class Merged:
                 self._waiting.pop(key, None)
         return taken
 
-    def _merged(
-        self, taken: list[_Pass], wide: int, params, choose: Assigning | None = None
-    ) -> None:
+    def _merged(self, taken: list[_Pass], wide: int, params) -> None:
         """One FAISS call for `taken` (their parameters are `params`'), each caller's rows
-        handed back; its lists too when they are chosen in the pass (`choose`'s quantizer)."""
+        handed back."""
         try:
             queries = np.concatenate([p.query for p in taken])
-            assigned: Assigning | tuple | None = None
-            if choose is not None:
-                assigned = Assigning(choose.quantizer, choose.nprobe)
-            elif taken[0].assigned is not None:
+            assigned = None
+            if taken[0].assigned is not None:
                 assigned = tuple(np.concatenate(part) for part in zip(*(p.assigned for p in taken)))
             cand = self._scan(queries, wide, params, assigned)
-            lists = assigned.lists if isinstance(assigned, Assigning) else None
             for i, p in enumerate(taken):
                 p.cand = cand[i : i + 1]
-                if lists is not None:
-                    p.lists = (lists[0][i : i + 1], lists[1][i : i + 1])
         except BaseException as exc:  # noqa: BLE001 - each caller raises it, as alone
             for p in taken:
                 p.error = exc

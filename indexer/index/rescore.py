@@ -302,7 +302,7 @@ def search_mapped(
     k_factor: int,
     first_params,
     exclude: np.ndarray | None = None,
-    assigned: tuple[np.ndarray, np.ndarray] | first_pass.Assigning | None = None,
+    assigned: tuple[np.ndarray, np.ndarray] | None = None,
     ranked: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product over the first pass's k·k_factor candidates a query, as
@@ -316,8 +316,7 @@ def search_mapped(
             lookups, 156,000 a query at 10M, which doubled the first pass with 1 % deleted.
         assigned: (scores, lists) of the coarse quantizer for `queries`, as many lists as
             `first_params` probes: searched by another index with the same centroids (a
-            base and its probed delta), so not computed again; a `first_pass.Assigning`: chosen
-            in this first pass and kept there for the other.
+            base and its probed delta), so not computed again.
         ranked: how many of the k results are ranked for their own sake (None: k): the first
             pass keeps k_factor candidates for each of these and one for each other result,
             and all of them are rescored (`VectorIndex.search`). The searcher asks for 4·k

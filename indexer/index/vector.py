@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from indexer.config import IndexConfig
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
-from indexer.index import auto, first_pass, rescore, store_rows
+from indexer.index import auto, rescore, store_rows
 from indexer.index.auto import resolve_spec
 from indexer.index.block_lists import has_block_lists
 from indexer.index.delta import (
@@ -344,10 +344,11 @@ class VectorIndex:
             return None
         first, k_factor, delta_factor, exclude = mapped
         quantizer = faiss.extract_index_ivf(base.first).quantizer
-        lists = first_pass.Assigning(quantizer, int(first.nprobe))  # chosen in the base's pass
-        parts = [rescore.search_mapped(base, queries, k, k_factor, first, exclude, lists, ranked)]
-        delta_args = (delta, queries, k, delta_factor, first, None, lists.lists, ranked)
-        parts.append(rescore.search_mapped(*delta_args))
+        assigned = quantizer.search(queries, int(first.nprobe))
+        parts = [
+            rescore.search_mapped(base, queries, k, k_factor, first, exclude, assigned, ranked),
+            rescore.search_mapped(delta, queries, k, delta_factor, first, None, assigned, ranked),
+        ]
         return merge_top(parts, k, self.index.metric_type)
 
     def _mapped_pass(self, allowed: np.ndarray | None):
