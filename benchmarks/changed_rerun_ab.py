@@ -17,15 +17,14 @@ and the run's busy seconds by stage, per run, with the file it indexed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from index_ab import in_turn, index  # noqa: E402
-from machine import machine, write_json  # noqa: E402
+from index_ab import alternate, index  # noqa: E402
+from machine import machine  # noqa: E402
 
 
 def main() -> None:
@@ -46,16 +45,16 @@ def main() -> None:
     if args.first == "changed":
         files.reverse()
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
-    for round_ in range(args.rounds):
-        # each code re-runs in both directions, which need not cost the same
-        for name, tree in in_turn(round_, args.other):
-            store, config = args.folder / "store", args.folder / "config.yaml"
-            record = {"code": name, "round": round_, "file": str(files[0].relative_to(args.folder))}
-            record |= index(tree, files[0], store, config)
-            files.reverse()  # the next run changes the same 1 % back
-            report["runs"].append(record)
-            print(json.dumps(record), flush=True)
-            write_json(args.out, report)
+    store, config = args.folder / "store", args.folder / "config.yaml"
+
+    def measure(round_: int, tree: Path) -> dict:
+        # each code re-runs in both directions (`in_turn`), which need not cost the same
+        record = {"file": str(files[0].relative_to(args.folder))}
+        record |= index(tree, files[0], store, config)
+        files.reverse()  # the next run changes the same 1 % back
+        return record
+
+    alternate(args, report, measure)
 
 
 if __name__ == "__main__":

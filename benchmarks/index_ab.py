@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +58,20 @@ def index(tree: Path, corpus: Path, store: Path, config: Path) -> dict:
 
 def in_turn(round_: int, other: Path) -> list[tuple[str, Path]]:
     """The two codes in the order they run in `round_`: this, other in even rounds, other,
-    this in odd ones (also `changed_rerun_ab.py`'s)."""
+    this in odd ones (also `changed_rerun_ab.py`'s and `serve_ab.py`'s)."""
     order = [("this", ROOT), ("other", other)]
     return order if round_ % 2 == 0 else order[::-1]
+
+
+def alternate(args, report: dict, measure: Callable[[int, Path], dict]) -> None:
+    """`args.rounds` rounds of `measure(round, tree)` for each code in turn (`in_turn`), each
+    run's record appended to `report["runs"]`, printed, and `report` written to `args.out`."""
+    for round_ in range(args.rounds):
+        for name, tree in in_turn(round_, args.other):
+            record = {"code": name, "round": round_, **measure(round_, tree)}
+            report["runs"].append(record)
+            print(json.dumps(record), flush=True)
+            write_json(args.out, report)
 
 
 def main() -> None:
@@ -71,16 +83,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
-    for round_ in range(args.rounds):
-        for name, tree in in_turn(round_, args.other):
-            store = args.work / f"store-{name}-{round_}"
+    corpus, config = args.folder / "corpus.jsonl", args.folder / "config.yaml"
+
+    def measure(round_: int, tree: Path) -> dict:
+        store = args.work / f"store-{'this' if tree == ROOT else 'other'}-{round_}"
+        shutil.rmtree(store, ignore_errors=True)
+        try:
+            return index(tree, corpus, store, config)
+        finally:
             shutil.rmtree(store, ignore_errors=True)
-            corpus, config = args.folder / "corpus.jsonl", args.folder / "config.yaml"
-            record = {"code": name, "round": round_, **index(tree, corpus, store, config)}
-            shutil.rmtree(store, ignore_errors=True)
-            report["runs"].append(record)
-            print(json.dumps(record), flush=True)
-            write_json(args.out, report)
+
+    alternate(args, report, measure)
     for name in ("this", "other"):
         runs = [r for r in report["runs"] if r["code"] == name]
         report[name] = {

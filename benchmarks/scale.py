@@ -498,13 +498,18 @@ def serve_run(config: Path, store: Path, queries: list[str], args) -> dict:
         out["memory"] = memory_of(proc.pid)
         return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a server: SIGTERM, a minute to exit, then SIGKILL."""
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def exact_top10(store: Path, query_vectors: np.ndarray, batch: int = 500_000) -> list[list[str]]:

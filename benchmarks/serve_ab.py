@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scale  # noqa: E402
-from index_ab import in_turn  # noqa: E402
+from index_ab import alternate  # noqa: E402
 from machine import machine, write_json  # noqa: E402
 from serve_latency import HOST, load, sequential, wait_ready  # noqa: E402
 
@@ -45,12 +45,7 @@ def measure(tree: Path, folder: Path, queries: list[str], seconds: float) -> dic
             one = sequential(port, queries[:200], 10, "dense", proc.pid)
             many = load(port, queries, 10, 16, 10**9, seconds, proc.pid, mode="dense")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            scale.stop(proc)
     ratio = many["queries_per_s"] * one["p50_ms"] / 1000
     return {"single_client_dense": one, "clients_16_dense": many, "ratio_16_to_1": round(ratio, 3)}
 
@@ -65,14 +60,12 @@ def main() -> None:
     args = parser.parse_args()
     queries = scale.tweets()[1]
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
-    for round_ in range(args.rounds):
-        for name, tree in in_turn(round_, args.other):
-            started = time.strftime("%H:%M:%S")
-            record = {"code": name, "round": round_, "started": started}
-            record |= measure(tree, args.folder, queries, args.load_seconds)
-            report["runs"].append(record)
-            print(json.dumps(record), flush=True)
-            write_json(args.out, report)
+
+    def one(round_: int, tree: Path) -> dict:
+        started = time.strftime("%H:%M:%S")
+        return {"started": started, **measure(tree, args.folder, queries, args.load_seconds)}
+
+    alternate(args, report, one)
     for name in ("this", "other"):
         runs = [r for r in report["runs"] if r["code"] == name]
         report[name] = {
