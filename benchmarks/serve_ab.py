@@ -8,7 +8,7 @@ encoder). Each round starts a server from each tree in turn (`index_ab.in_turn`:
 first as often as second), measures it, stops it.
 
     .venv/bin/python benchmarks/serve_ab.py --folder DIR/n10000000 --other /work/old \\
-        --rounds 4 --out benchmarks/results/serve_ab_assign_10M_intel_s27.json
+        --rounds 4 --out benchmarks/results/serve_ab_lists_in_pass_10M_after_1pct_intel_s27.json
 """
 
 from __future__ import annotations
