@@ -47,7 +47,7 @@ def main() -> None:
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     store, config = args.folder / "store", args.folder / "config.yaml"
 
-    def measure(round_: int, tree: Path) -> dict:
+    def measure(name: str, round_: int, tree: Path) -> dict:
         # each code re-runs in both directions (`in_turn`), which need not cost the same
         record = {"file": str(files[0].relative_to(args.folder))}
         record |= index(tree, files[0], store, config)

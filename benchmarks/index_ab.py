@@ -63,12 +63,12 @@ def in_turn(round_: int, other: Path) -> list[tuple[str, Path]]:
     return order if round_ % 2 == 0 else order[::-1]
 
 
-def alternate(args, report: dict, measure: Callable[[int, Path], dict]) -> None:
-    """`args.rounds` rounds of `measure(round, tree)` for each code in turn (`in_turn`), each
+def alternate(args, report: dict, measure: Callable[[str, int, Path], dict]) -> None:
+    """`args.rounds` rounds of `measure(code, round, tree)` for each code in turn (`in_turn`), each
     run's record appended to `report["runs"]`, printed, and `report` written to `args.out`."""
     for round_ in range(args.rounds):
         for name, tree in in_turn(round_, args.other):
-            record = {"code": name, "round": round_, **measure(round_, tree)}
+            record = {"code": name, "round": round_, **measure(name, round_, tree)}
             report["runs"].append(record)
             print(json.dumps(record), flush=True)
             write_json(args.out, report)
@@ -85,8 +85,8 @@ def main() -> None:
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
     corpus, config = args.folder / "corpus.jsonl", args.folder / "config.yaml"
 
-    def measure(round_: int, tree: Path) -> dict:
-        store = args.work / f"store-{'this' if tree == ROOT else 'other'}-{round_}"
+    def measure(name: str, round_: int, tree: Path) -> dict:
+        store = args.work / f"store-{name}-{round_}"
         shutil.rmtree(store, ignore_errors=True)
         try:
             return index(tree, corpus, store, config)

@@ -587,8 +587,8 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         phase(record, "rerun_1pct_changed", changed_run, *paths, n, args, bases)
         phase(record, "disk_bytes_after_reruns", disk_by_part, store)
         return record
+    minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
     if args.minimum_only:  # the minimum alone, beside a bertindex index an earlier run measured
-        minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
         done = phase(record, "minimum", run_minimum, *minimum_args)
         index = _index_of(args.against, n) if args.against else None
         if done and index and "docs_per_s" in done:
@@ -598,7 +598,6 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         return record
     minimum = not args.skip_minimum
     if minimum and not args.minimum_last:
-        minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
         phase(record, "minimum", run_minimum, *minimum_args)
     store = folder / "store"
     resumed = args.keep_store and (store / "store.duckdb").is_file()
@@ -623,7 +622,6 @@ def measure_size(n: int, work: Path, model_dir: Path, texts: tuple, args, record
         phase(record, "disk_bytes_after_reruns", disk_by_part, store)
     if minimum and args.minimum_last:  # the two do not fit a 66 GB disk together at 10M
         shutil.rmtree(store, ignore_errors=True)
-        minimum_args = (corpus, folder / "minimum", model_dir, n, CHUNK, args.minimum_memory_limit)
         phase(record, "minimum", run_minimum, *minimum_args)
     if first and "docs_per_s" in (record.get("minimum") or {}):
         first["ratio_to_minimum"] = round(first["docs_per_s"] / record["minimum"]["docs_per_s"], 2)

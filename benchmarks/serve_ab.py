@@ -61,7 +61,7 @@ def main() -> None:
     queries = scale.tweets()[1]
     report: dict = {"command": " ".join(sys.argv), "machine": machine(), "runs": []}
 
-    def one(round_: int, tree: Path) -> dict:
+    def one(name: str, round_: int, tree: Path) -> dict:
         started = time.strftime("%H:%M:%S")
         return {"started": started, **measure(tree, args.folder, queries, args.load_seconds)}
 
