@@ -18,6 +18,14 @@ same parameters wait while one runs, and the next to run takes the waiting ones 
 `serve` got 59-61 q/s against 48-50 (docs/guides/scale.md). A query alone runs at once.
 Filtered passes (a selector of their own) run alone. Candidates equal a pass alone's up to
 ties at the cut-off.
+
+A base and its probed delta (`Also`). The delta is an empty copy of the base as trained, so
+both probe the same lists: a query's lists are chosen once, and the delta is scanned in the
+same held pass as the base, for the same merged queries. Before, each query chose its lists
+alone before its base pass (a flat quantizer of 16,384 centroids at 10M: 2.9 ms for one query,
+0.9 ms a query in a batch of 4) and the delta's pass ran after, mostly alone: under 16 clients
+a 10M query after a 1 % change cost ~4.5 ms more CPU than on a store just built, and the
+server's 16-client rate fell below 1.7x one client's (docs/guides/scale.md).
 """
 
 from __future__ import annotations
@@ -63,6 +71,22 @@ def scan_threads(threads: int) -> int:
 
 
 @contextlib.contextmanager
+def split_probes(first: faiss.Index, lone: bool):
+    """Inside, a fast-scan `first` scans a `lone` query's lists with `SPLIT_PROBES`; its own
+    implementation (as read from its file) back after."""
+    ivf = fast_scan(first) if lone else None
+    if ivf is None:
+        yield
+        return
+    before = ivf.implem
+    ivf.implem = SPLIT_PROBES
+    try:
+        yield
+    finally:
+        ivf.implem = before
+
+
+@contextlib.contextmanager
 def omp_threads(threads: int | None):
     """FAISS's OpenMP threads for this thread set to `threads` inside (None: unchanged), then
     back to what they were (the setting is per calling thread)."""
@@ -75,6 +99,33 @@ def omp_threads(threads: int | None):
         yield
     finally:
         faiss.omp_set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class Also:
+    """A second index scanned in the same pass as a first pass, over the same lists: a probed
+    delta of `quantizer`'s base (module docstring).
+
+    first: the delta's first-pass index (IVF, the base's centroids).
+    wide: the candidates it keeps a query.
+    quantizer: the base's coarse quantizer, which chooses the lists of both.
+    """
+
+    first: faiss.Index
+    wide: int
+    quantizer: faiss.Index
+
+
+def run_both(
+    first: faiss.Index, queries: np.ndarray, wide: int, params, also: Also
+) -> tuple[np.ndarray, np.ndarray]:
+    """`run` over `first` and over `also.first` with one choice of lists (`params`' nprobe):
+    each index's candidates (internal positions, -1 missing)."""
+    lists = also.quantizer.search(queries, int(params.nprobe))
+    return (
+        run(first, queries, wide, params, lists),
+        run(also.first, queries, also.wide, params, lists),
+    )
 
 
 def run(first: faiss.Index, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
@@ -112,11 +163,11 @@ def _preassigned(
 
 @dataclass
 class _Pass:
-    """One caller's query (1, d), its lists (or None), then its candidates or the error."""
+    """One caller's query (1, d), then its candidates (and its `Also` index's) or the error."""
 
     query: np.ndarray
-    assigned: tuple[np.ndarray, np.ndarray] | None
     cand: np.ndarray | None = None
+    also: np.ndarray | None = None  # the `Also` index's candidates, when one is scanned too
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -136,21 +187,21 @@ class Merged:
         self._running = threading.Lock()  # one pass at a time
         self._lock = threading.Lock()  # guards _waiting
         self._waiting: dict[tuple, list[_Pass]] = {}
-        self._ivf = fast_scan(first)
-        self._implem = self._ivf.implem if self._ivf is not None else 0  # as read
 
-    def _scan(self, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
-        """`run` on the threads the cores allow now, a lone query's lists split over them. The
-        caller holds `_running`: no other pass reads the index's implementation meanwhile (a
-        writer's index has no `Merged`: FAISS would save the choice in its file)."""
+    def _scan(self, queries: np.ndarray, wide: int, params, also: Also | None):
+        """`run` (`run_both` with `also`) on the threads the cores allow now, a lone query's
+        lists split over them. The caller holds `_running`: no other pass reads an index's
+        implementation meanwhile (a writer's index has no `Merged`: FAISS would save the
+        choice in its file)."""
         threads = scan_threads(self.threads)
-        if self._ivf is not None:
-            lone = len(queries) == 1 and threads > 1
-            self._ivf.implem = SPLIT_PROBES if lone else self._implem
-        with omp_threads(threads):
-            return run(self.first, queries, wide, params, assigned)
+        lone = len(queries) == 1 and threads > 1
+        with omp_threads(threads), split_probes(self.first, lone):
+            if also is None:
+                return run(self.first, queries, wide, params, None)
+            with split_probes(also.first, lone):
+                return run_both(self.first, queries, wide, params, also)
 
-    def search(self, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
+    def search(self, queries: np.ndarray, wide: int, params) -> np.ndarray:
         """`run`'s candidates for `queries`, merged with others' when it is one unfiltered
         query of an IVF first pass.
 
@@ -160,19 +211,40 @@ class Merged:
         nprobe = getattr(params, "nprobe", None)
         if len(queries) != 1 or nprobe is None or params.sel is not None:
             with self._running:
-                return self._scan(queries, wide, params, assigned)
-        key = (wide, int(nprobe), assigned is None)
-        mine = _Pass(queries, assigned)
+                return self._scan(queries, wide, params, None)
+        mine = self._wait((wide, int(nprobe)), _Pass(queries), params)
+        assert mine.cand is not None
+        return mine.cand
+
+    def search_with(
+        self, queries: np.ndarray, wide: int, params, also: Also
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`run_both`'s candidates for `queries` (this index's, `also`'s), one-query passes
+        merged with others' of the same `also`: their lists chosen and both indexes scanned in
+        one held pass.
+
+        Raises:
+            Whatever FAISS raised on the pass that held this query.
+        """
+        if len(queries) != 1 or params.sel is not None:
+            with self._running:
+                return self._scan(queries, wide, params, also)
+        key = (wide, int(params.nprobe), id(also.first), also.wide)
+        mine = self._wait(key, _Pass(queries), params, also)
+        assert mine.cand is not None and mine.also is not None
+        return mine.cand, mine.also
+
+    def _wait(self, key: tuple, mine: _Pass, params, also: Also | None = None) -> _Pass:
+        """`mine` queued under `key` until a pass (this caller's or another's) has run it."""
         with self._lock:
             self._waiting.setdefault(key, []).append(mine)
         while not mine.done.is_set():
             with self._running:
                 if not mine.done.is_set():  # else a pass that ran meanwhile took it
-                    self._merged(self._take(key), wide, params)
+                    self._merged(self._take(key), key[0], params, also)
         if mine.error is not None:
             raise mine.error
-        assert mine.cand is not None
-        return mine.cand
+        return mine
 
     def _take(self, key: tuple) -> list[_Pass]:
         """The oldest waiting passes of `key`, at most MAX_MERGED."""
@@ -185,17 +257,17 @@ class Merged:
                 self._waiting.pop(key, None)
         return taken
 
-    def _merged(self, taken: list[_Pass], wide: int, params) -> None:
-        """One FAISS call for `taken` (their parameters are `params`'), each caller's rows
-        handed back."""
+    def _merged(self, taken: list[_Pass], wide: int, params, also: Also | None) -> None:
+        """One FAISS call for `taken` (their parameters are `params'`; `also` scanned too),
+        each caller's rows handed back."""
         try:
             queries = np.concatenate([p.query for p in taken])
-            assigned = None
-            if taken[0].assigned is not None:
-                assigned = tuple(np.concatenate(part) for part in zip(*(p.assigned for p in taken)))
-            cand = self._scan(queries, wide, params, assigned)
+            found = self._scan(queries, wide, params, also)
+            cand, more = found if also is not None else (found, None)
             for i, p in enumerate(taken):
                 p.cand = cand[i : i + 1]
+                if more is not None:
+                    p.also = more[i : i + 1]
         except BaseException as exc:  # noqa: BLE001 - each caller raises it, as alone
             for p in taken:
                 p.error = exc

@@ -79,11 +79,11 @@ class MappedRefine:
     # None: a batch searcher's (as FAISS runs them, on the caller's OpenMP threads)
     passes: first_pass.Merged | None = None
 
-    def candidates(self, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
+    def candidates(self, queries: np.ndarray, wide: int, params) -> np.ndarray:
         """The first pass's `wide` candidates of each query (`first_pass.run`)."""
         if self.passes is not None:
-            return self.passes.search(queries, wide, params, assigned)
-        return first_pass.run(self.first, queries, wide, params, assigned)
+            return self.passes.search(queries, wide, params)
+        return first_pass.run(self.first, queries, wide, params, None)
 
     def prefetch(self, rows: np.ndarray) -> None:
         """Ask the kernel for the pages of `rows` (no wait)."""
@@ -302,7 +302,6 @@ def search_mapped(
     k_factor: int,
     first_params,
     exclude: np.ndarray | None = None,
-    assigned: tuple[np.ndarray, np.ndarray] | None = None,
     ranked: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k by inner product over the first pass's k·k_factor candidates a query, as
@@ -314,9 +313,6 @@ def search_mapped(
         exclude: sorted ids dropped from the candidates before rescoring (the base's deleted
             ids): a selector in the first pass checks every code it scans through two
             lookups, 156,000 a query at 10M, which doubled the first pass with 1 % deleted.
-        assigned: (scores, lists) of the coarse quantizer for `queries`, as many lists as
-            `first_params` probes: searched by another index with the same centroids (a
-            base and its probed delta), so not computed again.
         ranked: how many of the k results are ranked for their own sake (None: k): the first
             pass keeps k_factor candidates for each of these and one for each other result,
             and all of them are rescored (`VectorIndex.search`). The searcher asks for 4·k
@@ -324,9 +320,26 @@ def search_mapped(
             cost a served 10M query more than its first pass at nprobe 256, for chunks that
             only widen the pool documents are grouped from.
     """
+    wide = candidate_count(parts, k, k_factor, ranked)
+    cand = parts.candidates(queries, wide, first_params)
+    return rescored(parts, queries, k, cand, exclude)
+
+
+def candidate_count(parts: MappedRefine, k: int, k_factor: int, ranked: int | None) -> int:
+    """First-pass candidates a query for `search_mapped`'s k, k_factor and ranked."""
     ranked = k if ranked is None else min(ranked, k)
-    wide = min(ranked * k_factor + (k - ranked), len(parts.ids))
-    cand = parts.candidates(queries, wide, first_params, assigned)
+    return min(ranked * k_factor + (k - ranked), len(parts.ids))
+
+
+def rescored(
+    parts: MappedRefine,
+    queries: np.ndarray,
+    k: int,
+    cand: np.ndarray,
+    exclude: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of each query's first-pass candidates `cand` (internal positions, -1 missing)
+    rescored here, the `exclude`d ids dropped first (`search_mapped`)."""
     parts.prefetch(cand[cand >= 0])  # (before the deleted are dropped: read meanwhile)
     if exclude is not None and len(exclude):
         # the candidates' ids are pages of the base file (`version_files.read_shared_ids`):

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from indexer.config import IndexConfig
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
-from indexer.index import auto, rescore, store_rows
+from indexer.index import auto, first_pass, rescore, store_rows
 from indexer.index.auto import resolve_spec
 from indexer.index.block_lists import has_block_lists
 from indexer.index.delta import (
@@ -334,8 +334,10 @@ class VectorIndex:
     def _search_probed_together(self, queries: np.ndarray, k: int, ranked: int):
         """A mapped base rescored here (`rescore.mapped_refine`) and its probed delta searched
         with one coarse assignment: the delta is a copy of the base's trained index, so the same
-        centroids; at 10M the quantizer's 16,384 inner products a query were done twice. None where
-        that does not apply (no rescoring stage here, a flat delta, no live base vector)."""
+        centroids; at 10M the quantizer's 16,384 inner products a query were done twice. A
+        searcher scans both in one held pass, merged with concurrent queries'
+        (`first_pass.Merged.search_with`). None where that does not apply (no rescoring stage
+        here, a flat delta, no live base vector)."""
         base, delta = self._rescored_here, self._delta_parts()
         if base is None or delta is None or not self._base_live:
             return None
@@ -343,11 +345,17 @@ class VectorIndex:
         if mapped is None or not hasattr(mapped[0], "nprobe"):
             return None
         first, k_factor, delta_factor, exclude = mapped
+        wide = rescore.candidate_count(base, k, k_factor, ranked)
         quantizer = faiss.extract_index_ivf(base.first).quantizer
-        assigned = quantizer.search(queries, int(first.nprobe))
+        delta_wide = rescore.candidate_count(delta, k, delta_factor, ranked)
+        also = first_pass.Also(delta.first, delta_wide, quantizer)
+        if base.passes is not None:  # a searcher's: one held pass, merged with other queries'
+            cand, more = base.passes.search_with(queries, wide, first, also)
+        else:
+            cand, more = first_pass.run_both(base.first, queries, wide, first, also)
         parts = [
-            rescore.search_mapped(base, queries, k, k_factor, first, exclude, assigned, ranked),
-            rescore.search_mapped(delta, queries, k, delta_factor, first, None, assigned, ranked),
+            rescore.rescored(base, queries, k, cand, exclude),
+            rescore.rescored(delta, queries, k, more, None),
         ]
         return merge_top(parts, k, self.index.metric_type)
 
@@ -377,8 +385,8 @@ class VectorIndex:
         parts = None
         if has_lists(self.delta) and hasattr(self.delta, "id_map"):
             ids = faiss.vector_to_array(self.delta.id_map)
-            threads = self.config.scan_threads if self.delta_mapped else None
-            parts = rescore.mapped_refine(self.delta, ids, self.delta_mapped, threads)
+            # no passes of its own: a searcher scans it in the base's (`_search_probed_together`)
+            parts = rescore.mapped_refine(self.delta, ids, self.delta_mapped)
         if self.delta_mapped:
             self.__dict__["_mapped_delta"] = parts
         return parts
@@ -404,7 +412,7 @@ class VectorIndex:
         if self._rescored_here is not None and (mapped := self._mapped_pass(allowed)):
             first, k_factor, _, exclude = mapped
             parts = self._rescored_here
-            return rescore.search_mapped(parts, queries, k, k_factor, first, exclude, None, ranked)
+            return rescore.search_mapped(parts, queries, k, k_factor, first, exclude, ranked)
         params = self._search_params(allowed)
         if params is None:
             return self.index.search(queries, k)
