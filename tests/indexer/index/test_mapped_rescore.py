@@ -250,3 +250,73 @@ def test_queries_that_arrive_during_a_pass_are_scanned_together_in_the_next(publ
     for (got_scores, got), (want_scores, want) in zip(results, alone):
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
         assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
+
+
+def test_a_probed_delta_is_scanned_in_the_bases_held_pass_with_the_merged_queries(
+    published, monkeypatch
+):
+    """A searcher's base and probed delta: queries that arrive during a pass wait, and the next
+    pass chooses their lists once and scans the base and the delta for all of them; each
+    caller gets what it gets alone, and what searching base and delta apart gives."""
+    import threading
+    import time
+
+    store, config, vectors, ids = published
+    writer = VectorIndex.load(store, config, mapped=False)
+    new = vectors[:60] * 0.9 + 0.05
+    writer.add(new, np.arange(90_000, 90_060))
+    writer.save(store)  # a version with a probed delta
+    index = VectorIndex.load(
+        store, config.model_copy(update={"scan_threads": 1}), delta_mapped=True
+    )
+    base_first = index._rescored_here.first
+    assert index._delta_parts() is not None and index._delta_parts().passes is None
+    queries = np.concatenate([vectors[::900][:3], new[:3]]) + 0.03
+    alone = [index.search(q[None], 10) for q in queries]
+    calls: list[tuple[str, int, bool]] = []  # (which index, queries, lists given)
+    release = threading.Event()
+    real = first_pass.run
+
+    def run(first, batch, wide, params, assigned):
+        calls.append(("base" if first is base_first else "delta", len(batch), assigned is not None))
+        if len(calls) == 1:
+            release.wait(30)  # the first pass holds the searcher while the others arrive
+        return real(first, batch, wide, params, assigned)
+
+    def until(condition):
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    monkeypatch.setattr(first_pass, "run", run)
+    merged = index._rescored_here.passes
+    results: list = [None] * len(queries)
+
+    def ask(i):
+        results[i] = index.search(queries[i][None], 10)
+
+    callers = [threading.Thread(target=ask, args=(i,)) for i in range(len(queries))]
+    callers[0].start()
+    until(lambda: len(calls) == 1)
+    for caller in callers[1:]:
+        caller.start()
+    until(lambda: sum(len(w) for w in merged._waiting.values()) == len(queries) - 1)
+    release.set()
+    for caller in callers:
+        caller.join(30)
+    rest = len(queries) - 1
+    assert calls == [
+        ("base", 1, True),
+        ("delta", 1, True),
+        ("base", rest, True),
+        ("delta", rest, True),
+    ]
+    monkeypatch.setattr(VectorIndex, "_search_probed_together", lambda *a: None)
+    for q, (got_scores, got), (want_scores, want) in zip(queries, results, alone):
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+        assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
+        apart_scores, apart = index.search(q[None], 10)
+        np.testing.assert_allclose(got_scores, apart_scores, rtol=1e-5, atol=1e-6)
+        assert ((got == apart) | np.isclose(got_scores, apart_scores, atol=1e-5)).all()
+    assert (np.concatenate([r[1] for r in results[3:]]) >= 90_000).any()  # the delta answers
