@@ -117,15 +117,18 @@ class Also:
 
 
 def run_both(
-    first: faiss.Index, queries: np.ndarray, wide: int, params, also: Also
+    first: faiss.Index, queries: np.ndarray, wide: int, params, also: Also, threads=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """`run` over `first` and over `also.first` with one choice of lists (`params`' nprobe):
-    each index's candidates (internal positions, -1 missing)."""
+    each index's candidates (internal positions, -1 missing). `threads`: the scans' OpenMP
+    threads (None: the caller's); the lists are chosen on the caller's (FAISS's flat search
+    of one query on two threads cost a lone 10M query 0.5 ms more and 3 ms more CPU)."""
     lists = also.quantizer.search(queries, int(params.nprobe))
-    return (
-        run(first, queries, wide, params, lists),
-        run(also.first, queries, also.wide, params, lists),
-    )
+    with omp_threads(threads):
+        return (
+            run(first, queries, wide, params, lists),
+            run(also.first, queries, also.wide, params, lists),
+        )
 
 
 def run(first: faiss.Index, queries: np.ndarray, wide: int, params, assigned) -> np.ndarray:
@@ -195,11 +198,12 @@ class Merged:
         choice in its file)."""
         threads = scan_threads(self.threads)
         lone = len(queries) == 1 and threads > 1
-        with omp_threads(threads), split_probes(self.first, lone):
+        with split_probes(self.first, lone):
             if also is None:
-                return run(self.first, queries, wide, params, None)
+                with omp_threads(threads):
+                    return run(self.first, queries, wide, params, None)
             with split_probes(also.first, lone):
-                return run_both(self.first, queries, wide, params, also)
+                return run_both(self.first, queries, wide, params, also, threads)
 
     def search(self, queries: np.ndarray, wide: int, params) -> np.ndarray:
         """`run`'s candidates for `queries`, merged with others' when it is one unfiltered
