@@ -22,10 +22,11 @@ ties at the cut-off.
 A base and its probed delta (`Also`). The delta is an empty copy of the base as trained, so
 both probe the same lists: a query's lists are chosen once, and the delta is scanned in the
 same held pass as the base, for the same merged queries. Before, each query chose its lists
-alone before its base pass (a flat quantizer of 16,384 centroids at 10M: 2.9 ms for one query,
-0.9 ms a query in a batch of 4) and the delta's pass ran after, mostly alone: under 16 clients
-a 10M query after a 1 % change cost ~4.5 ms more CPU than on a store just built, and the
-server's 16-client rate fell below 1.7x one client's (docs/guides/scale.md).
+alone before its base pass and the delta's pass ran after it, mostly alone (246 of 359 delta
+passes held one query under a 16-client load, against 3 of 135 base passes): at 10M after a
+1 % change, two processes of 8 searching threads each ran 69.8 q/s at 28.0 ms of CPU a query,
+73.8 at 26.8 in one pass (this Intel Xeon; a store just built: 23.7 ms a query), and a 16-client
+`serve` 1-3 % more queries a second (docs/guides/scale.md, the twenty-third session).
 """
 
 from __future__ import annotations
@@ -117,7 +118,12 @@ class Also:
 
 
 def run_both(
-    first: faiss.Index, queries: np.ndarray, wide: int, params, also: Also, threads=None
+    first: faiss.Index,
+    queries: np.ndarray,
+    wide: int,
+    params,
+    also: Also,
+    threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`run` over `first` and over `also.first` with one choice of lists (`params`' nprobe):
     each index's candidates (internal positions, -1 missing). `threads`: the scans' OpenMP
@@ -216,7 +222,7 @@ class Merged:
         if len(queries) != 1 or nprobe is None or params.sel is not None:
             with self._running:
                 return self._scan(queries, wide, params, None)
-        mine = self._wait((wide, int(nprobe)), _Pass(queries), params)
+        mine = self._wait((wide, int(nprobe)), _Pass(queries), wide, params)
         assert mine.cand is not None
         return mine.cand
 
@@ -234,18 +240,18 @@ class Merged:
             with self._running:
                 return self._scan(queries, wide, params, also)
         key = (wide, int(params.nprobe), id(also.first), also.wide)
-        mine = self._wait(key, _Pass(queries), params, also)
+        mine = self._wait(key, _Pass(queries), wide, params, also)
         assert mine.cand is not None and mine.also is not None
         return mine.cand, mine.also
 
-    def _wait(self, key: tuple, mine: _Pass, params, also: Also | None = None) -> _Pass:
+    def _wait(self, key: tuple, mine: _Pass, wide: int, params, also: Also | None = None) -> _Pass:
         """`mine` queued under `key` until a pass (this caller's or another's) has run it."""
         with self._lock:
             self._waiting.setdefault(key, []).append(mine)
         while not mine.done.is_set():
             with self._running:
                 if not mine.done.is_set():  # else a pass that ran meanwhile took it
-                    self._merged(self._take(key), key[0], params, also)
+                    self._merged(self._take(key), wide, params, also)
         if mine.error is not None:
             raise mine.error
         return mine
