@@ -320,3 +320,78 @@ def test_a_probed_delta_is_scanned_in_the_bases_held_pass_with_the_merged_querie
         np.testing.assert_allclose(got_scores, apart_scores, rtol=1e-5, atol=1e-6)
         assert ((got == apart) | np.isclose(got_scores, apart_scores, atol=1e-5)).all()
     assert (np.concatenate([r[1] for r in results[3:]]) >= 90_000).any()  # the delta answers
+
+
+def test_rows_in_the_page_cache_are_read_without_asking_and_the_others_asked_together(
+    tmp_path, monkeypatch
+):
+    """`read_rows`: a row the no-wait read finds is not asked for; the rows it misses are all
+    asked for (`posix_fadvise`) before any is read with a waiting `pread`; the bytes are the
+    file's; where the no-wait read is refused, every row is read the waiting way from then on."""
+    import errno
+    import os
+
+    width = 1536
+    data = np.random.default_rng(0).integers(0, 255, 40 * width, dtype=np.uint8)
+    path = tmp_path / "rows.bin"
+    data.tofile(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        rows = [3, 17, 4, 39, 0]
+        offsets = [r * width for r in rows]
+        want = np.concatenate([data[o : o + width] for o in offsets])
+        cold = {17 * width, 0}  # the rows the no-wait read misses
+        events: list[tuple[str, int]] = []
+        real_preadv, refuse = os.preadv, {"errno": None}
+
+        def preadv(fd_, buffers, offset, flags=0):
+            if flags:
+                if refuse["errno"] is not None:
+                    raise OSError(refuse["errno"], "refused")
+                if offset in cold:
+                    raise BlockingIOError(errno.EAGAIN, "not cached")
+            events.append(("wait" if not flags else "nowait", offset))
+            return real_preadv(fd_, buffers, offset)
+
+        monkeypatch.setattr(os, "preadv", preadv)
+        monkeypatch.setattr(os, "posix_fadvise", lambda f, o, n, a: events.append(("ask", o)))
+        monkeypatch.setitem(rescore.NOWAIT, "flag", getattr(os, "RWF_NOWAIT", 8))
+        out = np.empty(len(rows) * width, np.uint8)
+        assert rescore.read_rows([fd] * len(rows), offsets, width, out) is None
+        np.testing.assert_array_equal(out, want)
+        hot = [("nowait", o) for o in offsets if o not in cold]
+        missed = [o for o in offsets if o in cold]
+        assert events == hot + [("ask", o) for o in missed] + [("wait", o) for o in missed]
+
+        events.clear()
+        refuse["errno"] = errno.EOPNOTSUPP  # a file system without no-wait reads
+        out = np.empty(len(rows) * width, np.uint8)
+        assert rescore.read_rows([fd] * len(rows), offsets, width, out) is None
+        np.testing.assert_array_equal(out, want)
+        assert rescore.NOWAIT["flag"] == 0
+        assert events == [("ask", o) for o in offsets] + [("wait", o) for o in offsets]
+        short = rescore.read_rows([fd], [39 * width + 100], width, np.empty(width, np.uint8))
+        assert short == 0  # past the end: read short, named by its place
+    finally:
+        os.close(fd)
+
+
+def test_one_querys_rows_from_a_file_are_not_asked_for_before_they_are_read(monkeypatch):
+    """One query's candidates read from a file ask for themselves when read (`read_rows`);
+    a batch's are asked for first, all together; rows read through a mapping always are."""
+    asked: list[np.ndarray] = []
+
+    class File:
+        def prefetch(self, rows):
+            asked.append(rows)
+
+    vectors = np.zeros((10, 4), np.float32)
+    parts = rescore.MappedRefine(None, vectors, np.arange(10), file=File())
+    monkeypatch.setitem(rescore.NOWAIT, "flag", 8)
+    parts.prefetch(np.array([1, 2]), 1)
+    assert asked == []
+    parts.prefetch(np.array([1, 2, 3]), 2)
+    assert [a.tolist() for a in asked] == [[1, 2, 3]]
+    monkeypatch.setitem(rescore.NOWAIT, "flag", 0)  # no no-wait reads: asked first, as before
+    parts.prefetch(np.array([4]), 1)
+    assert [a.tolist() for a in asked] == [[1, 2, 3], [4]]
