@@ -85,14 +85,12 @@ class MappedRefine:
             return self.passes.search(queries, wide, params)
         return first_pass.run(self.first, queries, wide, params, None)
 
-    def prefetch(self, rows: np.ndarray, queries: int = 1) -> None:
-        """Ask the kernel for the pages of `rows`, the candidates of `queries` (no wait). One
-        query's rows read from a file are not: its read asks for those not cached
-        (`read_rows`)."""
-        if self.file is None:
-            prefetch(self.vectors, rows)
-        elif queries > 1 or not NOWAIT["flag"]:
+    def prefetch(self, rows: np.ndarray) -> None:
+        """Ask the kernel for the pages of `rows` (no wait)."""
+        if self.file is not None:
             self.file.prefetch(rows)
+        else:
+            prefetch(self.vectors, rows)
 
     def scores(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
         """Inner products of `query` with the rescoring vectors at `rows`: exact for float32,
@@ -219,12 +217,12 @@ class FileRows:
     def read(self, rows: np.ndarray, like: np.ndarray) -> np.ndarray:
         """`like[rows]` (the mapped view's dtype and width) read from the file."""
         width = self.width
-        out = np.empty(len(rows) * width, np.uint8)  # `read_rows` fills it in place
-        offsets = (self.start + rows.astype(np.int64) * width).tolist()
-        short = read_rows([self.fd] * len(rows), offsets, width, out)
-        if short is not None:
-            row = int(rows[short])
-            raise OSError(f"short read of row {row} from the index file (fd {self.fd})")
+        out = np.empty(len(rows) * width, np.uint8)
+        view = out.data  # a memoryview: preadv fills the array in place
+        for i, row in enumerate(rows.tolist()):
+            part = view[i * width : (i + 1) * width]
+            if os.preadv(self.fd, [part], self.start + row * width) != width:
+                raise OSError(f"short read of row {row} from the index file (fd {self.fd})")
         return out.view(like.dtype).reshape(len(rows), like.shape[1])
 
     def prefetch(self, rows: np.ndarray) -> None:
@@ -235,37 +233,6 @@ class FileRows:
 
 
 READ_FILES = hasattr(os, "preadv") and hasattr(os, "posix_fadvise")  # benchmarks turn it off
-# a read that fails instead of waiting for the disk (Linux); cleared where a file system refuses it
-NOWAIT = {"flag": getattr(os, "RWF_NOWAIT", 0)}
-
-
-def read_rows(fds: list[int], offsets: list[int], width: int, out: np.ndarray) -> int | None:
-    """Row i (`width` bytes at `offsets[i]` of `fds[i]`) into `out[i * width:]`, for each i.
-
-    A row in the page cache is read with one `preadv2(RWF_NOWAIT)`; the others are asked for
-    together (`posix_fadvise(WILLNEED)`: the kernel reads them in parallel), then read with
-    `pread`. A served query rescores ~360 rows, nearly all cached on a busy server: asking
-    for every row first cost a `posix_fadvise` each (docs/guides/scale.md, the twenty-third
-    session). Returns the first row read short (None: all read)."""
-    view = out.data
-    missed: list[int] = []
-    for i, (fd, at) in enumerate(zip(fds, offsets)):
-        flag = NOWAIT["flag"]
-        if flag:
-            try:
-                if os.preadv(fd, [view[i * width : (i + 1) * width]], at, flag) == width:
-                    continue
-            except BlockingIOError:  # not cached
-                pass
-            except OSError:  # RWF_NOWAIT refused here: read every row as below from now on
-                NOWAIT["flag"] = 0
-        missed.append(i)
-    for i in missed:
-        os.posix_fadvise(fds[i], offsets[i], width, os.POSIX_FADV_WILLNEED)
-    for i in missed:
-        if os.preadv(fds[i], [view[i * width : (i + 1) * width]], offsets[i]) != width:
-            return i
-    return None
 
 
 def mapped_file(address: int) -> tuple[str, int, int] | None:
@@ -358,30 +325,6 @@ def search_mapped(
     return rescored(parts, queries, k, cand, exclude)
 
 
-def search_both(
-    base: MappedRefine,
-    delta: MappedRefine,
-    queries: np.ndarray,
-    k: int,
-    k_factors: tuple[int, int],
-    first_params,
-    exclude: np.ndarray | None,
-    ranked: int | None,
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`search_mapped` of a base and of its probed delta (the base's centroids) with one
-    choice of lists: a searcher's in one held pass, merged with concurrent queries'
-    (`first_pass.Merged.search_with`). `k_factors`: the base's, the delta's; `exclude`: the
-    base's deleted ids. Returns the two top-k, to merge."""
-    wide = candidate_count(base, k, k_factors[0], ranked)
-    quantizer = faiss.extract_index_ivf(base.first).quantizer
-    also = first_pass.Also(delta.first, candidate_count(delta, k, k_factors[1], ranked), quantizer)
-    if base.passes is not None:
-        cand, more = base.passes.search_with(queries, wide, first_params, also)
-    else:
-        cand, more = first_pass.run_both(base.first, queries, wide, first_params, also)
-    return [rescored(base, queries, k, cand, exclude), rescored(delta, queries, k, more)]
-
-
 def candidate_count(parts: MappedRefine, k: int, k_factor: int, ranked: int | None) -> int:
     """First-pass candidates a query for `search_mapped`'s k, k_factor and ranked."""
     ranked = k if ranked is None else min(ranked, k)
@@ -397,7 +340,7 @@ def rescored(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of each query's first-pass candidates `cand` (internal positions, -1 missing)
     rescored here, the `exclude`d ids dropped first (`search_mapped`)."""
-    parts.prefetch(cand[cand >= 0], len(cand))  # (before the deleted are dropped)
+    parts.prefetch(cand[cand >= 0])  # (before the deleted are dropped: read meanwhile)
     if exclude is not None and len(exclude):
         # the candidates' ids are pages of the base file (`version_files.read_shared_ids`):
         # asked for together, not faulted in one after another

@@ -31,13 +31,7 @@ import numpy as np
 
 from indexer.errors import VectorIndexError
 from indexer.index.delta import id_map_over
-from indexer.index.rescore import (
-    MappedRefine,
-    ids_by_position,
-    read_rows,
-    rows_refine,
-    search_mapped,
-)
+from indexer.index.rescore import MappedRefine, ids_by_position, rows_refine, search_mapped
 from indexer.store.vector_files import VectorFile, folder
 
 ROW_BYTES = 4  # float32
@@ -198,18 +192,15 @@ class StoreRows:
         self.ids = ids
         self.width = dim * ROW_BYTES
         self._bounds = _bounds(self.files)  # computed once: ~4,900 files at 10M
-        # by file index: its descriptor once opened (-1 before) and its rows' byte offset
-        self._fds = np.full(len(self.files), -1, np.int64)
-        self._starts = np.zeros(len(self.files), np.int64)
+        self._opened: dict[int, tuple[int, int]] = {}  # file index -> (fd, data offset)
         self._lock = threading.Lock()
 
     def __del__(self):
-        for fd in getattr(self, "_fds", np.zeros(0, np.int64)).tolist():
-            if fd >= 0:
-                os.close(fd)
+        for fd, _ in getattr(self, "_opened", {}).values():
+            os.close(fd)
 
-    def _offsets(self, rows: np.ndarray) -> tuple[list[int], list[int]]:
-        """(fds, byte offsets) of the base positions `rows`."""
+    def _offsets(self, rows: np.ndarray) -> list[tuple[int, int]]:
+        """(fd, byte offset) of each base position in `rows`."""
         ids = self.ids[np.asarray(rows, np.int64)]
         at = _file_of(*self._bounds, ids)
         if at is None:
@@ -217,18 +208,20 @@ class StoreRows:
                 f"the base names chunk ids outside the vector files it records ({self.folder}); "
                 "rebuild it: `bertindex doctor --repair`"
             )
-        for index in np.unique(at[self._fds[at] < 0]).tolist():
-            self._open(index)
-        offsets = self._starts[at] + (ids - self._bounds[0][at]) * self.width
-        return self._fds[at].tolist(), offsets.tolist()
+        out = []
+        for index, chunk in zip(at.tolist(), ids.tolist()):
+            fd, start = self._open(index)
+            out.append((fd, start + (chunk - self.files[index].first) * self.width))
+        return out
 
-    def _open(self, index: int) -> None:
-        """Open file `index` (its fd and data offset in `_fds`, `_starts`) unless it is."""
+    def _open(self, index: int) -> tuple[int, int]:
+        found = self._opened.get(index)
+        if found is not None:
+            return found
         with self._lock:
-            if self._fds[index] < 0:
-                fd, start = self._open_file(self.files[index])
-                self._starts[index] = start  # before the fd: a reader that sees it finds both
-                self._fds[index] = fd
+            if index not in self._opened:
+                self._opened[index] = self._open_file(self.files[index])
+            return self._opened[index]
 
     def _open_file(self, vf: VectorFile) -> tuple[int, int]:
         path = self.folder / vf.name
@@ -255,21 +248,21 @@ class StoreRows:
         return fd, start
 
     def read(self, rows: np.ndarray, like: np.ndarray | None = None) -> np.ndarray:
-        """The float32 vectors at base positions `rows` ((len(rows), dim)), the cached ones
-        without waiting, the others asked for together (`rescore.read_rows`)."""
-        out = np.empty(len(rows) * self.width, np.uint8)
-        fds, offsets = self._offsets(rows)
-        short = read_rows(fds, offsets, self.width, out)
-        if short is not None:
-            raise VectorIndexError(
-                f"short read at byte {offsets[short]} of a vector file under {self.folder}; "
-                "run `bertindex doctor --repair`"
-            )
+        """The float32 vectors at base positions `rows` ((len(rows), dim))."""
+        width = self.width
+        out = np.empty(len(rows) * width, np.uint8)
+        view = out.data
+        for i, (fd, offset) in enumerate(self._offsets(rows)):
+            if os.preadv(fd, [view[i * width : (i + 1) * width]], offset) != width:
+                raise VectorIndexError(
+                    f"short read at byte {offset} of a vector file under {self.folder}; run "
+                    "`bertindex doctor --repair`"
+                )
         return out.view(np.float32).reshape(len(rows), self.dim)
 
     def prefetch(self, rows: np.ndarray) -> None:
         """Ask the kernel to read the rows at base positions `rows` (no wait)."""
-        for fd, offset in zip(*self._offsets(np.unique(rows))):
+        for fd, offset in self._offsets(np.unique(rows)):
             os.posix_fadvise(fd, offset, self.width, os.POSIX_FADV_WILLNEED)
 
 
