@@ -325,6 +325,30 @@ def search_mapped(
     return rescored(parts, queries, k, cand, exclude)
 
 
+def search_both(
+    base: MappedRefine,
+    delta: MappedRefine,
+    queries: np.ndarray,
+    k: int,
+    k_factors: tuple[int, int],
+    first_params,
+    exclude: np.ndarray | None,
+    ranked: int | None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`search_mapped` of a base and of its probed delta (the base's centroids) with one
+    choice of lists: a searcher's in one held pass, merged with concurrent queries'
+    (`first_pass.Merged.search_with`). `k_factors`: the base's, the delta's; `exclude`: the
+    base's deleted ids. Returns the two top-k, to merge."""
+    wide = candidate_count(base, k, k_factors[0], ranked)
+    quantizer = faiss.extract_index_ivf(base.first).quantizer
+    also = first_pass.Also(delta.first, candidate_count(delta, k, k_factors[1], ranked), quantizer)
+    if base.passes is not None:
+        cand, more = base.passes.search_with(queries, wide, first_params, also)
+    else:
+        cand, more = first_pass.run_both(base.first, queries, wide, first_params, also)
+    return [rescored(base, queries, k, cand, exclude), rescored(delta, queries, k, more)]
+
+
 def candidate_count(parts: MappedRefine, k: int, k_factor: int, ranked: int | None) -> int:
     """First-pass candidates a query for `search_mapped`'s k, k_factor and ranked."""
     ranked = k if ranked is None else min(ranked, k)

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from indexer.config import IndexConfig
 from indexer.errors import ProvenanceMismatch, VectorIndexError, repair_hint
-from indexer.index import auto, first_pass, rescore, store_rows
+from indexer.index import auto, rescore, store_rows
 from indexer.index.auto import resolve_spec
 from indexer.index.block_lists import has_block_lists
 from indexer.index.delta import (
@@ -336,7 +336,7 @@ class VectorIndex:
         with one coarse assignment: the delta is a copy of the base's trained index, so the same
         centroids; at 10M the quantizer's 16,384 inner products a query were done twice. A
         searcher scans both in one held pass, merged with concurrent queries'
-        (`first_pass.Merged.search_with`). None where that does not apply (no rescoring stage
+        (`rescore.search_both`). None where that does not apply (no rescoring stage
         here, a flat delta, no live base vector)."""
         base, delta = self._rescored_here, self._delta_parts()
         if base is None or delta is None or not self._base_live:
@@ -345,18 +345,8 @@ class VectorIndex:
         if mapped is None or not hasattr(mapped[0], "nprobe"):
             return None
         first, k_factor, delta_factor, exclude = mapped
-        wide = rescore.candidate_count(base, k, k_factor, ranked)
-        quantizer = faiss.extract_index_ivf(base.first).quantizer
-        delta_wide = rescore.candidate_count(delta, k, delta_factor, ranked)
-        also = first_pass.Also(delta.first, delta_wide, quantizer)
-        if base.passes is not None:  # a searcher's: one held pass, merged with other queries'
-            cand, more = base.passes.search_with(queries, wide, first, also)
-        else:
-            cand, more = first_pass.run_both(base.first, queries, wide, first, also)
-        parts = [
-            rescore.rescored(base, queries, k, cand, exclude),
-            rescore.rescored(delta, queries, k, more, None),
-        ]
+        factors = (k_factor, delta_factor)
+        parts = rescore.search_both(base, delta, queries, k, factors, first, exclude, ranked)
         return merge_top(parts, k, self.index.metric_type)
 
     def _mapped_pass(self, allowed: np.ndarray | None):
