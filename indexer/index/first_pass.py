@@ -26,7 +26,7 @@ alone before its base pass and the delta's pass ran after it, mostly alone (246 
 passes held one query under a 16-client load, against 3 of 135 base passes): at 10M after a
 1 % change, two processes of 8 searching threads each ran 69.8 q/s at 28.0 ms of CPU a query,
 73.8 at 26.8 in one pass (this Intel Xeon; a store just built: 23.7 ms a query), and a 16-client
-`serve` 1-3 % more queries a second (docs/guides/scale.md, the twenty-third session).
+`serve` 1-4 % more queries a second (docs/guides/scale.md, the twenty-third session).
 """
 
 from __future__ import annotations
