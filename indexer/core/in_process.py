@@ -85,10 +85,11 @@ def _ended(proc: subprocess.Popen) -> ChildError:
 
 
 def child() -> None:
-    """The child's side: run the generator the parent named, pickle each item to stdout."""
+    """The child's side: run the generator the parent named, pickle each item to the parent
+    (`_items_pipe`: what started as its stdout)."""
     module, name, args = pickle.load(sys.stdin.buffer)
+    out = _items_pipe()
     fn = getattr(__import__(module, fromlist=[name]), name)
-    out = sys.stdout.buffer
     try:
         try:
             for item in fn(*args):
@@ -101,6 +102,17 @@ def child() -> None:
         out.flush()
     except BrokenPipeError:  # the parent is gone or stopped reading: no flush at exit
         os._exit(0)
+
+
+def _items_pipe():
+    """The pipe to the parent on a descriptor of its own, descriptor 1 (`sys.stdout`'s) then
+    pointed at standard error: what the generator or a library under it prints, through Python
+    or C, goes there instead of into the items' stream, where the parent failed to unpickle it
+    (a `ModuleNotFoundError` named after the printed text)."""
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "wb")  # not inherited by the child's own children
+    os.dup2(2, 1)
+    return out
 
 
 def _picklable(exc: Exception) -> Exception:

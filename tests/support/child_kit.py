@@ -30,3 +30,12 @@ def pid_then_forever() -> Iterator[int]:
     while True:
         yield i
         i += 1
+
+
+def chatty(n: int) -> Iterator[int]:
+    """0 .. n-1, printing to standard output between them as a library might: through Python's
+    `print` and straight to descriptor 1."""
+    for i in range(n):
+        print(f"chatty print {i}")
+        os.write(1, f"chatty fd1 {i}\n".encode())
+        yield i

@@ -12,7 +12,7 @@ import os
 
 import pytest
 from bad_corpus import write_bad_corpus
-from child_kit import numbers, pid_then_forever, unpicklable_failure
+from child_kit import chatty, numbers, pid_then_forever, unpicklable_failure
 from damage_kit import write_corpus
 
 from indexer.core.gc_policy import THRESHOLDS, fewer_collections
@@ -150,6 +150,15 @@ def test_a_child_that_ends_before_reading_its_arguments_raises_a_child_error(mon
     monkeypatch.setattr(in_process, "_BOOT", "import sys; sys.exit(3)")
     with pytest.raises(ChildError, match=r"ended early \(exit code 3\)"):
         list(iterate_in_process(numbers, b"x" * (4 << 20)))
+
+
+def test_what_a_child_prints_goes_to_its_stderr_not_into_the_items(capfd):
+    """A reader (or a library under it) that prints to standard output, through Python or on
+    descriptor 1, neither breaks the items' stream nor is lost: it reaches standard error."""
+    assert list(iterate_in_process(chatty, 3)) == [0, 1, 2]
+    err = capfd.readouterr().err
+    for i in range(3):
+        assert f"chatty print {i}" in err and f"chatty fd1 {i}" in err
 
 
 def _stored(config) -> list[tuple]:
