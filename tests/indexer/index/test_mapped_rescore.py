@@ -207,21 +207,34 @@ def test_queries_that_arrive_during_a_pass_are_scanned_together_in_the_next(publ
     """While one query's first pass runs, the one-query passes that arrive wait, and the next
     pass takes them all in one FAISS call; each caller gets its own results, as searched
     alone."""
-    import threading
-    import time
-
     store, config, vectors, ids = published
     index = VectorIndex.load(store, config.model_copy(update={"scan_threads": 1}))
     queries = vectors[::500][:6] + 0.03
     alone = [index.search(q[None], 10) for q in queries]
-    merged = index._rescored_here.passes
     sizes: list[int] = []
+    results = _searched_while_the_first_pass_is_held(
+        monkeypatch, index, queries, lambda first, batch, assigned: sizes.append(len(batch))
+    )
+    assert sizes == [1, len(queries) - 1]
+    for (got_scores, got), (want_scores, want) in zip(results, alone):
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+        assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
+
+
+def _searched_while_the_first_pass_is_held(monkeypatch, index, queries, seen) -> list:
+    """Each of `queries` searched from a thread of its own, the first one's FAISS pass held
+    until all the others wait for the next pass; `seen(first, batch, assigned)` told of every
+    FAISS pass. Returns each query's results."""
+    import threading
+    import time
+
     release = threading.Event()
-    real = first_pass.run
+    real, passes = first_pass.run, []
 
     def run(first, batch, wide, params, assigned):
-        sizes.append(len(batch))
-        if len(sizes) == 1:
+        seen(first, batch, assigned)
+        passes.append(len(batch))
+        if len(passes) == 1:
             release.wait(30)  # the first pass holds the searcher while the others arrive
         return real(first, batch, wide, params, assigned)
 
@@ -232,6 +245,7 @@ def test_queries_that_arrive_during_a_pass_are_scanned_together_in_the_next(publ
         assert condition()
 
     monkeypatch.setattr(first_pass, "run", run)
+    merged = index._rescored_here.passes
     results: list = [None] * len(queries)
 
     def ask(i):
@@ -239,17 +253,15 @@ def test_queries_that_arrive_during_a_pass_are_scanned_together_in_the_next(publ
 
     callers = [threading.Thread(target=ask, args=(i,)) for i in range(len(queries))]
     callers[0].start()
-    until(lambda: sizes == [1])
+    until(lambda: len(passes) == 1)
     for caller in callers[1:]:
         caller.start()
     until(lambda: sum(len(w) for w in merged._waiting.values()) == len(queries) - 1)
     release.set()
     for caller in callers:
         caller.join(30)
-    assert sizes == [1, len(queries) - 1]
-    for (got_scores, got), (want_scores, want) in zip(results, alone):
-        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
-        assert ((got == want) | np.isclose(got_scores, want_scores, atol=1e-5)).all()
+    monkeypatch.setattr(first_pass, "run", real)
+    return results
 
 
 def test_a_probed_delta_is_scanned_in_the_bases_held_pass_with_the_merged_queries(
@@ -258,9 +270,6 @@ def test_a_probed_delta_is_scanned_in_the_bases_held_pass_with_the_merged_querie
     """A searcher's base and probed delta: queries that arrive during a pass wait, and the next
     pass chooses their lists once and scans the base and the delta for all of them; each
     caller gets what it gets alone, and what searching base and delta apart gives."""
-    import threading
-    import time
-
     store, config, vectors, ids = published
     writer = VectorIndex.load(store, config, mapped=False)
     new = vectors[:60] * 0.9 + 0.05
@@ -274,37 +283,11 @@ def test_a_probed_delta_is_scanned_in_the_bases_held_pass_with_the_merged_querie
     queries = np.concatenate([vectors[::900][:3], new[:3]]) + 0.03
     alone = [index.search(q[None], 10) for q in queries]
     calls: list[tuple[str, int, bool]] = []  # (which index, queries, lists given)
-    release = threading.Event()
-    real = first_pass.run
 
-    def run(first, batch, wide, params, assigned):
+    def seen(first, batch, assigned):
         calls.append(("base" if first is base_first else "delta", len(batch), assigned is not None))
-        if len(calls) == 1:
-            release.wait(30)  # the first pass holds the searcher while the others arrive
-        return real(first, batch, wide, params, assigned)
 
-    def until(condition):
-        deadline = time.monotonic() + 30
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert condition()
-
-    monkeypatch.setattr(first_pass, "run", run)
-    merged = index._rescored_here.passes
-    results: list = [None] * len(queries)
-
-    def ask(i):
-        results[i] = index.search(queries[i][None], 10)
-
-    callers = [threading.Thread(target=ask, args=(i,)) for i in range(len(queries))]
-    callers[0].start()
-    until(lambda: len(calls) == 1)
-    for caller in callers[1:]:
-        caller.start()
-    until(lambda: sum(len(w) for w in merged._waiting.values()) == len(queries) - 1)
-    release.set()
-    for caller in callers:
-        caller.join(30)
+    results = _searched_while_the_first_pass_is_held(monkeypatch, index, queries, seen)
     rest = len(queries) - 1
     assert calls == [
         ("base", 1, True),
