@@ -21,7 +21,6 @@ from indexer.core.stages import timed
 from indexer.indexing.imported import ImportedVectors
 from indexer.ingest.readers import Batch, FieldMap, IdRegistry, read_files
 from indexer.store import FileState, SourceFile, Store
-from indexer.store.documents import content_hash
 
 # Bump when reading a file can give other records from the same bytes and settings: every
 # file recorded as read is then read again once.
@@ -136,9 +135,9 @@ class RunFiles:
         args = (files, known, fmt, fields, batch_size, config.long_documents.max_chars)
         to_read = sum(state.bytes for state in self.reading.values())
         items = (
-            iterate_in_process(read_hashed, *args)
+            iterate_in_process(read_files, *args)
             if to_read >= READ_IN_PROCESS_BYTES and sys.executable  # (none: embedded Python)
-            else read_hashed(*args)
+            else read_files(*args)
         )
         for item in items:
             if isinstance(item, IdRegistry):  # the last: every file is read
@@ -148,15 +147,3 @@ class RunFiles:
             else:
                 self.note(*item)
                 yield item[1]
-
-
-def read_hashed(*args) -> Iterator[int | tuple[str, Batch] | IdRegistry]:
-    """`read_files(*args)`, each batch with its records' content hashes (`Batch.digests`):
-    computed where the files are read, in the child process of a large run, instead of by
-    the planner, whose thread bounds a re-run with few changes (a tenth of its planning at 10M,
-    docs/guides/scale.md)."""
-    for item in read_files(*args):
-        if isinstance(item, tuple):
-            batch = item[1]
-            batch.digests = [content_hash(record) for record in batch.records]
-        yield item

@@ -165,10 +165,8 @@ def plan_batch(
     ids = [r.external_id for r in batch.records]
     known = store.documents.existing(collection, ids, up_to=stored_up_to)
     new_docs, changed_docs, meta_updates, skipped = [], [], [], 0
-    digests = batch.digests
-    if digests is None or len(digests) != len(batch.records):  # not hashed where read
-        digests = [content_hash(record) for record in batch.records]
-    for record, digest in zip(batch.records, digests):
+    for record in batch.records:
+        digest = content_hash(record)
         if record.external_id not in known:
             new_docs.append((record, digest))
             continue

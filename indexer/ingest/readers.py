@@ -67,9 +67,6 @@ class Rejected:
 class Batch:
     records: list[Record] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
-    # each record's content hash, in order, where the reading process computed them
-    # (`indexer.indexing.run_files.read_hashed`); None: the planner computes them
-    digests: list[str] | None = None
 
 
 class IdRegistry:

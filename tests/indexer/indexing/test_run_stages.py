@@ -161,36 +161,6 @@ def test_what_a_child_prints_goes_to_its_stderr_not_into_the_items(capfd):
         assert f"chatty print {i}" in err and f"chatty fd1 {i}" in err
 
 
-def test_records_are_hashed_where_they_are_read_and_planned_by_those_hashes(
-    tiny_config, tmp_path, monkeypatch
-):
-    """The reading side gives each batch its records' content hashes (`Batch.digests`), the
-    same the planner would compute; the planner takes them instead of hashing again, and
-    hashes a batch that has none."""
-    from indexer.indexing import steps
-    from indexer.ingest.readers import FieldMap
-    from indexer.store.documents import content_hash
-
-    corpus = write_corpus(tmp_path / "corpus.jsonl", n=12)
-    items = list(run_files.read_hashed([corpus], {}, "auto", FieldMap(), 5, None))
-    batches = [item[1] for item in items if isinstance(item, tuple)]
-    assert [len(b.records) for b in batches] == [5, 5, 2]
-    for batch in batches:
-        assert batch.digests == [content_hash(r) for r in batch.records]
-    config = tiny_config.with_overrides(**{"store.path": str(tmp_path / "store")})
-    real = steps.content_hash
-    monkeypatch.setattr(steps, "content_hash", lambda record: pytest.fail("hashed again"))
-    assert run_index([str(corpus)], config, batch_size=5)["encoded"] == 12
-    with Store(config.store.path, read_only=True) as store:
-        assert store.documents.existing("default", [b.records[0].external_id for b in batches])
-    monkeypatch.setattr(steps, "content_hash", real)
-    unhashed = batches[0]
-    unhashed.digests = None
-    with Store(config.store.path) as store:
-        plan = steps.plan_batch(unhashed, store, "default")
-    assert plan.skipped_unchanged == 5  # hashed by the planner: the stored hashes match
-
-
 def _stored(config) -> list[tuple]:
     with Store(config.store.path, read_only=True) as store:
         return store.con.execute(
@@ -227,7 +197,7 @@ def test_files_read_in_a_child_process_give_what_a_reader_thread_gives(
         again = run_index(files, config, batch_size=7)
         write_corpus(extra, n=30, prefix="c")  # as it was, for the next reader
         outcomes[limit], stored[limit] = (_outcome(first), _outcome(again)), _stored(config)
-    assert started == ["read_hashed", "read_hashed"]
+    assert started == ["read_files", "read_files"]
     assert outcomes[0] == outcomes[1 << 60] and stored[0] == stored[1 << 60]
     first, again = outcomes[0]
     assert first["rejected"] > 10 and first["encoded"] > 10  # the corpus's good and bad rows
