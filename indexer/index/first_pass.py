@@ -268,7 +268,7 @@ class Merged:
         return taken
 
     def _merged(self, taken: list[_Pass], wide: int, params, also: Also | None) -> None:
-        """One FAISS call for `taken` (their parameters are `params'`; `also` scanned too),
+        """One FAISS call for `taken` (their parameters are `params`'; `also` scanned too),
         each caller's rows handed back."""
         try:
             queries = np.concatenate([p.query for p in taken])
