@@ -74,7 +74,10 @@ def scan_threads(threads: int) -> int:
 @contextlib.contextmanager
 def split_probes(first: faiss.Index, lone: bool):
     """Inside, a fast-scan `first` scans a `lone` query's lists with `SPLIT_PROBES`; its own
-    implementation (as read from its file) back after."""
+    implementation (as read from its file) back after. The caller holds its searcher's pass
+    lock; a filtered search of the same index outside it (a delta's, `delta.search_delta`)
+    that runs meanwhile keeps its filter and finds the same candidates up to ties
+    (`test_a_filtered_search_that_meets_a_lone_querys_implementation_keeps_its_filter`)."""
     ivf = fast_scan(first) if lone else None
     if ivf is None:
         yield

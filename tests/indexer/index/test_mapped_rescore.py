@@ -303,3 +303,27 @@ def test_a_probed_delta_is_scanned_in_the_bases_held_pass_with_the_merged_querie
         np.testing.assert_allclose(got_scores, apart_scores, rtol=1e-5, atol=1e-6)
         assert ((got == apart) | np.isclose(got_scores, apart_scores, atol=1e-5)).all()
     assert (np.concatenate([r[1] for r in results[3:]]) >= 90_000).any()  # the delta answers
+
+
+def test_a_filtered_search_that_meets_a_lone_querys_implementation_keeps_its_filter(published):
+    """A lone query's pass switches the fast-scan implementation (`split_probes`) under its
+    searcher's pass lock; a filtered search of the same index outside that lock (a delta's)
+    may run meanwhile: with the switched implementation it keeps only allowed ids and finds
+    what the file's own implementation finds, up to ties."""
+    import faiss
+
+    store, config, vectors, ids = published
+    index = VectorIndex.load(store, config, mapped=False)
+    first = faiss.downcast_index(index.index.index).base_index  # IDMap(Refine(IVF fast scan))
+    queries = vectors[::300] + 0.02
+    allowed = np.sort(np.random.default_rng(5).choice(len(vectors), 1500, replace=False))
+    selector = faiss.IDSelectorBatch(allowed.astype(np.int64))
+    params = faiss.SearchParametersIVF(nprobe=8, sel=selector)
+    own_scores, own = first.search(queries, 10, params=params)
+    with first_pass.split_probes(first, lone=True):
+        assert first_pass.fast_scan(first).implem == first_pass.SPLIT_PROBES
+        got_scores, got = first.search(queries, 10, params=params)
+    assert first_pass.fast_scan(first).implem == 0  # the file's own, back
+    assert np.isin(got[got >= 0], allowed).all()
+    np.testing.assert_allclose(got_scores, own_scores, rtol=1e-5, atol=1e-5)
+    assert ((got == own) | np.isclose(got_scores, own_scores, atol=1e-5)).all()
