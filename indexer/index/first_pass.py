@@ -22,11 +22,12 @@ ties at the cut-off.
 A base and its probed delta (`Also`). The delta is an empty copy of the base as trained, so
 both probe the same lists: a query's lists are chosen once, and the delta is scanned in the
 same held pass as the base, for the same merged queries. Before, each query chose its lists
-alone before its base pass and the delta's pass ran after it, mostly alone (246 of 359 delta
-passes held one query under a 16-client load, against 3 of 135 base passes): at 10M after a
-1 % change, two processes of 8 searching threads each ran 69.8 q/s at 28.0 ms of CPU a query,
-73.8 at 26.8 in one pass (this Intel Xeon; a store just built: 23.7 ms a query), and a 16-client
-`serve` 1-4 % more queries a second (docs/guides/scale.md, the twenty-third session).
+alone before its base pass and the delta's pass ran after it, mostly alone (in an ad hoc probe
+under load, 246 of 359 delta passes held one query, against 3 of 135 base passes). At 10M
+after a 1 % change, two processes of 8 searching threads ran 70.7-72.1 q/s at 27.2-27.7 ms of
+CPU a query against 68.0-69.0 at 28.4-28.8, one query alone as fast
+(`benchmarks/search_load.py`), and a 16-client `serve` 1-4 % more queries a second
+(`benchmarks/serve_ab.py`; docs/guides/scale.md, the twenty-third session).
 """
 
 from __future__ import annotations
